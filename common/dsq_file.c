@@ -1,0 +1,322 @@
+/* dsq_file.c - atomic output files, mappings, small-file helpers. */
+#include "dsq_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- temporary-file registry (read from signal handlers) ---- */
+
+#define MAX_TMP 64
+static char g_tmp[MAX_TMP][PATH_MAX];
+static volatile sig_atomic_t g_tmp_used[MAX_TMP]; /* 0 free, 1 remove, 2 keep */
+static pthread_mutex_t g_tmp_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int registry_add(const char *path, int keep)
+{
+    int slot = -1;
+    if (strlen(path) >= PATH_MAX) return -1;
+    pthread_mutex_lock(&g_tmp_mu);
+    for (int i = 0; i < MAX_TMP; i++) {
+        if (!g_tmp_used[i]) {
+            strcpy(g_tmp[i], path);
+            g_tmp_used[i] = keep ? 2 : 1;
+            slot = i;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_tmp_mu);
+    return slot;
+}
+
+static void registry_del(int slot)
+{
+    if (slot < 0) return;
+    pthread_mutex_lock(&g_tmp_mu);
+    g_tmp_used[slot] = 0;
+    pthread_mutex_unlock(&g_tmp_mu);
+}
+
+void dsq_tmpfiles_unlink_all(void)
+{
+    for (int i = 0; i < MAX_TMP; i++)
+        if (g_tmp_used[i] == 1) unlink(g_tmp[i]);
+}
+
+/* ---- paths ---- */
+
+char *dsq_path_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    size_t o = a;
+    if (a && dir[a - 1] != '/') p[o++] = '/';
+    memcpy(p + o, name, b + 1);
+    return p;
+}
+
+int dsq_path_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int dsq_path_is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strdup(".");
+    if (slash == path) return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+char *dsq_outfile_tmp_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dlen = slash ? (size_t)(slash - path + 1) : 0;
+    size_t n = dlen + 1 + strlen(base) + sizeof ".partial";
+    char *t = malloc(n);
+    if (!t) return NULL;
+    snprintf(t, n, "%.*s.%s.partial", (int)dlen, path, base);
+    return t;
+}
+
+/* ---- outfile ---- */
+
+int dsq_outfile_open(dsq_outfile *f, const char *path, unsigned flags, dsq_diag *d)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->slot = -1;
+    if (!(flags & DSQ_OUT_OVERWRITE) && dsq_path_exists(path))
+        return dsq_fail(d, DSQ_ERR_EXISTS, path, NULL, -1,
+                        "output exists (use -f to overwrite)");
+    f->path = strdup(path);
+    f->tmp_path = dsq_outfile_tmp_name(path);
+    if (!f->path || !f->tmp_path) {
+        dsq_outfile_abort(f);
+        return dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory");
+    }
+    /* Register before creating, so a signal between the two still cleans up. */
+    f->slot = registry_add(f->tmp_path, (flags & DSQ_OUT_KEEP_TMP) != 0);
+    int oflags = O_WRONLY | O_CREAT | O_CLOEXEC | ((flags & DSQ_OUT_REOPEN) ? 0 : O_TRUNC);
+    f->fd = open(f->tmp_path, oflags, 0644);
+    if (f->fd < 0) {
+        int e = errno;
+        int rc = dsq_fail_errno(d, e, f->tmp_path, "cannot create temporary file");
+        registry_del(f->slot);
+        f->slot = -1;
+        free(f->path); free(f->tmp_path);
+        f->path = f->tmp_path = NULL;
+        return rc;
+    }
+    if (flags & DSQ_OUT_REOPEN) {
+        off_t end = lseek(f->fd, 0, SEEK_END);
+        f->written = end > 0 ? (uint64_t)end : 0;
+    }
+    return DSQ_OK;
+}
+
+int dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t off, dsq_diag *d)
+{
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t w = pwrite(f->fd, p, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return dsq_fail_errno(d, errno, f->tmp_path, "write failed at byte %llu",
+                                  (unsigned long long)off);
+        }
+        if (w == 0) return dsq_fail_errno(d, ENOSPC, f->tmp_path, "write made no progress");
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return DSQ_OK;
+}
+
+int dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n, dsq_diag *d)
+{
+    DSQ_TRY(dsq_outfile_pwrite(f, buf, n, f->written, d));
+    f->written += n;
+    return DSQ_OK;
+}
+
+int dsq_outfile_pad(dsq_outfile *f, size_t align, dsq_diag *d)
+{
+    static const uint8_t zeros[4096];
+    uint64_t target = (f->written + align - 1) / align * align;
+    while (f->written < target) {
+        size_t k = (size_t)(target - f->written);
+        if (k > sizeof zeros) k = sizeof zeros;
+        DSQ_TRY(dsq_outfile_write(f, zeros, k, d));
+    }
+    return DSQ_OK;
+}
+
+int dsq_outfile_sync(dsq_outfile *f, dsq_diag *d)
+{
+    if (fsync(f->fd) != 0) return dsq_fail_errno(d, errno, f->tmp_path, "fsync failed");
+    return DSQ_OK;
+}
+
+static void release(dsq_outfile *f, int remove_tmp)
+{
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    if (remove_tmp && f->tmp_path) unlink(f->tmp_path);
+    registry_del(f->slot);
+    f->slot = -1;
+    free(f->path);
+    free(f->tmp_path);
+    f->path = f->tmp_path = NULL;
+}
+
+int dsq_outfile_commit(dsq_outfile *f, dsq_diag *d)
+{
+    int rc = DSQ_OK;
+    if (fsync(f->fd) != 0) {
+        rc = dsq_fail_errno(d, errno, f->tmp_path, "fsync failed");
+        release(f, 1);
+        return rc;
+    }
+    if (close(f->fd) != 0) {
+        f->fd = -1;
+        rc = dsq_fail_errno(d, errno, f->tmp_path, "close failed");
+        release(f, 1);
+        return rc;
+    }
+    f->fd = -1;
+    if (rename(f->tmp_path, f->path) != 0) {
+        rc = dsq_fail_errno(d, errno, f->path, "cannot rename '%s' into place", f->tmp_path);
+        release(f, 1);
+        return rc;
+    }
+    /* The rename is durable only once the directory entry is on disk. */
+    char *dir = dir_of(f->path);
+    if (dir) {
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            if (fsync(dfd) != 0 && errno != EINVAL)
+                rc = dsq_fail_errno(d, errno, dir, "fsync of directory failed");
+            close(dfd);
+        }
+        free(dir);
+    }
+    release(f, 0);
+    return rc;
+}
+
+void dsq_outfile_abort(dsq_outfile *f)
+{
+    if (!f) return;
+    if (f->fd < 0 && !f->path && !f->tmp_path) return;
+    release(f, 1);
+}
+
+void dsq_outfile_detach(dsq_outfile *f)
+{
+    if (!f) return;
+    release(f, 0);
+}
+
+int dsq_write_file_atomic(const char *path, const void *data, size_t n, unsigned flags, dsq_diag *d)
+{
+    dsq_outfile f;
+    DSQ_TRY(dsq_outfile_open(&f, path, flags, d));
+    int rc = dsq_outfile_write(&f, data, n, d);
+    if (rc < 0) { dsq_outfile_abort(&f); return rc; }
+    return dsq_outfile_commit(&f, d);
+}
+
+/* ---- reading ---- */
+
+int dsq_map_open(dsq_map *m, const char *path, dsq_diag *d)
+{
+    memset(m, 0, sizeof *m);
+    m->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (m->fd < 0) return dsq_fail_errno(d, errno, path, "cannot open");
+    struct stat st;
+    if (fstat(m->fd, &st) != 0) {
+        int rc = dsq_fail_errno(d, errno, path, "cannot stat");
+        close(m->fd);
+        m->fd = -1;
+        return rc;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(m->fd);
+        m->fd = -1;
+        return dsq_fail(d, DSQ_ERR_IO, path, NULL, -1, "not a regular file");
+    }
+    m->size = (uint64_t)st.st_size;
+    if (m->size == 0) return DSQ_OK;
+    void *p = mmap(NULL, (size_t)m->size, PROT_READ, MAP_SHARED, m->fd, 0);
+    if (p == MAP_FAILED) {
+        int rc = dsq_fail_errno(d, errno, path, "mmap failed");
+        close(m->fd);
+        m->fd = -1;
+        return rc;
+    }
+    m->data = p;
+    return DSQ_OK;
+}
+
+void dsq_map_close(dsq_map *m)
+{
+    if (!m) return;
+    if (m->data) munmap((void *)m->data, (size_t)m->size);
+    if (m->fd >= 0) close(m->fd);
+    m->data = NULL;
+    m->size = 0;
+    m->fd = -1;
+}
+
+int dsq_read_file(const char *path, size_t max, char **out, size_t *len, dsq_diag *d)
+{
+    *out = NULL;
+    if (len) *len = 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return dsq_fail_errno(d, errno, path, "cannot open");
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) { fclose(fp); return dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory"); }
+    for (;;) {
+        if (n == cap) {
+            if (cap >= max) {
+                free(buf); fclose(fp);
+                return dsq_fail(d, DSQ_ERR_FORMAT, path, NULL, (int64_t)max,
+                                "file larger than the %zu-byte limit", max);
+            }
+            cap = cap * 2 > max ? max : cap * 2;
+            char *nb = realloc(buf, cap + 1);
+            if (!nb) { free(buf); fclose(fp); return dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory"); }
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, cap - n, fp);
+        n += r;
+        if (r == 0) break;
+    }
+    int err = ferror(fp);
+    fclose(fp);
+    if (err) { free(buf); return dsq_fail(d, DSQ_ERR_IO, path, NULL, -1, "read failed"); }
+    buf[n] = 0;
+    *out = buf;
+    if (len) *len = n;
+    return DSQ_OK;
+}

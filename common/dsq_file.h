@@ -1,0 +1,78 @@
+/* dsq_file.h - atomic output files and read-only mappings.
+ *
+ * Every file dsq writes goes through dsq_outfile: bytes go to a temporary
+ * name in the destination directory, and only dsq_outfile_commit() makes
+ * them visible under the final name (fsync file, rename, fsync directory).
+ * Any error path calls dsq_outfile_abort(), which removes the temporary.
+ *
+ * Signals: temporaries are kept in a small process-wide registry, and
+ * dsq_tmpfiles_unlink_all() (async-signal-safe: only unlink(2)) removes every
+ * one not marked "keep". The CLIs call it from their SIGINT/SIGTERM handler;
+ * the library itself installs no handlers. Resumable conversions mark their
+ * partial file "keep" so an interrupted run can continue. */
+#ifndef DSQ_FILE_H
+#define DSQ_FILE_H
+
+#include "dsq_error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dsq_outfile {
+    int fd;
+    int slot;            /* registry slot, -1 if none */
+    uint64_t written;    /* bytes appended so far (sequential writes) */
+    char *path;          /* final name */
+    char *tmp_path;      /* temporary name */
+} dsq_outfile;
+
+enum dsq_outfile_flags {
+    DSQ_OUT_OVERWRITE = 1 << 0, /* replace an existing final file */
+    DSQ_OUT_KEEP_TMP  = 1 << 1, /* signal cleanup leaves the temporary (resume) */
+    DSQ_OUT_REOPEN    = 1 << 2  /* open an existing temporary without truncating */
+};
+
+/* Temporary name used for path: "<dir>/.<base>.partial". Deterministic so a
+ * resumed run finds it. Caller frees. */
+char *dsq_outfile_tmp_name(const char *path);
+
+int  dsq_outfile_open(dsq_outfile *f, const char *path, unsigned flags, dsq_diag *d);
+/* Append all n bytes (retries short writes); ENOSPC maps to DSQ_ERR_NOSPC. */
+int  dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n, dsq_diag *d);
+/* Write at an absolute offset (does not move 'written'). */
+int  dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t off, dsq_diag *d);
+/* Zero bytes until 'written' is a multiple of align. */
+int  dsq_outfile_pad(dsq_outfile *f, size_t align, dsq_diag *d);
+/* Make the temporary durable: fsync it (used by resume checkpoints). */
+int  dsq_outfile_sync(dsq_outfile *f, dsq_diag *d);
+/* fsync, close, rename to the final name, fsync the directory. On failure the
+ * temporary is removed. After commit f holds no resources. */
+int  dsq_outfile_commit(dsq_outfile *f, dsq_diag *d);
+/* Close and remove the temporary. Safe on a zeroed or committed struct. */
+void dsq_outfile_abort(dsq_outfile *f);
+/* Close but keep the temporary (interrupted resumable run). */
+void dsq_outfile_detach(dsq_outfile *f);
+
+void dsq_tmpfiles_unlink_all(void);
+
+/* Read-only whole-file mapping. An empty file maps to data == NULL, size 0. */
+typedef struct dsq_map {
+    const uint8_t *data;
+    uint64_t size;
+    int fd;
+} dsq_map;
+
+int  dsq_map_open(dsq_map *m, const char *path, dsq_diag *d);
+void dsq_map_close(dsq_map *m);
+
+/* Whole small file into a NUL-terminated heap buffer (max bytes cap). */
+int dsq_read_file(const char *path, size_t max, char **out, size_t *len, dsq_diag *d);
+/* Write a small file atomically (temp + rename). */
+int dsq_write_file_atomic(const char *path, const void *data, size_t n, unsigned flags, dsq_diag *d);
+
+int dsq_path_exists(const char *path);
+int dsq_path_is_dir(const char *path);
+/* dir + "/" + name; caller frees. */
+char *dsq_path_join(const char *dir, const char *name);
+
+#endif

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Layering: a module may include only headers of modules before it in
+#   common -> formats -> quant -> engine -> calib -> convert
+# (quant never sees calib; statistics reach it as plain arrays).
+order="common formats quant engine calib convert"
+fail=0
+rank() { i=0; for m in $order; do [ "$m" = "$1" ] && { echo $i; return; }; i=$((i+1)); done; echo 99; }
+for m in $order; do
+  r=$(rank $m)
+  for f in $(ls $m/*.c $m/*.h 2>/dev/null | grep -v '_main\.c$'); do
+    for inc in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f"); do
+      owner=""
+      for o in $order; do [ -f "$o/$inc" ] && owner=$o; done
+      [ -z "$owner" ] && continue
+      if [ "$(rank $owner)" -gt "$r" ]; then
+        echo "layering: $f includes $owner/$inc"; fail=1
+      fi
+    done
+  done
+done
+[ $fail = 0 ] && echo "check-deps: layering ok"
+exit $fail

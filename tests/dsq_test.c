@@ -1,0 +1,45 @@
+/* dsq_test.c - see dsq_test.h. */
+#include "dsq_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+char *dsq_test_tmpdir(void)
+{
+    const char *base = getenv("TMPDIR");
+    char tmpl[4096];
+    snprintf(tmpl, sizeof tmpl, "%s/dsq-test-XXXXXX", base && *base ? base : "/tmp");
+    char *p = mkdtemp(tmpl);
+    assert_non_null(p);
+    return strdup(p);
+}
+
+void dsq_test_rmtree(const char *path)
+{
+    if (!path || strlen(path) < 8 || strstr(path, "dsq-test-") == NULL) return;
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) { /* best effort */ }
+}
+
+char *dsq_test_shared(const char *rel)
+{
+    const char *roots[] = { getenv("DSQ_SHARED"), "../shared", "../../shared" };
+    for (size_t i = 0; i < sizeof roots / sizeof roots[0]; i++) {
+        if (!roots[i]) continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/data/%s", roots[i], rel);
+        if (access(p, R_OK) == 0) return strdup(p);
+    }
+    return NULL;
+}
+
+void dsq_test_write(const char *path, const void *data, size_t n)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(data, 1, n, fp), n);
+    assert_int_equal(fclose(fp), 0);
+}

@@ -1,0 +1,21 @@
+/* dsq_test.h - helpers shared by the cmocka tests: temp dirs, ../shared lookup. */
+#ifndef DSQ_TEST_H
+#define DSQ_TEST_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* mkdtemp under $TMPDIR (or /tmp); returned path is static per call index. */
+char *dsq_test_tmpdir(void);
+/* Remove a directory tree created by the tests (best effort). */
+void dsq_test_rmtree(const char *path);
+/* Path of ../shared/data/<rel> relative to the repo root, or NULL if absent
+ * (tests then skip with a message naming what is missing). Caller frees. */
+char *dsq_test_shared(const char *rel);
+/* Write bytes to path (asserts on failure). */
+void dsq_test_write(const char *path, const void *data, size_t n);
+
+#endif

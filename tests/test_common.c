@@ -1,0 +1,167 @@
+/* test_common.c - errors, half conversions, atomic files, thread pool, SHA-256. */
+#include "dsq_test.h"
+#include "dsq_error.h"
+#include "dsq_file.h"
+#include "dsq_mem.h"
+#include "dsq_sha256.h"
+#include "dsq_thread.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+static void test_strerror_covers_all(void **state)
+{
+    (void)state;
+    for (int s = 0; s >= DSQ_STATUS_MIN; s--) {
+        assert_string_not_equal(dsq_strerror(s), "unknown error");
+        assert_string_not_equal(dsq_status_name(s), "DSQ_ERR_UNKNOWN");
+    }
+    assert_string_equal(dsq_strerror(DSQ_STATUS_MIN - 1), "unknown error");
+}
+
+static void test_diag_first_cause_wins(void **state)
+{
+    (void)state;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    int rc = dsq_fail(&d, DSQ_ERR_FORMAT, "a.safetensors", "w", 42, "bad dtype '%s'", "X9");
+    assert_int_equal(rc, DSQ_ERR_FORMAT);
+    dsq_fail(&d, DSQ_ERR_IO, "b", NULL, -1, "later");
+    char buf[1024];
+    dsq_diag_format(&d, buf, sizeof buf);
+    assert_string_equal(buf, "'a.safetensors': tensor 'w': at byte 42: bad dtype 'X9'");
+}
+
+static void test_bf16_f16_roundtrip(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = dsq_bf16_to_f32((uint16_t)h);
+        if (isnan(f)) continue;
+        assert_int_equal(dsq_f32_to_bf16(f), h);
+        float g = dsq_f16_to_f32((uint16_t)h);
+        if (isnan(g)) continue;
+        assert_int_equal(dsq_f32_to_f16(g), h);
+    }
+    /* ties to even: 1 + 2^-8 is halfway between two bf16 values */
+    assert_int_equal(dsq_f32_to_bf16(1.00390625f), 0x3f80);
+    assert_int_equal(dsq_f32_to_bf16(1.01171875f), 0x3f82);
+    assert_int_equal(dsq_f32_to_f16(65520.0f), 0x7c00);
+}
+
+static void test_checked_mul(void **state)
+{
+    (void)state;
+    size_t r;
+    assert_int_equal(dsq_mul_size(SIZE_MAX / 2, 3, &r), -1);
+    assert_int_equal(dsq_mul_size(1000, 1000, &r), 0);
+    assert_int_equal(r, 1000000);
+}
+
+static void test_sha256_known(void **state)
+{
+    (void)state;
+    uint8_t d[32];
+    char hex[65];
+    assert_int_equal(dsq_sha256_buf("abc", 3, d), DSQ_OK);
+    dsq_sha256_hex(d, hex);
+    assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    uint8_t e[32];
+    assert_int_equal(dsq_sha256_parse_hex(hex, e), 0);
+    assert_memory_equal(d, e, 32);
+    assert_int_equal(dsq_sha256_parse_hex("zz", e), -1);
+}
+
+static void add_item(void *ctx, size_t i, int tid)
+{
+    (void)tid;
+    atomic_fetch_add((atomic_size_t *)ctx, i + 1);
+}
+
+static void test_pool_runs_every_item(void **state)
+{
+    (void)state;
+    dsq_pool *p = dsq_pool_create(3);
+    assert_non_null(p);
+    for (int rep = 0; rep < 50; rep++) {
+        atomic_size_t sum = 0;
+        dsq_pool_run(p, 1000, add_item, &sum);
+        assert_int_equal(atomic_load(&sum), 1000 * 1001 / 2);
+    }
+    dsq_pool_free(p);
+}
+
+static void test_atomic_outfile(void **state)
+{
+    (void)state;
+    char *dir = dsq_test_tmpdir();
+    char *path = dsq_path_join(dir, "out.bin");
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    dsq_outfile f;
+    assert_int_equal(dsq_outfile_open(&f, path, 0, &d), DSQ_OK);
+    assert_int_equal(dsq_outfile_write(&f, "hello", 5, &d), DSQ_OK);
+    assert_int_equal(dsq_outfile_pad(&f, 64, &d), DSQ_OK);
+    assert_int_equal(f.written, 64);
+    assert_false(dsq_path_exists(path));          /* not visible before commit */
+    assert_int_equal(dsq_outfile_commit(&f, &d), DSQ_OK);
+    assert_true(dsq_path_exists(path));
+    /* refuses to overwrite without the flag, and leaves no temporary */
+    assert_int_equal(dsq_outfile_open(&f, path, 0, &d), DSQ_ERR_EXISTS);
+    char *tmp = dsq_outfile_tmp_name(path);
+    assert_false(dsq_path_exists(tmp));
+    /* abort removes the temporary and keeps the old file */
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_outfile_open(&f, path, DSQ_OUT_OVERWRITE, &d), DSQ_OK);
+    assert_true(dsq_path_exists(tmp));
+    dsq_outfile_abort(&f);
+    assert_false(dsq_path_exists(tmp));
+    char *buf;
+    size_t n;
+    assert_int_equal(dsq_read_file(path, 1 << 20, &buf, &n, &d), DSQ_OK);
+    assert_int_equal(n, 64);
+    assert_memory_equal(buf, "hello", 5);
+    free(buf);
+    free(tmp);
+    free(path);
+    dsq_test_rmtree(dir);
+    free(dir);
+}
+
+static void test_enospc_is_clean(void **state)
+{
+    (void)state;
+    if (access("/dev/full", W_OK) != 0) { skip(); }
+    /* /dev/full: every write fails with ENOSPC; we write through pwrite. */
+    dsq_outfile f;
+    memset(&f, 0, sizeof f);
+    f.fd = open("/dev/full", O_WRONLY);
+    f.slot = -1;
+    f.tmp_path = strdup("/dev/full");
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    char buf[4096] = {0};
+    int rc = dsq_outfile_write(&f, buf, sizeof buf, &d);
+    assert_int_equal(rc, DSQ_ERR_NOSPC);
+    close(f.fd);
+    free(f.tmp_path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_strerror_covers_all),
+        cmocka_unit_test(test_diag_first_cause_wins),
+        cmocka_unit_test(test_bf16_f16_roundtrip),
+        cmocka_unit_test(test_checked_mul),
+        cmocka_unit_test(test_sha256_known),
+        cmocka_unit_test(test_pool_runs_every_item),
+        cmocka_unit_test(test_atomic_outfile),
+        cmocka_unit_test(test_enospc_is_clean),
+    };
+    return cmocka_run_group_tests_name("common", tests, NULL, NULL);
+}
