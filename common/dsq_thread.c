@@ -81,13 +81,15 @@ dsq_pool *dsq_pool_create(int nthreads)
         if (!p->threads) { free(p); return NULL; }
         for (int i = 0; i < nthreads - 1; i++) {
             struct worker_arg *wa = malloc(sizeof *wa);
+            if (wa) {               /* fill before the thread can read it */
+                wa->p = p;
+                wa->tid = i + 1;
+            }
             if (!wa || pthread_create(&p->threads[i], NULL, worker, wa) != 0) {
                 free(wa);
                 p->nthreads = i + 1;   /* run with what we got */
                 break;
             }
-            wa->p = p;
-            wa->tid = i + 1;
         }
     }
     return p;
