@@ -1,0 +1,141 @@
+#!/bin/sh
+# ds-eval CLI behaviour: usage errors (exit 2), bad inputs (exit 1, message
+# naming the line), gsm8k --score on a tiny hand-made set, and, when a model
+# is available, ppl / kld / gsm8k end to end.
+#
+# Model: samples/tiny-dsv3 by default; DSQ_EVAL_MODEL / DSQ_EVAL_TOKENIZER
+# override (e.g. any small Llama safetensors dir plus its tokenizer). The
+# model part is skipped with a message when there is none.
+set -u
+EVAL=./bin/ds-eval
+[ -x "$EVAL" ] || { echo "eval.sh: $EVAL not built"; exit 1; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-eval-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "eval.sh: FAIL: $*"; fails=$((fails+1)); }
+
+# expect CODE CMD... : run, compare the exit status, keep stdout/stderr
+expect() {
+  want=$1; shift
+  "$@" >"$T/out" 2>"$T/err"
+  got=$?
+  [ "$got" = "$want" ] || fail "exit $got (want $want): $* -- $(head -c 300 "$T/err")"
+}
+has() { grep -q -- "$2" "$T/$1" || fail "$1 lacks '$2': $(head -c 300 "$T/$1")"; }
+
+# ---- usage ---------------------------------------------------------------
+expect 0 $EVAL --help;  has out "usage: ds-eval"
+expect 0 $EVAL -V;      has out "ds-eval (dsq)"
+expect 2 $EVAL
+expect 2 $EVAL frobnicate
+expect 2 $EVAL ppl --data x
+expect 2 $EVAL ppl --model m;                     has err "needs --data"
+expect 2 $EVAL kld --model m;                     has err "needs --base"
+expect 2 $EVAL gsm8k --data x;                    has err "needs --model"
+expect 2 $EVAL ppl --model m --data d --ctx 2
+expect 2 $EVAL ppl --model m --data d --ctx abc
+expect 2 $EVAL ppl --model m --data d --logits-format f32
+expect 2 $EVAL gsm8k --model m --data d --shots -1
+expect 2 $EVAL gsm8k --model m --data d --batch 0
+expect 2 $EVAL gsm8k --model m --data d --bos maybe
+expect 2 $EVAL gsm8k --score c --data d --model m
+expect 2 $EVAL ppl --model m --data d --nope;     has err "unknown option"
+expect 2 $EVAL ppl --model m --data d stray
+
+# ---- gsm8k --score --------------------------------------------------------
+cat >"$T/test.jsonl" <<'EOF'
+{"question": "Tom has 3 apples and buys 4 more. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"}
+{"question": "A box holds 1,200 pens. How many?", "answer": "It holds 1,200.\n#### 1,200"}
+
+{"question": "What is 10 - 15?", "answer": "10-15=-5\n#### -5"}
+{"question": "Half of 9?", "answer": "9/2=4.5\n#### 4.5"}
+EOF
+# strict: docs 0 and 2; flexible: docs 0, 1 and 2; doc 3 says 5
+cat >"$T/comp.jsonl" <<'EOF'
+{"doc_id": 0, "completion": "3 + 4 = 7 apples.\n#### 7\n\nQuestion: next one 99"}
+{"doc_id": 1, "resps": [["That makes $1,200."]]}
+{"doc_id": 2, "response": "10 - 15 = -5\n#### -5"}
+{"doc_id": 3, "completion": "About 5."}
+EOF
+expect 0 $EVAL gsm8k --score "$T/comp.jsonl" --data "$T/test.jsonl" --json --out "$T/items.jsonl"
+has out '"n":4'
+has out '"strict-match":{"exact_match":0.5,'
+has out '"flexible-extract":{"exact_match":0.75,'
+[ "$(wc -l <"$T/items.jsonl")" -eq 4 ] || fail "items.jsonl should have 4 lines"
+has items.jsonl '"doc_id":1,.*"flexible":"$1,200.","gold":"1200","correct_strict":false,"correct_flexible":true'
+has items.jsonl '"completion":"3 + 4 = 7 apples.\\n#### 7\\n\\n"'
+expect 0 $EVAL gsm8k --score "$T/comp.jsonl" --data "$T/test.jsonl"
+has out "flexible-extract  exact_match 0.7500"
+has out "strict-match      exact_match 0.5000"
+# --limit and a partial completions file
+expect 0 $EVAL gsm8k --score "$T/comp.jsonl" --data "$T/test.jsonl" --limit 2 --json
+has out '"n":2'
+head -n 1 "$T/comp.jsonl" >"$T/one.jsonl"
+expect 0 $EVAL gsm8k --score "$T/one.jsonl" --data "$T/test.jsonl" --json
+has out '"n":1'; has err "3 of 4 items have no completion"
+# an existing output needs -f
+expect 1 $EVAL gsm8k --score "$T/comp.jsonl" --data "$T/test.jsonl" --out "$T/items.jsonl"
+has err "exists"
+expect 0 $EVAL gsm8k --score "$T/comp.jsonl" --data "$T/test.jsonl" --out "$T/items.jsonl" -f
+
+# ---- bad inputs: exit 1, the message names the line ------------------------
+printf '{"question": "q", "answer": "a"}\n{"question": "q2"}\n' >"$T/noans.jsonl"
+expect 1 $EVAL gsm8k --score "$T/comp.jsonl" --data "$T/noans.jsonl"
+has err "line 2: missing \"answer\" field"
+printf '{"question": "q", "answer": "a"}\n\n{"question": "q", "answer": \n' >"$T/badjson.jsonl"
+expect 1 $EVAL gsm8k --score "$T/comp.jsonl" --data "$T/badjson.jsonl"
+has err "line 3: invalid JSON"
+: >"$T/empty.jsonl"
+expect 1 $EVAL gsm8k --score "$T/comp.jsonl" --data "$T/empty.jsonl"
+has err "empty dataset"
+expect 1 $EVAL gsm8k --score "$T/comp.jsonl" --data "$T/missing.jsonl"
+printf '{"doc_id": 0, "completion": "1"}\n{"doc_id": 9, "completion": "2"}\n' >"$T/far.jsonl"
+expect 1 $EVAL gsm8k --score "$T/far.jsonl" --data "$T/test.jsonl"
+has err "line 2: doc 9 is beyond the 4 items"
+printf '{"doc_id": 0, "text": "1"}\n' >"$T/nofield.jsonl"
+expect 1 $EVAL gsm8k --score "$T/nofield.jsonl" --data "$T/test.jsonl"
+has err "line 1: no \"completion\""
+printf 'DSQLOGP\0garbage' >"$T/bad.logp"
+expect 1 $EVAL kld --base "$T/bad.logp" --model "$T/nomodel"
+has err "bad.logp"
+
+# ---- with a model ------------------------------------------------------------
+MODEL=${DSQ_EVAL_MODEL:-samples/tiny-dsv3}
+TOKOPT=""
+[ -n "${DSQ_EVAL_TOKENIZER:-}" ] && TOKOPT="--tokenizer $DSQ_EVAL_TOKENIZER"
+TEXT=""
+for f in ../shared/data/text/tinystories_val.txt ../../shared/data/text/tinystories_val.txt; do
+  [ -f "$f" ] && { TEXT=$f; break; }
+done
+if [ ! -e "$MODEL" ]; then
+  echo "eval.sh: $MODEL absent, model tests skipped"
+else
+  if [ -z "$TEXT" ]; then
+    # no shared text: repeat the questions until there are enough tokens
+    for i in $(seq 200); do cat "$T/test.jsonl"; done >"$T/text.txt"
+    TEXT=$T/text.txt
+  fi
+  expect 0 $EVAL ppl --model "$MODEL" $TOKOPT --data "$TEXT" --ctx 64 --limit-tokens 640 \
+         --save-logits "$T/base.logp" --json
+  has out '"tokens_scored":310'
+  has out '"windows":10'
+  expect 0 $EVAL kld --model "$MODEL" $TOKOPT --base "$T/base.logp" --data "$TEXT" --json
+  has out '"same_top1":1'
+  grep -q '"kld_mean":-\{0,1\}[0-9.]*e-' "$T/out" || fail "kld of a model against itself is not ~0: $(cat "$T/out")"
+  expect 1 $EVAL kld --model "$MODEL" $TOKOPT --base "$T/base.logp" --data "$T/test.jsonl"
+  has err "different tokens"
+  expect 1 $EVAL ppl --model "$MODEL" $TOKOPT --data "$TEXT" --ctx 64 --limit-tokens 640 \
+         --save-logits "$T/base.logp"
+  expect 0 $EVAL gsm8k --model "$MODEL" $TOKOPT --data "$T/test.jsonl" --train "$T/test.jsonl" \
+         --shots 2 --limit 3 --batch 2 --max-new-tokens 8 --out "$T/gen.jsonl" --json
+  has out '"n":3'
+  [ "$(wc -l <"$T/gen.jsonl")" -eq 3 ] || fail "gen.jsonl should have 3 lines"
+  has gen.jsonl '"gen_tokens":'
+  # batching does not change greedy output
+  expect 0 $EVAL gsm8k --model "$MODEL" $TOKOPT --data "$T/test.jsonl" --train "$T/test.jsonl" \
+         --shots 2 --limit 3 --batch 1 --max-new-tokens 8 --out "$T/gen1.jsonl" -q
+  cmp -s "$T/gen.jsonl" "$T/gen1.jsonl" || fail "batch 2 and batch 1 completions differ"
+fi
+
+[ $fails = 0 ] || { echo "eval.sh: $fails failure(s)"; exit 1; }
+echo "eval.sh: ok"
