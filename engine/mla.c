@@ -1,0 +1,168 @@
+/* mla.c - DeepSeek multi-head latent attention (formats.md 2.6).
+ *
+ *   q    = q_b(q_a_layernorm(q_a(x)))  (or q_proj(x) when q_lora_rank is 0)
+ *          [T, H, nope + rope]; RoPE (adjacent pairs) on the rope part
+ *   kv_a = kv_a_proj_with_mqa(x) = latent [kv_lora] | k_pe [rope]
+ *   cache: kv_a_layernorm(latent) and RoPE(k_pe), one k_pe shared by all heads
+ *
+ * Naive path (prefill): expand every cached latent through kv_b_proj into
+ * k_nope | v per head ([P, H, nope + v]) and attend with
+ * scores = (q_nope . k_nope + q_pe . k_pe) * softmax_scale.
+ *
+ * Absorbed path (decode): never expand the cache. With kv_b viewed as
+ * [H, nope + v, kv_lora]:
+ *   q'    = q_nope W_UK[h]              (kv_lora values per head)
+ *   score = (q' . latent_j + q_pe . k_pe_j) * softmax_scale
+ *   ctx   = sum_j p_j latent_j;  out_h = W_UV[h] ctx
+ * which is the same function reassociated (agrees with naive to float
+ * rounding). softmax_scale = qk_head^-0.5 * mscale^2 under YaRN. */
+#include "model.h"
+#include "dsq_mem.h"
+
+#include <string.h>
+
+/* y[0..n) += a * row, row stored as BF16 or F32 */
+static void row_axpy(float *y, float a, const uint8_t *row, int bf16, int64_t n)
+{
+    if (bf16) {
+        const uint16_t *r = (const uint16_t *)(const void *)row;
+        for (int64_t i = 0; i < n; i++) y[i] += a * dsq_bf16_to_f32(r[i]);
+    } else {
+        const float *r = (const float *)(const void *)row;
+        for (int64_t i = 0; i < n; i++) y[i] += a * r[i];
+    }
+}
+
+static float row_dot(const uint8_t *row, int bf16, const float *x, int64_t n)
+{
+    float s0 = 0, s1 = 0;
+    int64_t i = 0;
+    if (bf16) {
+        const uint16_t *r = (const uint16_t *)(const void *)row;
+        for (; i + 2 <= n; i += 2) {
+            s0 += dsq_bf16_to_f32(r[i]) * x[i];
+            s1 += dsq_bf16_to_f32(r[i + 1]) * x[i + 1];
+        }
+        for (; i < n; i++) s0 += dsq_bf16_to_f32(r[i]) * x[i];
+    } else {
+        const float *r = (const float *)(const void *)row;
+        for (; i + 2 <= n; i += 2) {
+            s0 += r[i] * x[i];
+            s1 += r[i + 1] * x[i + 1];
+        }
+        for (; i < n; i++) s0 += r[i] * x[i];
+    }
+    return s0 + s1;
+}
+
+typedef struct mla_job {
+    dsq_run *r;
+    const dsq_layer *ly;
+    int64_t H, nope, rope, vd, R;
+} mla_job;
+
+/* q' = q_nope W_UK[h] (rows h*hw .. h*hw + nope of kv_b) into qabs[t, h] */
+static void absorb_q_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    mla_job *j = ctx;
+    const dsq_run *r = j->r;
+    const dsq_layer *ly = j->ly;
+    const int t = (int)(item / (size_t)j->H);
+    const int64_t h = (int64_t)(item % (size_t)j->H), hw = j->nope + j->vd, R = j->R;
+    const float *q = r->sc->q + (size_t)t * r->m->q_dim + h * (j->nope + j->rope);
+    float *qp = r->sc->qabs + ((size_t)t * j->H + h) * R;
+    const uint8_t *w0 = ly->kvb_rows + (size_t)(h * hw) * ly->kvb_stride;
+    memset(qp, 0, (size_t)R * sizeof *qp);
+    for (int64_t d = 0; d < j->nope; d++) row_axpy(qp, q[d], w0 + (size_t)d * ly->kvb_stride, ly->kvb_bf16, R);
+}
+
+/* out_h = W_UV[h] ctx (rows h*hw + nope .. h*hw + nope + v of kv_b) */
+static void absorb_out_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    mla_job *j = ctx;
+    const dsq_run *r = j->r;
+    const dsq_layer *ly = j->ly;
+    const int t = (int)(item / (size_t)j->H);
+    const int64_t h = (int64_t)(item % (size_t)j->H), hw = j->nope + j->vd, R = j->R;
+    const float *cv = r->sc->qabs + ((size_t)t * j->H + h) * R;
+    float *out = r->sc->att + (size_t)t * r->m->attn_out_dim + h * j->vd;
+    const uint8_t *w0 = ly->kvb_rows + (size_t)(h * hw + j->nope) * ly->kvb_stride;
+    for (int64_t e = 0; e < j->vd; e++) out[e] = row_dot(w0 + (size_t)e * ly->kvb_stride, ly->kvb_bf16, cv, R);
+}
+
+int dsq_mla_forward(dsq_run *r, const float *x)
+{
+    const dsq_model *m = r->m;
+    const dsq_model_config *c = &m->cfg;
+    const dsq_layer *ly = &m->w.layers[r->layer];
+    dsq_scratch *sc = r->sc;
+    const int T = r->T;
+    mla_job j = { r, ly, m->n_heads, c->qk_nope_head_dim, c->qk_rope_head_dim, c->v_head_dim, c->kv_lora_rank };
+    const int64_t qk = j.nope + j.rope, R = j.R;
+
+    /* queries */
+    if (c->q_lora_rank > 0) {
+        DSQ_TRY(dsq_linear_hook_call(r, &ly->q_a, x, T, NULL));
+        DSQ_TRY(dsq_linear_gemm(r, &ly->q_a, x, T, sc->qa));
+        dsq_rmsnorm_rows(sc->qa, sc->qa, ly->q_a_norm, T, (int)c->q_lora_rank, m->eps);
+        DSQ_TRY(dsq_linear_hook_call(r, &ly->q_b, sc->qa, T, NULL));
+        DSQ_TRY(dsq_linear_gemm(r, &ly->q_b, sc->qa, T, sc->q));
+    } else {
+        DSQ_TRY(dsq_linear_hook_call(r, &ly->q, x, T, NULL));
+        DSQ_TRY(dsq_linear_gemm(r, &ly->q, x, T, sc->q));
+    }
+    /* compressed kv */
+    DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_a, x, T, NULL));
+    DSQ_TRY(dsq_linear_gemm(r, &ly->kv_a, x, T, sc->kva));
+
+    const int half = m->rope.dim / 2;
+    int64_t P = 0;
+    for (int t = 0; t < T; t++) {
+        const float *cs = sc->cs + (size_t)t * m->rope.dim, *sn = cs + half;
+        float *kv = sc->kva + (size_t)t * m->kv_width;
+        dsq_rmsnorm(kv, kv, ly->kv_a_norm, (int)R, m->eps);
+        dsq_rope_apply(&m->rope, kv + R, cs, sn);
+        for (int64_t h = 0; h < j.H; h++) dsq_rope_apply(&m->rope, sc->q + (size_t)t * m->q_dim + h * qk + j.nope, cs, sn);
+        float *base = dsq_kv_base(r, t);
+        int64_t idx = dsq_kv_index(r, t);
+        memcpy(base + idx * R, kv, (size_t)R * sizeof(float));
+        memcpy(base + r->kv.ctx * R + idx * j.rope, kv + R, (size_t)j.rope * sizeof(float));
+        if (idx + 1 > P) P = idx + 1;
+    }
+
+    /* the naive path expands one sequence's latents; several sequences
+     * (batched decode) always take the absorbed path */
+    int absorbed = r->mla_absorbed || r->kv.seq_of != NULL || !sc->kv_exp || P > sc->cap_ctx;
+    const int qdim = (int)m->q_dim;
+    if (absorbed) {
+        dsq_pool_run(m->pool, (size_t)T * (size_t)j.H, absorb_q_task, &j);
+        for (int t = 0; t < T; t++) {
+            int n = (int)dsq_kv_index(r, t) + 1;
+            for (int64_t h = 0; h < j.H; h++) sc->vis[h] = n;
+            const float *lat = dsq_kv_base(r, t), *pe = lat + r->kv.ctx * R;
+            float *qp = sc->qabs + (size_t)t * j.H * R;
+            /* scores = q'.latent + q_pe.k_pe; context written over q' */
+            dsq_attend_block((int)j.H, n, qp, (int)R, lat, (int)R, (int)R, sc->q + (size_t)t * qdim + j.nope,
+                             (int)qk, pe, (int)j.rope, (int)j.rope, lat, (int)R, (int)R, sc->vis, m->attn_scale,
+                             sc->scores, qp, (int)R, m->pool);
+        }
+        dsq_pool_run(m->pool, (size_t)T * (size_t)j.H, absorb_out_task, &j);
+    } else {
+        const float *lat = dsq_kv_base(r, 0), *pe = lat + r->kv.ctx * R;
+        DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_b, lat, (int)P, NULL));
+        DSQ_TRY(dsq_linear_gemm(r, &ly->kv_b_run, lat, (int)P, sc->kv_exp));
+        for (int t = 0; t < T; t++) sc->vis[t] = (int32_t)dsq_kv_index(r, t) + 1;
+        const int64_t hw = j.nope + j.vd, row = j.H * hw;
+        for (int64_t h = 0; h < j.H; h++) {
+            const float *kx = sc->kv_exp + h * hw;
+            dsq_attend_block(T, (int)P, sc->q + h * qk, qdim, kx, (int)row, (int)j.nope, sc->q + h * qk + j.nope, qdim,
+                             pe, (int)j.rope, (int)j.rope, kx + j.nope, (int)row, (int)j.vd, sc->vis, m->attn_scale,
+                             sc->scores, sc->att + h * j.vd, (int)m->attn_out_dim, m->pool);
+        }
+    }
+
+    DSQ_TRY(dsq_linear_hook_call(r, &ly->o, sc->att, T, NULL));
+    return dsq_linear_gemm(r, &ly->o, sc->att, T, sc->proj);
+}
