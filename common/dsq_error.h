@@ -56,7 +56,9 @@ typedef struct dsq_diag {
 
 void dsq_diag_clear(dsq_diag *d);
 
-/* Record a failure in d (d may be NULL) and return status, so callers write
+/* Callers must dsq_diag_clear() a diag before first use: a diag already
+ * holding an error keeps it (first cause wins), and stack garbage would look
+ * like one. Record a failure in d (d may be NULL) and return status, so callers write
  *   return dsq_fail(d, DSQ_ERR_FORMAT, path, name, off, "bad dtype '%s'", s);
  * path/tensor may be NULL. A diag that already holds an error is not
  * overwritten: the first (innermost) cause wins. */
