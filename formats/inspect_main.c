@@ -1,0 +1,439 @@
+/* inspect_main.c - ds-inspect: list (and with --verify, check) a .dsq file,
+ * a .safetensors file, or a safetensors model directory.
+ *
+ *   ds-inspect [--verify] [--json] [-q|-v] [-T N] [-h] [-V] [--] PATH
+ *
+ * Exit: 0 ok, 1 bad input (unreadable, malformed, checksum mismatch),
+ * 2 usage. Text goes to stdout; --json prints one object on stdout instead
+ * (also on failure, with an "error" member). */
+#include "cli.h"
+#include "container.h"
+#include "dsq_file.h"
+#include "dsq_version.h"
+#include "safetensors.h"
+#include "scheme.h"
+
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct inspect_opts {
+    int verify;
+    const char *path;
+} inspect_opts;
+
+static void usage(void)
+{
+    printf("Usage: ds-inspect [OPTIONS] PATH\n"
+           "\n"
+           "List the tensors of a .dsq file, a .safetensors file, a\n"
+           "*.safetensors.index.json or a model directory: name, dtype or scheme,\n"
+           "shape, raw and stored bytes, totals, and for .dsq the recipe.\n"
+           "\n"
+           "Options:\n"
+           "  --verify     check every checksum (.dsq: SHA-256 of every payload and\n"
+           "               zero padding; safetensors: full validation including FP8\n"
+           "               scale finiteness)\n"
+           "  --json       print one JSON object on stdout\n"
+           "  -q, -v       less / more output (repeatable)\n"
+           "  -T N         threads for --verify (0 = all cores, default)\n"
+           "  -h, --help   show this help\n"
+           "  -V, --version\n"
+           "\n"
+           "Exit status: 0 ok, 1 bad or unreadable input, 2 usage error.\n");
+}
+
+/* ---- small formatting helpers ---- */
+
+static void fmt_shape(char *buf, size_t n, uint32_t ndim, const int64_t *shape)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, n - o, "[");
+    for (uint32_t i = 0; i < ndim && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static void fmt_bytes(char *buf, size_t n, uint64_t b)
+{
+    if (b >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)b / (1ull << 30));
+    else if (b >= (1ull << 20)) snprintf(buf, n, "%.2f MiB", (double)b / (1ull << 20));
+    else if (b >= (1ull << 10)) snprintf(buf, n, "%.2f KiB", (double)b / (1ull << 10));
+    else snprintf(buf, n, "%llu B", (unsigned long long)b);
+}
+
+static const char *scheme_name(uint32_t id, char *buf, size_t n)
+{
+    const dsq_scheme *s = dsq_scheme_by_id(id);
+    if (s && s->name) return s->name;
+    snprintf(buf, n, "scheme-%u", id);
+    return buf;
+}
+
+static json_object *json_shape(uint32_t ndim, const int64_t *shape)
+{
+    json_object *a = json_object_new_array();
+    for (uint32_t i = 0; i < ndim; i++) json_object_array_add(a, json_object_new_int64(shape[i]));
+    return a;
+}
+
+static void json_print(json_object *o)
+{
+    puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(o);
+}
+
+static json_object *json_error(int status, const dsq_diag *d)
+{
+    json_object *e = json_object_new_object();
+    json_object_object_add(e, "status", json_object_new_string(dsq_status_name(status)));
+    json_object_object_add(e, "code", json_object_new_int(status));
+    char msg[2048];
+    if (d && d->status < 0) dsq_diag_format(d, msg, sizeof msg);
+    else snprintf(msg, sizeof msg, "%s", dsq_strerror(status));
+    json_object_object_add(e, "message", json_object_new_string(msg));
+    if (d && d->tensor[0]) json_object_object_add(e, "tensor", json_object_new_string(d->tensor));
+    if (d && d->offset >= 0) json_object_object_add(e, "offset", json_object_new_int64(d->offset));
+    return e;
+}
+
+/* Fail: --json gets an object on stdout, text mode a message on stderr. */
+static int fail(const dsq_cli *c, json_object *root, int status, const dsq_diag *d)
+{
+    if (c->json) {
+        if (!root) root = json_object_new_object();
+        json_object_object_add(root, "ok", json_object_new_boolean(0));
+        json_object_object_add(root, "error", json_error(status, d));
+        json_print(root);
+        dsq_cli_fail(c, status, d);
+        return DSQ_EXIT_ERROR;
+    }
+    json_object_put(root);
+    return dsq_cli_fail(c, status, d);
+}
+
+/* ---- .dsq ---- */
+
+static void verify_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    dsq_progress *p = ctx;
+    (void)total;
+    dsq_progress_update(p, done);
+}
+
+static int inspect_dsq(const dsq_cli *c, const inspect_opts *o)
+{
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    dsq_ctr *r;
+    int rc = dsq_ctr_open(&r, o->path, &d);
+    if (rc < 0) return fail(c, NULL, rc, &d);
+    size_t n = dsq_ctr_count(r);
+    uint64_t raw, stored;
+    dsq_ctr_totals(r, &raw, &stored);
+
+    /* The recipe (if any) from the metadata JSON. */
+    json_object *meta = json_tokener_parse(dsq_ctr_metadata(r, NULL));
+    json_object *recipe = NULL;
+    if (meta) json_object_object_get_ex(meta, "recipe", &recipe);
+
+    json_object *root = NULL, *tensors = NULL;
+    size_t namew = 4;
+    if (c->json) {
+        root = json_object_new_object();
+        json_object_object_add(root, "path", json_object_new_string(o->path));
+        json_object_object_add(root, "format", json_object_new_string("dsq"));
+        json_object_object_add(root, "version", json_object_new_int(DSQ_CTR_VERSION));
+        json_object_object_add(root, "file_size", json_object_new_int64((int64_t)dsq_ctr_file_size(r)));
+        tensors = json_object_new_array();
+        json_object_object_add(root, "tensors", tensors);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            size_t l = strlen(dsq_ctr_get(r, i)->name);
+            if (l > namew) namew = l;
+        }
+        if (namew > 64) namew = 64;
+        if (c->level >= 2) {
+            printf("%s: dsq v%u, %zu tensors, %llu bytes\n", o->path, DSQ_CTR_VERSION, n,
+                   (unsigned long long)dsq_ctr_file_size(r));
+            if (recipe)
+                printf("recipe: %s\n", json_object_to_json_string_ext(recipe, JSON_C_TO_STRING_PLAIN
+                                                                   | JSON_C_TO_STRING_NOSLASHESCAPE));
+            printf("%-*s  %-14s %-22s %14s %14s\n", (int)namew, "name", "scheme", "shape",
+                   "raw", "stored");
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const dsq_ctr_tensor_info *t = dsq_ctr_get(r, i);
+        char sb[32], shape[256];
+        const char *sn = scheme_name(t->scheme, sb, sizeof sb);
+        fmt_shape(shape, sizeof shape, t->ndim, t->shape);
+        if (c->json) {
+            json_object *e = json_object_new_object();
+            char hex[65];
+            dsq_sha256_hex(t->sha256, hex);
+            json_object_object_add(e, "name", json_object_new_string(t->name));
+            json_object_object_add(e, "scheme", json_object_new_string(sn));
+            json_object_object_add(e, "scheme_id", json_object_new_int64(t->scheme));
+            json_object_object_add(e, "role", json_object_new_string(dsq_role_name(t->role)));
+            json_object_object_add(e, "src_dtype", json_object_new_string(t->src_dtype));
+            json_object_object_add(e, "shape", json_shape(t->ndim, t->shape));
+            json_object_object_add(e, "group_size", json_object_new_int64(t->group_size));
+            json_object_object_add(e, "pack_version", json_object_new_int64(t->pack_version));
+            json_object_object_add(e, "raw_bytes", json_object_new_int64((int64_t)t->raw_size));
+            json_object_object_add(e, "stored_bytes", json_object_new_int64((int64_t)t->stored_size));
+            json_object_object_add(e, "compression", json_object_new_string(
+                t->compression == DSQ_CTR_COMP_ZSTD ? "zstd" : "none"));
+            json_object_object_add(e, "offset", json_object_new_int64((int64_t)t->offset));
+            json_object_object_add(e, "sha256", json_object_new_string(hex));
+            json_object_array_add(tensors, e);
+        } else if (c->level >= 2) {
+            printf("%-*s  %-14s %-22s %14llu %14llu%s\n", (int)namew, t->name, sn, shape,
+                   (unsigned long long)t->raw_size, (unsigned long long)t->stored_size,
+                   t->compression == DSQ_CTR_COMP_ZSTD ? " zstd" : "");
+            if (c->level >= 3) {
+                char hex[65];
+                dsq_sha256_hex(t->sha256, hex);
+                printf("    role %s, src %s, group %u, pack v%u, offset %llu, sha256 %s\n",
+                       dsq_role_name(t->role), t->src_dtype[0] ? t->src_dtype : "-", t->group_size,
+                       t->pack_version, (unsigned long long)t->offset, hex);
+            }
+        }
+    }
+    char rb[32], sb2[32];
+    fmt_bytes(rb, sizeof rb, raw);
+    fmt_bytes(sb2, sizeof sb2, stored);
+    if (c->json) {
+        json_object *tot = json_object_new_object();
+        json_object_object_add(tot, "count", json_object_new_int64((int64_t)n));
+        json_object_object_add(tot, "raw_bytes", json_object_new_int64((int64_t)raw));
+        json_object_object_add(tot, "stored_bytes", json_object_new_int64((int64_t)stored));
+        json_object_object_add(root, "total", tot);
+        if (recipe) json_object_object_add(root, "recipe", json_object_get(recipe));
+        json_object *keys = json_object_new_array();
+        if (meta && json_object_is_type(meta, json_type_object)) {
+            json_object_object_foreach(meta, k, v) {
+                (void)v;
+                json_object_array_add(keys, json_object_new_string(k));
+            }
+        }
+        json_object_object_add(root, "metadata_keys", keys);
+    } else if (c->level >= 1) {
+        printf("total: %zu tensors, raw %llu bytes (%s), stored %llu bytes (%s)", n,
+               (unsigned long long)raw, rb, (unsigned long long)stored, sb2);
+        if (raw) printf(", %.1f%%", 100.0 * (double)stored / (double)raw);
+        printf("\n");
+        if (c->level >= 3 && meta && json_object_is_type(meta, json_type_object)) {
+            printf("metadata keys:");
+            json_object_object_foreach(meta, k, v) { (void)v; printf(" %s", k); }
+            printf("\n");
+        }
+    }
+    json_object_put(meta);
+
+    if (o->verify) {
+        dsq_progress prog;
+        dsq_progress_begin(&prog, c, "verify", "B", stored);
+        dsq_ctr_verify_opts vo = { .nthreads = c->threads, .cancel = &dsq_cli_interrupted,
+                                   .progress = verify_progress, .progress_ctx = &prog };
+        size_t bad = SIZE_MAX;
+        dsq_diag_clear(&d);
+        double t0 = dsq_now();
+        rc = dsq_ctr_verify_ex(r, &vo, &bad, &d);
+        double el = dsq_now() - t0;
+        dsq_progress_end(&prog);
+        if (c->json) {
+            json_object *v = json_object_new_object();
+            json_object_object_add(v, "ok", json_object_new_boolean(rc == DSQ_OK));
+            json_object_object_add(v, "seconds", json_object_new_double(el));
+            if (rc < 0 && bad != SIZE_MAX) {
+                json_object_object_add(v, "bad_index", json_object_new_int64((int64_t)bad));
+                json_object_object_add(v, "bad_tensor", json_object_new_string(dsq_ctr_get(r, bad)->name));
+            }
+            json_object_object_add(root, "verify", v);
+        } else if (rc == DSQ_OK && c->level >= 1) {
+            printf("verify: ok, %zu tensors, %llu stored bytes in %.2f s\n", n,
+                   (unsigned long long)stored, el);
+        }
+    }
+    dsq_ctr_close(r);
+    if (rc < 0) return fail(c, root, rc, &d);
+    if (c->json) {
+        json_object_object_add(root, "ok", json_object_new_boolean(1));
+        json_print(root);
+    }
+    return DSQ_EXIT_OK;
+}
+
+/* ---- safetensors ---- */
+
+static int inspect_st(const dsq_cli *c, const inspect_opts *o)
+{
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    dsq_st_model *m;
+    /* Listing is lenient (FP8 without companions is shown as is, scale
+     * values are not scanned); --verify applies every rule. */
+    unsigned flags = o->verify ? 0 : (DSQ_ST_OPEN_FP8_UNSCALED | DSQ_ST_OPEN_NO_SCALE_SCAN);
+    int rc = dsq_st_open_ex(&m, o->path, flags, &d);
+    if (rc < 0) return fail(c, NULL, rc, &d);
+    size_t n = dsq_st_count(m);
+    int shards = dsq_st_shard_count(m);
+    uint64_t total = dsq_st_total_bytes(m);
+    json_object *root = NULL, *tensors = NULL;
+    size_t namew = 4;
+    if (c->json) {
+        root = json_object_new_object();
+        json_object_object_add(root, "path", json_object_new_string(o->path));
+        json_object_object_add(root, "format", json_object_new_string("safetensors"));
+        json_object *sh = json_object_new_array();
+        for (int i = 0; i < shards; i++)
+            json_object_array_add(sh, json_object_new_string(dsq_st_shard_path(m, i)));
+        json_object_object_add(root, "shards", sh);
+        json_object *md = json_object_new_object();
+        for (size_t i = 0; i < dsq_st_meta_count(m); i++) {
+            const char *k, *v;
+            if (dsq_st_meta_at(m, i, &k, &v) == 0)
+                json_object_object_add(md, k, json_object_new_string(v));
+        }
+        json_object_object_add(root, "metadata", md);
+        tensors = json_object_new_array();
+        json_object_object_add(root, "tensors", tensors);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            size_t l = strlen(dsq_st_get(m, i)->name);
+            if (l > namew) namew = l;
+        }
+        if (namew > 64) namew = 64;
+        if (c->level >= 2) {
+            printf("%s: safetensors, %d shard%s, %zu tensors\n", o->path, shards,
+                   shards == 1 ? "" : "s", n);
+            printf("%-*s  %-8s %-22s %14s\n", (int)namew, "name", "dtype", "shape", "bytes");
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const dsq_st_tensor *t = dsq_st_get(m, i);
+        int64_t shape[DSQ_ST_MAX_DIMS];
+        for (int k = 0; k < DSQ_ST_MAX_DIMS; k++) shape[k] = t->shape[k];
+        if (c->json) {
+            json_object *e = json_object_new_object();
+            json_object_object_add(e, "name", json_object_new_string(t->name));
+            json_object_object_add(e, "dtype", json_object_new_string(dsq_dtype_name(t->dtype)));
+            json_object_object_add(e, "shape", json_shape((uint32_t)t->ndim, shape));
+            json_object_object_add(e, "bytes", json_object_new_int64((int64_t)t->nbytes));
+            json_object_object_add(e, "shard", json_object_new_int(t->shard));
+            json_object_object_add(e, "offset", json_object_new_int64((int64_t)t->file_offset));
+            json_object_array_add(tensors, e);
+        } else if (c->level >= 2) {
+            char sh[256];
+            fmt_shape(sh, sizeof sh, (uint32_t)t->ndim, shape);
+            printf("%-*s  %-8s %-22s %14llu", (int)namew, t->name, dsq_dtype_name(t->dtype), sh,
+                   (unsigned long long)t->nbytes);
+            if (c->level >= 3)
+                printf("  shard %d offset %llu", t->shard, (unsigned long long)t->file_offset);
+            printf("\n");
+        }
+    }
+    if (c->json) {
+        json_object *tot = json_object_new_object();
+        json_object_object_add(tot, "count", json_object_new_int64((int64_t)n));
+        json_object_object_add(tot, "bytes", json_object_new_int64((int64_t)total));
+        json_object_object_add(root, "total", tot);
+        if (o->verify) {
+            json_object *v = json_object_new_object();
+            json_object_object_add(v, "ok", json_object_new_boolean(1));
+            json_object_object_add(root, "verify", v);
+        }
+        json_object_object_add(root, "ok", json_object_new_boolean(1));
+        json_print(root);
+    } else if (c->level >= 1) {
+        char b[32];
+        fmt_bytes(b, sizeof b, total);
+        printf("total: %zu tensors, %llu bytes (%s)\n", n, (unsigned long long)total, b);
+        if (c->level >= 3) {
+            for (size_t i = 0; i < dsq_st_meta_count(m); i++) {
+                const char *k, *v;
+                if (dsq_st_meta_at(m, i, &k, &v) == 0) printf("metadata: %s = %s\n", k, v);
+            }
+        }
+        if (o->verify) printf("verify: ok (structure, offsets, FP8 scales)\n");
+    }
+    dsq_st_close(m);
+    return DSQ_EXIT_OK;
+}
+
+/* ---- main ---- */
+
+static int is_dsq_file(const char *path)
+{
+    if (dsq_path_is_dir(path)) return 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return 0;
+    unsigned char head[8];
+    size_t got = fread(head, 1, sizeof head, fp);
+    fclose(fp);
+    return dsq_ctr_is_dsq(head, got);
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+int main(int argc, char **argv)
+{
+    dsq_cli c;
+    dsq_cli_init(&c, "ds-inspect");
+    inspect_opts o = { 0 };
+    int only_paths = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_paths || a[0] != '-' || !a[1]) {
+            if (o.path) return dsq_cli_usage_error(&c, "ds-inspect: only one PATH is accepted");
+            o.path = a;
+        } else if (!strcmp(a, "--")) {
+            only_paths = 1;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return DSQ_EXIT_OK;
+        } else if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+            dsq_cli_version(&c);
+            return DSQ_EXIT_OK;
+        } else if (!strcmp(a, "--verify")) {
+            o.verify = 1;
+        } else if (!strcmp(a, "--json")) {
+            c.json = 1;
+        } else if (!strcmp(a, "--no-progress")) {
+            c.progress = 0;
+        } else if (a[1] != '-' && strspn(a + 1, "qv") == strlen(a + 1)) {
+            for (const char *p = a + 1; *p; p++) c.level += *p == 'v' ? 1 : -1;
+        } else if (!strncmp(a, "-T", 2) || !strcmp(a, "--threads") || !strncmp(a, "--threads=", 10)) {
+            const char *v = NULL;
+            if (!strncmp(a, "--threads=", 10)) v = a + 10;
+            else if (a[1] == 'T' && a[2]) v = a + 2;
+            else if (i + 1 < argc) v = argv[++i];
+            if (!v || dsq_cli_parse_int(v, 0, 4096, &c.threads) != 0)
+                return dsq_cli_usage_error(&c, "ds-inspect: -T needs a thread count (0 = all cores)");
+        } else {
+            return dsq_cli_usage_error(&c, "ds-inspect: unknown option '%s'", a);
+        }
+    }
+    if (!o.path) return dsq_cli_usage_error(&c, "ds-inspect: missing PATH");
+    if (c.level < 0) c.level = 0;
+    if (c.level > 4) c.level = 4;
+    if (c.level < 2) c.progress = 0;
+
+    if (!dsq_path_exists(o.path)) {
+        dsq_diag d;
+        dsq_diag_clear(&d);
+        dsq_fail(&d, DSQ_ERR_NOT_FOUND, o.path, NULL, -1, "no such file or directory");
+        return fail(&c, NULL, DSQ_ERR_NOT_FOUND, &d);
+    }
+    int rc;
+    if (is_dsq_file(o.path) || ends_with(o.path, ".dsq")) rc = inspect_dsq(&c, &o);
+    else rc = inspect_st(&c, &o);
+    if (rc == DSQ_EXIT_OK && dsq_cli_interrupted) rc = DSQ_EXIT_ERROR;
+    return rc;
+}
