@@ -19,6 +19,7 @@
 #include "dsq_file.h"
 #include "safetensors.h"
 
+#include <cblas.h>
 #include <json-c/json.h>
 #include <pthread.h>
 #include <math.h>
@@ -667,6 +668,10 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
             if (!m->pool) rc = DSQ_ERR_NOMEM;
         }
         m->nthreads = dsq_pool_size(m->pool);
+        /* The engine parallelises with its own pool and calls sgemm from
+         * inside pool tasks; OpenBLAS's own threads on top would oversubscribe
+         * the cores (and spin in the kernel), so keep it single-threaded. */
+        openblas_set_num_threads(1);
     }
     if (rc == DSQ_OK) {
         if (path_is_dsq(path)) {
