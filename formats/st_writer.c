@@ -63,12 +63,21 @@ static void sb_str(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 __attribute__((format(printf, 2, 3)))
 static void sb_printf(struct sbuf *b, const char *fmt, ...)
 {
-    char tmp[64];
+    char tmp[256];
     va_list ap;
     va_start(ap, fmt);
     int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    if (k > 0) sb_put(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+    if (k < 0) return;
+    if ((size_t)k < sizeof tmp) { sb_put(b, tmp, (size_t)k); return; }
+    /* longer than the stack buffer (long names in the shard index): format again */
+    char *big = malloc((size_t)k + 1);
+    if (!big) { b->oom = 1; return; }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    sb_put(b, big, (size_t)k);
+    free(big);
 }
 
 /* JSON string literal; names were checked to be valid UTF-8 */

@@ -1,0 +1,83 @@
+/* convert_internal.h - state shared by convert.c (planning, metadata, output
+ * files, resume) and convert_pool.c (the worker pipeline). Not a public API. */
+#ifndef DSQ_CONVERT_INTERNAL_H
+#define DSQ_CONVERT_INTERNAL_H
+
+#include "container.h"
+#include "convert.h"
+#include "safetensors.h"
+
+/* Row blocks handed to quantize are about this many bytes of float32: small
+ * enough to stay in L2 between read, quantize and error measurement. */
+#define DSQ_CONV_BLOCK_BYTES (1u << 20)
+
+/* Per-tensor execution plan, parallel to plan.v. */
+typedef struct dsq_conv_tensor {
+    int      stream;        /* output streamed in pieces (blob > stream_bytes) */
+    int      measure;       /* quantization error is measured */
+    int      shard;         /* output shard index (0 for a single file) */
+    int64_t  piece_rows;    /* rows per piece (all rows when !stream) */
+    size_t   npieces;
+    size_t   first_item;    /* index of its first item in the item list */
+    int64_t  block_rows;    /* rows per quantize call */
+    dsq_qlayout layout;     /* of the whole blob */
+} dsq_conv_tensor;
+
+/* One unit of work: rows [row0, row0 + nrows) of tensor `tensor`. */
+typedef struct dsq_conv_item {
+    size_t   tensor;
+    size_t   piece;
+    int64_t  row0, nrows;
+    uint64_t mem;           /* bytes reserved while in flight */
+} dsq_conv_item;
+
+/* A finished item. Whole tensors come back encoded; streamed pieces come
+ * back as a valid blob of just their rows ("piece blob"). */
+typedef struct dsq_conv_result {
+    int status;
+    dsq_diag diag;
+    dsq_ctr_blob blob;      /* whole tensor: encoded */
+    uint8_t *piece;         /* streamed: piece blob, piece_size bytes */
+    size_t piece_size;
+    double err2, ref2;
+} dsq_conv_result;
+
+struct dsq_convert {
+    dsq_convert_opts o;
+    dsq_st_model *m;
+    dsq_plan plan;
+    dsq_conv_tensor *ct;
+    int nshards;              /* 0: single file */
+    int have_config;
+    int64_t num_hidden_layers;
+    char *meta;               /* metadata JSON */
+    char fingerprint[2 * DSQ_SHA256_LEN + 1];
+    size_t max_block_floats;  /* per-thread float32 scratch */
+    size_t max_block_blob;    /* per-thread block blob scratch */
+    dsq_tensor_result *results;
+    int ran;
+};
+
+/* Writer side of the pipeline, implemented in convert.c: called on the
+ * writer thread for each finished item, in item order. */
+typedef struct dsq_conv_sink dsq_conv_sink;
+int dsq_conv_sink_item(dsq_conv_sink *s, const dsq_conv_item *it, dsq_conv_result *r,
+                       dsq_diag *d);
+
+/* Run items [0, nitems) through `threads` workers, handing results to the
+ * sink in order. Returns the first error in item order (or the sink's, or
+ * DSQ_ERR_INTERRUPTED). */
+int dsq_conv_pipeline_run(dsq_convert *c, const dsq_conv_item *items, size_t nitems,
+                          dsq_conv_sink *sink, dsq_diag *d);
+
+/* A worker's reusable output buffer. */
+typedef struct dsq_conv_scratch {
+    uint8_t *buf;
+    size_t cap;
+} dsq_conv_scratch;
+
+/* Process one item on the calling thread (exposed for the pipeline only). */
+int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8_t *bbuf,
+                     dsq_conv_scratch *ws, dsq_conv_result *r);
+
+#endif

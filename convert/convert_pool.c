@@ -1,0 +1,306 @@
+/* convert_pool.c - the conversion workers: read rows, quantize, measure,
+ * encode; and the ordered hand-off to the writer (see convert.h). */
+#include "convert_internal.h"
+#include "dsq_mem.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ================= one item ================= */
+
+/* Drop the source pages wholly inside rows [r0, r0+n): mapped file pages
+ * count toward RSS, and a model is far larger than RAM. Pages shared with
+ * neighbours are dropped when the whole tensor is done (dsq_st_advise). */
+static void drop_rows(const dsq_st_tensor *t, int64_t cols, int64_t r0, int64_t n)
+{
+    if (!t->data) return;
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) pg = 4096;
+    uint64_t bits = dsq_dtype_bits(t->dtype);
+    uintptr_t a = (uintptr_t)t->data + (uintptr_t)((uint64_t)r0 * (uint64_t)cols * bits / 8);
+    uintptr_t b = (uintptr_t)t->data + (uintptr_t)((uint64_t)(r0 + n) * (uint64_t)cols * bits / 8);
+    a = (a + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg;
+    b = b / (uintptr_t)pg * (uintptr_t)pg;
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* Say exactly where the bad value is: row and column in the tensor. */
+static int nonfinite_error(const dsq_plan_entry *e, const float *w, int64_t row0, int64_t n,
+                           int64_t cols, dsq_diag *d)
+{
+    for (int64_t i = 0; i < n * cols; i++) {
+        if (isfinite(w[i])) continue;
+        dsq_diag_clear(d);
+        return dsq_fail(d, DSQ_ERR_NONFINITE, NULL, e->name, -1,
+                        "non-finite weight (%s) at row %lld, column %lld "
+                        "(use --allow-nonfinite to convert it anyway)",
+                        isnan(w[i]) ? "nan" : "inf", (long long)(row0 + i / cols),
+                        (long long)(i % cols));
+    }
+    return DSQ_ERR_NONFINITE;
+}
+
+/* Zero the bytes of a blob that no row owns: the gap after the header and
+ * the tails of the S / Z / R sections. (W rows carry their own padding.) */
+static void zero_tails(const dsq_qlayout *L, uint8_t *blob, int64_t rows)
+{
+    size_t n = (size_t)rows * (size_t)L->ngroups;
+    memset(blob + DSQ_QBLOB_HEADER, 0, L->w_off - DSQ_QBLOB_HEADER);
+    if (L->s_size) memset(blob + L->s_off + n * 4, 0, L->s_size - n * 4);
+    if (L->z_size) memset(blob + L->z_off + n, 0, L->z_size - n);
+    if (L->r_size) memset(blob + L->r_off + (size_t)rows * 4, 0, L->r_size - (size_t)rows * 4);
+}
+
+int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8_t *bbuf,
+                     dsq_conv_scratch *ws, dsq_conv_result *r)
+{
+    memset(r, 0, sizeof *r);
+    const dsq_plan_entry *e = &c->plan.v[it->tensor];
+    const dsq_conv_tensor *ct = &c->ct[it->tensor];
+    const dsq_scheme *sc = e->scheme;
+    dsq_diag *d = &r->diag;
+    dsq_diag_clear(d);
+    int64_t cols = e->qshape.cols;
+
+    dsq_qparams qp;
+    dsq_qparams_init(&qp);
+    qp.allow_nonfinite = c->o.allow_nonfinite;
+    qp.clip_search = c->o.clip_search;
+
+    /* Output of this item: the whole blob, or a blob of the piece's rows. */
+    dsq_qshape oshape = e->qshape;
+    oshape.rows = it->nrows;
+    dsq_qlayout ol;
+    int rc = dsq_qlayout_get(sc, ct->stream ? &oshape : &e->qshape, &ol);
+    if (rc < 0) return r->status = dsq_fail(d, rc, NULL, e->name, -1, "layout: %s", dsq_strerror(rc));
+    /* Whole tensors are built in the worker's reusable buffer (encode copies
+     * them out); streamed pieces go to the writer, so each gets its own. */
+    uint8_t *out;
+    if (ct->stream) {
+        out = malloc(ol.total);
+    } else {
+        if (ws->cap < ol.total) {
+            free(ws->buf);
+            ws->cap = ol.total;
+            ws->buf = malloc(ws->cap);
+            if (!ws->buf) ws->cap = 0;
+        }
+        out = ws->buf;
+    }
+    if (!out)
+        return r->status = dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1,
+                                    "out of memory (%zu bytes)", ol.total);
+    zero_tails(&ol, out, ct->stream ? it->nrows : e->qshape.rows);
+    if (it->piece == 0) dsq_st_advise(c->m, e->t, DSQ_ST_WILLNEED);
+    int64_t base = ct->stream ? it->row0 : 0;
+    const dsq_qshape *os = ct->stream ? &oshape : &e->qshape;
+    int sample = c->o.error_sample > 0 ? c->o.error_sample : 16;
+
+    for (int64_t s = it->row0; s < it->row0 + it->nrows; s += ct->block_rows) {
+        int64_t n = it->row0 + it->nrows - s;
+        if (n > ct->block_rows) n = ct->block_rows;
+        rc = dsq_st_read_rows_f32(c->m, e->t, s, n, fbuf, d);
+        if (rc < 0) goto fail;
+        /* Rows go straight into the output blob; the block starting at its
+         * row 0 also writes the header. */
+        rc = sc->quantize(fbuf, s - base, n, os, &qp, out, d);
+        if (rc == DSQ_ERR_NONFINITE) rc = nonfinite_error(e, fbuf, s, n, cols, d);
+        if (rc < 0) goto fail;
+        if (ct->measure) {
+            /* Error on the block's first rows, quantized again on their own
+             * into a small blob (rows are independent: same codes). */
+            dsq_qshape ks = e->qshape;
+            ks.rows = (n + sample - 1) / sample;
+            dsq_qlayout kl;
+            dsq_qview v;
+            rc = dsq_qlayout_get(sc, &ks, &kl);
+            if (rc == DSQ_OK) rc = sc->quantize(fbuf, 0, ks.rows, &ks, &qp, bbuf, d);
+            if (rc == DSQ_OK) rc = dsq_qview_init(&v, sc, &ks, bbuf, kl.total, d);
+            if (rc == DSQ_OK) rc = dsq_qrel_error(&v, fbuf, 0, ks.rows, NULL, &r->err2, &r->ref2);
+            if (rc < 0) { dsq_fail(d, rc, NULL, e->name, -1, "error measurement failed"); goto fail; }
+        }
+        drop_rows(e->t, cols, s, n);
+    }
+
+    if (ct->stream) {
+        r->piece = out;
+        r->piece_size = ol.total;
+        return DSQ_OK;
+    }
+    rc = dsq_ctr_encode(out, ol.total, c->o.zstd_level, &r->blob, d);
+    if (rc < 0) return r->status = rc;
+    return DSQ_OK;
+fail:
+    if (ct->stream) free(out);
+    if (!d->tensor[0]) snprintf(d->tensor, sizeof d->tensor, "%s", e->name);
+    if (!d->path[0]) snprintf(d->path, sizeof d->path, "%s", dsq_st_shard_path(c->m, e->t->shard));
+    return r->status = rc;
+}
+
+/* ================= ordered pipeline ================= */
+
+typedef struct slot {
+    int ready;
+    dsq_conv_result r;
+} slot;
+
+typedef struct pipe {
+    dsq_convert *c;
+    const dsq_conv_item *items;
+    size_t nitems;
+    slot *slots;
+    size_t window;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work;   /* workers: a window slot or budget freed */
+    pthread_cond_t cv_done;   /* writer: an item finished */
+    size_t next;              /* next item to hand out */
+    size_t written;           /* items the writer has consumed */
+    uint64_t mem_used, mem_budget;
+    int stop;
+    int active;               /* workers still running */
+    int nomem;                /* a worker could not allocate its scratch */
+} pipe_t;
+
+static int cancelled(const dsq_convert *c)
+{
+    return c->o.cancel && *c->o.cancel;
+}
+
+static void *worker(void *arg)
+{
+    pipe_t *p = arg;
+    dsq_convert *c = p->c;
+    float *fbuf = dsq_aligned_alloc(c->max_block_floats * sizeof(float));
+    uint8_t *bbuf = dsq_aligned_alloc(c->max_block_blob);
+    dsq_conv_scratch ws = { NULL, 0 };
+    pthread_mutex_lock(&p->mu);
+    if (!fbuf || !bbuf) {
+        p->nomem = 1;
+        p->stop = 1;
+        pthread_cond_broadcast(&p->cv_done);
+    }
+    for (;;) {
+        /* Items are handed out in order; one may start when its window slot
+         * is free and the budget allows, and the oldest unwritten item may
+         * always start, so the writer can never wait forever. */
+        while (!p->stop && p->next < p->nitems &&
+               (p->next >= p->written + p->window ||
+                (p->next != p->written &&
+                 p->mem_used + p->items[p->next].mem > p->mem_budget)))
+            pthread_cond_wait(&p->cv_work, &p->mu);
+        if (p->stop || p->next >= p->nitems || cancelled(c)) break;
+        size_t i = p->next++;
+        p->mem_used += p->items[i].mem;
+        pthread_mutex_unlock(&p->mu);
+
+        dsq_conv_result r;
+        dsq_conv_process(c, &p->items[i], fbuf, bbuf, &ws, &r);
+
+        pthread_mutex_lock(&p->mu);
+        slot *s = &p->slots[i % p->window];
+        s->r = r;
+        s->ready = 1;
+        /* An error ends the hand-out after this item; earlier items still
+         * finish so the writer reports the first error in item order. */
+        if (r.status < 0 && p->nitems > i + 1) p->nitems = i + 1;
+        pthread_cond_broadcast(&p->cv_done);
+    }
+    p->active--;
+    pthread_cond_broadcast(&p->cv_done);
+    pthread_mutex_unlock(&p->mu);
+    free(fbuf);
+    free(bbuf);
+    free(ws.buf);
+    return NULL;
+}
+
+static void result_free(dsq_conv_result *r)
+{
+    dsq_ctr_blob_free(&r->blob);
+    free(r->piece);
+    r->piece = NULL;
+}
+
+int dsq_conv_pipeline_run(dsq_convert *c, const dsq_conv_item *items, size_t nitems,
+                          dsq_conv_sink *sink, dsq_diag *d)
+{
+    if (nitems == 0) return DSQ_OK;
+    int nthreads = c->o.threads > 0 ? c->o.threads : dsq_cpu_count();
+    pipe_t p;
+    memset(&p, 0, sizeof p);
+    p.c = c;
+    p.items = items;
+    p.nitems = nitems;
+    p.window = 2 * (size_t)nthreads + 2;
+    p.mem_budget = c->o.mem_budget;
+    p.slots = calloc(p.window, sizeof *p.slots);
+    pthread_t *th = calloc((size_t)nthreads, sizeof *th);
+    if (!p.slots || !th) {
+        free(p.slots);
+        free(th);
+        return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.cv_work, NULL);
+    pthread_cond_init(&p.cv_done, NULL);
+    int started = 0, rc = DSQ_OK;
+    p.active = nthreads;
+    for (; started < nthreads; started++)
+        if (pthread_create(&th[started], NULL, worker, &p) != 0) break;
+    pthread_mutex_lock(&p.mu);
+    p.active -= nthreads - started;
+    pthread_mutex_unlock(&p.mu);
+    if (started == 0) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "cannot start worker threads");
+
+    for (size_t w = 0; rc == DSQ_OK && w < nitems; w++) {
+        slot *s = &p.slots[w % p.window];
+        pthread_mutex_lock(&p.mu);
+        while (!s->ready && p.active > 0 && !p.nomem) pthread_cond_wait(&p.cv_done, &p.mu);
+        if (!s->ready) {
+            int nomem = p.nomem;
+            pthread_mutex_unlock(&p.mu);
+            rc = nomem ? dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory for worker scratch")
+                       : dsq_fail(d, DSQ_ERR_INTERRUPTED, NULL, NULL, -1, "interrupted");
+            break;
+        }
+        dsq_conv_result r = s->r;
+        s->ready = 0;
+        pthread_mutex_unlock(&p.mu);
+
+        if (r.status < 0) {
+            rc = r.status;
+            if (d) *d = r.diag;
+        } else {
+            rc = dsq_conv_sink_item(sink, &items[w], &r, d);
+        }
+        result_free(&r);
+        if (rc == DSQ_OK && cancelled(c))
+            rc = dsq_fail(d, DSQ_ERR_INTERRUPTED, NULL, NULL, -1, "interrupted");
+
+        pthread_mutex_lock(&p.mu);
+        p.written = w + 1;
+        p.mem_used -= items[w].mem;
+        if (rc < 0) p.stop = 1;
+        pthread_cond_broadcast(&p.cv_work);
+        pthread_mutex_unlock(&p.mu);
+    }
+    pthread_mutex_lock(&p.mu);
+    p.stop = 1;
+    pthread_cond_broadcast(&p.cv_work);
+    pthread_mutex_unlock(&p.mu);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (size_t i = 0; i < p.window; i++)
+        if (p.slots[i].ready) result_free(&p.slots[i].r);
+    pthread_mutex_destroy(&p.mu);
+    pthread_cond_destroy(&p.cv_work);
+    pthread_cond_destroy(&p.cv_done);
+    free(p.slots);
+    free(th);
+    return rc;
+}

@@ -1,0 +1,480 @@
+/* quant_main.c - ds-quant: Hugging Face safetensors (BF16/F16/F32 or
+ * DeepSeek FP8-block) -> .dsq with W8A8 / W4A8 / AWQ-w4a16 weights.
+ * Parses options, calls the convert library, prints. */
+#include "cli.h"
+#include "container.h"
+#include "convert.h"
+#include "dsq_file.h"
+#include "dsq_version.h"
+#include "recipe.h"
+#include "scheme.h"
+#include "dsq_thread.h"
+
+#include <getopt.h>
+#include <malloc.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(void)
+{
+    printf(
+"Usage: ds-quant --scheme SCHEME [options] IN OUT\n"
+"       ds-quant --recipe NAME [options] IN OUT\n"
+"       ds-quant --dry-run --scheme SCHEME [options] IN\n"
+"\n"
+"Convert a Hugging Face checkpoint to a .dsq file in one streaming pass.\n"
+"IN is a .safetensors file, a *.safetensors.index.json, or a model directory\n"
+"(BF16, F16, F32, or DeepSeek FP8 with 128x128 block scales, dequantized on\n"
+"the fly). OUT is a .dsq file, or with --shard-size a directory of .dsq shards\n"
+"plus model.dsq.index.json. config.json, tokenizer files and\n"
+"generation_config.json are carried into the output metadata.\n"
+"\n"
+"Schemes:\n");
+    for (int i = 0; i < dsq_scheme_count(); i++) {
+        const dsq_scheme *s = dsq_scheme_at(i);
+        if (!s) continue;
+        printf("  %-14s %s%s%s%s\n", s->name, s->description ? s->description : "",
+               s->alias ? " (alias " : "", s->alias ? s->alias : "", s->alias ? ")" : "");
+    }
+    printf(
+"  %-14s leave in the source float type\n"
+"\n"
+"Recipe (first matching rule wins; then the recipe's role table):\n"
+"  --scheme S               scheme for attention, MLP, expert and shared-expert\n"
+"                           linears; embeddings, norms, router, router bias,\n"
+"                           lm_head, biases and MTP eh_proj are kept\n"
+"  --recipe NAME            preset instead of --scheme: deepseek-w4a8 (msModelSlim:\n"
+"                           attention/dense/shared MLP w8a8-dynamic, routed experts\n"
+"                           w4a8, MTP experts w8a8-dynamic, kv_b_proj kept)\n"
+"  --keep REGEX             keep matching tensors in their float type (repeatable)\n"
+"  --scheme-for REGEX=S     use scheme S for matching tensors (repeatable)\n"
+"  --group-size G           int4 group size: 0 = per output channel, or a\n"
+"                           multiple of 64 (default: w4a8 0, awq-w4a16 128)\n"
+"  --clip-search            per-group MSE clip search (AutoAWQ-style, RTN)\n"
+"  --allow-nonfinite        convert NaN as 0 and saturate Inf instead of failing\n"
+"\n"
+"Output and run:\n"
+"  -f, --force              overwrite an existing output\n"
+"  --resume                 continue an interrupted conversion (byte-identical\n"
+"                           to an uninterrupted run). Every run keeps a resume\n"
+"                           journal next to OUT until it finishes\n"
+"  --no-journal             no resume journal (~10%% less CPU; an interrupted\n"
+"                           run then starts over)\n"
+"  --shard-size SIZE        write OUT as a directory of shards of at most SIZE\n"
+"                           (K/M/G suffixes) each\n"
+"  --zstd-level N           0 = no compression, 1..22 (default 1: fastest)\n"
+"  -T, --threads N          worker threads (default: all cores)\n"
+"  --mem-budget SIZE        memory for outputs waiting to be written (default 512M)\n"
+"  --error-sample N         measure quantization error on 1 row in N (default 16;\n"
+"                           1 = every row)\n"
+"  --dry-run                print the plan (tensor -> scheme), estimated output\n"
+"                           size and peak memory; write nothing (OUT optional)\n"
+"  --json                   one JSON object on stdout (summary or plan)\n"
+"  --no-progress            no progress line on stderr\n"
+"  -q, --quiet / -v, --verbose   less / more output (repeatable)\n"
+"  -h, --help               this help\n"
+"  -V, --version            version\n"
+"\n"
+"Exit status: 0 ok, 1 error (bad input, i/o, interrupted), 2 usage.\n", "keep");
+}
+
+enum {
+    OPT_SCHEME = 256, OPT_RECIPE, OPT_KEEP, OPT_SCHEME_FOR, OPT_GROUP, OPT_DRY, OPT_ZSTD,
+    OPT_NONFINITE, OPT_RESUME, OPT_CLIP, OPT_SHARD, OPT_JSON, OPT_NOPROG, OPT_MEM,
+    OPT_SAMPLE, OPT_CHECKPOINT, OPT_NOJOURNAL
+};
+
+typedef struct rule_arg { int keep; const char *s; } rule_arg;
+
+/* ---- output helpers ---- */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void fmt_bytes(char *buf, size_t n, double b)
+{
+    const char *u[] = { "B", "KB", "MB", "GB", "TB" };
+    int i = 0;
+    while (b >= 1000 && i < 4) { b /= 1000; i++; }
+    snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+}
+
+static void shape_str(char *buf, size_t n, const dsq_plan_entry *e)
+{
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < e->ndim && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? "," : "", (long long)e->shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static int print_plan(const dsq_cli *cli, const dsq_convert *c, const dsq_recipe *r)
+{
+    const dsq_plan *p = dsq_convert_plan(c);
+    uint64_t peak = dsq_convert_peak_estimate(c);
+    char reason[1200], shp[160];
+    if (cli->json) {
+        printf("{\"tool\": \"ds-quant\", \"version\": \"%s\", \"dry_run\": true, \"tensors\": %zu, "
+               "\"source_bytes\": %llu, \"estimated_output_bytes\": %llu, "
+               "\"estimated_peak_rss_bytes\": %llu, \"num_hidden_layers\": %lld, \"by_scheme\": {",
+               DSQ_VERSION_STRING, p->n, (unsigned long long)p->src_bytes,
+               (unsigned long long)p->est_bytes, (unsigned long long)peak,
+               (long long)p->num_hidden_layers);
+        int first = 1;
+        for (int s = 0; s < DSQ_SCHEME_ID_COUNT; s++) {
+            if (!p->count_by_scheme[s]) continue;
+            printf("%s\"%s\": {\"tensors\": %zu, \"estimated_bytes\": %llu}", first ? "" : ", ",
+                   dsq_scheme_by_id((uint32_t)s)->name, p->count_by_scheme[s],
+                   (unsigned long long)p->bytes_by_scheme[s]);
+            first = 0;
+        }
+        printf("}, \"plan\": [");
+        for (size_t i = 0; i < p->n; i++) {
+            const dsq_plan_entry *e = &p->v[i];
+            dsq_plan_reason(r, e, reason, sizeof reason);
+            shape_str(shp, sizeof shp, e);
+            printf("%s\n  {\"name\": ", i ? "," : "");
+            json_str(stdout, e->name);
+            printf(", \"role\": \"%s\", \"mtp\": %s, \"dtype\": \"%s\", \"shape\": %s, \"scheme\": \"%s\", "
+                   "\"group_size\": %d, \"source_bytes\": %llu, \"estimated_bytes\": %llu, \"rule\": ",
+                   dsq_role_name(e->role.role), e->role.mtp ? "true" : "false",
+                   dsq_dtype_name(e->src_dtype), shp, e->scheme->name, (int)e->qshape.group_size,
+                   (unsigned long long)e->src_bytes, (unsigned long long)e->est_bytes);
+            json_str(stdout, reason);
+            printf("}");
+        }
+        printf("\n]}\n");
+        return DSQ_EXIT_OK;
+    }
+    if (cli->level >= 2) {
+        printf("%-60s %-20s %-8s %-18s %-13s %5s %12s  %s\n", "tensor", "role", "dtype", "shape",
+               "scheme", "group", "est. bytes", "rule");
+        for (size_t i = 0; i < p->n; i++) {
+            const dsq_plan_entry *e = &p->v[i];
+            dsq_plan_reason(r, e, reason, sizeof reason);
+            shape_str(shp, sizeof shp, e);
+            printf("%-60s %-20s %-8s %-18s %-13s %5d %12llu  %s%s\n", e->name,
+                   dsq_role_name(e->role.role), dsq_dtype_name(e->src_dtype), shp, e->scheme->name,
+                   (int)e->qshape.group_size, (unsigned long long)e->est_bytes, reason,
+                   e->role.mtp ? " [mtp]" : "");
+        }
+        printf("\n");
+    }
+    char a[32], b[32], m[32];
+    fmt_bytes(a, sizeof a, (double)p->src_bytes);
+    fmt_bytes(b, sizeof b, (double)p->est_bytes);
+    fmt_bytes(m, sizeof m, (double)peak);
+    printf("%zu tensors:", p->n);
+    for (int s = 0; s < DSQ_SCHEME_ID_COUNT; s++)
+        if (p->count_by_scheme[s]) printf(" %s %zu", dsq_scheme_by_id((uint32_t)s)->name, p->count_by_scheme[s]);
+    printf("\nsource %s -> estimated output %s before zstd; estimated peak memory %s\n", a, b, m);
+    return DSQ_EXIT_OK;
+}
+
+static int cmp_err(const void *a, const void *b)
+{
+    const dsq_tensor_result *x = *(const dsq_tensor_result *const *)a;
+    const dsq_tensor_result *y = *(const dsq_tensor_result *const *)b;
+    if (x->rel_error != y->rel_error) return x->rel_error > y->rel_error ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static void print_summary(const dsq_cli *cli, const dsq_convert_summary *s, const char *in,
+                          const char *out, int threads, int sample)
+{
+    uint64_t peak = dsq_peak_rss();
+    double gbs = s->seconds > 0 ? (double)s->bytes_converted / s->seconds / 1e9 : 0;
+    /* Worst tensors by measured error. */
+    size_t nm = 0;
+    const dsq_tensor_result **m = calloc(s->tensors ? s->tensors : 1, sizeof *m);
+    double sum = 0;
+    for (size_t i = 0; m && i < s->tensors; i++)
+        if (s->results[i].rel_error >= 0) { m[nm++] = &s->results[i]; sum += s->results[i].rel_error; }
+    if (m) qsort(m, nm, sizeof *m, cmp_err);
+    size_t nworst = nm < 10 ? nm : 10;
+
+    if (cli->json) {
+        printf("{\"tool\": \"ds-quant\", \"version\": \"%s\", \"status\": \"ok\", \"input\": ", DSQ_VERSION_STRING);
+        json_str(stdout, in);
+        printf(", \"output\": ");
+        json_str(stdout, out);
+        printf(", \"shards\": %d, \"tensors\": %zu, \"resumed\": %zu, \"by_scheme\": {", s->shards,
+               s->tensors, s->resumed);
+        int first = 1;
+        for (int k = 0; k < DSQ_SCHEME_ID_COUNT; k++) {
+            if (!s->count_by_scheme[k]) continue;
+            printf("%s\"%s\": {\"tensors\": %zu, \"source_bytes\": %llu, \"stored_bytes\": %llu}",
+                   first ? "" : ", ", dsq_scheme_by_id((uint32_t)k)->name, s->count_by_scheme[k],
+                   (unsigned long long)s->src_by_scheme[k], (unsigned long long)s->stored_by_scheme[k]);
+            first = 0;
+        }
+        printf("}, \"bytes_in\": %llu, \"bytes_converted\": %llu, \"bytes_raw\": %llu, "
+               "\"bytes_stored\": %llu, \"bytes_out\": %llu, \"compression_ratio\": %.4f, "
+               "\"zstd_ratio\": %.4f, \"seconds\": %.3f, \"gb_per_s\": %.3f, \"peak_rss_bytes\": %llu, "
+               "\"threads\": %d, \"error\": {\"metric\": \"||W - deq(Q(W))|| / ||W||\", "
+               "\"sample_rows\": \"1/%d\", \"measured\": %zu, \"mean\": %.6g, \"max\": %.6g, \"worst\": [",
+               (unsigned long long)s->bytes_in, (unsigned long long)s->bytes_converted,
+               (unsigned long long)s->bytes_raw, (unsigned long long)s->bytes_stored,
+               (unsigned long long)s->bytes_out,
+               s->bytes_out ? (double)s->bytes_in / (double)s->bytes_out : 0.0,
+               s->bytes_stored ? (double)s->bytes_raw / (double)s->bytes_stored : 0.0, s->seconds, gbs,
+               (unsigned long long)peak, threads, sample, nm, nm ? sum / (double)nm : 0.0,
+               nm ? m[0]->rel_error : 0.0);
+        for (size_t i = 0; i < nworst; i++) {
+            printf("%s{\"name\": ", i ? ", " : "");
+            json_str(stdout, m[i]->name);
+            printf(", \"scheme\": \"%s\", \"rel_error\": %.6g}", dsq_scheme_by_id(m[i]->scheme)->name,
+                   m[i]->rel_error);
+        }
+        printf("]}");
+        if (cli->level >= 3) {
+            printf(", \"tensor_results\": [");
+            for (size_t i = 0; i < s->tensors; i++) {
+                const dsq_tensor_result *t = &s->results[i];
+                printf("%s\n  {\"name\": ", i ? "," : "");
+                json_str(stdout, t->name);
+                printf(", \"role\": \"%s\", \"scheme\": \"%s\", \"source_bytes\": %llu, \"raw_bytes\": %llu, "
+                       "\"stored_bytes\": %llu, \"rel_error\": ",
+                       dsq_role_name(t->role), dsq_scheme_by_id(t->scheme)->name,
+                       (unsigned long long)t->src_bytes, (unsigned long long)t->raw_bytes,
+                       (unsigned long long)t->stored_bytes);
+                if (t->rel_error >= 0) printf("%.6g}", t->rel_error);
+                else printf("null}");
+            }
+            printf("\n]");
+        }
+        printf("}\n");
+    } else if (cli->level >= 2) {
+        char a[32], b[32], r[32];
+        fmt_bytes(a, sizeof a, (double)s->bytes_in);
+        fmt_bytes(b, sizeof b, (double)s->bytes_out);
+        fmt_bytes(r, sizeof r, (double)peak);
+        printf("%s: %zu tensors", out, s->tensors);
+        for (int k = 0; k < DSQ_SCHEME_ID_COUNT; k++)
+            if (s->count_by_scheme[k]) printf(", %s %zu", dsq_scheme_by_id((uint32_t)k)->name, s->count_by_scheme[k]);
+        if (s->resumed) printf(" (%zu from the interrupted run)", s->resumed);
+        printf("\n%s -> %s (%.2fx) in %.1f s, %.2f GB/s, peak RSS %s, %d threads\n", a, b,
+               s->bytes_out ? (double)s->bytes_in / (double)s->bytes_out : 0.0, s->seconds, gbs, r, threads);
+        if (nm) {
+            printf("relative error (1 row in %d): mean %.4g, worst:\n", sample, sum / (double)nm);
+            for (size_t i = 0; i < (nworst < 5 ? nworst : 5); i++)
+                printf("  %.4g  %s (%s)\n", m[i]->rel_error, m[i]->name, dsq_scheme_by_id(m[i]->scheme)->name);
+        }
+    }
+    free(m);
+}
+
+static void json_error(const dsq_cli *cli, int status, const dsq_diag *d)
+{
+    if (!cli->json) return;
+    char buf[2048];
+    if (d && d->status < 0) dsq_diag_format(d, buf, sizeof buf);
+    else snprintf(buf, sizeof buf, "%s", dsq_strerror(status));
+    printf("{\"tool\": \"ds-quant\", \"version\": \"%s\", \"status\": \"error\", \"error\": {\"code\": \"%s\", "
+           "\"message\": ", DSQ_VERSION_STRING, dsq_status_name(status));
+    json_str(stdout, buf);
+    printf("}}\n");
+}
+
+/* ---- progress ---- */
+
+typedef struct prog_ctx { dsq_progress p; int begun; const dsq_cli *cli; } prog_ctx;
+
+static void on_progress(void *ctx, const dsq_convert_progress *p)
+{
+    prog_ctx *pc = ctx;
+    if (!pc->begun) {
+        dsq_progress_begin(&pc->p, pc->cli, "ds-quant", "B", p->bytes_total);
+        pc->begun = 1;
+    }
+    dsq_progress_update(&pc->p, p->bytes_done);
+}
+
+/* ---- main ---- */
+
+int main(int argc, char **argv)
+{
+    dsq_cli cli;
+    dsq_cli_init(&cli, "ds-quant");
+    /* Tensor-sized buffers come and go tens of thousands of times: keep them
+     * in the heap instead of fresh mmaps (page faults + zeroing each time).
+     * Memory use is bounded by the pipeline either way. */
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    static const struct option lo[] = {
+        { "help", no_argument, NULL, 'h' },          { "version", no_argument, NULL, 'V' },
+        { "quiet", no_argument, NULL, 'q' },         { "verbose", no_argument, NULL, 'v' },
+        { "force", no_argument, NULL, 'f' },         { "threads", required_argument, NULL, 'T' },
+        { "scheme", required_argument, NULL, OPT_SCHEME },
+        { "recipe", required_argument, NULL, OPT_RECIPE },
+        { "keep", required_argument, NULL, OPT_KEEP },
+        { "scheme-for", required_argument, NULL, OPT_SCHEME_FOR },
+        { "group-size", required_argument, NULL, OPT_GROUP },
+        { "dry-run", no_argument, NULL, OPT_DRY },
+        { "zstd-level", required_argument, NULL, OPT_ZSTD },
+        { "allow-nonfinite", no_argument, NULL, OPT_NONFINITE },
+        { "resume", no_argument, NULL, OPT_RESUME },
+        { "clip-search", no_argument, NULL, OPT_CLIP },
+        { "shard-size", required_argument, NULL, OPT_SHARD },
+        { "json", no_argument, NULL, OPT_JSON },
+        { "no-progress", no_argument, NULL, OPT_NOPROG },
+        { "mem-budget", required_argument, NULL, OPT_MEM },
+        { "error-sample", required_argument, NULL, OPT_SAMPLE },
+        { "checkpoint-interval", required_argument, NULL, OPT_CHECKPOINT },
+        { "no-journal", no_argument, NULL, OPT_NOJOURNAL },
+        { NULL, 0, NULL, 0 }
+    };
+    dsq_convert_opts o;
+    dsq_convert_opts_init(&o);
+    const char *scheme = NULL, *preset = NULL;
+    int group = DSQ_GROUP_DEFAULT, dry = 0, noprog = 0;
+    rule_arg *rules = calloc((size_t)argc + 1, sizeof *rules);
+    size_t nrules = 0;
+    if (!rules) return dsq_cli_fail(&cli, DSQ_ERR_NOMEM, NULL);
+    int ch;
+    uint64_t u;
+    double dv;
+    while ((ch = getopt_long(argc, argv, ":hVqvfT:", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'h': usage(); free(rules); return DSQ_EXIT_OK;
+        case 'V': dsq_cli_version(&cli); free(rules); return DSQ_EXIT_OK;
+        case 'q': cli.level = cli.level > 0 ? cli.level - 1 : 0; break;
+        case 'v': cli.level++; break;
+        case 'f': o.overwrite = 1; break;
+        case 'T':
+            if (dsq_cli_parse_int(optarg, 1, 1024, &o.threads) < 0)
+                return dsq_cli_usage_error(&cli, "bad thread count '%s' (1..1024)", optarg);
+            break;
+        case OPT_SCHEME: scheme = optarg; break;
+        case OPT_RECIPE: preset = optarg; break;
+        case OPT_KEEP: rules[nrules++] = (rule_arg){ 1, optarg }; break;
+        case OPT_SCHEME_FOR: rules[nrules++] = (rule_arg){ 0, optarg }; break;
+        case OPT_GROUP:
+            if (dsq_cli_parse_int(optarg, 0, 1 << 24, &group) < 0 || group % 64 != 0)
+                return dsq_cli_usage_error(&cli, "bad group size '%s' (0 or a multiple of 64)", optarg);
+            break;
+        case OPT_DRY: dry = 1; break;
+        case OPT_ZSTD:
+            if (dsq_cli_parse_int(optarg, 0, DSQ_CTR_LEVEL_MAX, &o.zstd_level) < 0)
+                return dsq_cli_usage_error(&cli, "bad zstd level '%s' (0..%d)", optarg, DSQ_CTR_LEVEL_MAX);
+            break;
+        case OPT_NONFINITE: o.allow_nonfinite = 1; break;
+        case OPT_RESUME: o.resume = 1; break;
+        case OPT_CLIP: o.clip_search = 1; break;
+        case OPT_SHARD:
+            if (dsq_cli_parse_u64(optarg, 1, UINT64_MAX, &u) < 0)
+                return dsq_cli_usage_error(&cli, "bad shard size '%s'", optarg);
+            o.shard_bytes = u;
+            break;
+        case OPT_JSON: cli.json = 1; break;
+        case OPT_NOPROG: noprog = 1; break;
+        case OPT_MEM:
+            if (dsq_cli_parse_u64(optarg, 1, UINT64_MAX, &u) < 0)
+                return dsq_cli_usage_error(&cli, "bad memory size '%s'", optarg);
+            o.mem_budget = u;
+            break;
+        case OPT_SAMPLE:
+            if (dsq_cli_parse_int(optarg, 1, 1 << 20, &o.error_sample) < 0)
+                return dsq_cli_usage_error(&cli, "bad error sample '%s'", optarg);
+            break;
+        case OPT_NOJOURNAL: o.no_journal = 1; break;
+        case OPT_CHECKPOINT:
+            if (dsq_cli_parse_float(optarg, 0, 1e6, &dv) < 0)
+                return dsq_cli_usage_error(&cli, "bad checkpoint interval '%s'", optarg);
+            o.checkpoint_seconds = dv;
+            break;
+        case ':': return dsq_cli_usage_error(&cli, "option '%s' needs a value", argv[optind - 1]);
+        default: return dsq_cli_usage_error(&cli, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    int npos = argc - optind;
+    if (npos < 1 || npos > 2 || (npos == 1 && !dry))
+        return dsq_cli_usage_error(&cli, dry ? "expected IN [OUT]" : "expected IN and OUT");
+    if (!scheme == !preset)
+        return dsq_cli_usage_error(&cli, preset ? "--scheme and --recipe are exclusive"
+                                                : "no scheme given (--scheme S or --recipe NAME)");
+    if (o.resume && o.overwrite)
+        return dsq_cli_usage_error(&cli, "--resume and -f are exclusive");
+    if (o.resume && o.no_journal)
+        return dsq_cli_usage_error(&cli, "--resume and --no-journal are exclusive");
+    o.input = argv[optind];
+    o.output = npos == 2 ? argv[optind + 1] : NULL;
+    cli.progress = cli.progress && !noprog && !cli.json && cli.level >= 2;
+
+    /* Recipe errors are usage errors: unknown scheme, bad regex, w8a8. */
+    dsq_recipe recipe;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    int rc = preset ? dsq_recipe_init_preset(&recipe, preset, &d) : dsq_recipe_init(&recipe, scheme, &d);
+    if (rc == DSQ_OK) recipe.group_size = group;
+    for (size_t i = 0; rc == DSQ_OK && i < nrules; i++)
+        rc = rules[i].keep ? dsq_recipe_add_keep(&recipe, rules[i].s, &d)
+                           : dsq_recipe_add_rule(&recipe, rules[i].s, &d);
+    free(rules);
+    if (rc < 0) {
+        json_error(&cli, rc, &d);
+        if (rc == DSQ_ERR_NOMEM) return dsq_cli_fail(&cli, rc, &d);
+        return dsq_cli_usage_error(&cli, "%s", d.msg);
+    }
+    o.recipe = &recipe;
+    o.cancel = &dsq_cli_interrupted;
+    prog_ctx pc = { .cli = &cli };
+    if (cli.progress) {
+        o.progress = on_progress;
+        o.progress_ctx = &pc;
+    }
+
+    dsq_convert *c = NULL;
+    rc = dsq_convert_prepare(&c, &o, &d);
+    if (rc < 0) {
+        json_error(&cli, rc, &d);
+        dsq_recipe_release(&recipe);
+        return dsq_cli_fail(&cli, rc, &d);
+    }
+    if (!dsq_convert_have_config(c) && !cli.json)
+        dsq_cli_warn(&cli, "no config.json next to '%s': the MTP layer is found by tensor names only", o.input);
+    int exit_code = DSQ_EXIT_OK;
+    if (!dry) {
+        const dsq_plan *pl = dsq_convert_plan(c);
+        dsq_cli_info(&cli, 3, "%zu tensors, %.3f GB in, about %.3f GB out before zstd, peak memory about %.0f MB",
+                     pl->n, (double)pl->src_bytes / 1e9, (double)pl->est_bytes / 1e9,
+                     (double)dsq_convert_peak_estimate(c) / 1e6);
+        if (!o.resume && !o.shard_bytes && o.output) {
+            char *tmp = dsq_outfile_tmp_name(o.output);
+            if (tmp && dsq_path_exists(tmp))
+                dsq_cli_warn(&cli, "discarding the partial output of an interrupted run "
+                                   "(use --resume to continue it)");
+            free(tmp);
+        }
+    }
+    if (dry) {
+        exit_code = print_plan(&cli, c, &recipe);
+    } else {
+        dsq_convert_summary s;
+        rc = dsq_convert_run(c, &s, &d);
+        if (pc.begun) dsq_progress_end(&pc.p);
+        if (rc == DSQ_ERR_INTERRUPTED) {
+            json_error(&cli, rc, &d);
+            dsq_cli_error(&cli, "interrupted; run again with --resume to continue");
+            exit_code = DSQ_EXIT_ERROR;
+        } else if (rc < 0) {
+            json_error(&cli, rc, &d);
+            exit_code = dsq_cli_fail(&cli, rc, &d);
+        } else {
+            int threads = o.threads > 0 ? o.threads : dsq_cpu_count();
+            print_summary(&cli, &s, o.input, o.output, threads, o.error_sample);
+        }
+    }
+    dsq_convert_free(c);
+    dsq_recipe_release(&recipe);
+    return exit_code;
+}

@@ -1,0 +1,158 @@
+/* recipe.h - which tensor gets which quantization scheme.
+ *
+ * Decisions are made by tensor ROLE, derived from the Hugging Face name
+ * (DeepSeek-V3/V2, Llama/Mistral, Qwen2 naming), never by accident of a
+ * substring. Roles are the container's pinned enum dsq_role.
+ *
+ * Default recipe (--scheme S):
+ *   attn_linear, mlp_linear, expert_linear, shared_expert_linear   -> S
+ *   embed, norm (all), router (mlp.gate.weight), router_bias
+ *   (e_score_correction_bias), lm_head, linear_bias, mtp (eh_proj), other
+ *                                                                  -> keep
+ * "keep" means: stay in the source float type. F32 -> f32, BF16 -> bf16,
+ * F16 -> f32 (lossless; dsq has no f16 scheme), F64 -> f32, FP8-block ->
+ * bf16 (what DeepSeek's fp8_cast_bf16.py produces). Integer source tensors
+ * are refused (an already-quantized checkpoint is not an input).
+ *
+ * MTP layer: the layer whose index equals config num_hidden_layers (61 for
+ * V3). Its decoder tensors (self_attn, mlp, experts, norms) follow the same
+ * rules as any layer; its own tensors map to embed (embed_tokens), norm
+ * (enorm, hnorm, shared_head.norm), lm_head (shared_head.head) and mtp
+ * (eh_proj, kept by default: it is small and feeds every MTP token).
+ * Entries carry an `mtp` flag so presets can treat MTP experts differently.
+ *
+ * User rules (--keep REGEX, --scheme-for REGEX=SCHEME) are tried in the order
+ * given; the first whose regex matches the tensor name (PCRE2, unanchored
+ * search, like Python re.search) decides. Then preset rules, then the role
+ * table. A rule that asks for an integer scheme on a tensor that cannot hold
+ * one (rank < 2, a bias, an FP8 scale) is skipped for that tensor.
+ *
+ * Presets (--recipe NAME):
+ *   deepseek-w4a8  msModelSlim lab_practice/deepseek_v3/
+ *                  deepseek_w4a8_per_channel.yaml (formats.md s.4.5): attention
+ *                  and dense/shared MLP w8a8-dynamic, routed experts w4a8
+ *                  (per channel unless --group-size), MTP-layer experts
+ *                  w8a8-dynamic, kv_b_proj kept.
+ *
+ * w8a8 (static activation scales) needs calibration statistics and is
+ * refused with a message pointing to w8a8-dynamic. */
+#ifndef DSQ_RECIPE_H
+#define DSQ_RECIPE_H
+
+#include "container.h"     /* enum dsq_role */
+#include "dsq_error.h"
+#include "dtype.h"
+#include "safetensors.h"
+#include "scheme.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- roles ---- */
+
+typedef struct dsq_role_info {
+    uint32_t role;      /* enum dsq_role */
+    int64_t  layer;     /* decoder layer index, -1 if none */
+    int64_t  expert;    /* routed expert index, -1 if none */
+    int      mtp;       /* tensor belongs to an MTP layer */
+    int      fp8_scale; /* name is an FP8 "*_scale_inv" companion */
+} dsq_role_info;
+
+/* Classify a Hugging Face tensor name. num_hidden_layers (<= 0: unknown)
+ * marks layers with index >= it as MTP; names only MTP layers have (eh_proj,
+ * enorm, hnorm, shared_head.*) are MTP regardless. Never fails: unknown
+ * names get DSQ_ROLE_OTHER. */
+void dsq_role_classify(const char *name, int64_t num_hidden_layers, dsq_role_info *out);
+
+/* 1 for the linear roles that get the recipe's scheme by default. */
+int dsq_role_is_quantized_by_default(uint32_t role);
+
+/* ---- recipe ---- */
+
+typedef struct dsq_recipe_rule {
+    char *pattern;              /* as given */
+    void *code;                 /* pcre2_code_8 * */
+    void *match;                /* pcre2_match_data_8 * */
+    const dsq_scheme *scheme;   /* NULL = keep */
+} dsq_recipe_rule;
+
+typedef struct dsq_recipe {
+    const dsq_scheme *role_scheme[DSQ_ROLE_COUNT]; /* NULL = keep */
+    const dsq_scheme *mtp_expert_scheme;           /* NULL = as role_scheme */
+    int32_t group_size;          /* DSQ_GROUP_DEFAULT: each scheme's default */
+    const char *preset;          /* static name or NULL */
+    dsq_recipe_rule *rules;      /* user rules, then preset rules */
+    size_t nrules, nuser;
+} dsq_recipe;
+
+/* Scheme by name for the CLI: canonical names, aliases and "keep" (*out =
+ * NULL). Unknown names: DSQ_ERR_NOT_FOUND with the list of schemes in the
+ * message. w8a8 (static) and other calibration schemes: DSQ_ERR_UNSUPPORTED
+ * "w8a8 (static) needs calibration statistics (--calib); use w8a8-dynamic". */
+int dsq_recipe_scheme(const char *name, const dsq_scheme **out, dsq_diag *d);
+
+/* Start a recipe whose linear roles get `scheme` (a name as above; "keep"
+ * keeps everything). */
+int dsq_recipe_init(dsq_recipe *r, const char *scheme, dsq_diag *d);
+/* Start from a named preset instead. DSQ_ERR_NOT_FOUND for unknown names. */
+int dsq_recipe_init_preset(dsq_recipe *r, const char *preset, dsq_diag *d);
+/* Names of presets, NULL-terminated. */
+const char *const *dsq_recipe_presets(void);
+/* --keep REGEX. DSQ_ERR_INVALID_ARG (regex error with its offset). */
+int dsq_recipe_add_keep(dsq_recipe *r, const char *regex, dsq_diag *d);
+/* --scheme-for REGEX=SCHEME (split at the LAST '='). */
+int dsq_recipe_add_rule(dsq_recipe *r, const char *spec, dsq_diag *d);
+void dsq_recipe_release(dsq_recipe *r);
+
+/* ---- plan ---- */
+
+enum dsq_plan_source {
+    DSQ_PLAN_BY_ROLE   = -1,   /* role table */
+    DSQ_PLAN_BY_PRESET = -2,   /* preset rule (MTP expert override etc.) */
+    DSQ_PLAN_BY_DTYPE  = -3    /* rule skipped: tensor cannot hold an int scheme */
+};
+
+typedef struct dsq_plan_entry {
+    const char *name;            /* borrowed (safetensors model or caller) */
+    const dsq_st_tensor *t;      /* source tensor; NULL from dsq_recipe_decide */
+    dsq_role_info role;
+    const dsq_scheme *scheme;    /* resolved, never NULL */
+    int kept;                    /* float passthrough chosen by "keep" */
+    int rule;                    /* index of the deciding rule, or enum dsq_plan_source */
+    enum dsq_dtype src_dtype;
+    int ndim;
+    int64_t shape[DSQ_ST_MAX_DIMS];
+    dsq_qshape qshape;           /* row view + resolved group size */
+    uint64_t src_bytes;
+    uint64_t est_bytes;          /* raw blob bytes (output before zstd) */
+} dsq_plan_entry;
+
+/* Decide one tensor. shape has ndim entries. Fails with DSQ_ERR_UNSUPPORTED
+ * (integer source dtype, shape the scheme cannot pack, e.g. an int scheme with
+ * more than 65536 input columns), naming the tensor. */
+int dsq_recipe_decide(const dsq_recipe *r, const char *name, enum dsq_dtype dtype,
+                      int ndim, const int64_t *shape, int64_t num_hidden_layers,
+                      dsq_plan_entry *out, dsq_diag *d);
+
+typedef struct dsq_plan {
+    dsq_plan_entry *v;
+    size_t n;
+    int64_t num_hidden_layers;   /* as used (config, or inferred from MTP names) */
+    uint64_t src_bytes;          /* incl. FP8 scale companions */
+    uint64_t est_bytes;
+    size_t   count_by_scheme[DSQ_SCHEME_ID_COUNT];
+    uint64_t bytes_by_scheme[DSQ_SCHEME_ID_COUNT];  /* estimated raw out */
+} dsq_plan;
+
+/* Plan every tensor of m except FP8 scale companions, in the deterministic
+ * output order: source order (shard index, then file offset), so the
+ * conversion reads each file front to back. num_hidden_layers <= 0: inferred
+ * from MTP-only names if any. */
+int  dsq_plan_build(dsq_plan *p, const dsq_recipe *r, const dsq_st_model *m,
+                    int64_t num_hidden_layers, dsq_diag *d);
+void dsq_plan_release(dsq_plan *p);
+
+/* Human-readable deciding rule ("role", "preset", "--keep 'x'", ...). */
+void dsq_plan_reason(const dsq_recipe *r, const dsq_plan_entry *e, char *buf, size_t n);
+
+#endif
