@@ -226,6 +226,54 @@ static int hash_range(int fd, uint64_t off, uint64_t len, uint8_t out[32], uint8
     return DSQ_OK;
 }
 
+/* SHA-256 of the RAW bytes of a zstd frame stored at [off, off + len): resume
+ * checks compressed payloads against their raw hash, so normal runs never hash
+ * the compressed bytes a second time on the (serial) writer thread. */
+static int hash_range_zstd(int fd, uint64_t off, uint64_t len, uint64_t raw_size,
+                           uint8_t out[32], uint8_t *buf, size_t bufsz)
+{
+    ZSTD_DStream *ds = ZSTD_createDStream();
+    size_t outsz = ZSTD_DStreamOutSize();
+    uint8_t *ob = malloc(outsz);
+    dsq_sha256 h;
+    int rc = (ds && ob && dsq_sha256_init(&h) == DSQ_OK) ? DSQ_OK : DSQ_ERR_NOMEM;
+    if (rc < 0) { ZSTD_freeDStream(ds); free(ob); return rc; }
+    ZSTD_initDStream(ds);
+    uint64_t produced = 0;
+    size_t last = 1;
+    while (rc == DSQ_OK && len) {
+        size_t k = len < bufsz ? (size_t)len : bufsz;
+        ssize_t r = pread(fd, buf, k, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) { rc = DSQ_ERR_TRUNCATED; break; }
+        off += (uint64_t)r;
+        len -= (uint64_t)r;
+        ZSTD_inBuffer in = { buf, (size_t)r, 0 };
+        while (in.pos < in.size) {
+            ZSTD_outBuffer o = { ob, outsz, 0 };
+            last = ZSTD_decompressStream(ds, &o, &in);
+            if (ZSTD_isError(last)) { rc = DSQ_ERR_FORMAT; break; }
+            dsq_sha256_update(&h, ob, o.pos);
+            produced += o.pos;
+        }
+    }
+    /* flush what the decoder still holds */
+    while (rc == DSQ_OK && last != 0) {
+        ZSTD_inBuffer in = { NULL, 0, 0 };
+        ZSTD_outBuffer o = { ob, outsz, 0 };
+        last = ZSTD_decompressStream(ds, &o, &in);
+        if (ZSTD_isError(last) || o.pos == 0) { rc = DSQ_ERR_FORMAT; break; }
+        dsq_sha256_update(&h, ob, o.pos);
+        produced += o.pos;
+    }
+    if (rc == DSQ_OK && produced != raw_size) rc = DSQ_ERR_FORMAT;
+    if (rc == DSQ_OK) dsq_sha256_final(&h, out);
+    else dsq_sha256_release(&h);
+    ZSTD_freeDStream(ds);
+    free(ob);
+    return rc;
+}
+
 /* Keep the longest prefix of journaled entries whose bytes check out in the
  * partial file; adopt them and truncate after the last one. */
 static int recover(dsq_ctr_writer *w, dsq_ctr_wentry *je, size_t jn,
@@ -251,8 +299,13 @@ static int recover(dsq_ctr_writer *w, dsq_ctr_wentry *je, size_t jn,
         uint8_t got[32];
         if (t->offset != expect) break;
         if (dsq_ctr_nameset_find(&w->names, je[i].name, writer_name, w) >= 0) break;
-        if (hash_range(rfd, t->offset, t->stored_size, got, buf, bufsz) != DSQ_OK) break;
-        if (memcmp(got, je[i].stored_sha256, 32) != 0) break;
+        if (t->compression == DSQ_CTR_COMP_ZSTD) {
+            if (hash_range_zstd(rfd, t->offset, t->stored_size, t->raw_size, got, buf, bufsz) != DSQ_OK) break;
+            if (memcmp(got, t->sha256, 32) != 0) break;
+        } else {
+            if (hash_range(rfd, t->offset, t->stored_size, got, buf, bufsz) != DSQ_OK) break;
+            if (memcmp(got, je[i].stored_sha256, 32) != 0) break;
+        }
         expect = dsq_ctr_align_u64(t->offset + t->stored_size, DSQ_CTR_ALIGN);
         dsq_ctr_wentry moved = je[i];
         memset(&je[i], 0, sizeof je[i]);
@@ -356,22 +409,6 @@ uint64_t dsq_ctr_writer_bytes(const dsq_ctr_writer *w) { return w->f.written; }
 
 /* ---- payloads ---- */
 
-static int stored_hash_begin(dsq_ctr_writer *w, dsq_diag *d)
-{
-    if (!resuming(w)) return DSQ_OK;
-    if (dsq_sha256_init(&w->st_h) < 0)
-        return dsq_fail(d, DSQ_ERR_NOMEM, w->f.path, NULL, -1, "out of memory");
-    w->st_on = 1;
-    return DSQ_OK;
-}
-
-static void stored_hash_end(dsq_ctr_writer *w, uint8_t out[32])
-{
-    if (!w->st_on) { memset(out, 0, 32); return; }
-    dsq_sha256_final(&w->st_h, out);
-    w->st_on = 0;
-}
-
 int dsq_ctr_writer_add_blob(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
                             const dsq_ctr_blob *blob, dsq_diag *d)
 {
@@ -392,11 +429,9 @@ int dsq_ctr_writer_add_blob(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
     e.t.compression = blob->compression;
     memcpy(e.t.sha256, blob->sha256, 32);
     if (rc == DSQ_OK) {
-        /* Uncompressed: the stored hash is the raw hash, no second pass. */
-        if (resuming(w) && blob->compression == DSQ_CTR_COMP_ZSTD)
-            rc = dsq_sha256_buf(blob->data, (size_t)blob->stored_size, e.stored_sha256);
-        else
-            memcpy(e.stored_sha256, blob->sha256, 32);
+        /* Resume checks zstd payloads by their raw hash (hash_range_zstd), so
+         * no second pass over the stored bytes is needed here. */
+        memcpy(e.stored_sha256, blob->sha256, 32);
     }
     if (rc == DSQ_OK) rc = w_write(w, blob->data, (size_t)blob->stored_size, d);
     if (rc == DSQ_OK) rc = entry_commit(w, &e, d);
@@ -444,7 +479,6 @@ int dsq_ctr_writer_begin(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
     w->cur_pledged = info->raw_size;
     rc = w_pad(w, DSQ_CTR_ALIGN, d);
     w->cur.t.offset = w->f.written;
-    if (rc == DSQ_OK && zstd_level > 0) rc = stored_hash_begin(w, d);
     return rc;
 }
 
@@ -512,8 +546,8 @@ int dsq_ctr_writer_end(dsq_ctr_writer *w, dsq_diag *d)
     t->stored_size = w->f.written - t->offset;
     t->compression = w->cur_level > 0 ? DSQ_CTR_COMP_ZSTD : DSQ_CTR_COMP_NONE;
     dsq_sha256_final(&w->raw_h, t->sha256);
-    if (w->cur_level > 0) stored_hash_end(w, w->cur.stored_sha256);
-    else memcpy(w->cur.stored_sha256, t->sha256, 32);
+    if (w->st_on) { dsq_sha256_release(&w->st_h); w->st_on = 0; }
+    memcpy(w->cur.stored_sha256, t->sha256, 32);
     w->streaming = 0;
     rc = entry_commit(w, &w->cur, d);
     if (rc < 0) { entry_drop(&w->cur); w->failed = rc; return rc; }
