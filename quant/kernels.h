@@ -1,0 +1,186 @@
+/* kernels.h - quant-internal compute kernels, one table per ISA level.
+ *
+ * Each ISA file (kernels_ref.c, kernels_avx2.c, kernels_avx512.c,
+ * kernels_neon.c) fills one struct dsq_kernels. kernels_ref.c is the
+ * specification; the fast levels must give bit-identical results for every
+ * integer kernel (gemm_w8, gemm_w4, quant_i8, absmax_bits, sum_i8,
+ * f32_to_bf16; minmax up to the sign of a zero), the same values for
+ * dequant_tile, and agree within float-dot rounding for gemv_f.
+ * dsq_kernels_get() picks the best level the CPU supports at run time
+ * (__builtin_cpu_supports / HWCAP), so the files build without -march flags;
+ * DSQ_SIMD=ref|avx2|avx512|neon in the environment overrides the choice
+ * (debugging, benchmarks; a name the CPU cannot run selects ref).
+ *
+ * Not a public API: the engine uses scheme.h / actq.h; tests use this file to
+ * run every level against the reference.
+ */
+#ifndef DSQ_KERNELS_H
+#define DSQ_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scheme.h"
+
+/* Activations of one gemm call, quantized (int schemes). */
+typedef struct dsq_actbuf {
+    int64_t        T;
+    int64_t        kpad;     /* codes row stride: align(cols, DSQ_ACTQ_PAD), zero padded */
+    const int8_t  *q;        /* [T][kpad] codes */
+    const float   *scale;    /* [T] per-token scales (dynamic schemes) */
+    const int32_t *gsum;     /* [ngroups][T] code sums per group (w4a8) */
+} dsq_actbuf;
+
+typedef struct dsq_kernels {
+    const char *name;        /* "ref", "avx2", "avx512", "neon" */
+
+    /* max over i < n of (bits(x[i]) & 0x7fffffff): the bits of max|x| for
+     * finite data; a result >= 0x7f800000 means an Inf/NaN is present. */
+    uint32_t (*absmax_bits)(const float *x, int64_t n);
+    /* min and max of n >= 1 finite floats. */
+    void (*minmax)(const float *x, int64_t n, float *mn, float *mx);
+    /* q[i] = (int8)(clamp(rint(x[i] / scale), lo - add, hi - add) + add),
+     * clamping in float (fmaxf then fminf: NaN -> lo). -128 <= lo <= hi <= 127. */
+    void (*quant_i8)(const float *x, int64_t n, float scale, int32_t add,
+                     int32_t lo, int32_t hi, int8_t *q);
+
+    /* sum of n int8 values (int32; n < 2^24). */
+    int32_t (*sum_i8)(const int8_t *q, int64_t n);
+    /* f32 -> bf16 bits, round to nearest even, NaN stays quiet NaN
+     * (dsq_f32_to_bf16 of dsq_mem.h). */
+    void (*f32_to_bf16)(const float *x, int64_t n, uint16_t *out);
+
+    /* Output rows [n0, n1) for all T tokens of an int8-weight view
+     * (w8a8-dynamic or w8a8 static; formulas in scheme.h).
+     * y[t*rows + n]. Bit-identical across levels. */
+    void (*gemm_w8)(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y);
+    /* Same for w4a8 (codes u = q + 8; needs a->gsum). */
+    void (*gemm_w4)(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y);
+
+    /* Float schemes (f32, bf16, awq): y[t*rows+n] = dot(deq(W[n,:]), x[t,:])
+     * for rows [n0, n1), small T (decode). Order not pinned. */
+    void (*gemv_f)(const dsq_qview *v, const float *x, int64_t T, int64_t n0, int64_t n1,
+                   float *y);
+    /* out[(n-n0)*ldo + (k-k0)] = deq(W)[n][k] for n in [n0,n1), k in [k0,k1)
+     * (exact: the same values as scheme->dequantize). For the sgemm path. */
+    void (*dequant_tile)(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
+                         float *out, int64_t ldo);
+} dsq_kernels;
+
+extern const dsq_kernels dsq_kernels_ref_impl;
+#if defined(__x86_64__) || defined(__i386__)
+extern const dsq_kernels dsq_kernels_avx2_impl;
+extern const dsq_kernels dsq_kernels_avx512_impl;
+#endif
+#if defined(__aarch64__)
+extern const dsq_kernels dsq_kernels_neon_impl;
+#endif
+
+/* Best level for this CPU (honours DSQ_SIMD); never NULL. */
+const dsq_kernels *dsq_kernels_get(void);
+const dsq_kernels *dsq_kernels_ref(void);
+/* Every level this CPU can run, ref first; returns the count (<= max). */
+int dsq_kernels_list(const dsq_kernels **out, int max);
+
+/* ---- quant-internal helpers shared by the scheme files -------------------- */
+
+/* Codes row stride of activation buffers for a view. */
+int64_t dsq_act_kpad(int64_t cols);
+
+/* int4 block layout (scheme.h): nibble of column c within a packed row. */
+static inline int dsq_i4_get(const uint8_t *row, int64_t c)
+{
+    int64_t b = c >> 7, j = c & 127;
+    uint8_t byte = row[b * 64 + (j & 63)];
+    return j < 64 ? (byte & 15) : (byte >> 4);
+}
+
+/* Rows of codes -> packed int4 row (codes already offset to 0..15). */
+void dsq_i4_pack_row(const uint8_t *codes, int64_t cols, uint8_t *row, size_t row_bytes);
+
+/* Prepare one row of weights for quantization: *row = w itself when it can be
+ * used as is, else tmp ([cols]) holding w * in_scale and/or the sanitized
+ * row. Checks finiteness: with allow_nonfinite NaN becomes 0 and +-Inf
+ * becomes +-(max finite |w| of the row); otherwise returns DSQ_ERR_NONFINITE
+ * with *bad_col set. */
+int dsq_qrow_prepare(const dsq_kernels *k, const float *w, int64_t cols, const float *in_scale,
+                     int allow_nonfinite, float *tmp, const float **row, int64_t *bad_col);
+
+/* Symmetric group quantization of one prepared row: for each group, find the
+ * scale (amax/qmax, with optional clip search), write codes[k] = q + add
+ * with q = clamp(rint(w/scale), qlo, qmax), and scales[g]. gsize = columns
+ * per group. importance may be NULL. */
+void dsq_qrow_sym(const dsq_kernels *k, const float *w, int64_t cols, int64_t gsize,
+                  int32_t qlo, int32_t qmax, int32_t add, int clip_search,
+                  const float *importance, int8_t *codes, float *scales);
+
+/* Activation quantization with an explicit kernel level (actq.c). */
+void dsq_actq_token_k(const dsq_kernels *k, const float *x, int64_t T, int64_t cols, int8_t *q,
+                      int64_t ldq, float *scale);
+void dsq_actq_static_k(const dsq_kernels *k, const float *x, int64_t T, int64_t cols, int8_t *q,
+                       int64_t ldq, float act_scale, int32_t act_offset);
+
+/* Write the blob header (rows/cols/group from shape). */
+void dsq_qblob_write_header(uint8_t *blob, const dsq_scheme *sc, const dsq_qshape *shape,
+                            const dsq_qlayout *lay, uint32_t flags, float act_scale,
+                            int32_t act_offset);
+
+/* Common argument checks for quantize; returns 0 or an error (diag filled). */
+int dsq_quantize_check(const dsq_scheme *sc, int64_t row0, int64_t nrows,
+                       const dsq_qshape *shape, const dsq_qparams *p, dsq_qlayout *lay,
+                       dsq_diag *diag);
+
+/* Float-scheme gemm drivers (scheme_float.c), shared by f32/bf16/awq rows. */
+int dsq_float_gemm(const dsq_qview *v, const float *x, int64_t T, float *y, dsq_pool *pool,
+                   void *scratch, size_t scratch_size);
+int dsq_float_gemm_ref(const dsq_qview *v, const float *x, int64_t T, float *y);
+size_t dsq_float_gemm_scratch(const dsq_qview *v, int64_t T, int nthreads);
+/* Same drivers with an explicit kernel level (tests, bench). */
+int dsq_qgemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
+                   float *y, dsq_pool *pool, void *scratch, size_t scratch_size);
+
+/* Table rows' functions (one file each). */
+int  dsq_f32_blob_size(const dsq_qshape *s, size_t *out);
+int  dsq_bf16_blob_size(const dsq_qshape *s, size_t *out);
+int  dsq_f32_quantize(const float *, int64_t, int64_t, const dsq_qshape *, const dsq_qparams *,
+                      uint8_t *, dsq_diag *);
+int  dsq_bf16_quantize(const float *, int64_t, int64_t, const dsq_qshape *, const dsq_qparams *,
+                       uint8_t *, dsq_diag *);
+void dsq_f32_dequantize(const dsq_qview *, int64_t, int64_t, float *);
+void dsq_bf16_dequantize(const dsq_qview *, int64_t, int64_t, float *);
+double dsq_f32_error_bound(const dsq_qview *, int64_t, int64_t, float);
+double dsq_bf16_error_bound(const dsq_qview *, int64_t, int64_t, float);
+
+int  dsq_w8_blob_size(const dsq_qshape *s, size_t *out);
+int  dsq_w8_quantize(const float *, int64_t, int64_t, const dsq_qshape *, const dsq_qparams *,
+                     uint8_t *, dsq_diag *);
+int  dsq_w8s_quantize(const float *, int64_t, int64_t, const dsq_qshape *, const dsq_qparams *,
+                      uint8_t *, dsq_diag *);
+void dsq_w8_dequantize(const dsq_qview *, int64_t, int64_t, float *);
+int  dsq_w8_gemm(const dsq_qview *, const float *, int64_t, float *, dsq_pool *, void *, size_t);
+int  dsq_w8_gemm_ref(const dsq_qview *, const float *, int64_t, float *);
+size_t dsq_w8_gemm_scratch(const dsq_qview *, int64_t, int);
+int  dsq_float_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
+                         float *y, dsq_pool *pool, void *scratch, size_t scratch_size);
+int  dsq_w8_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
+                      float *y, dsq_pool *pool, void *scratch, size_t scratch_size);
+
+int  dsq_w4a8_blob_size(const dsq_qshape *s, size_t *out);
+int  dsq_w4a8_quantize(const float *, int64_t, int64_t, const dsq_qshape *, const dsq_qparams *,
+                       uint8_t *, dsq_diag *);
+void dsq_w4a8_dequantize(const dsq_qview *, int64_t, int64_t, float *);
+int  dsq_w4a8_gemm(const dsq_qview *, const float *, int64_t, float *, dsq_pool *, void *, size_t);
+int  dsq_w4a8_gemm_ref(const dsq_qview *, const float *, int64_t, float *);
+size_t dsq_w4a8_gemm_scratch(const dsq_qview *, int64_t, int);
+int  dsq_w4a8_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
+                        float *y, dsq_pool *pool, void *scratch, size_t scratch_size);
+
+int  dsq_awq_blob_size(const dsq_qshape *s, size_t *out);
+int  dsq_awq_quantize(const float *, int64_t, int64_t, const dsq_qshape *, const dsq_qparams *,
+                      uint8_t *, dsq_diag *);
+void dsq_awq_dequantize(const dsq_qview *, int64_t, int64_t, float *);
+
+/* Grid error bound shared by the int rows (see dsq_scheme.error_bound). */
+double dsq_grid_error_bound(const dsq_qview *, int64_t, int64_t, float);
+
+#endif

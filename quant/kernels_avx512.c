@@ -1,0 +1,593 @@
+/* kernels_avx512.c - AVX-512 (F, BW, VL) + VNNI kernels (x86-64, chosen at
+ * run time; the file builds without -march flags via a target pragma).
+ *
+ * Integer kernels reproduce kernels_ref.c bit for bit:
+ *  - w8: vpdpbusd multiplies UNSIGNED bytes by SIGNED bytes. Activations are
+ *    made unsigned, xu = q_x + 128 (q_x ^ 0x80), so the lanes accumulate
+ *    sum(xu * q_w) = sum(q_x * q_w) + 128 * rowsum[n]; the stored per-row
+ *    sum removes the offset. int32 lanes wrap, but the true result fits, so
+ *    the wrapped arithmetic gives it exactly.
+ *  - w4: weights are unsigned codes u = q + 8, so vpdpbusd(u, q_x) is used
+ *    directly and sum(q x) = sum(u x) - 8 * (group sum of q_x).
+ * The float epilogues are the reference's float operations in its order.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma"))), apply_to = function)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,fma")
+#pragma GCC optimize("O3", "fp-contract=off")
+#endif
+
+#include "kernels.h"
+#include "dsq_mem.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+
+/* ---- quantize-side primitives -------------------------------------------- */
+
+static uint32_t z_absmax_bits(const float *x, int64_t n)
+{
+    const __m512i mask = _mm512_set1_epi32(0x7fffffff);
+    __m512i m0 = _mm512_setzero_si512(), m1 = m0, m2 = m0, m3 = m0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(x + i), mask));
+        m1 = _mm512_max_epu32(m1, _mm512_and_si512(_mm512_loadu_si512(x + i + 16), mask));
+        m2 = _mm512_max_epu32(m2, _mm512_and_si512(_mm512_loadu_si512(x + i + 32), mask));
+        m3 = _mm512_max_epu32(m3, _mm512_and_si512(_mm512_loadu_si512(x + i + 48), mask));
+    }
+    for (; i + 16 <= n; i += 16)
+        m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(x + i), mask));
+    m0 = _mm512_max_epu32(_mm512_max_epu32(m0, m1), _mm512_max_epu32(m2, m3));
+    uint32_t m = _mm512_reduce_max_epu32(m0);
+    for (; i < n; i++) {
+        uint32_t b = dsq_f32_bits(x[i]) & 0x7fffffffu;
+        if (b > m) m = b;
+    }
+    return m;
+}
+
+static void z_minmax(const float *x, int64_t n, float *mn, float *mx)
+{
+    __m512 lo = _mm512_set1_ps(x[0]), hi = lo, lo1 = lo, hi1 = lo;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+        lo = _mm512_min_ps(lo, a); hi = _mm512_max_ps(hi, a);
+        lo1 = _mm512_min_ps(lo1, b); hi1 = _mm512_max_ps(hi1, b);
+    }
+    lo = _mm512_min_ps(lo, lo1);
+    hi = _mm512_max_ps(hi, hi1);
+    float l[16], h[16];
+    _mm512_storeu_ps(l, lo);
+    _mm512_storeu_ps(h, hi);
+    float a = l[0], b = h[0];
+    for (int j = 1; j < 16; j++) { a = l[j] < a ? l[j] : a; b = h[j] > b ? h[j] : b; }
+    for (; i < n; i++) { a = x[i] < a ? x[i] : a; b = x[i] > b ? x[i] : b; }
+    *mn = a;
+    *mx = b;
+}
+
+static void z_quant_i8(const float *x, int64_t n, float scale, int32_t add, int32_t lo, int32_t hi,
+                       int8_t *q)
+{
+    const __m512 vs = _mm512_set1_ps(scale);
+    const __m512 vlo = _mm512_set1_ps((float)(lo - add)), vhi = _mm512_set1_ps((float)(hi - add));
+    const __m512i vadd = _mm512_set1_epi32(add);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 r = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), vs),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);   /* max(NaN, lo) = lo, as fmaxf */
+        __m512i v = _mm512_add_epi32(_mm512_cvttps_epi32(r), vadd);
+        _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtepi32_epi8(v));
+    }
+    const float flo = (float)(lo - add), fhi = (float)(hi - add);
+    for (; i < n; i++) {
+        float r = rintf(x[i] / scale);
+        r = fminf(fmaxf(r, flo), fhi);
+        q[i] = (int8_t)((int32_t)r + add);
+    }
+}
+
+static int32_t z_sum_i8(const int8_t *q, int64_t n)
+{
+    __m512i acc = _mm512_setzero_si512();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_add_epi32(acc, _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i))));
+    int32_t s = _mm512_reduce_add_epi32(acc);
+    for (; i < n; i++) s += q[i];
+    return s;
+}
+
+static void z_f32_to_bf16(const float *x, int64_t n, uint16_t *out)
+{
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i r7 = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1),
+                  qnan = _mm512_set1_epi32(0x40);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i u = _mm512_loadu_si512(x + i);
+        __mmask16 isnan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, absm), inf);
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(r7, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+        r = _mm512_srli_epi32(r, 16);
+        __m512i nanv = _mm512_or_si512(_mm512_srli_epi32(u, 16), qnan);
+        r = _mm512_mask_blend_epi32(isnan, r, nanv);
+        _mm256_storeu_si256((__m256i *)(out + i), _mm512_cvtepi32_epi16(r));
+    }
+    for (; i < n; i++) out[i] = dsq_f32_to_bf16(x[i]);
+}
+
+/* ---- w8 gemm ------------------------------------------------------------- */
+
+/* The reference's float epilogue (kernels_ref.c ref_gemm_w8), same order.
+ * acc is sum(xu * w) with xu = x + 128 (wrapping). */
+AI void w8_store(const dsq_qview *v, const dsq_actbuf *a, int64_t n, int64_t t, uint32_t acc,
+                 float *y)
+{
+    float out;
+    uint32_t rs = (uint32_t)v->rowsum[n];
+    if (v->scheme->act == DSQ_ACT_INT8_STATIC) {
+        uint32_t u = acc - (uint32_t)(128 + v->act_offset) * rs;
+        out = (float)(int32_t)u * (v->act_scale * v->scales[n]);
+    } else {
+        uint32_t u = acc - 128u * rs;
+        out = ((float)(int32_t)u * v->scales[n]) * a->scale[t];
+    }
+    y[t * v->shape.rows + n] = out;
+}
+
+AI void w8_block(const dsq_qview *v, const dsq_actbuf *a, int64_t n, int64_t t0, const int R,
+                 const int TT, float *y)
+{
+    const size_t ws = v->layout.row_bytes;
+    const int64_t klen = (int64_t)ws, kpad = a->kpad;
+    const int8_t *w = (const int8_t *)(v->w + (size_t)n * ws);
+    const int8_t *x = a->q + t0 * kpad;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i acc[8][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < klen; k += 64) {
+        __m512i wv[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_si512(w + (size_t)r * ws + k);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) {
+            __m512i xu = _mm512_xor_si512(_mm512_loadu_si512(x + t * kpad + k), flip);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], xu, wv[r]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++)
+            w8_store(v, a, n + r, t0 + t, (uint32_t)_mm512_reduce_add_epi32(acc[r][t]), y);
+}
+
+static void z_gemm_w8(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y)
+{
+    const int64_t T = a->T;
+    int64_t n = n0;
+    if (T >= 4) {
+        for (; n + 4 <= n1; n += 4) {
+            int64_t t = 0;
+            for (; t + 4 <= T; t += 4) w8_block(v, a, n, t, 4, 4, y);
+            for (; t < T; t++) w8_block(v, a, n, t, 4, 1, y);
+        }
+        for (; n < n1; n++) {
+            int64_t t = 0;
+            for (; t + 4 <= T; t += 4) w8_block(v, a, n, t, 1, 4, y);
+            for (; t < T; t++) w8_block(v, a, n, t, 1, 1, y);
+        }
+    } else {
+        for (; n + 8 <= n1; n += 8)
+            for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 8, 1, y);
+        for (; n < n1; n++)
+            for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 1, 1, y);
+    }
+}
+
+/* ---- w4 gemm ------------------------------------------------------------- */
+
+/* Per 128-bit lane L: [sum_L(A0), sum_L(A1), sum_L(A2), sum_L(A3)]. */
+AI __m512i lane_sums4(__m512i a0, __m512i a1, __m512i a2, __m512i a3)
+{
+    __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+    __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+}
+
+/* Two lane_sums4 results -> [A0-3 (L0+L1), A0-3 (L2+L3), A4-7 (L0+L1), A4-7 (L2+L3)]. */
+AI __m512i pair_lanes(__m512i u, __m512i w)
+{
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(u, w, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(u, w, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* 16 int32 vectors -> one vector of their horizontal sums, in order
+ * (integer adds: exact, the same sums as _mm512_reduce_add_epi32). */
+AI __m512i reduce16_epi32(const __m512i A[16])
+{
+    __m512i w0 = pair_lanes(lane_sums4(A[0], A[1], A[2], A[3]), lane_sums4(A[4], A[5], A[6], A[7]));
+    __m512i w1 = pair_lanes(lane_sums4(A[8], A[9], A[10], A[11]),
+                            lane_sums4(A[12], A[13], A[14], A[15]));
+    return pair_lanes(w0, w1);
+}
+
+/* 8 int32 vectors -> their 8 horizontal sums. */
+AI __m256i reduce8_epi32(const __m512i A[8])
+{
+    __m512i w0 = pair_lanes(lane_sums4(A[0], A[1], A[2], A[3]), lane_sums4(A[4], A[5], A[6], A[7]));
+    __m512i x = _mm512_add_epi32(w0, _mm512_shuffle_i32x4(w0, w0, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm512_castsi512_si256(_mm512_shuffle_i32x4(x, x, _MM_SHUFFLE(2, 0, 2, 0)));
+}
+
+/* R x TT tile of w4a8 outputs; per group exact int sums minus 8 * group sum
+ * of x, then fsum = fma((float)acc, scale, fsum) per output, done lane-wise
+ * for the 4x4 and 8x1 tiles (vector FMA rounds like fmaf), scalar for edges. */
+AI void w4_block(const dsq_qview *v, const dsq_actbuf *a, int64_t n, int64_t t0, const int R,
+                 const int TT, float *y)
+{
+    const int64_t ng = v->layout.ngroups, gs = v->layout.gsize, kpad = a->kpad, T = a->T;
+    const int64_t rows = v->shape.rows;
+    const size_t ws = v->layout.row_bytes;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const int VEC16 = R == 4 && TT == 4, VEC8 = R == 8 && TT == 1;
+    const uint8_t *wr = v->w + (size_t)n * ws;
+    float fsum[8][4];
+    __m512 fs16 = _mm512_setzero_ps();
+    __m256 fs8 = _mm256_setzero_ps();
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < TT; t++) fsum[r][t] = 0.0f;
+    for (int64_t g = 0; g < ng; g++) {
+        int64_t k0 = g * gs, k1 = g == ng - 1 ? kpad : k0 + gs;
+        __m512i acc[8][4];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_si512();
+        for (int64_t k = k0; k < k1; k += 64) {
+            const int64_t boff = (k >> 7) * 64;
+            const unsigned shift = (k & 64) ? 4u : 0u;
+            __m512i c[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                c[r] = _mm512_and_si512(
+                    _mm512_srl_epi16(_mm512_loadu_si512(wr + (size_t)r * ws + boff),
+                                     _mm_cvtsi32_si128((int)shift)), m4);
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                __m512i xv = _mm512_loadu_si512(a->q + (t0 + t) * kpad + k);
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], c[r], xv);
+            }
+        }
+        const float *sg = v->scales + n * ng + g;
+        const int32_t *gsp = a->gsum + g * T + t0;
+        if (VEC16) {
+            __m512i A[16];
+            for (int r = 0; r < 4; r++)
+                for (int t = 0; t < 4; t++) A[r * 4 + t] = acc[r][t];
+            __m512i g16 = _mm512_slli_epi32(
+                _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)gsp)), 3);
+            __m512i iacc = _mm512_sub_epi32(reduce16_epi32(A), g16);
+            __m512 sv = _mm512_permutexvar_ps(
+                _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                _mm512_castps128_ps512(_mm_setr_ps(sg[0], sg[ng], sg[2 * ng], sg[3 * ng])));
+            fs16 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), sv, fs16);
+        } else if (VEC8) {
+            __m512i A[8];
+            for (int r = 0; r < 8; r++) A[r] = acc[r][0];
+            __m256i iacc = _mm256_sub_epi32(reduce8_epi32(A), _mm256_set1_epi32(8 * gsp[0]));
+            __m256 sv = _mm256_setr_ps(sg[0], sg[ng], sg[2 * ng], sg[3 * ng], sg[4 * ng], sg[5 * ng],
+                                       sg[6 * ng], sg[7 * ng]);
+            fs8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc), sv, fs8);
+        } else {
+            for (int r = 0; r < R; r++)
+                for (int t = 0; t < TT; t++) {
+                    uint32_t u = (uint32_t)_mm512_reduce_add_epi32(acc[r][t]) - 8u * (uint32_t)gsp[t];
+                    fsum[r][t] = fmaf((float)(int32_t)u, sg[r * ng], fsum[r][t]);
+                }
+        }
+    }
+    if (VEC16) {
+        __m512 sx = _mm512_broadcast_f32x4(_mm_loadu_ps(a->scale + t0));
+        float o[16];
+        _mm512_storeu_ps(o, _mm512_mul_ps(fs16, sx));
+        for (int r = 0; r < 4; r++)
+            for (int t = 0; t < 4; t++) y[(t0 + t) * rows + n + r] = o[r * 4 + t];
+    } else if (VEC8) {
+        _mm256_storeu_ps(y + t0 * rows + n, _mm256_mul_ps(fs8, _mm256_set1_ps(a->scale[t0])));
+    } else {
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < TT; t++)
+                y[(t0 + t) * rows + n + r] = fsum[r][t] * a->scale[t0 + t];
+    }
+}
+
+static void z_gemm_w4(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y)
+{
+    const int64_t T = a->T;
+    int64_t n = n0;
+    if (T >= 4) {
+        for (; n + 4 <= n1; n += 4) {
+            int64_t t = 0;
+            for (; t + 4 <= T; t += 4) w4_block(v, a, n, t, 4, 4, y);
+            for (; t < T; t++) w4_block(v, a, n, t, 4, 1, y);
+        }
+        for (; n < n1; n++) {
+            int64_t t = 0;
+            for (; t + 4 <= T; t += 4) w4_block(v, a, n, t, 1, 4, y);
+            for (; t < T; t++) w4_block(v, a, n, t, 1, 1, y);
+        }
+    } else {
+        for (; n + 8 <= n1; n += 8)
+            for (int64_t t = 0; t < T; t++) w4_block(v, a, n, t, 8, 1, y);
+        for (; n < n1; n++)
+            for (int64_t t = 0; t < T; t++) w4_block(v, a, n, t, 1, 1, y);
+    }
+}
+
+/* ---- float schemes ------------------------------------------------------- */
+
+/* 64 dequantized awq weights of one row from column k (multiple of 64, fully
+ * inside the row) as 4 vectors; exact (q - z) * s as the reference. */
+AI void awq_deq64(const uint8_t *row, int64_t k, __m512i zv, __m512 sv, __m512 out[4])
+{
+    const uint8_t *p = row + (k >> 7) * 64;
+    const unsigned shift = (k & 64) ? 4u : 0u;
+    __m512i c = _mm512_and_si512(_mm512_srl_epi16(_mm512_loadu_si512(p), _mm_cvtsi32_si128((int)shift)),
+                                 _mm512_set1_epi8(0x0f));
+    c = _mm512_sub_epi8(c, zv);
+    out[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(c))), sv);
+    out[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(c, 1))), sv);
+    out[2] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(c, 2))), sv);
+    out[3] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(c, 3))), sv);
+}
+
+AI float deq_scalar(const dsq_qview *v, const uint8_t *row, int64_t n, int64_t k)
+{
+    switch (v->scheme->id) {
+    case DSQ_SCHEME_F32: { float f; memcpy(&f, row + 4 * k, 4); return f; }
+    case DSQ_SCHEME_BF16: return dsq_bf16_to_f32(dsq_load_u16le(row + 2 * k));
+    case DSQ_SCHEME_W8A8_DYNAMIC:
+    case DSQ_SCHEME_W8A8: return (float)(int8_t)row[k] * v->scales[n];
+    default: {
+        size_t i = (size_t)n * (size_t)v->layout.ngroups + (size_t)(k / v->layout.gsize);
+        int z = v->zeros ? (int)v->zeros[i] : 8;
+        return (float)(dsq_i4_get(row, k) - z) * v->scales[i];
+    }
+    }
+}
+
+/* 64 weights of a f32/bf16 row from column k. */
+AI void flt_load64(const dsq_qview *v, const uint8_t *row, int64_t k, __m512 out[4])
+{
+    if (v->scheme->id == DSQ_SCHEME_F32) {
+        const float *f = (const float *)row + k;
+        for (int i = 0; i < 4; i++) out[i] = _mm512_loadu_ps(f + 16 * i);
+    } else {
+        const uint16_t *h = (const uint16_t *)row + k;
+        for (int i = 0; i < 4; i++)
+            out[i] = _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + 16 * i))), 16));
+    }
+}
+
+enum { K_F32, K_BF16, K_AWQ };
+
+/* 16 codes (q - z) of one awq row from 16 packed block bytes (HI: high
+ * nibbles) as floats: exact small integers. */
+AI __m512 awq_qz16(const uint8_t *p, const int HI, __m512i zv)
+{
+    __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    c = HI ? _mm512_srli_epi32(c, 4) : _mm512_and_si512(c, _mm512_set1_epi32(0x0f));
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(c, zv));
+}
+
+AI __m512 flt_load16(const int KIND, const uint8_t *row, int64_t k)
+{
+    if (KIND == K_F32) return _mm512_loadu_ps((const float *)row + k);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + k))), 16));
+}
+
+/* R rows (1 or 4) against NT tokens (1 or 2), constants after inlining; see
+ * kernels_avx2.c gemv_tile (same structure, 16-wide). */
+AI void gemv_tile(const dsq_qview *v, int64_t n, const int R, const float *x, const int NT,
+                  const int KIND, float *y)
+{
+    const int A = NT == 1 ? 2 : 1;
+    const int64_t cols = v->shape.cols, rows = v->shape.rows;
+    const uint8_t *rp[4];
+    __m512 acc[4][2][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        rp[r] = v->w + (size_t)(n + r) * v->layout.row_bytes;
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++)
+#pragma GCC unroll 2
+            for (int a = 0; a < A; a++) acc[r][t][a] = _mm512_setzero_ps();
+    }
+    int64_t k = 0;
+    if (KIND == K_AWQ) {
+        const int64_t ng = v->layout.ngroups, gs = v->layout.gsize;
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t k0 = g * gs, k1 = k0 + gs < cols ? k0 + gs : cols;
+            if (k0 != k || k + 64 > k1) break;   /* scalar tail from k on */
+            __m512i zv[4];
+            __m512 ga[4][2][2];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                zv[r] = _mm512_set1_epi32(v->zeros[(n + r) * ng + g]);
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++)
+#pragma GCC unroll 2
+                    for (int a = 0; a < A; a++) ga[r][t][a] = _mm512_setzero_ps();
+            }
+            /* whole 128-column blocks inside the group: one 16-byte load gives
+             * 16 low-nibble and 16 high-nibble codes */
+            for (; (k & 127) == 0 && k + 128 <= k1; k += 128) {
+                const int64_t boff = (k >> 7) * 64;
+                const __m512i m4d = _mm512_set1_epi32(0x0f);
+#pragma GCC unroll 4
+                for (int j = 0; j < 64; j += 16) {
+                    __m512 xv[2][2];
+#pragma GCC unroll 2
+                    for (int t = 0; t < NT; t++) {
+                        xv[t][0] = _mm512_loadu_ps(x + t * cols + k + j);
+                        xv[t][1] = _mm512_loadu_ps(x + t * cols + k + 64 + j);
+                    }
+#pragma GCC unroll 4
+                    for (int r = 0; r < R; r++) {
+                        __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rp[r] + boff + j)));
+                        __m512 w[2];
+                        w[0] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(d, m4d), zv[r]));
+                        w[1] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(d, 4), zv[r]));
+#pragma GCC unroll 2
+                        for (int t = 0; t < NT; t++)
+#pragma GCC unroll 2
+                            for (int i = 0; i < 2; i++)
+                                ga[r][t][i % A] = _mm512_fmadd_ps(w[i], xv[t][i], ga[r][t][i % A]);
+                    }
+                }
+            }
+            for (; k + 64 <= k1; k += 64) {
+                const int64_t boff = (k >> 7) * 64;
+#define AWQ_RUN(HI)                                                                        \
+    for (int i = 0; i < 4; i++) {                                                          \
+        __m512 xv[2];                                                                      \
+        for (int t = 0; t < NT; t++) xv[t] = _mm512_loadu_ps(x + t * cols + k + 16 * i);  \
+        for (int r = 0; r < R; r++) {                                                      \
+            __m512 w = awq_qz16(rp[r] + boff + 16 * i, HI, zv[r]);                         \
+            for (int t = 0; t < NT; t++)                                                   \
+                ga[r][t][i % A] = _mm512_fmadd_ps(w, xv[t], ga[r][t][i % A]);              \
+        }                                                                                  \
+    }
+                if (k & 64) {
+#pragma GCC unroll 4
+                    AWQ_RUN(1)
+                } else {
+#pragma GCC unroll 4
+                    AWQ_RUN(0)
+                }
+#undef AWQ_RUN
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m512 sv = _mm512_set1_ps(v->scales[(n + r) * ng + g]);
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++)
+#pragma GCC unroll 2
+                    for (int a = 0; a < A; a++)
+                        acc[r][t][a] = _mm512_fmadd_ps(ga[r][t][a], sv, acc[r][t][a]);
+            }
+        }
+    } else {
+        for (; k + 32 <= cols; k += 32) {
+#pragma GCC unroll 2
+            for (int i = 0; i < 2; i++) {
+                __m512 xv[2];
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++) xv[t] = _mm512_loadu_ps(x + t * cols + k + 16 * i);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    __m512 w = flt_load16(KIND, rp[r], k + 16 * i);
+#pragma GCC unroll 2
+                    for (int t = 0; t < NT; t++)
+                        acc[r][t][i % A] = _mm512_fmadd_ps(w, xv[t], acc[r][t][i % A]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++) {
+            __m512 sum = A == 2 ? _mm512_add_ps(acc[r][t][0], acc[r][t][1]) : acc[r][t][0];
+            float s = _mm512_reduce_add_ps(sum);
+            for (int64_t j = k; j < cols; j++) s += deq_scalar(v, rp[r], n + r, j) * x[t * cols + j];
+            y[t * rows + n + r] = s;
+        }
+}
+
+#define GEMV_KIND(KIND)                                                             \
+    do {                                                                            \
+        int64_t t = 0;                                                              \
+        for (; t + 2 <= T; t += 2) {                                                \
+            int64_t n = n0;                                                         \
+            for (; n + 4 <= n1; n += 4) gemv_tile(v, n, 4, x + t * cols, 2, KIND, y + t * rows); \
+            for (; n < n1; n++) gemv_tile(v, n, 1, x + t * cols, 2, KIND, y + t * rows); \
+        }                                                                           \
+        if (t < T) {                                                                \
+            int64_t n = n0;                                                         \
+            for (; n + 4 <= n1; n += 4) gemv_tile(v, n, 4, x + t * cols, 1, KIND, y + t * rows); \
+            for (; n < n1; n++) gemv_tile(v, n, 1, x + t * cols, 1, KIND, y + t * rows); \
+        }                                                                           \
+    } while (0)
+
+static void z_gemv_f(const dsq_qview *v, const float *x, int64_t T, int64_t n0, int64_t n1, float *y)
+{
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    switch (v->scheme->id) {
+    case DSQ_SCHEME_F32: GEMV_KIND(K_F32); break;
+    case DSQ_SCHEME_BF16: GEMV_KIND(K_BF16); break;
+    default: GEMV_KIND(K_AWQ); break;
+    }
+}
+#undef GEMV_KIND
+
+static void z_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
+                           float *out, int64_t ldo)
+{
+    const int64_t ng = v->layout.ngroups, gs = v->layout.gsize;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = v->w + (size_t)n * v->layout.row_bytes;
+        float *o = out + (n - n0) * ldo - k0;
+        int64_t k = k0;
+        if (v->scheme->id == DSQ_SCHEME_AWQ_W4A16) {
+            if ((k & 63) == 0)
+                for (; k + 64 <= k1; k += 64) {
+                    int64_t g = k / gs;
+                    __m512 w[4];
+                    awq_deq64(row, k, _mm512_set1_epi8((char)v->zeros[n * ng + g]),
+                              _mm512_set1_ps(v->scales[n * ng + g]), w);
+                    for (int i = 0; i < 4; i++) _mm512_storeu_ps(o + k + 16 * i, w[i]);
+                }
+        } else if (v->scheme->id == DSQ_SCHEME_F32 || v->scheme->id == DSQ_SCHEME_BF16) {
+            for (; k + 64 <= k1; k += 64) {
+                __m512 w[4];
+                flt_load64(v, row, k, w);
+                for (int i = 0; i < 4; i++) _mm512_storeu_ps(o + k + 16 * i, w[i]);
+            }
+        }
+        for (; k < k1; k++) o[k] = deq_scalar(v, row, n, k);
+    }
+}
+
+const dsq_kernels dsq_kernels_avx512_impl = {
+    .name = "avx512",
+    .absmax_bits = z_absmax_bits,
+    .minmax = z_minmax,
+    .quant_i8 = z_quant_i8,
+    .sum_i8 = z_sum_i8,
+    .f32_to_bf16 = z_f32_to_bf16,
+    .gemm_w8 = z_gemm_w8,
+    .gemm_w4 = z_gemm_w4,
+    .gemv_f = z_gemv_f,
+    .dequant_tile = z_dequant_tile,
+};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+
+#endif /* x86 */

@@ -1,0 +1,253 @@
+/* kernels_ref.c - the scalar reference kernels (the specification every fast
+ * level is tested against) and the run-time dispatch between levels. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")   /* the float order below is the spec */
+#endif
+
+#include "kernels.h"
+#include "dsq_mem.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#endif
+
+/* ---- element access (shared by dequantize, dequant_tile and gemv) -------- */
+
+static inline float ref_deq(const dsq_qview *v, int64_t n, int64_t k)
+{
+    const uint8_t *row = v->w + (size_t)n * v->layout.row_bytes;
+    switch (v->scheme->id) {
+    case DSQ_SCHEME_F32: {
+        float f;
+        memcpy(&f, row + 4 * k, 4);
+        return f;
+    }
+    case DSQ_SCHEME_BF16: return dsq_bf16_to_f32(dsq_load_u16le(row + 2 * k));
+    case DSQ_SCHEME_W8A8_DYNAMIC:
+    case DSQ_SCHEME_W8A8:
+        return (float)(int8_t)row[k] * v->scales[n];
+    case DSQ_SCHEME_W4A8: {
+        size_t i = (size_t)n * (size_t)v->layout.ngroups + (size_t)(k / v->layout.gsize);
+        return (float)(dsq_i4_get(row, k) - 8) * v->scales[i];
+    }
+    case DSQ_SCHEME_AWQ_W4A16: {
+        size_t i = (size_t)n * (size_t)v->layout.ngroups + (size_t)(k / v->layout.gsize);
+        return (float)(dsq_i4_get(row, k) - (int)v->zeros[i]) * v->scales[i];
+    }
+    default: return 0.0f;
+    }
+}
+
+/* ---- quantize-side primitives -------------------------------------------- */
+
+static uint32_t ref_absmax_bits(const float *x, int64_t n)
+{
+    uint32_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b = dsq_f32_bits(x[i]) & 0x7fffffffu;
+        if (b > m) m = b;
+    }
+    return m;
+}
+
+static void ref_minmax(const float *x, int64_t n, float *mn, float *mx)
+{
+    float lo = x[0], hi = x[0];
+    for (int64_t i = 1; i < n; i++) {
+        lo = fminf(lo, x[i]);
+        hi = fmaxf(hi, x[i]);
+    }
+    *mn = lo;
+    *mx = hi;
+}
+
+static void ref_quant_i8(const float *x, int64_t n, float scale, int32_t add, int32_t lo,
+                         int32_t hi, int8_t *q)
+{
+    const float flo = (float)(lo - add), fhi = (float)(hi - add);
+    for (int64_t i = 0; i < n; i++) {
+        float r = rintf(x[i] / scale);
+        r = fmaxf(r, flo);  /* NaN -> flo */
+        r = fminf(r, fhi);
+        q[i] = (int8_t)((int32_t)r + add);
+    }
+}
+
+static int32_t ref_sum_i8(const int8_t *q, int64_t n)
+{
+    int32_t s = 0;
+    for (int64_t i = 0; i < n; i++) s += q[i];
+    return s;
+}
+
+static void ref_f32_to_bf16(const float *x, int64_t n, uint16_t *out)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = dsq_f32_to_bf16(x[i]);
+}
+
+/* ---- int gemms ----------------------------------------------------------- */
+
+static void ref_gemm_w8(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1,
+                        float *y)
+{
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    const int is_static = v->scheme->act == DSQ_ACT_INT8_STATIC;
+    for (int64_t n = n0; n < n1; n++) {
+        const int8_t *wr = (const int8_t *)(v->w + (size_t)n * v->layout.row_bytes);
+        for (int64_t t = 0; t < a->T; t++) {
+            const int8_t *xr = a->q + t * a->kpad;
+            uint32_t acc = 0; /* wraps like the SIMD lanes; the true value fits */
+            for (int64_t k = 0; k < cols; k++) acc += (uint32_t)((int32_t)xr[k] * (int32_t)wr[k]);
+            float out;
+            if (is_static) {
+                acc -= (uint32_t)v->act_offset * (uint32_t)v->rowsum[n];
+                out = (float)(int32_t)acc * (v->act_scale * v->scales[n]);
+            } else {
+                out = ((float)(int32_t)acc * v->scales[n]) * a->scale[t];
+            }
+            y[t * rows + n] = out;
+        }
+    }
+}
+
+static void ref_gemm_w4(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1,
+                        float *y)
+{
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    const int64_t ng = v->layout.ngroups, gs = v->layout.gsize;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *wr = v->w + (size_t)n * v->layout.row_bytes;
+        const float *sc = v->scales + n * ng;
+        for (int64_t t = 0; t < a->T; t++) {
+            const int8_t *xr = a->q + t * a->kpad;
+            float sum = 0.0f;
+            for (int64_t g = 0; g < ng; g++) {
+                int64_t k0 = g * gs, k1 = k0 + gs < cols ? k0 + gs : cols;
+                int32_t acc = 0;
+                for (int64_t k = k0; k < k1; k++) acc += (int32_t)xr[k] * (dsq_i4_get(wr, k) - 8);
+                sum = fmaf((float)acc, sc[g], sum);
+            }
+            y[t * rows + n] = sum * a->scale[t];
+        }
+    }
+}
+
+/* ---- float schemes -------------------------------------------------------- */
+
+/* Reference dot: double accumulation, so it is (nearly) the exact dot of the
+ * dequantized row with x; fast kernels are tested against it with the float
+ * dot error bound. */
+static void ref_gemv_f(const dsq_qview *v, const float *x, int64_t T, int64_t n0, int64_t n1,
+                       float *y)
+{
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    for (int64_t n = n0; n < n1; n++)
+        for (int64_t t = 0; t < T; t++) {
+            const float *xr = x + t * cols;
+            double acc = 0.0;
+            for (int64_t k = 0; k < cols; k++) acc += (double)ref_deq(v, n, k) * xr[k];
+            y[t * rows + n] = (float)acc;
+        }
+}
+
+static void ref_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
+                             float *out, int64_t ldo)
+{
+    for (int64_t n = n0; n < n1; n++)
+        for (int64_t k = k0; k < k1; k++) out[(n - n0) * ldo + (k - k0)] = ref_deq(v, n, k);
+}
+
+const dsq_kernels dsq_kernels_ref_impl = {
+    .name = "ref",
+    .absmax_bits = ref_absmax_bits,
+    .minmax = ref_minmax,
+    .quant_i8 = ref_quant_i8,
+    .sum_i8 = ref_sum_i8,
+    .f32_to_bf16 = ref_f32_to_bf16,
+    .gemm_w8 = ref_gemm_w8,
+    .gemm_w4 = ref_gemm_w4,
+    .gemv_f = ref_gemv_f,
+    .dequant_tile = ref_dequant_tile,
+};
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+static int level_supported(const dsq_kernels *k)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (k == &dsq_kernels_avx2_impl)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (k == &dsq_kernels_avx512_impl)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+               __builtin_cpu_supports("fma");
+#endif
+#if defined(__aarch64__)
+    if (k == &dsq_kernels_neon_impl) {
+#if defined(__linux__)
+        return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;   /* SDOT */
+#elif defined(__APPLE__)
+        return 1;   /* every Apple arm64 CPU has dotprod */
+#else
+        return 0;
+#endif
+    }
+#endif
+    return k == &dsq_kernels_ref_impl;
+}
+
+static const dsq_kernels *const g_levels[] = {
+    &dsq_kernels_ref_impl,
+#if defined(__x86_64__) || defined(__i386__)
+    &dsq_kernels_avx2_impl,
+    &dsq_kernels_avx512_impl,
+#endif
+#if defined(__aarch64__)
+    &dsq_kernels_neon_impl,
+#endif
+};
+#define N_LEVELS ((int)(sizeof g_levels / sizeof g_levels[0]))
+
+int dsq_kernels_list(const dsq_kernels **out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < N_LEVELS && n < max; i++)
+        if (level_supported(g_levels[i])) out[n++] = g_levels[i];
+    return n;
+}
+
+const dsq_kernels *dsq_kernels_ref(void) { return &dsq_kernels_ref_impl; }
+
+static const dsq_kernels *pick(void)
+{
+    const char *env = getenv("DSQ_SIMD");
+    const dsq_kernels *best = &dsq_kernels_ref_impl;
+    for (int i = 0; i < N_LEVELS; i++) {
+        if (!level_supported(g_levels[i])) continue;
+        if (env && *env) {
+            if (!strcmp(env, g_levels[i]->name)) return g_levels[i];
+        } else {
+            best = g_levels[i];  /* levels are listed slowest first */
+        }
+    }
+    return best;
+}
+
+const dsq_kernels *dsq_kernels_get(void)
+{
+    static const dsq_kernels *_Atomic cached;
+    const dsq_kernels *k = cached;
+    if (!k) {
+        k = pick();   /* idempotent: a race only computes it twice */
+        cached = k;
+    }
+    return k;
+}

@@ -1,0 +1,345 @@
+/* scheme.h - quantization schemes: one scheme = one table row.
+ *
+ * A scheme turns a float32 weight matrix W [rows = out_features, cols =
+ * in_features] into ONE contiguous, position-independent, little-endian
+ * blob (what the .dsq container stores and the engine mmaps), and knows how
+ * to dequantize it and multiply it with activations. Every fast kernel has a
+ * scalar reference twin (gemm_ref) that is the specification; tests loop over
+ * the table (tests/test_quant.c), so a new scheme is one new row.
+ *
+ * ===================================================================
+ * Scheme ids (PINNED: stored in .dsq files; never renumber or reuse)
+ * ===================================================================
+ *   0 f32           float32 passthrough
+ *   1 bf16          bfloat16 passthrough (round to nearest even from f32)
+ *   2 w8a8-dynamic  int8 sym per-output-channel W, int8 per-token dynamic act
+ *   3 w8a8          int8 sym per-output-channel W, int8 STATIC per-tensor
+ *                   asymmetric act (msModelSlim W8A8)
+ *   4 w4a8          int4 sym W (per channel or group-wise), int8 per-token act
+ *   5 awq-w4a16     int4 ASYMMETRIC W, uint4 zero points, groups (AutoAWQ),
+ *                   float activations (alias "w4a16")
+ *   6 (reserved for f16)
+ *
+ * ===================================================================
+ * Quantization math (all rounding is round-half-to-even, i.e. rintf / torch.round;
+ * divisions are true IEEE divisions, as in the reference tools)
+ * ===================================================================
+ * Notation: a "group" is a run of input columns of one output row that shares
+ * a scale. group_size 0 = one group per row (per output channel). Otherwise
+ * group g of row n covers columns [g*G, min((g+1)*G, cols)); the LAST GROUP
+ * IS RAGGED when cols % G != 0: it covers only the remaining real columns and
+ * its scale/zero are computed over those columns only.
+ *
+ * Symmetric (w8a8*, w4a8), QMAX = 127 (int8) or 7 (int4):
+ *     amax  = max |w| over the group        (after in_scale, after clipping)
+ *     scale = max(amax / QMAX, DSQ_QSCALE_MIN)    never 0, never NaN
+ *     q     = clamp(rint(w / scale), QLO, QMAX)   QLO = -127 (int8), -8 (int4)
+ *     deq   = q * scale
+ *   (int8 codes stay symmetric, -128 unused; kernels still compute exactly if a
+ *   file holds -128.)
+ * Asymmetric AutoAWQ (awq-w4a16), codes 0..15, min/max over the group
+ * widened to include 0 (min <= 0 <= max; identical to AutoAWQ whenever a group
+ * has both signs, and keeps one-signed groups within scale/2):
+ *     scale = max(max - min, 1e-5) / 15
+ *     zero  = clamp(-rint(min / scale), 0, 15)
+ *     q     = clamp(rint(w / scale) + zero, 0, 15)
+ *     deq   = (q - zero) * scale
+ * Per-token int8 activations (w8a8-dynamic, w4a8):
+ *     s_x = max(amax_t / 127, DSQ_QSCALE_MIN);  q_x = clamp(rint(x / s_x), -127, 127)
+ * Static int8 activations (w8a8, msModelSlim):
+ *     q_x = clamp(rint(x / act_scale) + act_offset, -128, 127)
+ *   (act_offset is an integer; rint(x/s + o) == rint(x/s) + o for integer o.)
+ *
+ * Outputs (integer sums are exact; the float steps below are THE order, the
+ * fast kernels perform exactly these float operations, so int paths are bit
+ * identical to gemm_ref on every ISA):
+ *   w8a8-dynamic: acc = sum_k q_x[t,k] q_w[n,k]            (int32)
+ *                 y   = ((float)acc * s_w[n]) * s_x[t]
+ *   w8a8 static : acc = sum_k q_x[t,k] q_w[n,k] - act_offset * rowsum[n]
+ *                 y   = (float)acc * (act_scale * s_w[n])   (deq_scale, one f32 mul)
+ *   w4a8        : acc_g = sum_{k in g} q_x[t,k] q_w[n,k]    (int32 per group)
+ *                 sum = 0; for g in order: sum = fmaf((float)acc_g, s_w[n,g], sum)
+ *                 y   = sum * s_x[t]
+ *   awq-w4a16, bf16, f32: float dot of deq(W) row with x. Summation order is
+ *     NOT pinned (prefill uses OpenBLAS sgemm); fast vs ref agree within the
+ *     float dot error bound 2*cols*2^-24*sum|w x| (tested).
+ * Int accumulators cannot overflow: int schemes require cols <= 65536
+ * (DSQ_QMAX_INT_COLS); 65536*255*127 < 2^31.
+ *
+ * in_scale (SmoothQuant / AWQ per-input-channel factors): quantize encodes
+ * W'[:,j] = W[:,j] * in_scale[j]. The caller must feed x[j] / in_scale[j] to
+ * the gemm (normally folded into the previous norm/linear upstream). Nothing
+ * about in_scale is stored in the blob.
+ *
+ * ===================================================================
+ * Blob layout, layout version 1 (every offset is from the blob start; every
+ * section starts at a multiple of 64; all padding bytes are zero and are
+ * never read as data; all integers and floats little-endian)
+ * ===================================================================
+ *   [0, 64)   header, struct dsq_qblob_header below:
+ *               0 magic "DSQW"            4 u32 layout version (1)
+ *               8 u32 scheme id          12 i32 group_size (0 = per row)
+ *              16 i64 rows               24 i64 cols
+ *              32 u64 blob size (bytes)  40 u32 groups per row
+ *              44 u32 flags (bit 0: static activation params valid)
+ *              48 f32 act_scale          52 i32 act_offset   (w8a8 only, else 0)
+ *              56 8 zero bytes
+ *   W   at 64: rows x row_bytes, row-major by output row. row_bytes is a
+ *             multiple of 64:
+ *               f32  : align64(4*cols)       little-endian float32
+ *               bf16 : align64(2*cols)       bf16 bits (u16)
+ *               int8 : align64(cols)         int8 two's complement, q in [-127,127]
+ *               int4 : 64 * ceil(cols/128)   see "int4 blocks" below
+ *   S   scales: f32 [rows][groups]              (int and awq schemes)
+ *   Z   zeros : u8  [rows][groups], 0..15        (awq only; one code per byte)
+ *   R   rowsum: i32 [rows] = sum_k q_w[n,k]      (w8a8-dynamic and w8a8; used by the
+ *             static offset correction and the AVX-512 unsigned-activation trick;
+ *             not re-verified on load: a wrong sum gives wrong numbers, never an
+ *             out-of-bounds access)
+ *   Sections follow in the order W, S, Z, R; each absent section has size 0;
+ *   each present section's size is rounded up to 64. dsq_qlayout_get() gives
+ *   the offsets; blob size = end of the last section.
+ *
+ *   int4 blocks: a row is cut into blocks of 128 columns, 64 bytes each.
+ *   Byte j (0..63) of block b holds column 128b+j in its LOW nibble and
+ *   column 128b+64+j in its HIGH nibble. (This lets one 64/32/16-byte SIMD
+ *   load unpack into runs of consecutive columns with just and/shift.)
+ *   Nibble value: w4a8 stores u = q + 8 (offset binary, 0..15, as
+ *   compressed-tensors pack-quantized; XOR 0x88 converts a byte to/from
+ *   msModelSlim's two's-complement nibbles); awq stores q (0..15) directly.
+ *   Columns >= cols are zero nibbles. int4 groups must be multiples of 64.
+ *
+ * ===================================================================
+ * Threading and determinism
+ * ===================================================================
+ * quantize() writes only its row range's parts of W, S, Z, R, so threads or a
+ * streaming converter may quantize disjoint row ranges of one blob in any
+ * order. The call whose row range starts at row 0 also writes the header
+ * (and static activation params); exactly one call must cover row 0.
+ * gemm() splits output rows into fixed blocks over a dsq_pool; every output
+ * element is computed by one thread with a fixed reduction order, so results
+ * are bit identical for any thread count. Float schemes with T > 4 call
+ * OpenBLAS sgemm from the pool's tasks: run OpenBLAS single-threaded
+ * (OPENBLAS_NUM_THREADS=1 / openblas_set_num_threads(1)) when a pool is used,
+ * or the two thread teams oversubscribe the cores. A call with pool == NULL
+ * runs on the caller's thread (OpenBLAS may still use its own threads).
+ *
+ * Kernels: the gemm picks the best level the CPU supports at run time (ref,
+ * avx2, avx512 = AVX-512 F/BW/VL + VNNI, neon = AArch64 + dotprod); the
+ * environment variable DSQ_SIMD=ref|avx2|avx512|neon forces one (debugging,
+ * benchmarks). quant/kernels.h documents the kernel contract.
+ */
+#ifndef DSQ_SCHEME_H
+#define DSQ_SCHEME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsq_error.h"
+#include "dsq_thread.h"
+
+/* ---- pinned ids ---------------------------------------------------------- */
+enum dsq_scheme_id {
+    DSQ_SCHEME_F32          = 0,
+    DSQ_SCHEME_BF16         = 1,
+    DSQ_SCHEME_W8A8_DYNAMIC = 2,
+    DSQ_SCHEME_W8A8         = 3,
+    DSQ_SCHEME_W4A8         = 4,
+    DSQ_SCHEME_AWQ_W4A16    = 5,
+    DSQ_SCHEME_F16          = 6,   /* reserved, not implemented */
+    DSQ_SCHEME_ID_COUNT     = 7    /* sentinel: ids are < this */
+};
+
+/* How a scheme's gemm consumes activations (the caller always passes f32). */
+enum dsq_act_format {
+    DSQ_ACT_FLOAT       = 0,  /* x used as float32 */
+    DSQ_ACT_INT8_TOKEN  = 1,  /* int8 symmetric, one scale per token, at run time */
+    DSQ_ACT_INT8_STATIC = 2   /* int8 asymmetric, per-tensor scale+offset from calibration */
+};
+
+#define DSQ_QBLOB_MAGIC      "DSQW"
+#define DSQ_QBLOB_VERSION    1u
+#define DSQ_QBLOB_ALIGN      64
+#define DSQ_QBLOB_HEADER     64
+#define DSQ_QBLOB_F_ACT_STATIC 1u
+#define DSQ_QSCALE_MIN       7.8886090522101181e-31f /* 2^-100: floor for scales */
+#define DSQ_QMAX_INT_COLS    65536   /* int schemes: cols limit (int32 accumulators) */
+#define DSQ_GROUP_DEFAULT    (-1)    /* dsq_qshape_init: use the scheme's default */
+
+/* On-blob header (exactly 64 bytes; the blob is little-endian, as is every
+ * host dsq supports, so this struct is read in place). */
+typedef struct dsq_qblob_header {
+    char     magic[4];     /* "DSQW" */
+    uint32_t version;      /* DSQ_QBLOB_VERSION */
+    uint32_t scheme_id;    /* enum dsq_scheme_id */
+    int32_t  group_size;   /* 0 = one group per row */
+    int64_t  rows;         /* out_features */
+    int64_t  cols;         /* in_features */
+    uint64_t blob_size;    /* total bytes, header included */
+    uint32_t ngroups;      /* groups per row */
+    uint32_t flags;        /* DSQ_QBLOB_F_* */
+    float    act_scale;    /* static activation scale (w8a8), else 0 */
+    int32_t  act_offset;   /* static activation offset, -128..127 (w8a8), else 0 */
+    uint8_t  reserved[8];  /* zero */
+} dsq_qblob_header;
+_Static_assert(sizeof(dsq_qblob_header) == DSQ_QBLOB_HEADER, "dsq_qblob_header must be 64 bytes");
+
+/* Matrix shape. rows = out_features (y has `rows` values per token), cols =
+ * in_features. group_size: 0 = per output row; int4 schemes accept 0 or a
+ * positive multiple of 64; w8/float schemes accept only 0. */
+typedef struct dsq_qshape {
+    int64_t rows;
+    int64_t cols;
+    int32_t group_size;
+} dsq_qshape;
+
+/* Section offsets and sizes of a blob (derived from scheme + shape only). */
+typedef struct dsq_qlayout {
+    int64_t ngroups;       /* groups per row (1 when group_size == 0) */
+    int64_t gsize;         /* columns per full group (cols when group_size == 0) */
+    size_t  row_bytes;     /* stride of W rows, multiple of 64 */
+    size_t  w_off, w_size;
+    size_t  s_off, s_size; /* size 0 when absent */
+    size_t  z_off, z_size;
+    size_t  r_off, r_size;
+    size_t  total;         /* blob size */
+} dsq_qlayout;
+
+/* Quantization parameters. Zero-initialise (or dsq_qparams_init) for defaults. */
+typedef struct dsq_qparams {
+    /* optional [cols]: SmoothQuant / AWQ per-input-channel factors; quantize
+     * encodes W[:,j] * in_scale[j] (see top comment). Must be finite and > 0. */
+    const float *in_scale;
+    /* optional [cols]: activation importance, e.g. mean |x_j| from
+     * calibration; weights the clip-search error (sum_j (imp_j * err_j)^2). */
+    const float *importance;
+    /* nonzero: per group, try clipping the range to amax*(1 - i/20), i < 10,
+     * and keep the ratio with the least (importance-weighted) squared error
+     * (AutoAWQ _compute_best_clip, with a weight-space proxy for X.W). */
+    int clip_search;
+    /* nonzero: NaN/Inf weights are tolerated: the scale is computed over
+     * finite values, NaN encodes as 0, +-Inf saturate. Default: refuse with
+     * DSQ_ERR_NONFINITE. */
+    int allow_nonfinite;
+
+    /* ---- static activation quantization (w8a8 only; one of these) ------ */
+    /* (a) explicit per-tensor params (msModelSlim input_scale/input_offset) */
+    int   has_act_static;
+    float act_scale;       /* > 0, finite */
+    float act_offset;      /* integer-valued, -128..127 */
+    /* (b) per-input-channel calibration statistics [cols]: min and max of
+     * x_j, or (c) absmax of x_j (gives a symmetric scale, offset 0). They
+     * describe x BEFORE in_scale division unless act_stats_smoothed is set;
+     * with in_scale given and act_stats_smoothed == 0, quantize divides them
+     * by in_scale[j]. The tensor range is widened to include 0, then
+     * scale = (max - min)/255, offset = clamp(rint(-128 - min/scale), -128, 127). */
+    const float *act_min;
+    const float *act_max;
+    const float *act_absmax;
+    int act_stats_smoothed;
+} dsq_qparams;
+
+/* A validated, read-only view of one blob (the blob is borrowed). */
+typedef struct dsq_qview {
+    const struct dsq_scheme *scheme;
+    dsq_qshape     shape;
+    dsq_qlayout    layout;
+    const uint8_t *blob;
+    size_t         blob_size;
+    const uint8_t *w;          /* W section; row n at w + n * layout.row_bytes */
+    const float   *scales;     /* [rows][ngroups] or NULL */
+    const uint8_t *zeros;      /* [rows][ngroups] (awq) or NULL */
+    const int32_t *rowsum;     /* [rows] (w8 schemes) or NULL */
+    float          act_scale;  /* static activation params (w8a8) */
+    int32_t        act_offset;
+} dsq_qview;
+
+/* One table row. All function pointers are non-NULL for implemented rows. */
+typedef struct dsq_scheme {
+    const char *name;            /* canonical, e.g. "w8a8-dynamic" */
+    const char *alias;           /* or NULL, e.g. "w4a16" */
+    const char *description;     /* one line for --help / inspect */
+    uint32_t    id;              /* enum dsq_scheme_id */
+    int         weight_bits;     /* bits per stored weight code: 32, 16, 8, 4 */
+    enum dsq_act_format act;
+    int         needs_calibration; /* quantize refuses without activation stats */
+    int32_t     default_group_size;
+    int         symmetric;       /* 1: zero point is 0 */
+    int         qmin, qmax;      /* code grid: deq = (q - zero) * scale (int schemes) */
+    int         has_scales, has_zeros, has_rowsum; /* sections present */
+
+    /* Blob size for a shape. DSQ_ERR_INVALID_ARG (rows/cols < 1),
+     * DSQ_ERR_UNSUPPORTED (group size, cols limit), DSQ_ERR_OVERFLOW. */
+    int (*blob_size)(const dsq_qshape *shape, size_t *out);
+
+    /* Quantize rows [row0, row0+nrows) of W. w points at row row0 (nrows x
+     * cols floats, contiguous). blob is the WHOLE blob (blob_size bytes, any
+     * 4-byte aligned buffer); only this row range's parts are written, plus
+     * the header when row0 == 0. params may be NULL (defaults). Errors:
+     * DSQ_ERR_NONFINITE (NaN/Inf weight, diag names row and column),
+     * DSQ_ERR_INVALID_ARG (bad params; "w8a8 needs calibration statistics"). */
+    int (*quantize)(const float *w, int64_t row0, int64_t nrows,
+                    const dsq_qshape *shape, const dsq_qparams *params,
+                    uint8_t *blob, dsq_diag *diag);
+
+    /* out[(r - row0) * cols + c] = deq(W)[r][c] for r in [row0, row0+nrows). */
+    void (*dequantize)(const dsq_qview *v, int64_t row0, int64_t nrows, float *out);
+
+    /* y[t*rows + n] = sum_k W[n,k] x[t*cols + k], t < T (x, y contiguous,
+     * must not overlap). Fast: best kernel for this CPU, rows split over pool
+     * (NULL = caller's thread only). scratch: NULL (allocated inside) or at
+     * least gemm_scratch(v, T, dsq_pool_size(pool)) bytes, 64-byte aligned.
+     * Returns 0, DSQ_ERR_NOMEM or DSQ_ERR_INVALID_ARG. */
+    int (*gemm)(const dsq_qview *v, const float *x, int64_t T, float *y,
+                dsq_pool *pool, void *scratch, size_t scratch_size);
+    /* Scalar reference: the specification. Serial, allocates its own scratch. */
+    int (*gemm_ref)(const dsq_qview *v, const float *x, int64_t T, float *y);
+    size_t (*gemm_scratch)(const dsq_qview *v, int64_t T, int nthreads);
+
+    /* Analytic bound on |w - deq| for one element, given the stored scale and
+     * zero: RTN onto the grid {(q - zero) * scale : qmin <= q <= qmax} errs by
+     * at most scale/2 inside the grid range and by the distance to the range
+     * outside it (clipping), plus float rounding slack. w is the value that
+     * was quantized (after in_scale). 0-ish for f32; bf16 half-ulp for bf16. */
+    double (*error_bound)(const dsq_qview *v, int64_t row, int64_t col, float w);
+} dsq_scheme;
+
+/* ---- the table ----------------------------------------------------------- */
+int dsq_scheme_count(void);                        /* rows in the table */
+const dsq_scheme *dsq_scheme_at(int i);            /* NULL when out of range */
+const dsq_scheme *dsq_scheme_by_id(uint32_t id);   /* NULL when unknown/reserved */
+const dsq_scheme *dsq_scheme_by_name(const char *name); /* name or alias, case-insensitive */
+
+/* ---- shapes, layouts, params --------------------------------------------- */
+/* Fill *s, resolving DSQ_GROUP_DEFAULT to the scheme default; validates via
+ * blob_size. */
+int dsq_qshape_init(dsq_qshape *s, const dsq_scheme *sc, int64_t rows, int64_t cols,
+                    int32_t group_size);
+/* Section offsets for scheme + shape (validates like blob_size). */
+int dsq_qlayout_get(const dsq_scheme *sc, const dsq_qshape *shape, dsq_qlayout *out);
+void dsq_qparams_init(dsq_qparams *p);
+
+/* ---- views --------------------------------------------------------------- */
+/* Validate a blob (hostile input: from a file) and fill *v. sc may be NULL
+ * (taken from the header); otherwise header id, shape and group size must
+ * match sc and *shape (shape may be NULL: taken from the header). Checks:
+ * size == layout total, 4-byte alignment, magic/version/flags, reserved bytes
+ * zero, every scale finite and > 0, zeros <= 15, static act params sane.
+ * Cost: one pass over S and Z (not W). DSQ_ERR_FORMAT / DSQ_ERR_TRUNCATED /
+ * DSQ_ERR_NONFINITE / DSQ_ERR_SHAPE / DSQ_ERR_UNSUPPORTED. */
+int dsq_qview_init(dsq_qview *v, const dsq_scheme *sc, const dsq_qshape *shape,
+                   const void *blob, size_t blob_size, dsq_diag *diag);
+
+/* ---- whole-tensor helpers ------------------------------------------------- */
+/* Quantize a whole tensor, rows split over pool (NULL = serial). */
+int dsq_quantize_tensor(const dsq_scheme *sc, const float *w, const dsq_qshape *shape,
+                        const dsq_qparams *params, uint8_t *blob, dsq_pool *pool,
+                        dsq_diag *diag);
+/* Relative error over rows [row0, row0+nrows): adds sum (w - weff)^2 to *err2
+ * and sum w^2 to *ref2 (accumulate over chunks; rel = sqrt(err2/ref2)), where
+ * weff = deq(W)[n,j] / in_scale[j] (in_scale may be NULL), i.e. the weight the
+ * model effectively uses. w points at row row0. */
+int dsq_qrel_error(const dsq_qview *v, const float *w, int64_t row0, int64_t nrows,
+                   const float *in_scale, double *err2, double *ref2);
+
+#endif

@@ -1,0 +1,239 @@
+/* scheme_float.c - f32 and bf16 passthrough rows, and the float gemm driver
+ * shared by every scheme with float activations (f32, bf16, awq-w4a16).
+ *
+ * Float gemm: decode-sized T (<= FLT_GEMV_MAX_T) runs the kernel level's
+ * gemv_f over row blocks split across the pool (weights are streamed once,
+ * which is what decode is bound by). Larger T gives each pool task a block
+ * of FLT_RB output rows: it dequantizes [FLT_RB x FLT_KB] tiles (L2 sized)
+ * into its own buffer and accumulates them with OpenBLAS cblas_sgemm (beta
+ * = 1 after the first K tile); f32 blobs go to sgemm directly. The calls'
+ * shapes are fixed by the matrix, not by the thread count, so results do not
+ * depend on the pool size. The summation order is OpenBLAS's, so fast vs
+ * reference agree within the float dot bound (tests), not bit for bit.
+ *
+ * Threads: the pool parallelizes over row blocks, so OpenBLAS should run
+ * single-threaded (OPENBLAS_NUM_THREADS=1 or openblas_set_num_threads(1) in
+ * the program) or the two thread teams oversubscribe the cores. This library
+ * does not change the global OpenBLAS setting itself. */
+#include "scheme.h"
+#include "kernels.h"
+#include "dsq_mem.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FLT_GEMV_MAX_T 4
+#define FLT_ROW_BLOCK  32     /* rows per pool task in gemv */
+#define FLT_RB         128    /* output rows per pool task (sgemm path) */
+#define FLT_KB         512    /* dequantized tile columns (multiple of 128); 256 KB tiles */
+
+/* ---- passthrough rows ---------------------------------------------------- */
+
+int dsq_f32_blob_size(const dsq_qshape *s, size_t *out)
+{
+    dsq_qlayout L;
+    int rc = dsq_qlayout_get(dsq_scheme_by_id(DSQ_SCHEME_F32), s, &L);
+    if (rc == 0) *out = L.total;
+    return rc;
+}
+
+int dsq_bf16_blob_size(const dsq_qshape *s, size_t *out)
+{
+    dsq_qlayout L;
+    int rc = dsq_qlayout_get(dsq_scheme_by_id(DSQ_SCHEME_BF16), s, &L);
+    if (rc == 0) *out = L.total;
+    return rc;
+}
+
+static int pass_quantize(uint32_t id, const float *w, int64_t row0, int64_t nrows,
+                         const dsq_qshape *shape, const dsq_qparams *p, uint8_t *blob,
+                         dsq_diag *diag)
+{
+    const dsq_scheme *sc = dsq_scheme_by_id(id);
+    dsq_qparams defaults;
+    if (!p) {
+        dsq_qparams_init(&defaults);
+        p = &defaults;
+    }
+    dsq_qlayout L;
+    int rc = dsq_quantize_check(sc, row0, nrows, shape, p, &L, diag);
+    if (rc < 0) return rc;
+    if (!w || !blob) return dsq_fail(diag, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "null argument");
+    if (row0 == 0) dsq_qblob_write_header(blob, sc, shape, &L, 0, 0.0f, 0);
+    const dsq_kernels *k = dsq_kernels_get();
+    const int64_t cols = shape->cols;
+    float *tmp = NULL;
+    if (p->in_scale || p->allow_nonfinite) {
+        tmp = malloc((size_t)cols * sizeof *tmp);
+        if (!tmp) return dsq_fail(diag, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    for (int64_t i = 0; i < nrows; i++) {
+        int64_t n = row0 + i, bad = -1;
+        const float *row;
+        rc = dsq_qrow_prepare(k, w + i * cols, cols, p->in_scale, p->allow_nonfinite, tmp, &row, &bad);
+        if (rc < 0) {
+            dsq_fail(diag, rc, NULL, NULL, -1, "non-finite weight at row %lld column %lld",
+                     (long long)n, (long long)bad);
+            break;
+        }
+        uint8_t *o = blob + L.w_off + (size_t)n * L.row_bytes;
+        size_t used;
+        if (id == DSQ_SCHEME_F32) {
+            used = (size_t)cols * 4;
+            memcpy(o, row, used);
+        } else {
+            used = (size_t)cols * 2;
+            k->f32_to_bf16(row, cols, (uint16_t *)o);
+        }
+        memset(o + used, 0, L.row_bytes - used);
+    }
+    free(tmp);
+    return rc;
+}
+
+int dsq_f32_quantize(const float *w, int64_t row0, int64_t nrows, const dsq_qshape *shape,
+                     const dsq_qparams *p, uint8_t *blob, dsq_diag *diag)
+{
+    return pass_quantize(DSQ_SCHEME_F32, w, row0, nrows, shape, p, blob, diag);
+}
+
+int dsq_bf16_quantize(const float *w, int64_t row0, int64_t nrows, const dsq_qshape *shape,
+                      const dsq_qparams *p, uint8_t *blob, dsq_diag *diag)
+{
+    return pass_quantize(DSQ_SCHEME_BF16, w, row0, nrows, shape, p, blob, diag);
+}
+
+void dsq_f32_dequantize(const dsq_qview *v, int64_t row0, int64_t nrows, float *out)
+{
+    const int64_t cols = v->shape.cols;
+    for (int64_t i = 0; i < nrows; i++)
+        memcpy(out + i * cols, v->w + (size_t)(row0 + i) * v->layout.row_bytes, (size_t)cols * 4);
+}
+
+void dsq_bf16_dequantize(const dsq_qview *v, int64_t row0, int64_t nrows, float *out)
+{
+    const int64_t cols = v->shape.cols;
+    for (int64_t i = 0; i < nrows; i++) {
+        const uint16_t *h = (const uint16_t *)(v->w + (size_t)(row0 + i) * v->layout.row_bytes);
+        for (int64_t j = 0; j < cols; j++) out[i * cols + j] = dsq_bf16_to_f32(h[j]);
+    }
+}
+
+double dsq_f32_error_bound(const dsq_qview *v, int64_t row, int64_t col, float w)
+{
+    (void)v; (void)row; (void)col; (void)w;
+    return 0.0;
+}
+
+/* Round to nearest bf16: half an ulp of the 8-bit significand. */
+double dsq_bf16_error_bound(const dsq_qview *v, int64_t row, int64_t col, float w)
+{
+    (void)v; (void)row; (void)col;
+    double a = fabs((double)w);
+    if (a < 0x1p-126) return 0x1p-134;   /* subnormal range: bf16 ulp is 2^-133 */
+    int e;
+    frexp(a, &e);                        /* a in [2^(e-1), 2^e) */
+    return ldexp(1.0, e - 1 - 8);
+}
+
+/* ---- float gemm driver --------------------------------------------------- */
+
+size_t dsq_float_gemm_scratch(const dsq_qview *v, int64_t T, int nthreads)
+{
+    if (!v || T <= FLT_GEMV_MAX_T || v->scheme->id == DSQ_SCHEME_F32) return 0;
+    if (nthreads < 1) nthreads = 1;
+    /* one dequantized [FLT_RB x FLT_KB] tile per thread */
+    return (size_t)nthreads * FLT_RB * FLT_KB * sizeof(float);
+}
+
+struct gemv_job {
+    const dsq_kernels *k;
+    const dsq_qview *v;
+    const float *x;
+    int64_t T;
+    float *y;
+};
+
+static void gemv_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    struct gemv_job *j = ctx;
+    int64_t n0 = (int64_t)item * FLT_ROW_BLOCK, n1 = n0 + FLT_ROW_BLOCK;
+    if (n1 > j->v->shape.rows) n1 = j->v->shape.rows;
+    j->k->gemv_f(j->v, j->x, j->T, n0, n1, j->y);
+}
+
+struct sgemm_job {
+    const dsq_kernels *k;
+    const dsq_qview *v;
+    const float *x;
+    int64_t T;
+    float *y;
+    float *tiles;   /* FLT_RB * FLT_KB floats per thread */
+};
+
+/* One block of FLT_RB output rows: dequantize [FLT_RB x FLT_KB] tiles into
+ * this thread's buffer and accumulate x[:, k0:k1] . tile^T into y with
+ * sgemm (beta = 1 after the first tile). The call shapes depend only on the
+ * matrix, never on the thread count. */
+static void sgemm_task(void *ctx, size_t item, int tid)
+{
+    struct sgemm_job *j = ctx;
+    const dsq_qview *v = j->v;
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    int64_t r0 = (int64_t)item * FLT_RB, r1 = r0 + FLT_RB < rows ? r0 + FLT_RB : rows;
+    if (v->scheme->id == DSQ_SCHEME_F32) {
+        const float *w = (const float *)(const void *)(v->w + (size_t)r0 * v->layout.row_bytes);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->T, (int)(r1 - r0), (int)cols,
+                    1.0f, j->x, (int)cols, w, (int)(v->layout.row_bytes / 4), 0.0f, j->y + r0,
+                    (int)rows);
+        return;
+    }
+    float *tile = j->tiles + (size_t)tid * FLT_RB * FLT_KB;
+    for (int64_t k0 = 0; k0 < cols; k0 += FLT_KB) {
+        int64_t k1 = k0 + FLT_KB < cols ? k0 + FLT_KB : cols;
+        j->k->dequant_tile(v, r0, r1, k0, k1, tile, FLT_KB);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->T, (int)(r1 - r0),
+                    (int)(k1 - k0), 1.0f, j->x + k0, (int)cols, tile, FLT_KB,
+                    k0 == 0 ? 0.0f : 1.0f, j->y + r0, (int)rows);
+    }
+}
+
+int dsq_float_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
+                        float *y, dsq_pool *pool, void *scratch, size_t scratch_size)
+{
+    if (!v || !v->scheme || T < 0 || (T > 0 && (!x || !y))) return DSQ_ERR_INVALID_ARG;
+    if (T == 0) return DSQ_OK;
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    if (T <= FLT_GEMV_MAX_T || k == dsq_kernels_ref()) {
+        struct gemv_job j = { k, v, x, T, y };
+        dsq_pool_run(pool, (size_t)((rows + FLT_ROW_BLOCK - 1) / FLT_ROW_BLOCK), gemv_task, &j);
+        return DSQ_OK;
+    }
+    if (T > INT32_MAX || rows > INT32_MAX || cols > INT32_MAX) return DSQ_ERR_UNSUPPORTED;
+    size_t need = dsq_float_gemm_scratch(v, T, dsq_pool_size(pool));
+    void *own = NULL;
+    if (need && !scratch) {
+        scratch = own = dsq_aligned_alloc(need);
+        if (!own) return DSQ_ERR_NOMEM;
+    } else if (need && scratch_size < need) {
+        return DSQ_ERR_INVALID_ARG;
+    }
+    struct sgemm_job j = { k, v, x, T, y, scratch };
+    dsq_pool_run(pool, (size_t)((rows + FLT_RB - 1) / FLT_RB), sgemm_task, &j);
+    free(own);
+    return DSQ_OK;
+}
+
+int dsq_float_gemm(const dsq_qview *v, const float *x, int64_t T, float *y, dsq_pool *pool,
+                   void *scratch, size_t scratch_size)
+{
+    return dsq_float_gemm_with(dsq_kernels_get(), v, x, T, y, pool, scratch, scratch_size);
+}
+
+int dsq_float_gemm_ref(const dsq_qview *v, const float *x, int64_t T, float *y)
+{
+    return dsq_float_gemm_with(dsq_kernels_ref(), v, x, T, y, NULL, NULL, 0);
+}

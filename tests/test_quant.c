@@ -1,0 +1,889 @@
+/* test_quant.c - the quantization schemes, looping over the scheme table:
+ * layouts and round trips, analytic error bounds, every kernel level against
+ * the scalar reference (bit for bit on integer paths), gemm against a float
+ * reference, thread-count independence, hostile blobs. */
+#include "dsq_test.h"
+#include "scheme.h"
+#include "actq.h"
+#include "kernels.h"
+#include "dsq_mem.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 32);
+}
+static float frand(void) { return (float)rnd() / 4294967296.0f; }          /* [0,1) */
+static float nrand(void)                                                      /* ~N(0,1) */
+{
+    float s = 0;
+    for (int i = 0; i < 4; i++) s += frand();
+    return (s - 2.0f) * 1.7320508f;
+}
+
+static float *rand_matrix(int64_t rows, int64_t cols, float scale)
+{
+    float *w = malloc((size_t)(rows * cols) * sizeof *w);
+    assert_non_null(w);
+    for (int64_t i = 0; i < rows * cols; i++) w[i] = nrand() * scale;
+    /* a few outliers and a zero row make scales interesting */
+    if (rows * cols > 10) w[(rnd() % (uint32_t)(rows * cols))] = 9.0f * scale;
+    if (rows > 2) memset(w + cols, 0, (size_t)cols * sizeof *w);
+    return w;
+}
+
+typedef struct { int64_t rows, cols; int32_t g; } shp;
+static const shp g_shapes[] = {
+    { 1, 1, 0 }, { 3, 5, 0 }, { 7, 64, 0 }, { 17, 130, 0 }, { 33, 300, 0 }, { 8, 1000, 0 },
+    { 5, 4163, 0 }, { 9, 200, 64 }, { 6, 384, 128 }, { 11, 1000, 128 }, { 4, 513, 256 },
+    { 3, 100, 128 }, { 70, 257, 64 },
+};
+#define N_SHAPES ((int)(sizeof g_shapes / sizeof g_shapes[0]))
+
+static int shape_ok(const dsq_scheme *sc, const shp *s)
+{
+    return s->g == 0 || sc->weight_bits == 4;
+}
+
+/* Static activation statistics for x drawn by rand_x(). */
+static float g_amin[8192], g_amax[8192];
+static void set_act_stats(dsq_qparams *p, const dsq_scheme *sc, int64_t cols)
+{
+    if (sc->act != DSQ_ACT_INT8_STATIC) return;
+    for (int64_t j = 0; j < cols; j++) { g_amin[j] = -1.5f; g_amax[j] = 3.0f; }
+    p->act_min = g_amin;
+    p->act_max = g_amax;
+}
+static float *rand_x(int64_t T, int64_t cols)
+{
+    float *x = malloc((size_t)(T * cols) * sizeof *x);
+    assert_non_null(x);
+    for (int64_t i = 0; i < T * cols; i++) x[i] = -1.5f + 4.5f * frand();
+    return x;
+}
+
+/* Quantize in three row chunks, out of order (row 0's chunk in the middle). */
+static uint8_t *make_blob(const dsq_scheme *sc, const dsq_qshape *sh, const float *w,
+                          const dsq_qparams *p, size_t *size, uint8_t fill)
+{
+    assert_int_equal(sc->blob_size(sh, size), 0);
+    uint8_t *blob = dsq_aligned_alloc(*size);
+    assert_non_null(blob);
+    memset(blob, fill, *size);
+    int64_t a = sh->rows / 3, b = 2 * sh->rows / 3;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    assert_int_equal(sc->quantize(w + b * sh->cols, b, sh->rows - b, sh, p, blob, &d), 0);
+    assert_int_equal(sc->quantize(w, 0, a, sh, p, blob, &d), 0);
+    assert_int_equal(sc->quantize(w + a * sh->cols, a, b - a, sh, p, blob, &d), 0);
+    return blob;
+}
+
+/* ---- table ---------------------------------------------------------------- */
+
+static void test_table(void **state)
+{
+    (void)state;
+    assert_int_equal(DSQ_SCHEME_F32, 0);
+    assert_int_equal(DSQ_SCHEME_BF16, 1);
+    assert_int_equal(DSQ_SCHEME_W8A8_DYNAMIC, 2);
+    assert_int_equal(DSQ_SCHEME_W8A8, 3);
+    assert_int_equal(DSQ_SCHEME_W4A8, 4);
+    assert_int_equal(DSQ_SCHEME_AWQ_W4A16, 5);
+    const char *names[] = { "f32", "bf16", "w8a8-dynamic", "w8a8", "w4a8", "awq-w4a16" };
+    for (uint32_t id = 0; id < 6; id++) {
+        const dsq_scheme *s = dsq_scheme_by_id(id);
+        assert_non_null(s);
+        assert_int_equal(s->id, id);
+        assert_string_equal(s->name, names[id]);
+        assert_ptr_equal(dsq_scheme_by_name(names[id]), s);
+        assert_non_null(s->blob_size);
+        assert_non_null(s->quantize);
+        assert_non_null(s->dequantize);
+        assert_non_null(s->gemm);
+        assert_non_null(s->gemm_ref);
+        assert_non_null(s->gemm_scratch);
+        assert_non_null(s->error_bound);
+    }
+    assert_ptr_equal(dsq_scheme_by_name("w4a16"), dsq_scheme_by_id(DSQ_SCHEME_AWQ_W4A16));
+    assert_ptr_equal(dsq_scheme_by_name("W8A8-Dynamic"), dsq_scheme_by_id(2));
+    assert_null(dsq_scheme_by_name("q4_0"));
+    assert_null(dsq_scheme_by_id(DSQ_SCHEME_F16));
+    assert_null(dsq_scheme_by_id(99));
+    int n = 0;
+    for (int i = 0; i < dsq_scheme_count(); i++) n += dsq_scheme_at(i) != NULL;
+    assert_int_equal(n, 6);
+    assert_null(dsq_scheme_at(-1));
+    assert_null(dsq_scheme_at(dsq_scheme_count()));
+}
+
+static void test_int4_pack(void **state)
+{
+    (void)state;
+    for (int64_t cols = 1; cols < 400; cols += 37) {
+        uint8_t codes[400], row[256];
+        size_t rb = (size_t)(cols + 127) / 128 * 64;
+        for (int64_t j = 0; j < cols; j++) codes[j] = (uint8_t)(rnd() & 15);
+        memset(row, 0xee, sizeof row);
+        dsq_i4_pack_row(codes, cols, row, rb);
+        for (int64_t j = 0; j < cols; j++) assert_int_equal(dsq_i4_get(row, j), codes[j]);
+        for (int64_t j = cols; j < (int64_t)rb * 2; j++) assert_int_equal(dsq_i4_get(row, j), 0);
+        assert_int_equal(row[rb], 0xee);  /* nothing past the row */
+    }
+}
+
+/* Layout sizes and group-size rules. */
+static void test_layout_rules(void **state)
+{
+    (void)state;
+    const dsq_scheme *w4 = dsq_scheme_by_id(DSQ_SCHEME_W4A8), *w8 = dsq_scheme_by_id(2);
+    dsq_qshape s = { 10, 1000, 128 };
+    dsq_qlayout L;
+    assert_int_equal(dsq_qlayout_get(w4, &s, &L), 0);
+    assert_int_equal(L.ngroups, 8);
+    assert_int_equal(L.row_bytes, 8 * 64);
+    assert_int_equal(L.w_off, 64);
+    assert_int_equal(L.s_off % 64, 0);
+    assert_int_equal(L.total, 64 + 10 * 512 + dsq_align_up(10 * 8 * 4, 64));
+    s.group_size = 96;
+    size_t n;
+    assert_int_equal(w4->blob_size(&s, &n), DSQ_ERR_UNSUPPORTED);
+    s.group_size = 128;
+    assert_int_equal(w8->blob_size(&s, &n), DSQ_ERR_UNSUPPORTED);
+    s.group_size = 0;
+    s.cols = DSQ_QMAX_INT_COLS + 1;
+    assert_int_equal(w8->blob_size(&s, &n), DSQ_ERR_UNSUPPORTED);
+    s.cols = 0;
+    assert_int_equal(w8->blob_size(&s, &n), DSQ_ERR_INVALID_ARG);
+    s.rows = INT64_MAX / 2;
+    s.cols = 100;
+    assert_true(w8->blob_size(&s, &n) < 0);
+    dsq_qshape d;
+    assert_int_equal(dsq_qshape_init(&d, dsq_scheme_by_id(DSQ_SCHEME_AWQ_W4A16), 4, 256,
+                                     DSQ_GROUP_DEFAULT), 0);
+    assert_int_equal(d.group_size, 128);
+}
+
+/* ---- round trip, bounds, padding, determinism ------------------------------ */
+
+static void check_scheme_roundtrip(const dsq_scheme *sc, const shp *s)
+{
+    dsq_qshape sh = { s->rows, s->cols, s->g };
+    float *w = rand_matrix(sh.rows, sh.cols, 0.05f);
+    dsq_qparams p;
+    dsq_qparams_init(&p);
+    set_act_stats(&p, sc, sh.cols);
+    size_t n1, n2;
+    uint8_t *b1 = make_blob(sc, &sh, w, &p, &n1, 0xAA);
+    /* every byte is written: a differently pre-filled buffer and a single
+     * whole-tensor call give the identical blob */
+    uint8_t *b2 = make_blob(sc, &sh, w, &p, &n2, 0x55);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(b1, b2, n1);
+    memset(b2, 0x33, n2);
+    dsq_pool *pool = dsq_pool_create(2);
+    assert_int_equal(dsq_quantize_tensor(sc, w, &sh, &p, b2, pool, NULL), 0);
+    dsq_pool_free(pool);
+    assert_memory_equal(b1, b2, n1);
+
+    dsq_qview v;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_qview_init(&v, sc, &sh, b1, n1, &d), 0);
+    assert_int_equal(dsq_qview_init(&v, NULL, NULL, b1, n1, &d), 0);
+    assert_ptr_equal(v.scheme, sc);
+
+    /* W row padding is zero */
+    for (int64_t r = 0; r < sh.rows; r++) {
+        const uint8_t *row = v.w + (size_t)r * v.layout.row_bytes;
+        if (sc->weight_bits != 4)
+            for (size_t i = (size_t)(sh.cols * sc->weight_bits / 8); i < v.layout.row_bytes; i++)
+                assert_int_equal(row[i], 0);
+        else
+            for (int64_t c = sh.cols; c < (int64_t)v.layout.row_bytes * 2; c++)
+                assert_int_equal(dsq_i4_get(row, c), 0);
+    }
+    /* dequantize: analytic bound per element, and every level's
+     * dequant_tile gives the same values */
+    float *deq = malloc((size_t)(sh.rows * sh.cols) * sizeof *deq);
+    float *tile = malloc((size_t)(sh.rows * sh.cols) * sizeof *tile);
+    sc->dequantize(&v, 0, sh.rows, deq);
+    for (int64_t r = 0; r < sh.rows; r++)
+        for (int64_t c = 0; c < sh.cols; c++) {
+            float wv = w[r * sh.cols + c], dv = deq[r * sh.cols + c];
+            double bound = sc->error_bound(&v, r, c, wv);
+            if (!(fabs((double)wv - dv) <= bound)) {
+                fprintf(stderr, "%s [%lld,%lld] g%d: w=%g deq=%g bound=%g\n", sc->name,
+                        (long long)r, (long long)c, s->g, wv, dv, bound);
+                fail();
+            }
+        }
+    /* zero row (row 1 when rows > 2) dequantizes to zeros with finite scales */
+    if (sh.rows > 2)
+        for (int64_t c = 0; c < sh.cols; c++) assert_true(deq[sh.cols + c] == 0.0f);
+    const dsq_kernels *lv[4];
+    int nl = dsq_kernels_list(lv, 4);
+    for (int l = 0; l < nl; l++) {
+        if (!lv[l]->dequant_tile) continue;
+        lv[l]->dequant_tile(&v, 0, sh.rows, 0, sh.cols, tile, sh.cols);
+        if (memcmp(deq, tile, (size_t)(sh.rows * sh.cols) * sizeof *deq)) {
+            fprintf(stderr, "%s/%s dequant_tile differs [%lld x %lld]\n", lv[l]->name, sc->name,
+                    (long long)sh.rows, (long long)sh.cols);
+            fail();
+        }
+    }
+    /* relative error helper */
+    double e2 = 0, r2 = 0;
+    assert_int_equal(dsq_qrel_error(&v, w, 0, sh.rows, NULL, &e2, &r2), 0);
+    double rel = r2 > 0 ? sqrt(e2 / r2) : 0;
+    double lim = sc->weight_bits == 32 ? 0 : sc->weight_bits == 16 ? 0.005 : sc->weight_bits == 8 ? 0.02 : 0.25;
+    if (!(rel <= lim)) {
+        fprintf(stderr, "%s rel error %g > %g\n", sc->name, rel, lim);
+        fail();
+    }
+    free(deq);
+    free(tile);
+    free(b1);
+    free(b2);
+    free(w);
+}
+
+static void test_roundtrip_bounds(void **state)
+{
+    (void)state;
+    for (int i = 0; i < dsq_scheme_count(); i++) {
+        const dsq_scheme *sc = dsq_scheme_at(i);
+        if (!sc) continue;
+        for (int k = 0; k < N_SHAPES; k++)
+            if (shape_ok(sc, &g_shapes[k])) check_scheme_roundtrip(sc, &g_shapes[k]);
+    }
+}
+
+/* ---- primitive kernels: every level == ref bit for bit --------------------- */
+
+static void test_primitives_match_ref(void **state)
+{
+    (void)state;
+    const dsq_kernels *lv[4], *ref = dsq_kernels_ref();
+    int nl = dsq_kernels_list(lv, 4);
+    assert_true(nl >= 1);
+    assert_ptr_equal(lv[0], ref);
+    fprintf(stderr, "kernel levels on this CPU:");
+    for (int l = 0; l < nl; l++) fprintf(stderr, " %s", lv[l]->name);
+    fprintf(stderr, " (dispatch: %s)\n", dsq_kernels_get()->name);
+    enum { N = 1000 };
+    float *x = malloc(N * sizeof *x);
+    int8_t q0[N], q1[N];
+    for (int iter = 0; iter < 60; iter++) {
+        int64_t n = 1 + rnd() % N;
+        float sc = 0.01f + frand();
+        for (int64_t i = 0; i < n; i++) x[i] = nrand() * 60.0f * sc;
+        /* exact halves, zeros, signed zeros, huge values */
+        for (int j = 0; j < 6; j++) x[rnd() % n] = ((float)(int)(rnd() % 200) - 100.0f + 0.5f) * sc;
+        x[rnd() % n] = -0.0f;
+        x[rnd() % n] = 1.00390625f;            /* bf16 ties */
+        x[rnd() % n] = -3.3895314e38f;         /* rounds to -inf in bf16 */
+        if (iter % 3 == 0) x[rnd() % n] = 1e30f;
+        int nonfinite = iter % 4 == 1;
+        if (nonfinite) {
+            x[rnd() % n] = NAN;
+            x[rnd() % n] = -INFINITY;
+        }
+        int32_t add = iter % 2 ? 8 : (int32_t)(rnd() % 20) - 10;
+        int32_t lo = iter % 2 ? 0 : -128, hi = iter % 2 ? 15 : 127;
+        ref->quant_i8(x, n, sc, add, lo, hi, q0);
+        uint32_t a0 = ref->absmax_bits(x, n);
+        float mn0 = 0, mx0 = 0, mn1, mx1;
+        if (!nonfinite) ref->minmax(x, n, &mn0, &mx0);
+        for (int l = 1; l < nl; l++) {
+            memset(q1, 0x5a, sizeof q1);
+            lv[l]->quant_i8(x, n, sc, add, lo, hi, q1);
+            assert_memory_equal(q0, q1, (size_t)n);
+            assert_int_equal(lv[l]->absmax_bits(x, n), a0);
+            assert_int_equal(lv[l]->sum_i8(q0, n), ref->sum_i8(q0, n));
+            uint16_t h0[N], h1[N];
+            ref->f32_to_bf16(x, n, h0);
+            lv[l]->f32_to_bf16(x, n, h1);
+            assert_memory_equal(h0, h1, (size_t)n * 2);
+            if (!nonfinite) {
+                lv[l]->minmax(x, n, &mn1, &mx1);
+                assert_true(mn0 == mn1 && mx0 == mx1);
+            }
+        }
+    }
+    free(x);
+}
+
+/* ---- gemm ------------------------------------------------------------------ */
+
+static const int64_t g_T[] = { 1, 2, 3, 4, 5, 7, 8, 13, 17 };
+
+/* float reference of deq(W) . deq(Q(x)) in double; absolute-sum for tolerance */
+static void float_reference(const dsq_qview *v, const float *deq, const float *x, int64_t T,
+                            double *yref, double *yabs)
+{
+    const dsq_scheme *sc = v->scheme;
+    int64_t rows = v->shape.rows, cols = v->shape.cols, kpad = dsq_act_kpad(cols);
+    float *xd = malloc((size_t)(T * cols) * sizeof *xd);
+    int8_t *q = malloc((size_t)(T * kpad));
+    float *s = malloc((size_t)T * sizeof *s);
+    if (sc->act == DSQ_ACT_INT8_TOKEN) {
+        dsq_actq_token(x, T, cols, q, kpad, s);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t k = 0; k < cols; k++) xd[t * cols + k] = (float)q[t * kpad + k] * s[t];
+    } else if (sc->act == DSQ_ACT_INT8_STATIC) {
+        dsq_actq_static(x, T, cols, q, kpad, v->act_scale, v->act_offset);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t k = 0; k < cols; k++)
+                xd[t * cols + k] = (float)((double)(q[t * kpad + k] - v->act_offset) * v->act_scale);
+    } else {
+        memcpy(xd, x, (size_t)(T * cols) * sizeof *xd);
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t n = 0; n < rows; n++) {
+            double a = 0, b = 0;
+            for (int64_t k = 0; k < cols; k++) {
+                double p = (double)deq[n * cols + k] * xd[t * cols + k];
+                a += p;
+                b += fabs(p);
+            }
+            yref[t * rows + n] = a;
+            yabs[t * rows + n] = b;
+        }
+    free(xd);
+    free(q);
+    free(s);
+}
+
+static void check_gemm(const dsq_scheme *sc, const shp *s)
+{
+    dsq_qshape sh = { s->rows, s->cols, s->g };
+    float *w = rand_matrix(sh.rows, sh.cols, 0.05f);
+    dsq_qparams p;
+    dsq_qparams_init(&p);
+    set_act_stats(&p, sc, sh.cols);
+    size_t nb;
+    uint8_t *blob = make_blob(sc, &sh, w, &p, &nb, 0);
+    dsq_qview v;
+    assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, nb, NULL), 0);
+    float *deq = malloc((size_t)(sh.rows * sh.cols) * sizeof *deq);
+    sc->dequantize(&v, 0, sh.rows, deq);
+    const dsq_kernels *lv[4];
+    int nl = dsq_kernels_list(lv, 4);
+    dsq_pool *pools[3] = { NULL, dsq_pool_create(2), dsq_pool_create(3) };
+    int is_int = sc->act != DSQ_ACT_FLOAT;
+    for (size_t ti = 0; ti < sizeof g_T / sizeof g_T[0]; ti++) {
+        int64_t T = g_T[ti];
+        float *x = rand_x(T, sh.cols);
+        size_t ny = (size_t)(T * sh.rows);
+        float *y0 = malloc(ny * sizeof *y0), *y1 = malloc(ny * sizeof *y1);
+        double *yr = malloc(ny * sizeof *yr), *ya = malloc(ny * sizeof *ya);
+        assert_int_equal(sc->gemm_ref(&v, x, T, y0), 0);
+        float_reference(&v, deq, x, T, yr, ya);
+        for (size_t i = 0; i < ny; i++) {
+            double tol = (is_int ? 1e-5 : 4.0 * sh.cols * 0x1p-24) * ya[i] + 1e-30;
+            if (!(fabs(y0[i] - yr[i]) <= tol)) {
+                fprintf(stderr, "%s ref [%lld x %lld g%d] T=%lld i=%zu: %g vs %g (tol %g)\n",
+                        sc->name, (long long)sh.rows, (long long)sh.cols, s->g, (long long)T, i,
+                        y0[i], yr[i], tol);
+                fail();
+            }
+        }
+        for (int l = 0; l < nl; l++) {
+            for (int pi = 0; pi < 3; pi++) {
+                memset(y1, 0xff, ny * sizeof *y1);
+                assert_int_equal(dsq_qgemm_with(lv[l], &v, x, T, y1, pools[pi], NULL, 0), 0);
+                if (is_int) {
+                    if (memcmp(y0, y1, ny * sizeof *y0) != 0) {
+                        for (size_t i = 0; i < ny; i++)
+                            if (memcmp(&y0[i], &y1[i], 4))
+                                fprintf(stderr, "%s/%s [%lld x %lld g%d] T=%lld i=%zu: %.9g vs ref %.9g\n",
+                                        lv[l]->name, sc->name, (long long)sh.rows, (long long)sh.cols,
+                                        s->g, (long long)T, i, y1[i], y0[i]);
+                        fail();
+                    }
+                } else {
+                    for (size_t i = 0; i < ny; i++) {
+                        double tol = 2.0 * sh.cols * 0x1p-24 * ya[i] + 1e-30;
+                        if (!(fabs((double)y1[i] - y0[i]) <= tol)) {
+                            fprintf(stderr, "%s/%s T=%lld i=%zu: %g vs ref %g\n", lv[l]->name,
+                                    sc->name, (long long)T, i, y1[i], y0[i]);
+                            fail();
+                        }
+                    }
+                }
+            }
+        }
+        /* the dispatched gemm: any thread count gives identical bits */
+        float *y2 = malloc(ny * sizeof *y2);
+        assert_int_equal(sc->gemm(&v, x, T, y1, NULL, NULL, 0), 0);
+        for (int pi = 1; pi < 3; pi++) {
+            size_t need = sc->gemm_scratch(&v, T, dsq_pool_size(pools[pi]));
+            void *scr = dsq_aligned_alloc(need);
+            assert_int_equal(sc->gemm(&v, x, T, y2, pools[pi], scr, need), 0);
+            assert_memory_equal(y1, y2, ny * sizeof *y1);
+            free(scr);
+        }
+        free(y2);
+        free(x);
+        free(y0);
+        free(y1);
+        free(yr);
+        free(ya);
+    }
+    for (int pi = 1; pi < 3; pi++) dsq_pool_free(pools[pi]);
+    free(deq);
+    free(blob);
+    free(w);
+}
+
+static void test_gemm(void **state)
+{
+    (void)state;
+    for (int i = 0; i < dsq_scheme_count(); i++) {
+        const dsq_scheme *sc = dsq_scheme_at(i);
+        if (!sc) continue;
+        for (int k = 0; k < N_SHAPES; k++)
+            if (shape_ok(sc, &g_shapes[k])) check_gemm(sc, &g_shapes[k]);
+    }
+}
+
+/* A larger matrix through the float sgemm path (T > gemv threshold, several
+ * K tiles) and the int paths, still checked against the reference. */
+static void test_gemm_large(void **state)
+{
+    (void)state;
+    static const shp big[] = { { 130, 1300, 0 }, { 67, 2200, 128 } };
+    for (int i = 0; i < dsq_scheme_count(); i++) {
+        const dsq_scheme *sc = dsq_scheme_at(i);
+        if (!sc) continue;
+        for (int k = 0; k < 2; k++)
+            if (shape_ok(sc, &big[k])) check_gemm(sc, &big[k]);
+    }
+}
+
+/* ---- error paths ----------------------------------------------------------- */
+
+static void test_nonfinite(void **state)
+{
+    (void)state;
+    for (int i = 0; i < dsq_scheme_count(); i++) {
+        const dsq_scheme *sc = dsq_scheme_at(i);
+        if (!sc) continue;
+        dsq_qshape sh = { 4, 100, 0 };
+        float *w = rand_matrix(4, 100, 1.0f);
+        dsq_qparams p;
+        dsq_qparams_init(&p);
+        set_act_stats(&p, sc, 100);
+        size_t n;
+        assert_int_equal(sc->blob_size(&sh, &n), 0);
+        uint8_t *blob = dsq_aligned_alloc(n);
+        for (int kind = 0; kind < 3; kind++) {
+            float bad = kind == 0 ? NAN : kind == 1 ? INFINITY : -INFINITY;
+            w[2 * 100 + 37] = bad;
+            dsq_diag d;
+            dsq_diag_clear(&d);
+            p.allow_nonfinite = 0;
+            assert_int_equal(sc->quantize(w, 0, 4, &sh, &p, blob, &d), DSQ_ERR_NONFINITE);
+            assert_non_null(strstr(d.msg, "row 2 column 37"));
+            p.allow_nonfinite = 1;
+            assert_int_equal(sc->quantize(w, 0, 4, &sh, &p, blob, &d), 0);
+            dsq_qview v;
+            assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, n, NULL), 0);
+            float out[100];
+            sc->dequantize(&v, 2, 1, out);
+            for (int c = 0; c < 100; c++) assert_true(isfinite(out[c]));
+            if (kind == 0) assert_true(out[37] == 0.0f || sc->symmetric == 0);
+        }
+        free(blob);
+        free(w);
+    }
+}
+
+static void test_zero_rows(void **state)
+{
+    (void)state;
+    for (int i = 0; i < dsq_scheme_count(); i++) {
+        const dsq_scheme *sc = dsq_scheme_at(i);
+        if (!sc || !sc->has_scales) continue;
+        dsq_qshape sh = { 3, 300, sc->weight_bits == 4 ? 128 : 0 };
+        float w[900] = { 0 };
+        w[0] = 1e-38f; /* subnormal-scale group */
+        w[2 * 300 + 5] = -1e-44f;
+        dsq_qparams p;
+        dsq_qparams_init(&p);
+        set_act_stats(&p, sc, 300);
+        size_t n;
+        uint8_t *blob = make_blob(sc, &sh, w, &p, &n, 0x7f);
+        dsq_qview v;
+        assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, n, NULL), 0);
+        for (int64_t j = 0; j < 3 * v.layout.ngroups; j++) {
+            assert_true(isfinite(v.scales[j]));
+            assert_true(v.scales[j] > 0.0f);
+        }
+        float out[900];
+        sc->dequantize(&v, 0, 3, out);
+        for (int j = 0; j < 900; j++) assert_true(fabsf(out[j] - w[j]) <= 1e-5f);
+        /* and the gemm of a zero row is exactly 0 */
+        float x[600], y[6];
+        for (int j = 0; j < 600; j++) x[j] = frand();
+        assert_int_equal(sc->gemm(&v, x, 2, y, NULL, NULL, 0), 0);
+        assert_true(y[1] == 0.0f && y[4] == 0.0f);
+        free(blob);
+    }
+}
+
+static void test_w8a8_needs_stats(void **state)
+{
+    (void)state;
+    const dsq_scheme *sc = dsq_scheme_by_name("w8a8");
+    assert_true(sc->needs_calibration);
+    dsq_qshape sh = { 2, 64, 0 };
+    float w[128];
+    for (int i = 0; i < 128; i++) w[i] = nrand();
+    size_t n;
+    assert_int_equal(sc->blob_size(&sh, &n), 0);
+    uint8_t *blob = dsq_aligned_alloc(n);
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    assert_int_equal(sc->quantize(w, 0, 2, &sh, NULL, blob, &d), DSQ_ERR_INVALID_ARG);
+    assert_string_equal(d.msg, "w8a8 needs calibration statistics");
+    dsq_qparams p;
+    dsq_qparams_init(&p);
+    assert_int_equal(sc->quantize(w, 0, 2, &sh, &p, blob, NULL), DSQ_ERR_INVALID_ARG);
+    /* explicit params */
+    p.has_act_static = 1;
+    p.act_scale = 0.02f;
+    p.act_offset = -3.0f;
+    assert_int_equal(sc->quantize(w, 0, 2, &sh, &p, blob, NULL), 0);
+    dsq_qview v;
+    assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, n, NULL), 0);
+    assert_true(v.act_scale == 0.02f);
+    assert_int_equal(v.act_offset, -3);
+    p.act_offset = 0.5f;
+    assert_int_equal(sc->quantize(w, 0, 2, &sh, &p, blob, NULL), DSQ_ERR_INVALID_ARG);
+    /* absmax statistics: symmetric */
+    float am[64];
+    for (int i = 0; i < 64; i++) am[i] = i == 9 ? -12.7f : 1.0f;
+    dsq_qparams_init(&p);
+    p.act_absmax = am;
+    assert_int_equal(sc->quantize(w, 0, 2, &sh, &p, blob, NULL), 0);
+    assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, n, NULL), 0);
+    assert_true(fabsf(v.act_scale - 0.1f) < 1e-7f);
+    assert_int_equal(v.act_offset, 0);
+    /* min/max: asymmetric, range covers [min, max] */
+    float mn[64], mx[64];
+    for (int i = 0; i < 64; i++) { mn[i] = -1.0f; mx[i] = 4.1f; }
+    dsq_qparams_init(&p);
+    p.act_min = mn;
+    p.act_max = mx;
+    assert_int_equal(sc->quantize(w, 0, 2, &sh, &p, blob, NULL), 0);
+    assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, n, NULL), 0);
+    assert_true(fabsf(v.act_scale - 5.1f / 255.0f) < 1e-6f);
+    assert_int_equal(v.act_offset, -128 + 50);
+    /* stats are divided by in_scale unless already smoothed */
+    float ins[64];
+    for (int i = 0; i < 64; i++) ins[i] = 2.0f;
+    p.in_scale = ins;
+    assert_int_equal(sc->quantize(w, 0, 2, &sh, &p, blob, NULL), 0);
+    assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, n, NULL), 0);
+    assert_true(fabsf(v.act_scale - 2.55f / 255.0f) < 1e-6f);
+    p.act_stats_smoothed = 1;
+    assert_int_equal(sc->quantize(w, 0, 2, &sh, &p, blob, NULL), 0);
+    assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, n, NULL), 0);
+    assert_true(fabsf(v.act_scale - 5.1f / 255.0f) < 1e-6f);
+    free(blob);
+}
+
+/* in_scale: W' = W * s is encoded; gemm(x / s) approximates W x, and the
+ * relative error helper measures against the original W. */
+static void test_in_scale(void **state)
+{
+    (void)state;
+    const int64_t R = 16, C = 256;
+    float *w = rand_matrix(R, C, 0.1f);
+    float s[256], x[256], xs[256];
+    for (int j = 0; j < C; j++) {
+        s[j] = 0.25f + 2.0f * frand();
+        x[j] = nrand();
+        xs[j] = x[j] / s[j];
+    }
+    for (int i = 0; i < dsq_scheme_count(); i++) {
+        const dsq_scheme *sc = dsq_scheme_at(i);
+        if (!sc) continue;
+        dsq_qshape sh = { R, C, sc->weight_bits == 4 ? 64 : 0 };
+        dsq_qparams p;
+        dsq_qparams_init(&p);
+        p.in_scale = s;
+        set_act_stats(&p, sc, C);
+        for (int j = 0; j < C; j++) { g_amin[j] = -4.0f; g_amax[j] = 4.0f; }
+        size_t n;
+        uint8_t *blob = make_blob(sc, &sh, w, &p, &n, 0);
+        dsq_qview v;
+        assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, n, NULL), 0);
+        double e2 = 0, r2 = 0;
+        assert_int_equal(dsq_qrel_error(&v, w, 0, R, s, &e2, &r2), 0);
+        double rel = sqrt(e2 / r2);
+        if (!(rel < (sc->weight_bits == 4 ? 0.35 : 0.04))) {
+            fprintf(stderr, "%s: in_scale rel error %g\n", sc->name, rel);
+            fail();
+        }
+        float y[16];
+        assert_int_equal(sc->gemm(&v, xs, 1, y, NULL, NULL, 0), 0);
+        for (int64_t r = 0; r < R; r++) {
+            double ref = 0, mag = 0;
+            for (int j = 0; j < C; j++) {
+                ref += (double)w[r * C + j] * x[j];
+                mag += fabs((double)w[r * C + j] * x[j]);
+            }
+            assert_true(fabs(y[r] - ref) <= 0.15 * mag + 1e-6);
+        }
+        /* a bad in_scale is refused */
+        s[3] = 0.0f;
+        assert_int_equal(sc->quantize(w, 0, R, &sh, &p, blob, NULL), DSQ_ERR_INVALID_ARG);
+        s[3] = 1.0f;
+        free(blob);
+    }
+    free(w);
+}
+
+/* Clip search never does worse than plain RTN on the searched metric. */
+static void test_clip_search(void **state)
+{
+    (void)state;
+    const int64_t R = 8, C = 512;
+    float *w = rand_matrix(R, C, 0.02f);
+    for (int i = 0; i < 40; i++) w[rnd() % (R * C)] *= 8.0f;   /* outliers */
+    float imp[512];
+    for (int j = 0; j < C; j++) imp[j] = 0.1f + frand();
+    for (int i = 0; i < dsq_scheme_count(); i++) {
+        const dsq_scheme *sc = dsq_scheme_at(i);
+        if (!sc || !sc->has_scales) continue;
+        for (int useimp = 0; useimp < 2; useimp++) {
+            dsq_qshape sh = { R, C, sc->weight_bits == 4 ? 128 : 0 };
+            dsq_qparams p;
+            dsq_qparams_init(&p);
+            set_act_stats(&p, sc, C);
+            if (useimp) p.importance = imp;
+            double err[2];
+            for (int clip = 0; clip < 2; clip++) {
+                p.clip_search = clip;
+                size_t n;
+                uint8_t *blob = make_blob(sc, &sh, w, &p, &n, 0);
+                dsq_qview v;
+                assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, n, NULL), 0);
+                float *deq = malloc((size_t)(R * C) * sizeof *deq);
+                sc->dequantize(&v, 0, R, deq);
+                err[clip] = 0;
+                for (int64_t k = 0; k < R * C; k++) {
+                    double d = (double)w[k] - deq[k];
+                    if (useimp) d *= imp[k % C];
+                    err[clip] += d * d;
+                }
+                /* the grid bound still holds with clipping */
+                for (int64_t k = 0; k < R * C; k++)
+                    assert_true(fabs((double)w[k] - deq[k]) <= sc->error_bound(&v, k / C, k % C, w[k]));
+                free(deq);
+                free(blob);
+            }
+            assert_true(err[1] <= err[0] * (1 + 1e-9));
+            if (sc->weight_bits == 4) assert_true(err[1] < err[0]);  /* outliers: clipping helps */
+        }
+    }
+    free(w);
+}
+
+/* ---- activation quantization ------------------------------------------------ */
+
+static void test_actq(void **state)
+{
+    (void)state;
+    const dsq_kernels *lv[4];
+    int nl = dsq_kernels_list(lv, 4);
+    enum { T = 3, C = 300, KP = 384 };
+    float x[T * C];
+    for (int i = 0; i < T * C; i++) x[i] = nrand();
+    x[0] = 0; x[1] = 12.7f;
+    for (int k = 0; k < C; k++) x[2 * C + k] = 0.0f;   /* all-zero token */
+    int8_t q0[T * KP], q1[T * KP];
+    float s0[T], s1[T];
+    dsq_actq_token_k(dsq_kernels_ref(), x, T, C, q0, KP, s0);
+    assert_true(s0[0] == 12.7f / 127.0f);
+    assert_int_equal(q0[1], 127);
+    assert_true(s0[2] > 0.0f && isfinite(s0[2]));
+    for (int k = C; k < KP; k++) assert_int_equal(q0[k], 0);
+    int8_t q2[T * KP];
+    for (int l = 0; l < nl; l++) {
+        dsq_actq_token_k(lv[l], x, T, C, q1, KP, s1);
+        assert_memory_equal(q0, q1, sizeof q0);
+        assert_memory_equal(s0, s1, sizeof s0);
+        dsq_actq_static_k(dsq_kernels_ref(), x, T, C, q2, KP, 0.01f, -7);
+        dsq_actq_static_k(lv[l], x, T, C, q1, KP, 0.01f, -7);
+        assert_memory_equal(q2, q1, sizeof q2);
+    }
+    /* static: offset shifts, saturates at -128..127 */
+    float xs[4] = { 0.0f, 1e9f, -1e9f, NAN };
+    int8_t qs[128];
+    dsq_actq_static(xs, 1, 4, qs, 128, 0.5f, -20);
+    assert_int_equal(qs[0], -20);
+    assert_int_equal(qs[1], 127);
+    assert_int_equal(qs[2], -128);
+    assert_int_equal(qs[3], -128);
+    /* NaN activations propagate to the scale instead of vanishing */
+    float xn[4] = { 1.0f, NAN, 2.0f, 3.0f };
+    float sn;
+    dsq_actq_token(xn, 1, 4, qs, 128, &sn);
+    assert_true(isnan(sn));
+    /* group sums */
+    int32_t gs[2 * 3];
+    dsq_actq_token(x, T, C, q0, KP, s0);
+    dsq_actq_group_sums(q0, T, KP, 256, 2, gs, T);
+    for (int t = 0; t < T; t++) {
+        int32_t a = 0, b = 0;
+        for (int k = 0; k < 256; k++) a += q0[t * KP + k];
+        for (int k = 256; k < KP; k++) b += q0[t * KP + k];
+        assert_int_equal(gs[t], a);
+        assert_int_equal(gs[T + t], b);
+    }
+}
+
+/* ---- hostile blobs ---------------------------------------------------------- */
+
+static void test_hostile_blobs(void **state)
+{
+    (void)state;
+    for (int i = 0; i < dsq_scheme_count(); i++) {
+        const dsq_scheme *sc = dsq_scheme_at(i);
+        if (!sc) continue;
+        dsq_qshape sh = { 5, 200, sc->weight_bits == 4 ? 64 : 0 };
+        float *w = rand_matrix(5, 200, 1.0f);
+        dsq_qparams p;
+        dsq_qparams_init(&p);
+        set_act_stats(&p, sc, 200);
+        size_t n;
+        uint8_t *blob = make_blob(sc, &sh, w, &p, &n, 0);
+        uint8_t *cp = dsq_aligned_alloc(n + 64);
+        dsq_qview v;
+        dsq_diag d;
+        memcpy(cp, blob, n);
+        assert_int_equal(dsq_qview_init(&v, sc, &sh, cp, n, NULL), 0);
+        /* size off by one either way, and tiny */
+        dsq_diag_clear(&d);
+        assert_int_equal(dsq_qview_init(&v, sc, &sh, cp, n - 1, &d), DSQ_ERR_TRUNCATED);
+        assert_true(d.msg[0] != 0);
+        assert_true(dsq_qview_init(&v, sc, &sh, cp, n + 1, NULL) < 0);
+        assert_int_equal(dsq_qview_init(&v, sc, &sh, cp, 10, NULL), DSQ_ERR_TRUNCATED);
+        /* misaligned */
+        memcpy(cp + 1, blob, n);
+        assert_true(dsq_qview_init(&v, sc, &sh, cp + 1, n, NULL) < 0);
+        memcpy(cp, blob, n);
+        /* wrong shape / scheme expected by the caller */
+        dsq_qshape other = sh;
+        other.rows++;
+        assert_int_equal(dsq_qview_init(&v, sc, &other, cp, n, NULL), DSQ_ERR_SHAPE);
+        const dsq_scheme *wrong = dsq_scheme_by_id(sc->id == 2 ? 4 : 2);
+        assert_true(dsq_qview_init(&v, wrong, NULL, cp, n, NULL) < 0);
+        /* header fields */
+        cp[0] = 'X';
+        assert_int_equal(dsq_qview_init(&v, sc, &sh, cp, n, NULL), DSQ_ERR_FORMAT);
+        memcpy(cp, blob, n);
+        cp[4] = 2;
+        assert_int_equal(dsq_qview_init(&v, sc, &sh, cp, n, NULL), DSQ_ERR_UNSUPPORTED);
+        memcpy(cp, blob, n);
+        cp[8] = 6;  /* reserved id */
+        assert_int_equal(dsq_qview_init(&v, NULL, NULL, cp, n, NULL), DSQ_ERR_UNSUPPORTED);
+        memcpy(cp, blob, n);
+        cp[60] = 1;
+        assert_int_equal(dsq_qview_init(&v, sc, NULL, cp, n, NULL), DSQ_ERR_FORMAT);
+        memcpy(cp, blob, n);
+        /* a header claiming a huge shape must not pass or overflow */
+        int64_t huge = INT64_MAX / 3;
+        memcpy(cp + 16, &huge, 8);
+        assert_true(dsq_qview_init(&v, NULL, NULL, cp, n, NULL) < 0);
+        memcpy(cp, blob, n);
+        if (sc->has_scales) {
+            float bad[3] = { NAN, INFINITY, -1.0f };
+            dsq_qlayout L;
+            assert_int_equal(dsq_qlayout_get(sc, &sh, &L), 0);
+            for (int b = 0; b < 3; b++) {
+                memcpy(cp, blob, n);
+                memcpy(cp + L.s_off + 4 * 3, &bad[b], 4);
+                dsq_diag_clear(&d);
+                assert_int_equal(dsq_qview_init(&v, sc, &sh, cp, n, &d), DSQ_ERR_NONFINITE);
+                assert_int_equal(d.offset, (int64_t)(L.s_off + 12));
+            }
+        }
+        if (sc->has_zeros) {
+            memcpy(cp, blob, n);
+            dsq_qview_init(&v, sc, &sh, cp, n, NULL);
+            cp[v.layout.z_off + 3] = 16;
+            assert_int_equal(dsq_qview_init(&v, sc, &sh, cp, n, NULL), DSQ_ERR_FORMAT);
+        }
+        if (sc->act == DSQ_ACT_INT8_STATIC) {
+            memcpy(cp, blob, n);
+            float z = 0.0f;
+            memcpy(cp + 48, &z, 4);
+            assert_int_equal(dsq_qview_init(&v, sc, &sh, cp, n, NULL), DSQ_ERR_NONFINITE);
+        }
+        /* random header corruption: never crashes (ASan), only errors or a
+         * view whose sizes still match the buffer */
+        for (int it = 0; it < 300; it++) {
+            memcpy(cp, blob, n);
+            int nflip = 1 + (int)(rnd() % 3);
+            for (int f = 0; f < nflip; f++) cp[rnd() % 64] ^= (uint8_t)(1u << (rnd() % 8));
+            if (dsq_qview_init(&v, NULL, NULL, cp, n, NULL) == 0) {
+                assert_int_equal(v.layout.total, n);
+                float *out = malloc((size_t)(v.shape.rows * v.shape.cols) * sizeof *out);
+                v.scheme->dequantize(&v, 0, v.shape.rows, out);
+                free(out);
+            }
+        }
+        /* random corruption anywhere (codes, scales, zeros, sums): rejected,
+         * or every kernel level runs without touching memory it should not */
+        const dsq_kernels *lv[4];
+        int nl = dsq_kernels_list(lv, 4);
+        float x[2 * 200], y[2 * 5];
+        for (int j = 0; j < 400; j++) x[j] = nrand();
+        for (int it = 0; it < 60; it++) {
+            memcpy(cp, blob, n);
+            for (int f = 0; f < 8; f++) cp[64 + rnd() % (n - 64)] = (uint8_t)rnd();
+            if (dsq_qview_init(&v, sc, &sh, cp, n, NULL) != 0) continue;
+            for (int l = 0; l < nl; l++)
+                assert_int_equal(dsq_qgemm_with(lv[l], &v, x, 2, y, NULL, NULL, 0), 0);
+        }
+        free(cp);
+        free(blob);
+        free(w);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_int4_pack),
+        cmocka_unit_test(test_layout_rules),
+        cmocka_unit_test(test_primitives_match_ref),
+        cmocka_unit_test(test_actq),
+        cmocka_unit_test(test_roundtrip_bounds),
+        cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_gemm_large),
+        cmocka_unit_test(test_nonfinite),
+        cmocka_unit_test(test_zero_rows),
+        cmocka_unit_test(test_w8a8_needs_stats),
+        cmocka_unit_test(test_in_scale),
+        cmocka_unit_test(test_clip_search),
+        cmocka_unit_test(test_hostile_blobs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
