@@ -12,6 +12,7 @@
  * parses options, wires the model and tokenizer into the callbacks there,
  * and prints. Exit codes: 0 ok, 1 error, 2 usage. */
 #include "cli.h"
+#include "container.h"
 #include "dsq_file.h"
 #include "eval_metrics.h"
 #include "gsm8k.h"
@@ -41,7 +42,8 @@ static const char usage_text[] =
 "Model and tokenizer:\n"
 "  -m, --model PATH        safetensors file/index/directory or .dsq file\n"
 "      --tokenizer PATH    tokenizer.json, its directory, or a llama2.c .bin\n"
-"                          (default: the model's directory)\n"
+"                          (default: for a .dsq the tokenizer its metadata\n"
+"                          carries, else the model's directory)\n"
 "      --ctx N             ppl/kld window (default 512); gsm8k: KV cache length\n"
 "                          (default: the model's, min(max positions, 4096))\n"
 "\n"
@@ -231,16 +233,113 @@ static void print_json(json_object *j)
 
 static json_object *jnum(double v) { return isfinite(v) ? json_object_new_double(v) : json_object_new_null(); }
 
-static char *tokenizer_path(const opts *o)
+/* The model's directory (or the model itself when it is one). */
+static char *model_dir(const char *model)
 {
-    if (o->tokenizer) return strdup(o->tokenizer);
-    if (dsq_path_is_dir(o->model)) return strdup(o->model);
-    char *c = strdup(o->model);
+    if (dsq_path_is_dir(model)) return strdup(model);
+    char *c = strdup(model);
     if (!c) return NULL;
     char *sl = strrchr(c, '/');
     if (!sl) { free(c); return strdup("."); }
     if (sl == c) sl[1] = 0; else *sl = 0;
     return c;
+}
+
+/* 1 when path is a file that starts with the .dsq magic. */
+static int is_dsq_file(const char *path)
+{
+    if (dsq_path_is_dir(path)) return 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return 0;
+    unsigned char head[8];
+    size_t n = fread(head, 1, sizeof head, fp);
+    fclose(fp);
+    return n == sizeof head && dsq_ctr_is_dsq(head, n);
+}
+
+/* For sharded output (ds-quant --shard-size: a directory with
+ * model.dsq.index.json, or that index itself) the first shard named in the
+ * index's weight_map: every shard carries the same metadata. NULL if the
+ * model is not given that way. */
+static char *first_dsq_shard(const char *model)
+{
+    static const char idx_name[] = "model.dsq.index.json";
+    size_t ml = strlen(model);
+    char *dir = model_dir(model), *idx = NULL, *shard = NULL;
+    if (!dir) return NULL;
+    if (dsq_path_is_dir(model)) idx = dsq_path_join(model, idx_name);
+    else if (ml >= 15 && strcmp(model + ml - 15, ".dsq.index.json") == 0) idx = strdup(model);
+    char *text = NULL;
+    size_t tl = 0;
+    json_object *root = NULL, *wm = NULL;
+    if (idx && dsq_path_exists(idx) && dsq_read_file(idx, 64u << 20, &text, &tl, NULL) == DSQ_OK)
+        root = json_tokener_parse(text);
+    if (root && json_object_object_get_ex(root, "weight_map", &wm) && wm &&
+        json_object_is_type(wm, json_type_object)) {
+        json_object_object_foreach(wm, key, val) {
+            (void)key;
+            if (json_object_is_type(val, json_type_string) && !strchr(json_object_get_string(val), '/'))
+                shard = dsq_path_join(dir, json_object_get_string(val));
+            break;
+        }
+    }
+    json_object_put(root);
+    free(text);
+    free(idx);
+    free(dir);
+    if (shard && !is_dsq_file(shard)) { free(shard); shard = NULL; }
+    return shard;
+}
+
+/* A metadata entry as JSON text: objects (what ds-quant embeds) are
+ * serialized, strings taken as they are. NULL when absent or null. */
+static const char *meta_text(json_object *tok, const char *key, size_t *len)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(tok, key, &v) || !v) return NULL;
+    if (json_object_is_type(v, json_type_string)) {
+        *len = (size_t)json_object_get_string_len(v);
+        return json_object_get_string(v);
+    }
+    return json_object_to_json_string_length(v, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, len);
+}
+
+/* The tokenizer ds-quant copies into a .dsq's metadata:
+ * {"tokenizer": {"tokenizer.json": {..}, "tokenizer_config.json": {..}}}.
+ * 1 loaded, 0 the metadata has none, < 0 error (diag names the .dsq). */
+static int load_embedded_tokenizer(const char *path, dsq_tokenizer **tok, dsq_diag *d)
+{
+    dsq_ctr *r = NULL;
+    DSQ_TRY(dsq_ctr_open(&r, path, d));
+    size_t ml = 0;
+    const char *meta = dsq_ctr_metadata(r, &ml);
+    json_tokener *tk = json_tokener_new_ex(64);
+    json_object *root = tk && ml <= INT32_MAX ? json_tokener_parse_ex(tk, meta, (int)ml) : NULL;
+    json_tokener_free(tk);
+    dsq_ctr_close(r); /* the parsed copy is all that is needed */
+    if (!root) return dsq_fail(d, DSQ_ERR_FORMAT, path, NULL, -1, "cannot parse the metadata json");
+    json_object *t = NULL;
+    int rc = 0;
+    size_t jl = 0, cl = 0;
+    const char *js = NULL, *cs = NULL;
+    if (json_object_object_get_ex(root, "tokenizer", &t) && t && json_object_is_type(t, json_type_object))
+        js = meta_text(t, "tokenizer.json", &jl);
+    if (js) {
+        cs = meta_text(t, "tokenizer_config.json", &cl);
+        rc = dsq_tokenizer_load_json(tok, js, jl, cs, d);
+        if (rc < 0) {
+            /* keep the loader's message, say where the text came from */
+            char msg[sizeof d->msg], what[sizeof d->path];
+            snprintf(msg, sizeof msg, "%s", d ? d->msg : "");
+            snprintf(what, sizeof what, "%s", d && d->path[0] ? d->path : DSQ_TOK_MEM_JSON);
+            if (d) dsq_diag_clear(d);
+            dsq_fail(d, rc, path, NULL, -1, "tokenizer in the metadata (%s): %s", what, msg);
+        } else {
+            rc = 1;
+        }
+    }
+    json_object_put(root);
+    return rc;
 }
 
 typedef struct runner {
@@ -251,13 +350,41 @@ typedef struct runner {
     dsq_progress prog;
 } runner;
 
+/* --tokenizer when given; for a .dsq model the tokenizer in its metadata,
+ * else the one beside it; for safetensors the model's directory. */
 static int load_tokenizer(const dsq_cli *cli, const opts *o, dsq_tokenizer **tok, dsq_diag *d)
 {
-    char *tp = tokenizer_path(o);
-    if (!tp) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    int rc = dsq_tokenizer_load(tok, tp, d);
-    if (rc < 0 && !o->tokenizer) dsq_cli_info(cli, 1, "%s: no tokenizer found beside the model; pass --tokenizer", cli->prog);
-    free(tp);
+    if (o->tokenizer) return dsq_tokenizer_load(tok, o->tokenizer, d);
+    if (!dsq_path_exists(o->model)) return dsq_fail(d, DSQ_ERR_NOT_FOUND, o->model, NULL, -1, "no such model file or directory");
+    char *shard = is_dsq_file(o->model) ? strdup(o->model) : first_dsq_shard(o->model);
+    int dsq = shard != NULL;
+    if (dsq) {
+        int rc = load_embedded_tokenizer(shard, tok, d);
+        if (rc == 1) dsq_cli_info(cli, 3, "tokenizer from the metadata of %s", shard);
+        free(shard);
+        if (rc == 1) return DSQ_OK;
+        if (rc < 0) {
+            dsq_cli_info(cli, 1, "pass --tokenizer to use another tokenizer");
+            return rc;
+        }
+    }
+    char *dir = model_dir(o->model);
+    if (!dir) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    int rc;
+    char *j = dsq_path_join(dir, "tokenizer.json"), *b = dsq_path_join(dir, "tokenizer.bin");
+    if (!j || !b) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    else if (!dsq_path_exists(j) && !dsq_path_exists(b))
+        rc = dsq_fail(d, DSQ_ERR_NOT_FOUND, o->model, NULL, -1,
+                      "%sno tokenizer.json or tokenizer.bin in %s; pass --tokenizer PATH",
+                      dsq ? "no tokenizer in the .dsq metadata and " : "", dir);
+    else {
+        rc = dsq_tokenizer_load(tok, dir, d);
+        if (rc == DSQ_OK) dsq_cli_info(cli, 3, "tokenizer from %s", dir);
+        else dsq_cli_info(cli, 1, "pass --tokenizer to use another tokenizer");
+    }
+    free(j);
+    free(b);
+    free(dir);
     return rc;
 }
 
@@ -615,7 +742,7 @@ static int generate_all(dsq_cli *cli, const opts *o, const dsq_gsm8k_set *test, 
     if (rc == DSQ_OK && o->shots > 0) {
         rc = dsq_gsm8k_load(&train, train_path, d);
         if (rc == DSQ_ERR_NOT_FOUND && !o->train)
-            dsq_cli_info(cli, 1, "%s: few-shot examples come from --train (default %s)", cli->prog, train_path);
+            dsq_cli_info(cli, 1, "few-shot examples come from --train (default %s)", train_path);
     }
     if (rc == DSQ_OK) rc = load_tokenizer(cli, o, &r->tok, d);
     dsq_gsm8k_fewshot fs;

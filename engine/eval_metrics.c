@@ -188,6 +188,11 @@ int dsq_logp_encode(const dsq_logp_info *info, const float *logits, int32_t targ
         if (floor_lp < top_lp - 16) floor_lp = top_lp - 16;
         float min_lp = (float)floor_lp;
         float scale = (float)((top_lp - (double)min_lp) / 65535.0);
+        /* flat rows (every logit equal, or within float rounding of the
+         * top): min_lp rounded to float can land just above top_lp, and a
+         * negative scale is a malformed record to dsq_logp_compare; with
+         * scale 0 every code is 0 and all but the top-k are the tail */
+        if (!(scale > 0)) scale = 0;
         put_f32(rec + 8, scale);
         put_f32(rec + 12, min_lp);
         uint8_t *codes = kp + 8 * (size_t)K;
@@ -406,17 +411,13 @@ void dsq_logp_writer_abort(dsq_logp_writer *w)
 /* reader                                                                 */
 /* ====================================================================== */
 
-int dsq_logp_reader_open(dsq_logp_reader *r, const char *path, dsq_diag *d)
+/* Validate the bytes r->map holds (file or caller's buffer); r->path set. */
+static int reader_check(dsq_logp_reader *r, const char *path, dsq_diag *d)
 {
-    memset(r, 0, sizeof *r);
-    r->map.fd = -1;
-    DSQ_TRY(dsq_map_open(&r->map, path, d));
-    r->path = strdup(path);
     const uint8_t *m = r->map.data;
     uint64_t size = r->map.size;
     int rc = DSQ_OK;
 #define BAD(st, off, ...) do { rc = dsq_fail(d, st, path, NULL, off, __VA_ARGS__); goto fail; } while (0)
-    if (!r->path) BAD(DSQ_ERR_NOMEM, -1, "out of memory");
     if (size < DSQ_LOGP_HEADER) BAD(DSQ_ERR_TRUNCATED, (int64_t)size, "file too short for a DSQLOGP header");
     if (memcmp(m, DSQ_LOGP_MAGIC, 8) != 0) BAD(DSQ_ERR_FORMAT, 0, "not a dsq base log-prob file (bad magic)");
     uint32_t version = dsq_load_u32le(m + 8), hsize = dsq_load_u32le(m + 12);
@@ -470,7 +471,36 @@ int dsq_logp_reader_open(dsq_logp_reader *r, const char *path, dsq_diag *d)
 #undef BAD
     return DSQ_OK;
 fail:
-    dsq_logp_reader_close(r);
+    return rc;
+}
+
+int dsq_logp_reader_open(dsq_logp_reader *r, const char *path, dsq_diag *d)
+{
+    memset(r, 0, sizeof *r);
+    r->map.fd = -1;
+    DSQ_TRY(dsq_map_open(&r->map, path, d));
+    r->path = strdup(path);
+    int rc = r->path ? reader_check(r, path, d) : dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory");
+    if (rc < 0) dsq_logp_reader_close(r);
+    return rc;
+}
+
+int dsq_logp_reader_open_mem(dsq_logp_reader *r, const void *data, size_t size, const char *name,
+                             dsq_diag *d)
+{
+    memset(r, 0, sizeof *r);
+    r->map.fd = -1;
+    if (!name) name = "<memory>";
+    if (!data && size) return dsq_fail(d, DSQ_ERR_INVALID_ARG, name, NULL, -1, "null buffer");
+    /* the tokens are used in place as int32_t */
+    if ((uintptr_t)data % _Alignof(int32_t))
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, name, NULL, -1, "buffer is not 4-byte aligned");
+    r->map.data = data;
+    r->map.size = size;
+    r->borrowed = 1;
+    r->path = strdup(name);
+    int rc = r->path ? reader_check(r, name, d) : dsq_fail(d, DSQ_ERR_NOMEM, name, NULL, -1, "out of memory");
+    if (rc < 0) dsq_logp_reader_close(r);
     return rc;
 }
 
@@ -488,7 +518,7 @@ int dsq_logp_reader_verify(const dsq_logp_reader *r, dsq_diag *d)
 
 void dsq_logp_reader_close(dsq_logp_reader *r)
 {
-    dsq_map_close(&r->map);
+    if (!r->borrowed) dsq_map_close(&r->map); /* open_mem: the caller's buffer */
     free(r->path);
     memset(r, 0, sizeof *r);
     r->map.fd = -1;

@@ -216,6 +216,7 @@ typedef struct dsq_logp_reader {
     const uint8_t *records;
     uint8_t        token_hash[DSQ_SHA256_LEN];
     char          *path;
+    int            borrowed;     /* map.data is the caller's (open_mem) */
 } dsq_logp_reader;
 
 /* Map and validate: magic, version, fields in range, exact file size,
@@ -223,6 +224,12 @@ typedef struct dsq_logp_reader {
  * records (dsq_kld_run hashes them as it goes; dsq_logp_reader_verify
  * does it all at once). */
 int  dsq_logp_reader_open(dsq_logp_reader *r, const char *path, dsq_diag *d);
+/* The same checks on a whole file held in memory (tests, fuzzing): data
+ * must be 4-byte aligned (tokens are used in place; DSQ_ERR_INVALID_ARG
+ * otherwise) and outlive the reader, which never frees it. name is used in
+ * messages and as r->path (NULL: "<memory>"). */
+int  dsq_logp_reader_open_mem(dsq_logp_reader *r, const void *data, size_t size,
+                              const char *name, dsq_diag *d);
 int  dsq_logp_reader_verify(const dsq_logp_reader *r, dsq_diag *d);
 void dsq_logp_reader_close(dsq_logp_reader *r);
 /* The plan the base was computed with. */

@@ -219,7 +219,8 @@ typedef struct dsq_gen_ops {
     int (*decode)(void *user, const int *slots, const int32_t *tokens, int n,
                   float *logits, dsq_diag *d);
     /* Text of generated ids (the CLI skips special tokens, as lm-eval's
-     * tok_decode does). *text malloc'd. */
+     * tok_decode does). *text malloc'd and NUL-terminated (at least
+     * *len + 1 bytes: the completion is cut in place at a stop string). */
     int (*detok)(void *user, const int32_t *ids, size_t n, char **text, size_t *len);
 } dsq_gen_ops;
 

@@ -25,32 +25,33 @@ typedef struct ctx {
 
 #define FAIL(c, st, ...) dsq_fail((c)->d, (st), (c)->path, NULL, -1, __VA_ARGS__)
 
-static int read_json(const char *path, json_object **out, dsq_diag *d)
+/* Parse len bytes of JSON text (need not be NUL-terminated); name is used
+ * in messages. The whole input must be one JSON value plus blanks. */
+static int parse_json(const char *name, const char *buf, size_t len, json_object **out, dsq_diag *d)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    DSQ_TRY(dsq_read_file(path, TOK_JSON_MAX, &buf, &len, d));
+    *out = NULL;
+    if (len > TOK_JSON_MAX)
+        return dsq_fail(d, DSQ_ERR_FORMAT, name, NULL, -1, "json text of %zu bytes is too large", len);
     json_tokener *tk = json_tokener_new_ex(64);
-    if (!tk) { free(buf); return dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory"); }
-    json_object *o = json_tokener_parse_ex(tk, buf, (int)(len > INT32_MAX ? INT32_MAX : len));
+    if (!tk) return dsq_fail(d, DSQ_ERR_NOMEM, name, NULL, -1, "out of memory");
+    json_object *o = json_tokener_parse_ex(tk, buf ? buf : "", (int)len);
     enum json_tokener_error je = json_tokener_get_error(tk);
     size_t end = json_tokener_get_parse_end(tk);
     int rc = 0;
     if (!o || je != json_tokener_success) {
-        rc = dsq_fail(d, DSQ_ERR_JSON, path, NULL, (int64_t)end, "invalid json: %s",
+        rc = dsq_fail(d, DSQ_ERR_JSON, name, NULL, (int64_t)end, "invalid json: %s",
                       je == json_tokener_continue ? "unexpected end of input" : json_tokener_error_desc(je));
         json_object_put(o);
         o = NULL;
     } else {
         while (end < len && (buf[end] == ' ' || buf[end] == '\n' || buf[end] == '\r' || buf[end] == '\t')) end++;
         if (end != len) {
-            rc = dsq_fail(d, DSQ_ERR_JSON, path, NULL, (int64_t)end, "invalid json: trailing data");
+            rc = dsq_fail(d, DSQ_ERR_JSON, name, NULL, (int64_t)end, "invalid json: trailing data");
             json_object_put(o);
             o = NULL;
         }
     }
     json_tokener_free(tk);
-    free(buf);
     *out = o;
     return rc;
 }
@@ -396,6 +397,15 @@ static int regex_quote(const char *s, size_t n, tok_buf *out)
     return 0;
 }
 
+/* tok_regex_compile's message, with the file named. */
+static int compile_re(ctx *c, tok_regex *re, const char *pat, size_t len, const char *where)
+{
+    dsq_diag local;
+    dsq_diag_clear(&local);
+    int rc = tok_regex_compile(re, pat, len, where, &local);
+    return rc ? FAIL(c, rc, "%s", local.msg) : 0;
+}
+
 static int add_pre(ctx *c, json_object *p, const char *where, int depth)
 {
     dsq_tokenizer *t = c->t;
@@ -428,7 +438,7 @@ static int add_pre(ctx *c, json_object *p, const char *where, int depth)
         DSQ_TRY(get_bool(c, p, "use_regex", where, 1, &pre->use_regex));
         if (pre->use_regex) {
             pre->behavior = TOK_SPLIT_ISOLATED;
-            DSQ_TRY(tok_regex_compile(&pre->re, gpt2_regex, sizeof gpt2_regex - 1, where, c->d));
+            DSQ_TRY(compile_re(c, &pre->re, gpt2_regex, sizeof gpt2_regex - 1, where));
         }
         t->n_pre++;
         return 0;
@@ -450,15 +460,15 @@ static int add_pre(ctx *c, json_object *p, const char *where, int depth)
     json_object *pat = get(p, "pattern");
     json_object *rx = get(pat, "Regex"), *str = get(pat, "String");
     if (rx && json_object_is_type(rx, json_type_string)) {
-        DSQ_TRY(tok_regex_compile(&pre->re, json_object_get_string(rx), (size_t)json_object_get_string_len(rx),
-                                  where, c->d));
+        DSQ_TRY(compile_re(c, &pre->re, json_object_get_string(rx), (size_t)json_object_get_string_len(rx),
+                           where));
     } else if (str && json_object_is_type(str, json_type_string)) {
         tok_buf q = { 0 };
         int rc = regex_quote(json_object_get_string(str), (size_t)json_object_get_string_len(str), &q);
         if (!rc) rc = tok_buf_append(&q, "", 0);
         if (rc) { free(q.v); return FAIL(c, rc, "out of memory"); }
         /* an empty String pattern matches nothing: leave re.code NULL */
-        if (q.n) rc = tok_regex_compile(&pre->re, q.v, q.n, where, c->d);
+        if (q.n) rc = compile_re(c, &pre->re, q.v, q.n, where);
         free(q.v);
         if (rc) return rc;
     } else {
@@ -584,11 +594,11 @@ static int config_token(ctx *c, json_object *cfg, const char *key, int32_t *out)
     return 0;
 }
 
-static int load_config(dsq_tokenizer *t, const char *path, dsq_diag *d)
+static int load_config(dsq_tokenizer *t, const tok_text *src, dsq_diag *d)
 {
-    ctx c = { t, path, d };
+    ctx c = { t, src->name, d };
     json_object *cfg = NULL;
-    DSQ_TRY(read_json(path, &cfg, d));
+    DSQ_TRY(parse_json(src->name, src->text, src->len, &cfg, d));
     int rc = 0;
     if (!json_object_is_type(cfg, json_type_object)) {
         rc = FAIL(&c, DSQ_ERR_FORMAT, "expected a json object");
@@ -620,11 +630,13 @@ out:
 
 /* ---- entry ---------------------------------------------------------------- */
 
-int tok_hf_load(dsq_tokenizer *t, const char *json_path, const char *config_path, dsq_diag *d)
+/* File and memory loads both end here: one tokenizer.json text and an
+ * optional tokenizer_config.json text (cfg NULL or cfg->text NULL: none). */
+int tok_hf_load_text(dsq_tokenizer *t, const tok_text *json, const tok_text *cfg, dsq_diag *d)
 {
-    ctx c = { t, json_path, d };
+    ctx c = { t, json->name, d };
     json_object *root = NULL;
-    DSQ_TRY(read_json(json_path, &root, d));
+    DSQ_TRY(parse_json(json->name, json->text, json->len, &root, d));
     int rc = 0;
     int32_t max_id = -1;
     if (!json_object_is_type(root, json_type_object)) {
@@ -663,10 +675,25 @@ int tok_hf_load(dsq_tokenizer *t, const char *json_path, const char *config_path
     /* without tokenizer_config.json, BOS/EOS come from the template */
     if (t->n_tmpl_pre) t->bos = t->tmpl_pre[0];
     if (t->n_tmpl_post) t->eos = t->tmpl_post[t->n_tmpl_post - 1];
-    if (config_path && (rc = load_config(t, config_path, d))) goto out;
+    if (cfg && cfg->text && (rc = load_config(t, cfg, d))) goto out;
     if (t->bos >= 0) t->ent[t->bos].special = 1;
     if (t->eos >= 0) t->ent[t->eos].special = 1;
 out:
     json_object_put(root);
+    return rc;
+}
+
+int tok_hf_load(dsq_tokenizer *t, const char *json_path, const char *config_path, dsq_diag *d)
+{
+    char *jbuf = NULL, *cbuf = NULL;
+    size_t jlen = 0, clen = 0;
+    DSQ_TRY(dsq_read_file(json_path, TOK_JSON_MAX, &jbuf, &jlen, d));
+    int rc = config_path ? dsq_read_file(config_path, TOK_JSON_MAX, &cbuf, &clen, d) : 0;
+    if (rc == 0) {
+        tok_text js = { jbuf, jlen, json_path }, cs = { cbuf, clen, config_path };
+        rc = tok_hf_load_text(t, &js, config_path ? &cs : NULL, d);
+    }
+    free(jbuf);
+    free(cbuf);
     return rc;
 }

@@ -168,7 +168,12 @@ struct dsq_tokenizer {
 };
 
 /* tok_hf.c */
+/* JSON text to load from: len bytes (need not be NUL-terminated); name is
+ * what messages call it (a path, or a label for text held in memory). */
+typedef struct tok_text { const char *text; size_t len; const char *name; } tok_text;
 int  tok_hf_load(dsq_tokenizer *t, const char *json_path, const char *config_path, dsq_diag *d);
+/* The shared loader: cfg may be NULL (no tokenizer_config.json). */
+int  tok_hf_load_text(dsq_tokenizer *t, const tok_text *json, const tok_text *cfg, dsq_diag *d);
 /* tok_llama2c.c */
 int  tok_l2_load(dsq_tokenizer *t, const char *path, dsq_diag *d);
 int  tok_l2_encode(const dsq_tokenizer *t, const char *text, size_t len, unsigned flags, tok_ids *out, dsq_diag *d);

@@ -35,16 +35,27 @@ static char *dir_of(const char *path)
     return s;
 }
 
+/* An empty tokenizer object: no ids, lookups and the word cache ready. */
+static int tok_new(dsq_tokenizer **out, const char *name, dsq_diag *d)
+{
+    *out = NULL;
+    dsq_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return dsq_fail(d, DSQ_ERR_NOMEM, name, NULL, -1, "out of memory");
+    t->bos = t->eos = t->unk = t->l2_space = -1;
+    for (int i = 0; i < 256; i++) t->byte_id[i] = -1;
+    int rc = tok_cache_init(&t->cache);
+    if (rc) { free(t); return dsq_fail(d, rc, name, NULL, -1, "cannot create the word cache"); }
+    *out = t;
+    return 0;
+}
+
 int dsq_tokenizer_load(dsq_tokenizer **out, const char *path, dsq_diag *d)
 {
     if (!out || !path) return dsq_fail(d, DSQ_ERR_INVALID_ARG, path, NULL, -1, "null argument");
     *out = NULL;
-    dsq_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory");
-    t->bos = t->eos = t->unk = t->l2_space = -1;
-    for (int i = 0; i < 256; i++) t->byte_id[i] = -1;
-    int rc = tok_cache_init(&t->cache);
-    if (rc) { free(t); return dsq_fail(d, rc, path, NULL, -1, "cannot create the word cache"); }
+    dsq_tokenizer *t;
+    int rc = tok_new(&t, path, d);
+    if (rc) return rc;
 
     char *json = NULL, *cfg = NULL;
     if (dsq_path_is_dir(path)) {
@@ -86,6 +97,25 @@ int dsq_tokenizer_load(dsq_tokenizer **out, const char *path, dsq_diag *d)
 done:
     free(json);
     free(cfg);
+    if (rc) { dsq_tokenizer_free(t); return rc; }
+    *out = t;
+    return 0;
+}
+
+int dsq_tokenizer_load_json(dsq_tokenizer **out, const char *tokenizer_json, size_t len,
+                            const char *tokenizer_config_json, dsq_diag *d)
+{
+    if (!out || (!tokenizer_json && len))
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, DSQ_TOK_MEM_JSON, NULL, -1, "null argument");
+    *out = NULL;
+    dsq_tokenizer *t;
+    int rc = tok_new(&t, DSQ_TOK_MEM_JSON, d);
+    if (rc) return rc;
+    t->kind = DSQ_TOK_HF_BPE;
+    tok_text js = { tokenizer_json, len, DSQ_TOK_MEM_JSON };
+    tok_text cs = { tokenizer_config_json, tokenizer_config_json ? strlen(tokenizer_config_json) : 0,
+                    DSQ_TOK_MEM_CONFIG };
+    rc = tok_hf_load_text(t, &js, tokenizer_config_json ? &cs : NULL, d);
     if (rc) { dsq_tokenizer_free(t); return rc; }
     *out = t;
     return 0;

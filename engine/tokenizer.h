@@ -57,6 +57,18 @@ enum dsq_tokenizer_kind {
  * first non-blank byte is '{' or '[', else llama2.c .bin.
  * On success *out owns everything; free with dsq_tokenizer_free. */
 int  dsq_tokenizer_load(dsq_tokenizer **out, const char *path, dsq_diag *d);
+
+/* The same for a Hugging Face tokenizer.json held in memory (e.g. the
+ * "tokenizer" object a .dsq carries in its metadata): len bytes of JSON
+ * text (need not be NUL-terminated), plus the tokenizer_config.json text
+ * (NUL-terminated) or NULL when there is none. Gives exactly the tokenizer
+ * dsq_tokenizer_load gives for the two files side by side. Messages name
+ * the texts DSQ_TOK_MEM_JSON and DSQ_TOK_MEM_CONFIG. The caller keeps its
+ * buffers; nothing points into them after the call. */
+#define DSQ_TOK_MEM_JSON   "<tokenizer.json>"
+#define DSQ_TOK_MEM_CONFIG "<tokenizer_config.json>"
+int  dsq_tokenizer_load_json(dsq_tokenizer **out, const char *tokenizer_json, size_t len,
+                             const char *tokenizer_config_json, dsq_diag *d);
 void dsq_tokenizer_free(dsq_tokenizer *t);
 
 int  dsq_tokenizer_kind(const dsq_tokenizer *t);

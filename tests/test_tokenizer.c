@@ -10,6 +10,7 @@
  *   test_tokenizer --roundtrip TOKENIZER RECORDS.jsonl
  *       checks decode(encode(x)) == x for each record; exit 1 on a mismatch */
 #include "dsq_test.h"
+#include "dsq_file.h"
 #include "tokenizer.h"
 
 #include <json-c/json.h>
@@ -751,6 +752,158 @@ static void test_deepseek(void **state)
     dsq_tokenizer_free(t);
 }
 
+/* ---- loading from memory ------------------------------------------------------ */
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)n, fp), (size_t)n);
+    b[n] = 0;
+    fclose(fp);
+    if (len) *len = (size_t)n;
+    return b;
+}
+
+/* Two tokenizers are the same: every id, the special ids, and the ids and
+ * text they give for a set of strings. */
+static void expect_same_tokenizer(const dsq_tokenizer *a, const dsq_tokenizer *b)
+{
+    assert_int_equal(dsq_tokenizer_kind(a), dsq_tokenizer_kind(b));
+    assert_int_equal(dsq_tokenizer_vocab_size(a), dsq_tokenizer_vocab_size(b));
+    assert_int_equal(dsq_tokenizer_bos(a), dsq_tokenizer_bos(b));
+    assert_int_equal(dsq_tokenizer_eos(a), dsq_tokenizer_eos(b));
+    for (size_t i = 0; i < dsq_tokenizer_vocab_size(a); i++) {
+        const char *pa = dsq_tokenizer_piece(a, (int32_t)i), *pb = dsq_tokenizer_piece(b, (int32_t)i);
+        assert_true((pa == NULL) == (pb == NULL));
+        if (!pa) continue;
+        assert_string_equal(pa, pb);
+        assert_int_equal(dsq_tokenizer_find(a, pa), dsq_tokenizer_find(b, pb));
+        assert_int_equal(dsq_tokenizer_is_special(a, (int32_t)i), dsq_tokenizer_is_special(b, (int32_t)i));
+        const char *ba, *bb;
+        size_t la, lb;
+        assert_int_equal(dsq_tokenizer_token_bytes(a, (int32_t)i, &ba, &la), 0);
+        assert_int_equal(dsq_tokenizer_token_bytes(b, (int32_t)i, &bb, &lb), 0);
+        assert_int_equal(la, lb);
+        assert_memory_equal(ba, bb, la);
+    }
+    static const char *const texts[] = {
+        "", "hello world", "hello", " aaaa  hello\n\nworld!", "a , b . do n't",
+        "<s>hello</s> <unk>", "Question: 12 + 30 = ?\nAnswer: 42 #### 42",
+        "h\xc3\xa9llo w\xc3\xb6rld \xe4\xb8\xad\xe6\x96\x87!", "bad \xff\xfe utf-8 \xc3",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        for (unsigned f = 0; f < 4; f++) {
+            int32_t *ia = NULL, *ib = NULL;
+            size_t na = 0, nb = 0;
+            size_t tl = strlen(texts[i]);
+            assert_int_equal(dsq_tokenizer_encode_ex(a, texts[i], tl, f, &ia, &na, NULL), 0);
+            assert_int_equal(dsq_tokenizer_encode_ex(b, texts[i], tl, f, &ib, &nb, NULL), 0);
+            assert_int_equal(na, nb);
+            if (na) assert_memory_equal(ia, ib, na * sizeof *ia);
+            char *ta = NULL, *tb = NULL;
+            size_t lta = 0, ltb = 0;
+            assert_int_equal(dsq_tokenizer_decode(a, ia, na, (int)(f & 1), &ta, &lta), 0);
+            assert_int_equal(dsq_tokenizer_decode(b, ib, nb, (int)(f & 1), &tb, &ltb), 0);
+            assert_int_equal(lta, ltb);
+            assert_memory_equal(ta, tb, lta);
+            free(ta); free(tb); free(ia); free(ib);
+        }
+    }
+}
+
+/* dirpath holds tokenizer.json and maybe tokenizer_config.json: loading
+ * the directory and loading the two texts from memory agree. */
+static void expect_mem_equals_file(const char *dirpath)
+{
+    char jp[4096], cp[4096];
+    snprintf(jp, sizeof jp, "%s/tokenizer.json", dirpath);
+    snprintf(cp, sizeof cp, "%s/tokenizer_config.json", dirpath);
+    size_t jl = 0;
+    char *js = slurp(jp, &jl), *cs = slurp(cp, NULL);
+    assert_non_null(js);
+    dsq_tokenizer *f = load_ok(dirpath), *m = NULL;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    /* not NUL-terminated where len ends: only len bytes are read */
+    char *copy = malloc(jl + 8);
+    assert_non_null(copy);
+    memcpy(copy, js, jl);
+    memcpy(copy + jl, "garbage", 8);
+    int rc = dsq_tokenizer_load_json(&m, copy, jl, cs, &d);
+    if (rc) fprintf(stderr, "load_json %s: %s: %s\n", dirpath, d.path, d.msg);
+    assert_int_equal(rc, 0);
+    expect_same_tokenizer(f, m);
+    dsq_tokenizer_free(m);
+    dsq_tokenizer_free(f);
+    free(copy);
+    free(js);
+    free(cs);
+}
+
+static void test_load_json_mem(void **state)
+{
+    (void)state;
+    /* with a config (BOS/EOS from it, add_bos_token) */
+    const char *cfg = "{\"add_bos_token\":true,\"add_eos_token\":false,"
+                      "\"bos_token\":{\"__type\":\"AddedToken\",\"content\":\"<s>\"},\"eos_token\":\"</s>\","
+                      "\"tokenizer_class\":\"LlamaTokenizerFast\",\"clean_up_tokenization_spaces\":true}";
+    tfile f = make_tok(hello_vocab, hello_merges, BL_PRE, ADDED, NULL, cfg, NULL);
+    expect_mem_equals_file(f.dir);
+    /* the config matters: without it there is no BOS */
+    size_t jl = 0;
+    char *js = slurp(f.json, &jl);
+    dsq_tokenizer *t = NULL;
+    assert_int_equal(dsq_tokenizer_load_json(&t, js, jl, NULL, NULL), 0);
+    assert_int_equal(dsq_tokenizer_bos(t), -1);
+    EXPECT(t, "hello", 1, 259);
+    dsq_tokenizer_free(t);
+    t = NULL;
+    assert_int_equal(dsq_tokenizer_load_json(&t, js, jl, cfg, NULL), 0);
+    EXPECT(t, "hello", 1, 266, 259);
+    dsq_tokenizer_free(t);
+
+    /* errors name the in-memory text they come from */
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    t = (dsq_tokenizer *)1;
+    assert_int_equal(dsq_tokenizer_load_json(&t, js, jl - 1, NULL, &d), DSQ_ERR_JSON);
+    assert_null(t);
+    assert_string_equal(d.path, DSQ_TOK_MEM_JSON);
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_tokenizer_load_json(&t, js, jl, "{\"bos_token\": 5}", &d), DSQ_ERR_FORMAT);
+    assert_null(t);
+    assert_string_equal(d.path, DSQ_TOK_MEM_CONFIG);
+    assert_non_null(strstr(d.msg, "bos_token"));
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_tokenizer_load_json(&t, js, jl, "{", &d), DSQ_ERR_JSON);
+    assert_string_equal(d.path, DSQ_TOK_MEM_CONFIG);
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_tokenizer_load_json(&t, "", 0, NULL, &d), DSQ_ERR_JSON);
+    assert_int_equal(dsq_tokenizer_load_json(&t, NULL, 5, NULL, NULL), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_tokenizer_load_json(NULL, js, jl, NULL, NULL), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_tokenizer_load_json(&t, "[]", 2, NULL, NULL), DSQ_ERR_FORMAT);
+    free(js);
+    free_tok(&f);
+
+    /* TemplateProcessing, no config */
+    const char *tmpl = "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},"
+        "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[],"
+        "\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[266],\"tokens\":[\"<s>\"]}}}";
+    f = make_tok(hello_vocab, hello_merges, BL_PRE, ADDED, tmpl, NULL, NULL);
+    expect_mem_equals_file(f.dir);
+    free_tok(&f);
+
+    /* the sample models' real tokenizer, when the checkout has it */
+    if (dsq_path_is_dir("samples/tiny-llama")) expect_mem_equals_file("samples/tiny-llama");
+    else fprintf(stderr, "note: samples/tiny-llama absent, sample tokenizer not compared\n");
+}
+
 /* Concurrent encodes share the word cache. */
 #include <pthread.h>
 static dsq_tokenizer *g_tok;
@@ -871,6 +1024,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_deepseek),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_load_json_mem),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

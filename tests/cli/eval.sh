@@ -1,7 +1,8 @@
 #!/bin/sh
 # ds-eval CLI behaviour: usage errors (exit 2), bad inputs (exit 1, message
 # naming the line), gsm8k --score on a tiny hand-made set, and, when a model
-# is available, ppl / kld / gsm8k end to end.
+# is available, ppl / kld / gsm8k end to end; a .dsq made from
+# samples/tiny-llama brings its own tokenizer (no --tokenizer needed).
 #
 # Model: samples/tiny-dsv3 by default; DSQ_EVAL_MODEL / DSQ_EVAL_TOKENIZER
 # override (e.g. any small Llama safetensors dir plus its tokenizer). The
@@ -135,6 +136,54 @@ else
   expect 0 $EVAL gsm8k --model "$MODEL" $TOKOPT --data "$T/test.jsonl" --train "$T/test.jsonl" \
          --shots 2 --limit 3 --batch 1 --max-new-tokens 8 --out "$T/gen1.jsonl" -q
   cmp -s "$T/gen.jsonl" "$T/gen1.jsonl" || fail "batch 2 and batch 1 completions differ"
+fi
+
+# ---- a .dsq carries its tokenizer ------------------------------------------------
+# ds-quant copies tokenizer.json / tokenizer_config.json into the metadata, so
+# `ds-eval --model X.dsq` needs no --tokenizer; without one there it falls back
+# to the .dsq's directory, then fails asking for --tokenizer.
+LLAMA=samples/tiny-llama
+QUANT=./bin/ds-quant
+if [ ! -f "$LLAMA/config.json" ] || [ ! -x "$QUANT" ]; then
+  echo "eval.sh: $LLAMA or $QUANT absent, .dsq tokenizer tests skipped"
+else
+  LTEXT=samples/data/heldout.txt
+  if [ ! -f "$LTEXT" ]; then
+    for i in $(seq 200); do cat "$T/test.jsonl"; done >"$T/ltext.txt"
+    LTEXT=$T/ltext.txt
+  fi
+  ppl_of() { grep -o '"ppl":[^,]*' "$T/out"; }
+  PPLOPT="--data $LTEXT --ctx 64 --limit-tokens 640 --json"
+  mkdir -p "$T/q" "$T/q2" "$T/q3" "$T/src"
+  expect 0 $QUANT --scheme w8a8-dynamic -q "$LLAMA" "$T/q/m.dsq"
+  expect 0 $EVAL ppl --model "$T/q/m.dsq" $PPLOPT
+  has out '"tokens_scored":310'
+  embedded=$(ppl_of)
+  expect 0 $EVAL ppl --model "$T/q/m.dsq" --tokenizer "$LLAMA" $PPLOPT
+  [ "$(ppl_of)" = "$embedded" ] || fail "embedded tokenizer gives $embedded, --tokenizer $(ppl_of)"
+  expect 0 $EVAL gsm8k --model "$T/q/m.dsq" --data "$T/test.jsonl" --train "$T/test.jsonl" \
+         --shots 1 --limit 2 --max-new-tokens 4 --json
+  has out '"n":2'
+  # a source without tokenizer files: nothing in the metadata
+  for f in "$LLAMA"/*; do
+    case $f in *tokenizer*) ;; *) ln -s "$PWD/$f" "$T/src/" ;; esac
+  done
+  expect 0 $QUANT --scheme w8a8-dynamic -q "$T/src" "$T/q2/m.dsq"
+  expect 1 $EVAL ppl --model "$T/q2/m.dsq" $PPLOPT
+  has err "no tokenizer in the .dsq metadata"
+  has err "pass --tokenizer"
+  cp "$LLAMA"/tokenizer*.json "$T/q2/"
+  expect 0 $EVAL ppl --model "$T/q2/m.dsq" $PPLOPT
+  [ "$(ppl_of)" = "$embedded" ] || fail "tokenizer beside the .dsq gives $(ppl_of), embedded $embedded"
+  # an embedded tokenizer that cannot load: the error says where it came from
+  printf '{"model": {"type": "Unigram"}, "pre_tokenizer": {"type": "ByteLevel"}}' >"$T/src/tokenizer.json"
+  expect 0 $QUANT --scheme w8a8-dynamic -q "$T/src" "$T/q3/bad.dsq"
+  expect 1 $EVAL ppl --model "$T/q3/bad.dsq" $PPLOPT
+  has err "tokenizer in the metadata"
+  has err "only BPE"
+  expect 0 $EVAL ppl --model "$T/q3/bad.dsq" --tokenizer "$LLAMA" $PPLOPT
+  expect 1 $EVAL ppl --model "$T/q3/missing.dsq" $PPLOPT
+  has err "no such model"
 fi
 
 [ $fails = 0 ] || { echo "eval.sh: $fails failure(s)"; exit 1; }
