@@ -1,12 +1,28 @@
-/* bench_engine.c - engine speed: prefill, decode and batched decode tokens/s.
+/* bench_engine.c - engine speed: prefill, decode and batched decode tokens/s,
+ * next to what the machine can do.
  *
- *   bench_engine [-t threads] [-p prefill_tokens] [-n decode_steps] [MODEL ...]
+ *   bench_engine [-t threads] [-p prefill_tokens] [-n decode_steps] [-r reps] [MODEL ...]
  *
  * MODEL is anything dsq_model_open accepts (safetensors dir/file, .dsq).
  * Without models, two synthetic ones are written to a temp dir, a small
  * Llama-like and a small DeepSeek-V3-like (MLA + MoE), as BF16 safetensors
  * and as a .dsq for every scheme that needs no calibration, and each is
- * measured. Speed only: correctness lives in tests/test_engine.c. */
+ * measured.
+ *
+ * Machine limits, measured first in the same run with the same thread
+ * count: memory read bandwidth (sum over a 512 MB buffer, split over the
+ * threads; and over an 8 MB one, which stays in the last level cache, the
+ * limit for models whose weights fit there) and OpenBLAS sgemm GFLOP/s
+ * (M = prefill tokens, N = K = 1024).
+ * Each model line then gives prefill tok/s with its linear GFLOP/s (2 x the
+ * active weights per token; MoE: shared + top-k experts) as a fraction of
+ * sgemm, and decode tok/s with the active weight bytes streamed per token
+ * as a fraction of the memory bandwidth. Small models cannot approach
+ * either limit (per-token overheads dominate); the fractions say how far.
+ *
+ * Timing: best of reps; with one thread, process CPU time (other jobs on a
+ * shared machine do not count), else wall time. Speed only: correctness
+ * lives in tests/test_engine.c. */
 #include "container.h"
 #include "dsq_error.h"
 #include "dsq_file.h"
@@ -14,7 +30,9 @@
 #include "model.h"
 #include "scheme.h"
 #include "st_writer.h"
+#include "dsq_thread.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,12 +41,88 @@
 #include <time.h>
 #include <unistd.h>
 
+static int g_cpu_clock;   /* 1: process CPU time (one thread) */
+
 static double now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(g_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+/* ---- machine limits ----------------------------------------------------- */
+
+struct bw_job {
+    const uint64_t *p;
+    size_t n, per;
+    uint64_t sum[64];
+};
+
+static void bw_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    struct bw_job *j = ctx;
+    size_t i0 = item * j->per, i1 = i0 + j->per < j->n ? i0 + j->per : j->n;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = i0; i + 4 <= i1; i += 4) {
+        s0 += j->p[i];
+        s1 += j->p[i + 1];
+        s2 += j->p[i + 2];
+        s3 += j->p[i + 3];
+    }
+    j->sum[item] = s0 + s1 + s2 + s3;
+}
+
+/* Read bandwidth in GB/s: sum of a buffer (512 MB: DRAM; 8 MB: the last
+ * level cache), one slice per thread. */
+static double mem_bandwidth(dsq_pool *pool, size_t bytes)
+{
+    uint64_t *buf = malloc(bytes);
+    if (!buf) return 0.0;
+    memset(buf, 1, bytes);   /* touch every page first */
+    int nt = dsq_pool_size(pool);
+    if (nt > 64) nt = 64;
+    struct bw_job j = { buf, bytes / 8, (bytes / 8 + (size_t)nt - 1) / (size_t)nt, { 0 } };
+    double best = 1e30;
+    int saved = g_cpu_clock;
+    g_cpu_clock = 0;   /* bandwidth is a wall-clock rate */
+    const int reps = bytes > ((size_t)64 << 20) ? 3 : 50;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        dsq_pool_run(pool, (size_t)nt, bw_task, &j);
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    g_cpu_clock = saved;
+    uint64_t s = 0;
+    for (int i = 0; i < nt; i++) s += j.sum[i];
+    free(buf);
+    return s == 42 ? 0.0 : (double)bytes / best / 1e9;   /* use s: the loop is not dead */
+}
+
+/* OpenBLAS sgemm GFLOP/s with nt threads: [M x 1024] x [1024 x 1024]. */
+static double sgemm_gflops(int nt, int M)
+{
+    const int N = 1024, K = 1024;
+    float *a = malloc((size_t)M * K * sizeof *a), *b = malloc((size_t)N * K * sizeof *b),
+          *c = malloc((size_t)M * N * sizeof *c);
+    if (!a || !b || !c) { free(a); free(b); free(c); return 0.0; }
+    for (size_t i = 0; i < (size_t)M * K; i++) a[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < (size_t)N * K; i++) b[i] = (float)(i % 5) * 0.1f;
+    openblas_set_num_threads(nt);
+    double best = 1e30;
+    for (int r = 0; r < 4; r++) {
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
+        double dt = now() - t0;
+        if (r > 0 && dt < best) best = dt;
+    }
+    openblas_set_num_threads(1);   /* the engine calls OpenBLAS from its pool */
+    free(a); free(b); free(c);
+    return 2.0 * M * N * K / best / 1e9;
+}
+
+static double g_bw, g_bw_llc, g_gf;
 
 /* ---- synthetic models ------------------------------------------------- */
 
@@ -205,7 +299,43 @@ static char *write_synth(const char *dir, int deepseek, const dsq_scheme *sc)
 
 /* ---- measurement ------------------------------------------------------ */
 
-static int bench_one(const char *path, int threads, int P, int N)
+/* Active linear weights per token (elements and blob bytes): every linear
+ * of every layer, routed experts weighted by top_k / n_experts (a token
+ * visits top_k of them); the lm_head separately. */
+static void lin_add(const dsq_linear *l, double frac, double *el, double *by)
+{
+    if (!l->w.scheme) return;
+    *el += frac * (double)l->out * (double)l->in;
+    *by += frac * (double)l->w.blob_size;
+}
+
+static void mlp_add(const dsq_mlp *p, double frac, double *el, double *by)
+{
+    lin_add(&p->gate, frac, el, by);
+    lin_add(&p->up, frac, el, by);
+    lin_add(&p->down, frac, el, by);
+}
+
+static void active_weights(const dsq_model *m, double *el, double *by, double *head_el, double *head_by)
+{
+    const dsq_weights *w = dsq_model_weights(m);
+    const dsq_model_config *c = dsq_model_get_config(m);
+    *el = *by = *head_el = *head_by = 0.0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        const dsq_layer *ly = &w->layers[l];
+        const dsq_linear *ls[] = { &ly->q, &ly->k, &ly->v, &ly->o, &ly->q_a, &ly->q_b, &ly->kv_a, &ly->kv_b,
+                                   &ly->router };
+        for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) lin_add(ls[i], 1.0, el, by);
+        mlp_add(&ly->mlp, 1.0, el, by);
+        if (ly->has_shared) mlp_add(&ly->shared, 1.0, el, by);
+        if (ly->experts)
+            for (int64_t e = 0; e < c->n_routed_experts; e++)
+                mlp_add(&ly->experts[e], (double)c->num_experts_per_tok / (double)c->n_routed_experts, el, by);
+    }
+    lin_add(&w->lm_head, 1.0, head_el, head_by);
+}
+
+static int bench_one(const char *path, int threads, int P, int N, int reps)
 {
     dsq_model_opts o;
     dsq_model_opts_default(&o);
@@ -229,28 +359,48 @@ static int bench_one(const char *path, int threads, int P, int N)
     dsq_state *s = dsq_state_create(m, B, P + N + 8);
     if (!s || !toks || !lg) { fprintf(stderr, "bench_engine: out of memory\n"); return 1; }
 
-    t0 = now();
-    rc = dsq_forward(m, s, 0, toks, P, lg, DSQ_FWD_LAST_LOGITS, &d);
-    double t_pre = now() - t0;
-    t0 = now();
-    for (int i = 0; i < N && rc == 0; i++) rc = dsq_forward(m, s, 0, toks + P + i, 1, lg, 0, &d);
-    double t_dec = now() - t0;
-    /* batched decode: B sequences with a short shared prompt */
-    int active[8];
-    int32_t bt[8];
-    for (int b = 1; b < B && rc == 0; b++) rc = dsq_forward(m, s, b, toks, 4, NULL, 0, &d);
-    for (int b = 0; b < B; b++) { active[b] = b; bt[b] = toks[b]; }
-    dsq_state_truncate(s, 0, 4);
-    t0 = now();
-    for (int i = 0; i < N / 2 && rc == 0; i++) rc = dsq_forward_batch_decode(m, s, bt, active, B, lg, &d);
-    double t_bat = now() - t0;
+    double t_pre = 1e30, t_dec = 1e30, t_bat = 1e30;
+    for (int r = 0; r < reps && rc == 0; r++) {
+        dsq_state_truncate(s, 0, 0);
+        t0 = now();
+        rc = dsq_forward(m, s, 0, toks, P, lg, DSQ_FWD_LAST_LOGITS, &d);
+        double dt = now() - t0;
+        t_pre = dt < t_pre ? dt : t_pre;
+        t0 = now();
+        for (int i = 0; i < N && rc == 0; i++) rc = dsq_forward(m, s, 0, toks + P + i, 1, lg, 0, &d);
+        dt = now() - t0;
+        t_dec = dt < t_dec ? dt : t_dec;
+        /* batched decode: B sequences with a short shared prompt */
+        int active[8];
+        int32_t bt[8];
+        for (int b = 1; b < B && rc == 0; b++) {
+            dsq_state_truncate(s, b, 0);
+            rc = dsq_forward(m, s, b, toks, 4, NULL, 0, &d);
+        }
+        for (int b = 0; b < B; b++) { active[b] = b; bt[b] = toks[b]; }
+        dsq_state_truncate(s, 0, 4);
+        t0 = now();
+        for (int i = 0; i < N / 2 && rc == 0; i++) rc = dsq_forward_batch_decode(m, s, bt, active, B, lg, &d);
+        dt = now() - t0;
+        t_bat = dt < t_bat ? dt : t_bat;
+    }
     if (rc) { fprintf(stderr, "bench_engine: %s: forward failed: %s\n", path, d.msg); return 1; }
 
+    double el, by, hel, hby;
+    active_weights(m, &el, &by, &hel, &hby);
+    const double pre = P / t_pre, dec = N / t_dec, bat = B * (N / 2) / t_bat;
+    const double pre_gf = 2.0 * el * pre / 1e9;                 /* lm_head: last token only */
+    const double dec_gbs = (by + hby) * dec / 1e9;
+    /* weights that fit the last level cache are read from it, not DRAM */
+    const int in_llc = dsq_model_weight_bytes(m) <= ((uint64_t)16 << 20);
+    const double bw = in_llc ? g_bw_llc : g_bw;
     char info[512];
     dsq_model_info(m, info, sizeof info);
     const char *base = strrchr(path, '/');
-    printf("%-28s open %6.2fs  prefill %8.1f tok/s  decode %7.1f tok/s  batch%d %7.1f tok/s  [%s]\n",
-           base ? base + 1 : path, t_open, P / t_pre, N / t_dec, B, B * (N / 2) / t_bat, info);
+    printf("%-24s prefill %8.1f tok/s (%6.2f GF/s, %4.1f%% sgemm)  decode %7.1f tok/s (%5.2f MB/tok, %4.1f%% %s BW)"
+           "  batch%d %7.1f tok/s\n    [%s; open %.2fs]\n",
+           base ? base + 1 : path, pre, pre_gf, 100.0 * pre_gf / g_gf, dec, (by + hby) / 1e6,
+           100.0 * dec_gbs / bw, in_llc ? "cache" : "DRAM", B, bat, info, t_open);
     fflush(stdout);
     free(toks);
     free(lg);
@@ -261,28 +411,39 @@ static int bench_one(const char *path, int threads, int P, int N)
 
 int main(int argc, char **argv)
 {
-    int threads = 0, P = 128, N = 32, opt;
-    while ((opt = getopt(argc, argv, "t:p:n:h")) != -1) {
+    int threads = 0, P = 128, N = 32, reps = 3, opt;
+    while ((opt = getopt(argc, argv, "t:p:n:r:h")) != -1) {
         switch (opt) {
         case 't': threads = atoi(optarg); break;
         case 'p': P = atoi(optarg); break;
         case 'n': N = atoi(optarg); break;
+        case 'r': reps = atoi(optarg); break;
         default:
-            fprintf(stderr, "usage: bench_engine [-t threads] [-p prefill] [-n decode] [MODEL ...]\n");
+            fprintf(stderr, "usage: bench_engine [-t threads] [-p prefill] [-n decode] [-r reps] [MODEL ...]\n");
             return opt == 'h' ? 0 : 2;
         }
     }
-    if (P < 1 || N < 2) return 2;
+    if (P < 1 || N < 2 || reps < 1) return 2;
+    const int nt = threads > 0 ? threads : dsq_cpu_count();
+    g_cpu_clock = nt == 1;
+    dsq_pool *pool = dsq_pool_create(nt);
+    g_bw = mem_bandwidth(pool, (size_t)512 << 20);
+    g_bw_llc = mem_bandwidth(pool, (size_t)8 << 20);
+    dsq_pool_free(pool);
+    g_gf = sgemm_gflops(nt, P);
+    printf("engine bench: %d thread(s), prefill %d tokens, decode %d steps, best of %d (%s time)\n"
+           "machine: memory read %.1f GB/s (512 MB), %.1f GB/s (8 MB, cache), OpenBLAS sgemm %.1f GFLOP/s "
+           "([%d x 1024] x [1024 x 1024])\n",
+           nt, P, N, reps, g_cpu_clock ? "process CPU" : "wall", g_bw, g_bw_llc, g_gf, P);
     int fails = 0;
     if (optind < argc) {
-        for (int i = optind; i < argc; i++) fails += bench_one(argv[i], threads, P, N);
+        for (int i = optind; i < argc; i++) fails += bench_one(argv[i], threads, P, N, reps);
         return fails ? 1 : 0;
     }
     char tmpl[] = "/tmp/dsq-bench-XXXXXX";
     char *dir = mkdtemp(tmpl);
     if (!dir) { perror("bench_engine: mkdtemp"); return 1; }
-    printf("engine bench: %d threads, prefill %d tokens, decode %d steps (synthetic models in %s)\n",
-           threads > 0 ? threads : dsq_cpu_count(), P, N, dir);
+    printf("synthetic models in %s\n", dir);
     for (int deepseek = 0; deepseek < 2; deepseek++) {
         for (int i = -1; i < dsq_scheme_count(); i++) {
             const dsq_scheme *sc = i < 0 ? NULL : dsq_scheme_at(i);
@@ -295,7 +456,7 @@ int main(int argc, char **argv)
                 fails++;
                 continue;
             }
-            fails += bench_one(path, threads, P, N);
+            fails += bench_one(path, threads, P, N, reps);
             free(path);
         }
     }

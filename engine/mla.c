@@ -55,6 +55,15 @@ static float row_dot(const uint8_t *row, int bf16, const float *x, int64_t n)
     return s0 + s1;
 }
 
+/* Jobs below this many multiply-adds run on the caller's thread: waking the
+ * pool costs about 10 us, more than a decode step's absorb work on a small
+ * model. Each item's result does not depend on the thread, so this changes
+ * no value. */
+static dsq_pool *pool_for(dsq_pool *pool, double macs)
+{
+    return macs < (double)(1 << 20) ? NULL : pool;
+}
+
 typedef struct mla_job {
     dsq_run *r;
     const dsq_layer *ly;
@@ -137,7 +146,9 @@ int dsq_mla_forward(dsq_run *r, const float *x)
     int absorbed = r->mla_absorbed || r->kv.seq_of != NULL || !sc->kv_exp || P > sc->cap_ctx;
     const int qdim = (int)m->q_dim;
     if (absorbed) {
-        dsq_pool_run(m->pool, (size_t)T * (size_t)j.H, absorb_q_task, &j);
+        const double items = (double)T * (double)j.H;
+        dsq_pool_run(pool_for(m->pool, items * (double)(j.nope * R)), (size_t)T * (size_t)j.H, absorb_q_task,
+                     &j);
         for (int t = 0; t < T; t++) {
             int n = (int)dsq_kv_index(r, t) + 1;
             for (int64_t h = 0; h < j.H; h++) sc->vis[h] = n;
@@ -148,7 +159,8 @@ int dsq_mla_forward(dsq_run *r, const float *x)
                              (int)qk, pe, (int)j.rope, (int)j.rope, lat, (int)R, (int)R, sc->vis, m->attn_scale,
                              sc->scores, qp, (int)R, m->pool);
         }
-        dsq_pool_run(m->pool, (size_t)T * (size_t)j.H, absorb_out_task, &j);
+        dsq_pool_run(pool_for(m->pool, items * (double)(j.vd * R)), (size_t)T * (size_t)j.H, absorb_out_task,
+                     &j);
     } else {
         const float *lat = dsq_kv_base(r, 0), *pe = lat + r->kv.ctx * R;
         DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_b, lat, (int)P, NULL));

@@ -191,6 +191,8 @@ void dsq_attend_block(int M, int P, const float *q1, int ldq1, const float *k1, 
     if (d2 > 0)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, P, d2, scale, q2, ldq2, k2, ldk2, 1.0f, S, P);
     softmax_job j = { S, P, visible };
-    dsq_pool_run(pool, (size_t)M, softmax_rows_task, &j);
+    /* small blocks (decode: one row per head) on the caller's thread: waking
+     * the pool costs about 10 us; rows are independent, so no value changes */
+    dsq_pool_run((size_t)M * (size_t)P < 16384 ? NULL : pool, (size_t)M, softmax_rows_task, &j);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, dv, P, 1.0f, S, P, v, ldv, 0.0f, o, ldo);
 }

@@ -84,6 +84,17 @@ int dsq_kernels_list(const dsq_kernels **out, int max);
 
 /* ---- quant-internal helpers shared by the scheme files -------------------- */
 
+/* Gemms below this many multiply-adds (rows * cols * T) run on the caller's
+ * thread even when a pool is given: waking the pool costs about 10 us on a
+ * loaded machine, more than such a gemm takes alone (small models, decode).
+ * Results do not depend on the split, so this changes no value. */
+#define DSQ_GEMM_SERIAL_MACS (1 << 20)
+
+static inline dsq_pool *dsq_gemm_pool(dsq_pool *pool, int64_t rows, int64_t cols, int64_t T)
+{
+    return (double)rows * (double)cols * (double)T < (double)DSQ_GEMM_SERIAL_MACS ? NULL : pool;
+}
+
 /* Codes row stride of activation buffers for a view. */
 int64_t dsq_act_kpad(int64_t cols);
 

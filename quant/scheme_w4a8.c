@@ -152,7 +152,7 @@ int dsq_w4a8_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x,
     dsq_actbuf a = { T, kpad, q, s, gsum };
     struct w4_job j = { k, v, &a, y };
     size_t nblocks = (size_t)((v->shape.rows + W4_ROW_BLOCK - 1) / W4_ROW_BLOCK);
-    dsq_pool_run(pool, nblocks, w4_task, &j);
+    dsq_pool_run(dsq_gemm_pool(pool, v->shape.rows, cols, T), nblocks, w4_task, &j);
     free(own);
     return DSQ_OK;
 }

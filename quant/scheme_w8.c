@@ -204,7 +204,7 @@ int dsq_w8_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, i
     dsq_actbuf a = { T, kpad, q, s, NULL };
     struct w8_job j = { k, v, &a, y };
     size_t nblocks = (size_t)((v->shape.rows + W8_ROW_BLOCK - 1) / W8_ROW_BLOCK);
-    dsq_pool_run(pool, nblocks, w8_task, &j);
+    dsq_pool_run(dsq_gemm_pool(pool, v->shape.rows, cols, T), nblocks, w8_task, &j);
     free(own);
     return DSQ_OK;
 }
