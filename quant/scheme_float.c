@@ -209,7 +209,7 @@ int dsq_float_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x
     const int64_t rows = v->shape.rows, cols = v->shape.cols;
     if (T <= FLT_GEMV_MAX_T || k == dsq_kernels_ref()) {
         struct gemv_job j = { k, v, x, T, y };
-        dsq_pool_run(pool, (size_t)((rows + FLT_ROW_BLOCK - 1) / FLT_ROW_BLOCK), gemv_task, &j);
+        dsq_pool_run(dsq_gemm_pool(pool, rows, cols, T), (size_t)((rows + FLT_ROW_BLOCK - 1) / FLT_ROW_BLOCK), gemv_task, &j);
         return DSQ_OK;
     }
     if (T > INT32_MAX || rows > INT32_MAX || cols > INT32_MAX) return DSQ_ERR_UNSUPPORTED;
@@ -222,7 +222,7 @@ int dsq_float_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x
         return DSQ_ERR_INVALID_ARG;
     }
     struct sgemm_job j = { k, v, x, T, y, scratch };
-    dsq_pool_run(pool, (size_t)((rows + FLT_RB - 1) / FLT_RB), sgemm_task, &j);
+    dsq_pool_run(dsq_gemm_pool(pool, rows, cols, T), (size_t)((rows + FLT_RB - 1) / FLT_RB), sgemm_task, &j);
     free(own);
     return DSQ_OK;
 }
