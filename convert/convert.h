@@ -53,7 +53,7 @@
  *    "tokenizer_config.json": .., "special_tokens_map.json": ..},
  *    "generation_config": <generation_config.json>,
  *    "recipe": {"scheme", "preset", "group_size", "rules": [...],
- *               "roles": {...}, "calibration": "none (RTN)",
+ *               "roles": {...}, "calibration": "none (RTN)" or {...},
  *               "clip_search", "allow_nonfinite", "zstd_level"}}
  * Side files are embedded verbatim (validated as JSON); absent ones are
  * omitted. Hashing whole inputs would cost a second read of the model, so
@@ -66,6 +66,7 @@
 #ifndef DSQ_CONVERT_H
 #define DSQ_CONVERT_H
 
+#include "calib.h"
 #include "dsq_error.h"
 #include "recipe.h"
 #include "scheme.h"
@@ -104,6 +105,14 @@ typedef struct dsq_convert_opts {
     uint64_t piece_bytes;       /* streamed piece size; 0 = 16 MiB */
     double checkpoint_seconds;  /* resume journal interval; < 0 = writer default */
     const char *tool;           /* "ds-quant 0.1.0" (metadata "tool") */
+    /* Calibration (calib/calib.h), borrowed, may be NULL (RTN): every tensor
+     * with an entry has its scales folded in (dsq_calib_apply_rows on each
+     * float row block, before quantization) and takes the entry's importance,
+     * clip search and static activation parameters. calib_json (may be NULL)
+     * is the metadata "recipe.calibration" value (dsq_calib_summary_json with
+     * timing 0); the calibration's fingerprint joins the resume fingerprint. */
+    const dsq_calib_result *calib;
+    const char *calib_json;
     dsq_convert_progress_fn progress;
     void *progress_ctx;
     const volatile int *cancel; /* polled; nonzero stops with DSQ_ERR_INTERRUPTED */

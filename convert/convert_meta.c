@@ -207,10 +207,10 @@ static void recipe_json(sb *b, const dsq_convert *c)
     if (r->mtp_expert_scheme) sb_str(b, r->mtp_expert_scheme->name);
     else sb_puts(b, "\"as experts\"");
     sb_printf(b, ", \"keep_means\": \"source float type (BF16 and FP8 -> bf16, F32/F16/F64 -> f32)\""
-                 ", \"calibration\": \"none (RTN)\", \"clip_search\": %s, \"allow_nonfinite\": %s"
+                 ", \"calibration\": %s, \"clip_search\": %s, \"allow_nonfinite\": %s"
                  ", \"zstd_level\": %d}",
-              c->o.clip_search ? "true" : "false", c->o.allow_nonfinite ? "true" : "false",
-              c->o.zstd_level);
+              c->o.calib_json ? c->o.calib_json : "\"none (RTN)\"", c->o.clip_search ? "true" : "false",
+              c->o.allow_nonfinite ? "true" : "false", c->o.zstd_level);
 }
 
 int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
@@ -305,6 +305,12 @@ int dsq_conv_fingerprint(dsq_convert *c, dsq_diag *d)
         int rc = header_sha(p, &size, &mt, hex, d);
         if (rc < 0) { free(b.p); dsq_sha256_release(&h); return rc; }
         sb_printf(&b, "file %s %llu %lld %s\n", base_name(p), (unsigned long long)size, (long long)mt, hex);
+    }
+    if (c->o.calib) {
+        char hx[65];
+        int rc = dsq_calib_fingerprint(c->o.calib, hx);
+        if (rc < 0) { free(b.p); dsq_sha256_release(&h); return dsq_fail(d, rc, NULL, NULL, -1, "out of memory"); }
+        sb_printf(&b, "calib %s\n", hx);
     }
     dsq_sha256_update(&h, b.p, b.n);
     free(b.p);

@@ -72,6 +72,10 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
     dsq_qparams_init(&qp);
     qp.allow_nonfinite = c->o.allow_nonfinite;
     qp.clip_search = c->o.clip_search;
+    /* Calibration: scales are folded into the float rows below; importance,
+     * clip search and static activation parameters go to the quantizer. */
+    const dsq_calib_tensor *cal = c->o.calib ? dsq_calib_lookup(c->o.calib, e->name) : NULL;
+    dsq_calib_qparams(cal, &qp);
 
     /* Output of this item: the whole blob, or a blob of the piece's rows. */
     dsq_qshape oshape = e->qshape;
@@ -107,6 +111,11 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
         if (n > ct->block_rows) n = ct->block_rows;
         rc = dsq_st_read_rows_f32(c->m, e->t, s, n, fbuf, d);
         if (rc < 0) goto fail;
+        if (cal && (rc = dsq_calib_apply_rows(cal, s, n, cols, fbuf)) < 0) {
+            dsq_fail(d, rc, NULL, e->name, -1, "calibration entry [%lld, %lld] does not fit the tensor",
+                     (long long)cal->rows, (long long)cal->cols);
+            goto fail;
+        }
         /* Rows go straight into the output blob; the block starting at its
          * row 0 also writes the header. */
         rc = sc->quantize(fbuf, s - base, n, os, &qp, out, d);

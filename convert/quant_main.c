@@ -1,6 +1,7 @@
 /* quant_main.c - ds-quant: Hugging Face safetensors (BF16/F16/F32 or
  * DeepSeek FP8-block) -> .dsq with W8A8 / W4A8 / AWQ-w4a16 weights.
  * Parses options, calls the convert library, prints. */
+#include "calib.h"
 #include "cli.h"
 #include "container.h"
 #include "convert.h"
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(void)
 {
@@ -55,6 +57,29 @@ static void usage(void)
 "  --clip-search            per-group MSE clip search (AutoAWQ-style, RTN)\n"
 "  --allow-nonfinite        convert NaN as 0 and saturate Inf instead of failing\n"
 "\n"
+"Calibration (scales from what the model computes; folded into the weights, so\n"
+"the output stays a plain model of its scheme):\n"
+"  --calib FILE             calibration text (plain text, paragraphs split at blank\n"
+"                           lines, or JSONL with a \"text\" field). awq-w4a16: AWQ\n"
+"                           scale search + clip search; w8a8: SmoothQuant + static\n"
+"                           activation scale/offset (w8a8 needs --calib or --stats);\n"
+"                           w4a8: smoothing (alpha searched) + int4 clip search\n"
+"  --calib-samples N        samples (default 128)\n"
+"  --calib-seqlen L         tokens per sample (default 512)\n"
+"  --seed S                 sampling seed (default 0)\n"
+"  --moe-calib all|routed   all: every token through every expert for statistics\n"
+"                           (the output still follows the router); routed (default):\n"
+"                           experts with fewer than --min-expert-tokens tokens fall\n"
+"                           back to round-to-nearest, with a warning naming them\n"
+"  --min-expert-tokens N    (default 16)\n"
+"  --alpha A                SmoothQuant migration strength 0..1 (default 0.5; for\n"
+"                           w4a8 it fixes alpha instead of searching it)\n"
+"  --no-smooth              w8a8/w4a8: static ranges / clipping only, no smoothing\n"
+"  --save-stats F           keep the statistics (and searched scales) in F; F is\n"
+"                           also the per-layer checkpoint that --resume continues\n"
+"                           (default: OUT.calib.dsq, removed after success)\n"
+"  --stats F                reuse statistics from --save-stats (no forward pass)\n"
+"\n"
 "Output and run:\n"
 "  -f, --force              overwrite an existing output\n"
 "  --resume                 continue an interrupted conversion (byte-identical\n"
@@ -83,7 +108,8 @@ static void usage(void)
 enum {
     OPT_SCHEME = 256, OPT_RECIPE, OPT_KEEP, OPT_SCHEME_FOR, OPT_GROUP, OPT_DRY, OPT_ZSTD,
     OPT_NONFINITE, OPT_RESUME, OPT_CLIP, OPT_SHARD, OPT_JSON, OPT_NOPROG, OPT_MEM,
-    OPT_SAMPLE, OPT_CHECKPOINT, OPT_NOJOURNAL
+    OPT_SAMPLE, OPT_CHECKPOINT, OPT_NOJOURNAL, OPT_CALIB, OPT_CSAMPLES, OPT_CSEQLEN, OPT_SEED,
+    OPT_MOECALIB, OPT_MINTOK, OPT_ALPHA, OPT_NOSMOOTH, OPT_SAVESTATS, OPT_STATS
 };
 
 typedef struct rule_arg { int keep; const char *s; } rule_arg;
@@ -189,7 +215,7 @@ static int cmp_err(const void *a, const void *b)
 }
 
 static void print_summary(const dsq_cli *cli, const dsq_convert_summary *s, const char *in,
-                          const char *out, int threads, int sample)
+                          const char *out, int threads, int sample, const char *calib_json)
 {
     uint64_t peak = dsq_peak_rss();
     double gbs = s->seconds > 0 ? (double)s->bytes_converted / s->seconds / 1e9 : 0;
@@ -252,6 +278,7 @@ static void print_summary(const dsq_cli *cli, const dsq_convert_summary *s, cons
             }
             printf("\n]");
         }
+        if (calib_json) printf(", \"calibration\": %s", calib_json);
         printf("}\n");
     } else if (cli->level >= 2) {
         char a[32], b[32], r[32];
@@ -299,6 +326,68 @@ static void on_progress(void *ctx, const dsq_convert_progress *p)
     dsq_progress_update(&pc->p, p->bytes_done);
 }
 
+/* ---- calibration ---- */
+
+/* The scheme the recipe gives a tensor (NULL: kept float). */
+static int recipe_target(void *ctx, const char *name, int64_t rows, int64_t cols, const dsq_scheme **sc,
+                         int32_t *gs)
+{
+    const dsq_recipe *r = ctx;
+    dsq_plan_entry e;
+    int64_t shape[2] = { rows, cols };
+    int rc = dsq_recipe_decide(r, name, DSQ_DTYPE_BF16, 2, shape, 0, &e, NULL);
+    if (rc < 0) return rc;
+    *sc = e.kept ? NULL : e.scheme;
+    *gs = e.qshape.group_size;
+    return DSQ_OK;
+}
+
+typedef struct calib_prog { dsq_progress p; int begun; const dsq_cli *cli; } calib_prog;
+
+static void on_calib_progress(void *ctx, const dsq_calib_progress *p)
+{
+    calib_prog *pc = ctx;
+    if (p->layer < 0 || p->sample < 0) return;
+    if (!pc->begun) {
+        dsq_progress_begin(&pc->p, pc->cli, "calibrating", "samples",
+                           (uint64_t)p->n_layers * (uint64_t)p->n_samples);
+        pc->begun = 1;
+    }
+    dsq_progress_update(&pc->p, (uint64_t)p->layer * (uint64_t)p->n_samples + (uint64_t)p->sample + 1);
+}
+
+static void report_calibration(const dsq_cli *cli, const dsq_calib_result *r)
+{
+    size_t nf = dsq_calib_fallback_count(r);
+    for (size_t i = 0; i < nf && i < 8; i++) {
+        const char *why;
+        const char *name = dsq_calib_fallback(r, i, &why);
+        dsq_cli_warn(cli, "%s: %s", name, why);
+    }
+    if (nf > 8)
+        dsq_cli_warn(cli, "%zu more experts fell back to round-to-nearest (--json lists them; "
+                          "--moe-calib all calibrates every expert)", nf - 8);
+    dsq_calib_totals t;
+    dsq_calib_get_totals(r, &t);
+    for (int l = 0; l < t.layers; l++) {
+        const uint64_t *tok;
+        int n;
+        if (dsq_calib_coverage(r, l, &tok, &n) < 0 || n == 0) continue;
+        uint64_t lo = tok[0], hi = tok[0], zero = 0;
+        for (int e = 0; e < n; e++) {
+            if (tok[e] < lo) lo = tok[e];
+            if (tok[e] > hi) hi = tok[e];
+            zero += tok[e] == 0;
+        }
+        dsq_cli_info(cli, 3, "layer %d: tokens per expert %llu..%llu, %llu experts saw none", l,
+                     (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)zero);
+    }
+    dsq_cli_info(cli, 2, "calibration: %llu tokens, %d groups searched (output MSE %.4g -> %.4g), %d smoothed, "
+                         "%zu experts on RTN fallback, %.1f s",
+                 (unsigned long long)t.tokens, t.groups_searched, t.loss_identity, t.loss_best, t.groups_smoothed,
+                 t.fallback_experts, t.seconds);
+}
+
 /* ---- main ---- */
 
 int main(int argc, char **argv)
@@ -331,12 +420,24 @@ int main(int argc, char **argv)
         { "error-sample", required_argument, NULL, OPT_SAMPLE },
         { "checkpoint-interval", required_argument, NULL, OPT_CHECKPOINT },
         { "no-journal", no_argument, NULL, OPT_NOJOURNAL },
+        { "calib", required_argument, NULL, OPT_CALIB },
+        { "calib-samples", required_argument, NULL, OPT_CSAMPLES },
+        { "calib-seqlen", required_argument, NULL, OPT_CSEQLEN },
+        { "seed", required_argument, NULL, OPT_SEED },
+        { "moe-calib", required_argument, NULL, OPT_MOECALIB },
+        { "min-expert-tokens", required_argument, NULL, OPT_MINTOK },
+        { "alpha", required_argument, NULL, OPT_ALPHA },
+        { "no-smooth", no_argument, NULL, OPT_NOSMOOTH },
+        { "save-stats", required_argument, NULL, OPT_SAVESTATS },
+        { "stats", required_argument, NULL, OPT_STATS },
         { NULL, 0, NULL, 0 }
     };
     dsq_convert_opts o;
     dsq_convert_opts_init(&o);
     const char *scheme = NULL, *preset = NULL;
     int group = DSQ_GROUP_DEFAULT, dry = 0, noprog = 0;
+    dsq_calib_opts co;
+    dsq_calib_opts_init(&co);
     rule_arg *rules = calloc((size_t)argc + 1, sizeof *rules);
     size_t nrules = 0;
     if (!rules) return dsq_cli_fail(&cli, DSQ_ERR_NOMEM, NULL);
@@ -387,6 +488,37 @@ int main(int argc, char **argv)
                 return dsq_cli_usage_error(&cli, "bad error sample '%s'", optarg);
             break;
         case OPT_NOJOURNAL: o.no_journal = 1; break;
+        case OPT_CALIB: co.calib = optarg; break;
+        case OPT_CSAMPLES:
+            if (dsq_cli_parse_int(optarg, 1, 1 << 20, &co.data.n_samples) < 0)
+                return dsq_cli_usage_error(&cli, "bad sample count '%s'", optarg);
+            break;
+        case OPT_CSEQLEN:
+            if (dsq_cli_parse_int(optarg, 2, 1 << 20, &co.data.seqlen) < 0)
+                return dsq_cli_usage_error(&cli, "bad sequence length '%s' (2..)", optarg);
+            break;
+        case OPT_SEED:
+            if (dsq_cli_parse_u64(optarg, 0, UINT64_MAX, &co.data.seed) < 0)
+                return dsq_cli_usage_error(&cli, "bad seed '%s'", optarg);
+            break;
+        case OPT_MOECALIB:
+            if (!strcmp(optarg, "all")) co.moe_calib_all = 1;
+            else if (!strcmp(optarg, "routed")) co.moe_calib_all = 0;
+            else return dsq_cli_usage_error(&cli, "--moe-calib wants 'all' or 'routed', got '%s'", optarg);
+            break;
+        case OPT_MINTOK:
+            if (dsq_cli_parse_int(optarg, 0, 1 << 30, &co.min_expert_tokens) < 0)
+                return dsq_cli_usage_error(&cli, "bad token count '%s'", optarg);
+            break;
+        case OPT_ALPHA:
+            if (dsq_cli_parse_float(optarg, 0, 1, &dv) < 0)
+                return dsq_cli_usage_error(&cli, "bad alpha '%s' (0..1)", optarg);
+            co.alpha = (float)dv;
+            co.alpha_set = 1;
+            break;
+        case OPT_NOSMOOTH: co.smooth = 0; break;
+        case OPT_SAVESTATS: co.save_stats = optarg; break;
+        case OPT_STATS: co.load_stats = optarg; break;
         case OPT_CHECKPOINT:
             if (dsq_cli_parse_float(optarg, 0, 1e6, &dv) < 0)
                 return dsq_cli_usage_error(&cli, "bad checkpoint interval '%s'", optarg);
@@ -406,6 +538,9 @@ int main(int argc, char **argv)
         return dsq_cli_usage_error(&cli, "--resume and -f are exclusive");
     if (o.resume && o.no_journal)
         return dsq_cli_usage_error(&cli, "--resume and --no-journal are exclusive");
+    const int calibrating = co.calib || co.load_stats;
+    if (co.calib && co.load_stats) return dsq_cli_usage_error(&cli, "--calib and --stats are exclusive");
+    if (co.load_stats && co.save_stats) return dsq_cli_usage_error(&cli, "--stats and --save-stats are exclusive");
     o.input = argv[optind];
     o.output = npos == 2 ? argv[optind + 1] : NULL;
     cli.progress = cli.progress && !noprog && !cli.json && cli.level >= 2;
@@ -414,11 +549,22 @@ int main(int argc, char **argv)
     dsq_recipe recipe;
     dsq_diag d;
     dsq_diag_clear(&d);
-    int rc = preset ? dsq_recipe_init_preset(&recipe, preset, &d) : dsq_recipe_init(&recipe, scheme, &d);
-    if (rc == DSQ_OK) recipe.group_size = group;
+    int rc = preset ? dsq_recipe_init_preset(&recipe, preset, &d)
+                    : dsq_recipe_init_ex(&recipe, scheme, calibrating, &d);
+    if (rc == DSQ_OK) {
+        recipe.group_size = group;
+        recipe.calibrated = calibrating;
+    }
     for (size_t i = 0; rc == DSQ_OK && i < nrules; i++)
         rc = rules[i].keep ? dsq_recipe_add_keep(&recipe, rules[i].s, &d)
                            : dsq_recipe_add_rule(&recipe, rules[i].s, &d);
+    /* identifies the recipe in the calibration checkpoint's fingerprint */
+    char target_id[4096];
+    size_t tl = (size_t)snprintf(target_id, sizeof target_id, "scheme=%s preset=%s group=%d",
+                                 scheme ? scheme : "", preset ? preset : "", group);
+    for (size_t i = 0; i < nrules && tl < sizeof target_id; i++)
+        tl += (size_t)snprintf(target_id + tl, sizeof target_id - tl, " %s%s", rules[i].keep ? "keep:" : "rule:",
+                               rules[i].s);
     free(rules);
     if (rc < 0) {
         json_error(&cli, rc, &d);
@@ -433,11 +579,62 @@ int main(int argc, char **argv)
         o.progress_ctx = &pc;
     }
 
+    /* Calibration runs before the conversion pass; its checkpoint is the
+     * statistics file (default OUT.calib.dsq), so --resume continues it, and
+     * a finished one is reused as is. */
+    dsq_calib_result *cres = NULL;
+    char *cjson = NULL, *cjson_t = NULL, *ckpt = NULL;
+    if (calibrating && !dry) {
+        co.scheme = scheme ? scheme : "w4a8";   /* the deepseek-w4a8 preset's routed experts */
+        co.group_size = group;
+        co.target = recipe_target;
+        co.target_ctx = &recipe;
+        co.target_id = target_id;
+        co.threads = o.threads;
+        co.overwrite = o.overwrite;
+        if (co.calib && !co.save_stats) {
+            size_t n = strlen(o.output) + sizeof ".calib.dsq";
+            ckpt = malloc(n);
+            if (!ckpt) return dsq_cli_fail(&cli, DSQ_ERR_NOMEM, NULL);
+            snprintf(ckpt, n, "%s.calib.dsq", o.output);
+            co.save_stats = ckpt;
+            co.overwrite = 1;
+        }
+        if (o.resume && co.save_stats && dsq_path_exists(co.save_stats)) {
+            co.load_stats = co.save_stats;   /* calibration finished before the interruption */
+            co.save_stats = NULL;
+        } else {
+            co.resume = o.resume;
+        }
+        calib_prog cp = { .cli = &cli };
+        rc = dsq_calib_run(o.input, &co, &cres, cli.progress ? on_calib_progress : NULL, &cp,
+                           &dsq_cli_interrupted, &d);
+        if (cp.begun) dsq_progress_end(&cp.p);
+        if (rc == DSQ_OK) rc = dsq_calib_summary_json(cres, 0, &cjson);
+        if (rc == DSQ_OK) rc = dsq_calib_summary_json(cres, 1, &cjson_t);
+        if (rc < 0) {
+            json_error(&cli, rc, &d);
+            if (rc == DSQ_ERR_INTERRUPTED) dsq_cli_error(&cli, "interrupted; run again with --resume to continue");
+            else dsq_cli_fail(&cli, rc, &d);
+            dsq_calib_result_free(cres);
+            dsq_recipe_release(&recipe);
+            free(ckpt);
+            return DSQ_EXIT_ERROR;
+        }
+        if (!cli.json) report_calibration(&cli, cres);
+        o.calib = cres;
+        o.calib_json = cjson;
+    }
+
     dsq_convert *c = NULL;
     rc = dsq_convert_prepare(&c, &o, &d);
     if (rc < 0) {
         json_error(&cli, rc, &d);
         dsq_recipe_release(&recipe);
+        dsq_calib_result_free(cres);
+        free(cjson);
+        free(cjson_t);
+        free(ckpt);
         return dsq_cli_fail(&cli, rc, &d);
     }
     if (!dsq_convert_have_config(c) && !cli.json)
@@ -471,10 +668,15 @@ int main(int argc, char **argv)
             exit_code = dsq_cli_fail(&cli, rc, &d);
         } else {
             int threads = o.threads > 0 ? o.threads : dsq_cpu_count();
-            print_summary(&cli, &s, o.input, o.output, threads, o.error_sample);
+            print_summary(&cli, &s, o.input, o.output, threads, o.error_sample, cjson_t);
+            if (ckpt) unlink(ckpt);   /* the default checkpoint is not kept after success */
         }
     }
     dsq_convert_free(c);
     dsq_recipe_release(&recipe);
+    dsq_calib_result_free(cres);
+    free(cjson);
+    free(cjson_t);
+    free(ckpt);
     return exit_code;
 }

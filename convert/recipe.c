@@ -150,6 +150,11 @@ static int is_int_scheme(const dsq_scheme *sc)
 
 int dsq_recipe_scheme(const char *name, const dsq_scheme **out, dsq_diag *d)
 {
+    return dsq_recipe_scheme_ex(name, 0, out, d);
+}
+
+int dsq_recipe_scheme_ex(const char *name, int calibrated, const dsq_scheme **out, dsq_diag *d)
+{
     *out = NULL;
     if (name && !strcmp(name, "keep")) return DSQ_OK;
     const dsq_scheme *sc = name ? dsq_scheme_by_name(name) : NULL;
@@ -164,7 +169,7 @@ int dsq_recipe_scheme(const char *name, const dsq_scheme **out, dsq_diag *d)
         return dsq_fail(d, DSQ_ERR_NOT_FOUND, NULL, NULL, -1,
                         "unknown scheme '%s' (known: %s, keep)", name ? name : "", list);
     }
-    if (sc->needs_calibration) {
+    if (sc->needs_calibration && !calibrated) {
         if (sc->id == DSQ_SCHEME_W8A8)
             return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, NULL, -1,
                             "w8a8 (static) needs calibration statistics (--calib); use w8a8-dynamic");
@@ -185,9 +190,15 @@ static void recipe_zero(dsq_recipe *r)
 
 int dsq_recipe_init(dsq_recipe *r, const char *scheme, dsq_diag *d)
 {
+    return dsq_recipe_init_ex(r, scheme, 0, d);
+}
+
+int dsq_recipe_init_ex(dsq_recipe *r, const char *scheme, int calibrated, dsq_diag *d)
+{
     recipe_zero(r);
+    r->calibrated = calibrated;
     const dsq_scheme *sc;
-    DSQ_TRY(dsq_recipe_scheme(scheme, &sc, d));
+    DSQ_TRY(dsq_recipe_scheme_ex(scheme, calibrated, &sc, d));
     for (uint32_t role = 0; role < DSQ_ROLE_COUNT; role++)
         if (dsq_role_is_quantized_by_default(role)) r->role_scheme[role] = sc;
     return DSQ_OK;
@@ -260,7 +271,7 @@ int dsq_recipe_add_rule(dsq_recipe *r, const char *spec, dsq_diag *d)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
                         "--scheme-for wants REGEX=SCHEME, got '%s'", spec ? spec : "");
     const dsq_scheme *sc;
-    DSQ_TRY(dsq_recipe_scheme(eq + 1, &sc, d));
+    DSQ_TRY(dsq_recipe_scheme_ex(eq + 1, r->calibrated, &sc, d));
     char *regex = strndup(spec, (size_t)(eq - spec));
     if (!regex) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     int rc = add_rule_at(r, r->nuser, regex, sc, d);
@@ -350,6 +361,13 @@ int dsq_recipe_decide(const dsq_recipe *r, const char *name, enum dsq_dtype dtyp
             sc = NULL;
             out->rule = DSQ_PLAN_BY_DTYPE;
         }
+    }
+    /* Calibration never runs the MTP layer (the engine does not evaluate it),
+     * so a scheme that needs calibration statistics gets its dynamic
+     * counterpart there (msModelSlim's recipe uses W8A8_DYNAMIC for MTP too). */
+    if (sc && sc->needs_calibration && out->role.mtp) {
+        sc = dsq_scheme_by_id(DSQ_SCHEME_W8A8_DYNAMIC);
+        out->rule = DSQ_PLAN_BY_PRESET;
     }
     if (!sc) {
         out->kept = 1;

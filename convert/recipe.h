@@ -35,7 +35,10 @@
  *                  w8a8-dynamic, kv_b_proj kept.
  *
  * w8a8 (static activation scales) needs calibration statistics and is
- * refused with a message pointing to w8a8-dynamic. */
+ * refused with a message pointing to w8a8-dynamic, unless the recipe is
+ * marked calibrated (ds-quant --calib / --stats: calib/calib.h supplies the
+ * static activation parameters). The MTP layer, which calibration does not
+ * run, then gets w8a8-dynamic wherever the recipe says w8a8. */
 #ifndef DSQ_RECIPE_H
 #define DSQ_RECIPE_H
 
@@ -83,6 +86,7 @@ typedef struct dsq_recipe {
     const char *preset;          /* static name or NULL */
     dsq_recipe_rule *rules;      /* user rules, then preset rules */
     size_t nrules, nuser;
+    int calibrated;              /* calibration scales exist: schemes that need them are allowed */
 } dsq_recipe;
 
 /* Scheme by name for the CLI: canonical names, aliases and "keep" (*out =
@@ -90,10 +94,14 @@ typedef struct dsq_recipe {
  * message. w8a8 (static) and other calibration schemes: DSQ_ERR_UNSUPPORTED
  * "w8a8 (static) needs calibration statistics (--calib); use w8a8-dynamic". */
 int dsq_recipe_scheme(const char *name, const dsq_scheme **out, dsq_diag *d);
+/* Same; calibrated != 0 also accepts schemes that need calibration (w8a8). */
+int dsq_recipe_scheme_ex(const char *name, int calibrated, const dsq_scheme **out, dsq_diag *d);
 
 /* Start a recipe whose linear roles get `scheme` (a name as above; "keep"
  * keeps everything). */
 int dsq_recipe_init(dsq_recipe *r, const char *scheme, dsq_diag *d);
+/* Same with r->calibrated set first (ds-quant --calib / --stats). */
+int dsq_recipe_init_ex(dsq_recipe *r, const char *scheme, int calibrated, dsq_diag *d);
 /* Start from a named preset instead. DSQ_ERR_NOT_FOUND for unknown names. */
 int dsq_recipe_init_preset(dsq_recipe *r, const char *preset, dsq_diag *d);
 /* Names of presets, NULL-terminated. */

@@ -43,10 +43,10 @@ row() { # label key model
   if [ "$m" = "$MODEL" ]; then size=$(du -cb $MODEL/*.safetensors | tail -1 | cut -f1); ppl=$(json ppl < $OUT/source.ppl.json); kld="(base)";
   else
     size=$(stat -c %s $m)
-    bin/ds-eval kld -q $TFLAG --json --tokenizer $MODEL -m $m --base $OUT/base.logp > $OUT/$name.kld.json
+    bin/ds-eval kld -q -f $TFLAG --json --tokenizer $MODEL -m $m --base $OUT/base.logp > $OUT/$name.kld.json
     ppl=$(json ppl < $OUT/$name.kld.json); kld=$(printf "%.6f" "$(json kld_mean < $OUT/$name.kld.json)")
   fi
-  bin/ds-eval gsm8k -q $TFLAG --json --tokenizer $MODEL -m $m --data $DATA/gsm_test.jsonl \
+  bin/ds-eval gsm8k -q -f $TFLAG --json --tokenizer $MODEL -m $m --data $DATA/gsm_test.jsonl \
     --train $DATA/gsm_fewshot.jsonl --limit $LIMIT --out $OUT/$name.gsm8k.jsonl > $OUT/$name.gsm8k.json
   acc=$(json flexible-extract.exact_match < $OUT/$name.gsm8k.json)
   strict=$(json strict-match.exact_match < $OUT/$name.gsm8k.json)

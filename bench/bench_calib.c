@@ -1,0 +1,168 @@
+/* bench_calib.c - calibration time and peak RSS on one synthetic DeepSeek-V3
+ * MoE layer with the real shapes (hidden 7168, MLA q_lora 1536 / kv_lora 512,
+ * 128 heads, moe_intermediate 2048, top-8 routing, 1 shared expert).
+ *
+ *   build/bench/bench_calib [--experts E] [--samples N] [--seqlen L]
+ *                           [--scheme S] [-T threads] [--moe-all] [--dir D]
+ *
+ * Defaults: 32 of the 256 experts and 8 samples x 512 tokens, so it runs in
+ * minutes on a small box; --experts 256 --samples 128 is the full case
+ * (a 23 GB BF16 checkpoint; the layer is memory-mapped, so RSS includes it).
+ * The checkpoint is generated once into D (default bench/out/calib-v3-E<E>).
+ * Tokens are random ids (calibration cost does not depend on the text).
+ *
+ * Output: one JSON line with the measurement, then an extrapolation to the
+ * full layer (256 experts, 128 x 512 tokens) and to the 61-layer model:
+ *   - forward + statistics cost is per token and, with top-8 routing, does
+ *     not depend on the number of experts: it scales with tokens;
+ *   - the non-expert search (attention groups) is capped by the token
+ *     reservoirs (512 rows), so it is a per-layer constant;
+ *   - the MoE search (post_attention_layernorm group over every expert, and
+ *     each expert's up -> down) is per expert (64 sampled rows each): it
+ *     scales with the number of experts;
+ *   - the 3 dense layers of V3 cost about what an MoE layer costs (18432-wide
+ *     MLP = 9 x 2048 experts per token), so 61 x one layer is the estimate.
+ * cpu_share = CPU seconds / (wall seconds x threads): below 1 when other
+ * processes competed for the cores (then wall times overstate the cost).
+ * Speed only; correctness is tests/test_calib.c. */
+#include "calib.h"
+#include "cli.h"
+#include "dsq_file.h"
+#include "synth_ckpt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct prog { double last; int quiet; } prog;
+
+static void on_progress(void *ctx, const dsq_calib_progress *p)
+{
+    prog *g = ctx;
+    if (g->quiet || p->seconds - g->last < 10.0) return;
+    g->last = p->seconds;
+    fprintf(stderr, "  [%6.0f s] layer %d %s %d/%d\n", p->seconds, p->layer, p->phase, p->sample + 1, p->n_samples);
+}
+
+int main(int argc, char **argv)
+{
+    int experts = 32, samples = 8, seqlen = 512, threads = 0, all = 0;
+    const char *scheme = "awq-w4a16", *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--experts") && v) experts = atoi(argv[++i]);
+        else if (!strcmp(a, "--samples") && v) samples = atoi(argv[++i]);
+        else if (!strcmp(a, "--seqlen") && v) seqlen = atoi(argv[++i]);
+        else if (!strcmp(a, "--scheme") && v) scheme = argv[++i];
+        else if (!strcmp(a, "-T") && v) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--dir") && v) dir = argv[++i];
+        else if (!strcmp(a, "--moe-all")) all = 1;
+        else {
+            fprintf(stderr, "usage: bench_calib [--experts E] [--samples N] [--seqlen L] [--scheme S] [-T threads] "
+                            "[--moe-all] [--dir D]\n");
+            return 2;
+        }
+    }
+    if (experts < 8 || experts % 8 || samples < 1 || seqlen < 16) {
+        fprintf(stderr, "bench_calib: experts must be a multiple of 8 (>= 8), samples >= 1, seqlen >= 16\n");
+        return 2;
+    }
+    char dbuf[512];
+    if (!dir) {
+        snprintf(dbuf, sizeof dbuf, "bench/out/calib-v3-E%d", experts);
+        dir = dbuf;
+    }
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    char *cfg = dsq_path_join(dir, "config.json");
+    if (!dsq_path_exists(cfg)) {
+        dsq_synth_opts so;
+        dsq_synth_defaults_v3(&so);
+        so.experts = experts;
+        so.n_group = 8;
+        so.topk_group = experts >= 32 ? 4 : 8;
+        fprintf(stderr, "bench_calib: writing a %d-expert real-shape V3 layer to %s\n", experts, dir);
+        double t0 = now();
+        uint64_t bytes = 0;
+        if (dsq_synth_write(&so, dir, DSQ_OUT_OVERWRITE, &bytes, &d) < 0) {
+            fprintf(stderr, "bench_calib: %s\n", d.msg);
+            return 1;
+        }
+        fprintf(stderr, "  %.2f GB in %.1f s\n", (double)bytes / 1e9, now() - t0);
+    }
+    free(cfg);
+
+    size_t ntok = (size_t)samples * (size_t)seqlen;
+    int32_t *tok = malloc(ntok * sizeof *tok);
+    uint64_t s = 12345;
+    for (size_t i = 0; i < ntok; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (int32_t)((s >> 33) % 129280u);
+    }
+    dsq_calib_opts o;
+    dsq_calib_opts_init(&o);
+    o.scheme = scheme;
+    o.tokens = tok;
+    o.n_tokens = ntok;
+    o.data.n_samples = samples;
+    o.data.seqlen = seqlen;
+    o.threads = threads;
+    o.moe_calib_all = all;
+    prog g = { 0, 0 };
+    dsq_calib_result *r = NULL;
+    double t0 = now(), c0 = cpu_seconds();
+    int rc = dsq_calib_run(dir, &o, &r, on_progress, &g, NULL, &d);
+    double secs = now() - t0, cpu = cpu_seconds() - c0;
+    if (rc < 0) {
+        char b[1024];
+        dsq_diag_format(&d, b, sizeof b);
+        fprintf(stderr, "bench_calib: %s\n", b);
+        return 1;
+    }
+    dsq_calib_totals t;
+    dsq_calib_get_totals(r, &t);
+    uint64_t rss = dsq_peak_rss();
+    int nthr = threads > 0 ? threads : dsq_cpu_count();
+    double search_fixed = t.seconds_search - t.seconds_search_moe;
+    double other = secs - t.seconds_forward - t.seconds_search;
+    printf("{\"bench\": \"calib\", \"scheme\": \"%s\", \"experts\": %d, \"samples\": %d, \"seqlen\": %d, "
+           "\"tokens\": %zu, \"threads\": %d, \"moe_calib_all\": %s, \"seconds\": {\"total\": %.2f, "
+           "\"forward_stats\": %.2f, \"search\": %.2f, \"search_moe\": %.2f, \"other\": %.2f}, "
+           "\"cpu_seconds\": %.1f, \"cpu_share\": %.2f, \"groups_searched\": %d, \"peak_rss_bytes\": %llu}\n",
+           scheme, experts, samples, seqlen, ntok, nthr, all ? "true" : "false", secs, t.seconds_forward,
+           t.seconds_search, t.seconds_search_moe, other, cpu, cpu / (secs * nthr), t.groups_searched,
+           (unsigned long long)rss);
+
+    /* extrapolation (see the top comment) */
+    const double full_tok = 128.0 * 512.0, full_e = 256.0;
+    double fwd = t.seconds_forward * full_tok / (double)ntok;
+    double moe = t.seconds_search_moe * full_e / experts;
+    double layer = fwd + search_fixed + moe + other;
+    printf("full layer (256 experts, 128 x 512 tokens) on %d threads: forward+stats %.0f s + search %.0f s "
+           "(attention %.0f, MoE %.0f) = %.0f s\n", nthr, fwd, search_fixed + moe, search_fixed, moe, layer);
+    double share = cpu / (secs * nthr);
+    if (share > 1.0) share = 1.0;
+    printf("61 layers on %d threads: %.1f h (%.1f h with the cores to itself: x cpu_share %.2f); "
+           "on 192 cores at 50%% parallel efficiency: %.1f h\n", nthr, 61.0 * layer / 3600.0,
+           61.0 * layer * share / 3600.0, share, 61.0 * layer * share * nthr / (192.0 * 0.5) / 3600.0);
+    dsq_calib_result_free(r);
+    free(tok);
+    return 0;
+}

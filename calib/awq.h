@@ -1,0 +1,156 @@
+/* awq.h - scaling groups and the scale search (AWQ, and the SmoothQuant-
+ * style alpha search used for w4a8).
+ *
+ * A scaling group is a producer that can absorb 1/s (a norm weight, or the
+ * output rows of a linear) and the linears that read its output (consumers,
+ * whose columns get s). Groups follow AutoAWQ get_layers_for_scaling
+ * (formats.md s.3.5):
+ *   DeepSeek-V3/V2 (AWQ flavour):
+ *     input_layernorm          -> q_a_proj + kv_a_proj_with_mqa (q_proj without q_lora)
+ *     q_a_layernorm            -> q_b_proj
+ *     kv_a_layernorm           -> kv_b_proj
+ *     post_attention_layernorm -> every expert's gate/up + shared experts' gate/up
+ *                                 (dense layers: mlp gate/up)
+ *     up_proj                  -> down_proj, per expert, shared experts, dense mlp
+ *   Llama/Qwen2 (AWQ flavour): input_layernorm -> q,k,v; v_proj -> o_proj only
+ *     when num_key_value_heads == num_attention_heads; post_attention_layernorm
+ *     -> gate,up; up_proj -> down_proj.
+ *   The SMOOTH flavour adds the "ov" pair (msModelSlim flex_smooth_quant):
+ *     MLA kv_b_proj's v rows -> o_proj (attention is linear in v, so o_proj's
+ *     input channel h*v_head+e is scaled by kv_b row h*(nope+v_head)+nope+e),
+ *     and v_proj -> o_proj as above.
+ * The MoE router (mlp.gate) reads post_attention_layernorm too: it is a
+ * "passive" consumer, multiplied by s (it stays float) but neither searched
+ * nor measured (SmoothQuant's Mixtral recipe counts it in max|W|, so the
+ * SMOOTH flavour does too).
+ *
+ * Search (AutoAWQ _search_best_scale, n_grid = 20, duo_scaling): candidate 0
+ * is s = 1 (plain RTN), then for ratio r = i/n_grid, i = 0..n_grid-1:
+ *   AWQ:    s = clamp(x_mean^r / (w_mean^(1-r) + 1e-4), min 1e-4)
+ *   SMOOTH: s = max|X|^r / max|W|^(1-r)      (r plays alpha)
+ *   BOTH:   the SMOOTH grid, then the AWQ grid (2 n_grid + 1 candidates). w4a8
+ *           uses it: its error is dominated by the int4 weights, where AWQ's
+ *           salient-channel scales often beat activation smoothing; the
+ *           simulated W4A8 output decides per group.
+ * normalized by sqrt(max*min) and sanitized (smooth.h); x_mean = mean|x_j|
+ * over all calibration tokens, w_mean_j = mean over the consumers' rows of
+ * |W_ij| / max|W| of (i, j)'s quantization group (AutoAWQ). Each candidate is
+ * scored by the MSE of the group's output on a token subsample (the sites'
+ * reservoirs, stats.h), with every quantized consumer really quantized by its
+ * target scheme (W s through quant's quantize, x / s through its gemm, which
+ * also quantizes activations for w8a8/w4a8) and float consumers exact:
+ *   LINEARS  the consumers' outputs (AutoAWQ inspects the whole attention for
+ *            input_layernorm; dsq measures q_a/kv_a (q,k,v) outputs instead:
+ *            cheaper, no attention rerun, documented simplification);
+ *   MLP      down(silu(gate x) * up x) with down in float (AutoAWQ: the mlp);
+ *   MOE      the sum of that over every expert with sampled tokens (its own
+ *            routed tokens) plus the shared experts (all tokens), unweighted
+ *            by the router weights.
+ * The lowest loss wins, ties to the lower index, so the search never returns
+ * a loss above the s = 1 loss. Clipping is not part of the search (AutoAWQ
+ * searches scales with plain RTN too); see calib.h for the clip step. */
+#ifndef DSQ_AWQ_H
+#define DSQ_AWQ_H
+
+#include "dsq_error.h"
+#include "model.h"
+#include "scheme.h"
+#include "stats.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Which scheme a tensor will be converted with: *sc = NULL (or a float
+ * scheme) means it stays float. *group_size: DSQ_GROUP_DEFAULT for the
+ * scheme's default. Return 0 or a negative dsq_status. */
+typedef int (*dsq_calib_target_fn)(void *ctx, const char *tensor, int64_t rows, int64_t cols,
+                                   const dsq_scheme **sc, int32_t *group_size);
+
+enum dsq_group_flavor { DSQ_GROUPS_AWQ = 0, DSQ_GROUPS_SMOOTH = 1 };
+enum dsq_group_loss { DSQ_LOSS_LINEARS = 0, DSQ_LOSS_MLP = 1, DSQ_LOSS_MOE = 2 };
+enum dsq_search_kind {
+    DSQ_SEARCH_NONE   = 0,
+    DSQ_SEARCH_AWQ    = 1,   /* s = 1, then the AWQ duo-scaling grid */
+    DSQ_SEARCH_SMOOTH = 2,   /* s = 1, then the SmoothQuant alpha grid */
+    DSQ_SEARCH_BOTH   = 3    /* s = 1, the SmoothQuant grid, then the AWQ grid (w4a8) */
+};
+
+#define DSQ_AWQ_GRID_DEFAULT 20
+
+typedef struct dsq_scale_group {
+    char prev[320];              /* HF name of the producer tensor (norm or linear weight) */
+    const dsq_linear *prev_lin;  /* producer linear, NULL for a norm */
+    int64_t rb, rs, ro;          /* channel c -> producer row (c / rb) * rs + ro + c % rb */
+    int64_t n;                   /* channels = consumers' in_features */
+    const dsq_linear **lin;      /* consumers (quantization targets) */
+    int nlin;
+    const dsq_linear **passive;  /* consumers that only absorb s (router) */
+    int npassive;
+    const dsq_mlp **mlp;         /* LOSS_MLP / LOSS_MOE: the MLPs whose gate/up are consumers */
+    int *mlp_expert;             /* routed expert index, -1 for dense / shared */
+    int nmlp;
+    int loss;                    /* enum dsq_group_loss */
+    char site[320];              /* statistics site of the group input */
+    int expert;                  /* per-expert group (up -> down): its expert, else -1 */
+} dsq_scale_group;
+
+typedef struct dsq_group_list {
+    dsq_scale_group *v;
+    int n, cap;
+} dsq_group_list;
+
+/* Groups of one (loaded) layer. */
+int  dsq_groups_build(const dsq_model *m, int layer, int flavor, dsq_group_list *out, dsq_diag *d);
+void dsq_groups_release(dsq_group_list *l);
+
+/* Weight statistics of a group: wmax[n] = max |W_j| over consumers (and the
+ * passive ones when with_passive), wmean[n] (may be NULL) = AutoAWQ w_mean
+ * over consumers with quantization groups of awq_group_size columns (0: whole
+ * row). Deterministic for any pool size. */
+int dsq_group_weight_stats(const dsq_scale_group *g, int with_passive, int32_t awq_group_size, float *wmax,
+                           float *wmean, dsq_pool *pool, dsq_diag *d);
+
+/* One candidate of the grid (see top): kind AWQ uses xstat = x_mean and
+ * wstat = w_mean, SMOOTH uses max|X| and max|W|; live = xstat. */
+void dsq_search_candidate(int kind, const float *xstat, const float *wstat, int64_t n, double ratio, float *s);
+
+typedef struct dsq_search_opts {
+    int kind;                    /* enum dsq_search_kind */
+    int n_grid;                  /* 0: 20 */
+    dsq_calib_target_fn target;  /* consumers' schemes */
+    void *target_ctx;
+    dsq_pool *pool;
+    const volatile int *cancel;
+} dsq_search_opts;
+
+typedef struct dsq_search_report {
+    double loss_identity;        /* mean squared error with s = 1 */
+    double loss_best;            /* <= loss_identity */
+    int best;                    /* -1: s = 1 kept, else the candidate's grid index
+                                    (BOTH: 0..n_grid-1 SmoothQuant, then AWQ) */
+    int64_t rows;                /* sampled rows the loss was measured on */
+    int quantized;               /* consumers that were quantized */
+} dsq_search_report;
+
+/* Search s[g->n] for group g using ls's reservoirs and statistics. When no
+ * consumer is quantized or no rows were sampled, s = 1 (rep->best = -1). */
+int dsq_scale_search(const dsq_scale_group *g, const dsq_layer_stats *ls, const dsq_search_opts *o, float *s,
+                     dsq_search_report *rep, dsq_diag *d);
+
+/* AutoAWQ does not clip q/k projections ("q_", "k_", "query", "key", "Wqkv"). */
+int dsq_awq_clip_allowed(const char *tensor);
+
+/* Clip check: quant's clip search picks, per quantization group, the
+ * clipping ratio with the least importance-weighted weight error (a
+ * diagonal X^T X stand-in for AutoAWQ's sampled X.W error). Clipping errors
+ * are same-signed across a row's extreme weights, so that proxy can pick
+ * clips that raise the output error. This measures the output MSE of the
+ * linear on the site's sampled rows, quantized by sc (group gs) with
+ * in_scale, with and without the clip search, and sets *use_clip to 1 only
+ * when clipping is strictly better; *err0 / *err1 (may be NULL) receive the
+ * two mean squared errors. No sampled rows: *use_clip = 1 (trust the proxy). */
+int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const float *in_scale,
+                   const float *importance, const dsq_act_stats *site, dsq_pool *pool, int *use_clip, double *err0,
+                   double *err1, dsq_diag *d);
+
+#endif
