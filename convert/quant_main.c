@@ -453,7 +453,7 @@ int main(int argc, char **argv)
         case 'f': o.overwrite = 1; break;
         case 'T':
             if (dsq_cli_parse_int(optarg, 1, 1024, &o.threads) < 0)
-                return dsq_cli_usage_error(&cli, "bad thread count '%s' (1..1024)", optarg);
+                return free(rules), dsq_cli_usage_error(&cli, "bad thread count '%s' (1..1024)", optarg);
             break;
         case OPT_SCHEME: scheme = optarg; break;
         case OPT_RECIPE: preset = optarg; break;
@@ -461,58 +461,58 @@ int main(int argc, char **argv)
         case OPT_SCHEME_FOR: rules[nrules++] = (rule_arg){ 0, optarg }; break;
         case OPT_GROUP:
             if (dsq_cli_parse_int(optarg, 0, 1 << 24, &group) < 0 || group % 64 != 0)
-                return dsq_cli_usage_error(&cli, "bad group size '%s' (0 or a multiple of 64)", optarg);
+                return free(rules), dsq_cli_usage_error(&cli, "bad group size '%s' (0 or a multiple of 64)", optarg);
             break;
         case OPT_DRY: dry = 1; break;
         case OPT_ZSTD:
             if (dsq_cli_parse_int(optarg, 0, DSQ_CTR_LEVEL_MAX, &o.zstd_level) < 0)
-                return dsq_cli_usage_error(&cli, "bad zstd level '%s' (0..%d)", optarg, DSQ_CTR_LEVEL_MAX);
+                return free(rules), dsq_cli_usage_error(&cli, "bad zstd level '%s' (0..%d)", optarg, DSQ_CTR_LEVEL_MAX);
             break;
         case OPT_NONFINITE: o.allow_nonfinite = 1; break;
         case OPT_RESUME: o.resume = 1; break;
         case OPT_CLIP: o.clip_search = 1; break;
         case OPT_SHARD:
             if (dsq_cli_parse_u64(optarg, 1, UINT64_MAX, &u) < 0)
-                return dsq_cli_usage_error(&cli, "bad shard size '%s'", optarg);
+                return free(rules), dsq_cli_usage_error(&cli, "bad shard size '%s'", optarg);
             o.shard_bytes = u;
             break;
         case OPT_JSON: cli.json = 1; break;
         case OPT_NOPROG: noprog = 1; break;
         case OPT_MEM:
             if (dsq_cli_parse_u64(optarg, 1, UINT64_MAX, &u) < 0)
-                return dsq_cli_usage_error(&cli, "bad memory size '%s'", optarg);
+                return free(rules), dsq_cli_usage_error(&cli, "bad memory size '%s'", optarg);
             o.mem_budget = u;
             break;
         case OPT_SAMPLE:
             if (dsq_cli_parse_int(optarg, 1, 1 << 20, &o.error_sample) < 0)
-                return dsq_cli_usage_error(&cli, "bad error sample '%s'", optarg);
+                return free(rules), dsq_cli_usage_error(&cli, "bad error sample '%s'", optarg);
             break;
         case OPT_NOJOURNAL: o.no_journal = 1; break;
         case OPT_CALIB: co.calib = optarg; break;
         case OPT_CSAMPLES:
             if (dsq_cli_parse_int(optarg, 1, 1 << 20, &co.data.n_samples) < 0)
-                return dsq_cli_usage_error(&cli, "bad sample count '%s'", optarg);
+                return free(rules), dsq_cli_usage_error(&cli, "bad sample count '%s'", optarg);
             break;
         case OPT_CSEQLEN:
             if (dsq_cli_parse_int(optarg, 2, 1 << 20, &co.data.seqlen) < 0)
-                return dsq_cli_usage_error(&cli, "bad sequence length '%s' (2..)", optarg);
+                return free(rules), dsq_cli_usage_error(&cli, "bad sequence length '%s' (2..)", optarg);
             break;
         case OPT_SEED:
             if (dsq_cli_parse_u64(optarg, 0, UINT64_MAX, &co.data.seed) < 0)
-                return dsq_cli_usage_error(&cli, "bad seed '%s'", optarg);
+                return free(rules), dsq_cli_usage_error(&cli, "bad seed '%s'", optarg);
             break;
         case OPT_MOECALIB:
             if (!strcmp(optarg, "all")) co.moe_calib_all = 1;
             else if (!strcmp(optarg, "routed")) co.moe_calib_all = 0;
-            else return dsq_cli_usage_error(&cli, "--moe-calib wants 'all' or 'routed', got '%s'", optarg);
+            else return free(rules), dsq_cli_usage_error(&cli, "--moe-calib wants 'all' or 'routed', got '%s'", optarg);
             break;
         case OPT_MINTOK:
             if (dsq_cli_parse_int(optarg, 0, 1 << 30, &co.min_expert_tokens) < 0)
-                return dsq_cli_usage_error(&cli, "bad token count '%s'", optarg);
+                return free(rules), dsq_cli_usage_error(&cli, "bad token count '%s'", optarg);
             break;
         case OPT_ALPHA:
             if (dsq_cli_parse_float(optarg, 0, 1, &dv) < 0)
-                return dsq_cli_usage_error(&cli, "bad alpha '%s' (0..1)", optarg);
+                return free(rules), dsq_cli_usage_error(&cli, "bad alpha '%s' (0..1)", optarg);
             co.alpha = (float)dv;
             co.alpha_set = 1;
             break;
@@ -521,26 +521,26 @@ int main(int argc, char **argv)
         case OPT_STATS: co.load_stats = optarg; break;
         case OPT_CHECKPOINT:
             if (dsq_cli_parse_float(optarg, 0, 1e6, &dv) < 0)
-                return dsq_cli_usage_error(&cli, "bad checkpoint interval '%s'", optarg);
+                return free(rules), dsq_cli_usage_error(&cli, "bad checkpoint interval '%s'", optarg);
             o.checkpoint_seconds = dv;
             break;
-        case ':': return dsq_cli_usage_error(&cli, "option '%s' needs a value", argv[optind - 1]);
-        default: return dsq_cli_usage_error(&cli, "unknown option '%s'", argv[optind - 1]);
+        case ':': return free(rules), dsq_cli_usage_error(&cli, "option '%s' needs a value", argv[optind - 1]);
+        default: return free(rules), dsq_cli_usage_error(&cli, "unknown option '%s'", argv[optind - 1]);
         }
     }
     int npos = argc - optind;
     if (npos < 1 || npos > 2 || (npos == 1 && !dry))
-        return dsq_cli_usage_error(&cli, dry ? "expected IN [OUT]" : "expected IN and OUT");
+        return free(rules), dsq_cli_usage_error(&cli, dry ? "expected IN [OUT]" : "expected IN and OUT");
     if (!scheme == !preset)
-        return dsq_cli_usage_error(&cli, preset ? "--scheme and --recipe are exclusive"
+        return free(rules), dsq_cli_usage_error(&cli, preset ? "--scheme and --recipe are exclusive"
                                                 : "no scheme given (--scheme S or --recipe NAME)");
     if (o.resume && o.overwrite)
-        return dsq_cli_usage_error(&cli, "--resume and -f are exclusive");
+        return free(rules), dsq_cli_usage_error(&cli, "--resume and -f are exclusive");
     if (o.resume && o.no_journal)
-        return dsq_cli_usage_error(&cli, "--resume and --no-journal are exclusive");
+        return free(rules), dsq_cli_usage_error(&cli, "--resume and --no-journal are exclusive");
     const int calibrating = co.calib || co.load_stats;
-    if (co.calib && co.load_stats) return dsq_cli_usage_error(&cli, "--calib and --stats are exclusive");
-    if (co.load_stats && co.save_stats) return dsq_cli_usage_error(&cli, "--stats and --save-stats are exclusive");
+    if (co.calib && co.load_stats) return free(rules), dsq_cli_usage_error(&cli, "--calib and --stats are exclusive");
+    if (co.load_stats && co.save_stats) return free(rules), dsq_cli_usage_error(&cli, "--stats and --save-stats are exclusive");
     o.input = argv[optind];
     o.output = npos == 2 ? argv[optind + 1] : NULL;
     cli.progress = cli.progress && !noprog && !cli.json && cli.level >= 2;
