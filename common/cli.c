@@ -14,11 +14,19 @@
 
 volatile int dsq_cli_interrupted = 0;
 
+/* The first signal only raises the flag: every long-running library call
+ * polls it and unwinds through its own abort path, which removes its temp
+ * files and keeps the resume state consistent. Unlinking temps here as well
+ * raced with that path (a journal checkpoint being renamed into place lost
+ * its temp file and the run reported an i/o error instead of "interrupted").
+ * A second signal means the user will not wait: remove every temp, exit. */
 static void on_signal(int sig)
 {
     (void)sig;
-    dsq_tmpfiles_unlink_all();
-    if (dsq_cli_interrupted) _exit(DSQ_EXIT_ERROR);
+    if (dsq_cli_interrupted) {
+        dsq_tmpfiles_unlink_all();
+        _exit(DSQ_EXIT_ERROR);
+    }
     dsq_cli_interrupted = 1;
 }
 

@@ -21,9 +21,10 @@ typedef struct dsq_cli {
     int progress;       /* 1 when stderr is a TTY and level >= 2 and not --no-progress */
 } dsq_cli;
 
-/* Fill defaults and install SIGINT/SIGTERM handlers that remove temporaries
- * (dsq_tmpfiles_unlink_all) and set the interrupted flag; a second signal
- * exits at once with status 1. */
+/* Fill defaults and install SIGINT/SIGTERM handlers: the first signal sets
+ * the interrupted flag (library calls unwind and remove their own temps); a
+ * second one removes every temporary (dsq_tmpfiles_unlink_all) and exits at
+ * once with status 1. */
 void dsq_cli_init(dsq_cli *c, const char *prog);
 /* Set by the signal handler; long loops poll it (library code gets it as a
  * cancel flag pointer). */

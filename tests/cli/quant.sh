@@ -141,7 +141,11 @@ for sig in INT KILL; do
     rm -f $T/r.dsq
     $Q -q -T 1 --zstd-level 6 --checkpoint-interval 0 --scheme w4a8 $T/big $T/r.dsq 2> $T/e.txt &
     pid=$!
-    sleep 0.4
+    # signal once the output is open (a fixed sleep raced with slow
+    # sanitizer start-up), then let it write a little
+    i=0
+    while [ $i -lt 400 ] && kill -0 $pid 2>/dev/null && ! [ -e $T/.r.dsq.partial ]; do sleep 0.05; i=$((i+1)); done
+    sleep 0.2
     kill -$sig $pid 2>/dev/null
     wait $pid 2>/dev/null; rc=$?
     if [ -f $T/r.dsq ]; then echo "quant.sh: note: run finished before SIG$sig"; continue; fi
