@@ -575,6 +575,106 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
     return rc;
 }
 
+/* Consumers of g with their target schemes; *nq = how many are quantized,
+ * *awq_gs = the first quantized one's group size (w_mean's groups). */
+static int resolve_group(const dsq_scale_group *g, const dsq_layer_stats *ls, const dsq_act_stats *site,
+                         const dsq_search_opts *o, cons **out, int *nq, int32_t *awq_gs, dsq_diag *d)
+{
+    *nq = 0;
+    *awq_gs = 0;
+    cons *cs = calloc((size_t)g->nlin, sizeof *cs);
+    if (!cs) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, g->prev, -1, "out of memory");
+    int rc = DSQ_OK;
+    for (int i = 0; i < g->nlin && rc == DSQ_OK; i++) {
+        const dsq_act_stats *st = site;
+        if (g->loss != DSQ_LOSS_LINEARS) {   /* consumers are gate/up pairs of g->mlp[i / 2] */
+            char sn[512];
+            st = dsq_layer_stats_find(ls, dsq_calib_site_of(g->mlp[i / 2]->gate.name, 1, sn, sizeof sn));
+        }
+        rc = resolve(o, g->lin[i], st, &cs[i], d);
+        if (rc == DSQ_OK && cs[i].sc) {
+            if (!*nq) *awq_gs = cs[i].shape.group_size;
+            (*nq)++;
+        }
+    }
+    if (rc < 0) {
+        free(cs);
+        return rc;
+    }
+    *out = cs;
+    return DSQ_OK;
+}
+
+/* loss[c] = summed squared error of candidate c over the group's units (the
+ * whole group, or one per MLP with its own sampled rows); *elems = output
+ * elements per candidate, *rows = sampled rows used. */
+static int group_losses(const dsq_scale_group *g, const dsq_act_stats *site, cons *cs,
+                        const dsq_search_opts *o, float *const *cand, int C, double *loss, double *elems,
+                        int64_t *rows, dsq_diag *d)
+{
+    unit *units = calloc((size_t)(g->nmlp > 0 ? g->nmlp : 1), sizeof *units);
+    if (!units) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, g->prev, -1, "out of memory");
+    int nu = 0, rc = DSQ_OK;
+    *rows = 0;
+    *elems = 0.0;
+    if (g->loss == DSQ_LOSS_LINEARS) {
+        if (site->sample_n > 0) {
+            units[0] = (unit){ site->sample, site->sample_n, cs, g->nlin, NULL };
+            nu = 1;
+            *rows = site->sample_n;
+        }
+    } else {
+        for (int k = 0; k < g->nmlp; k++) {
+            const dsq_act_stats *st = cs[2 * k].site;
+            if (!st || st->sample_n == 0) continue;
+            units[nu++] = (unit){ st->sample, st->sample_n, &cs[2 * k], 2, &g->mlp[k]->down };
+            *rows += st->sample_n;
+        }
+    }
+    for (int u = 0; u < nu && rc == DSQ_OK; u++) {
+        if (o->cancel && *o->cancel) {
+            rc = dsq_fail(d, DSQ_ERR_INTERRUPTED, NULL, g->prev, -1, "scale search interrupted");
+            break;
+        }
+        rc = unit_losses(&units[u], g->n, cand, C, loss, elems, o->pool, d);
+    }
+    free(units);
+    return rc;
+}
+
+int dsq_scale_eval(const dsq_scale_group *g, const dsq_layer_stats *ls, const dsq_search_opts *o, const float *s,
+                   double *loss_identity, double *loss_s, int64_t *rows, dsq_diag *d)
+{
+    *loss_identity = *loss_s = -1.0;
+    *rows = 0;
+    const dsq_act_stats *site = dsq_layer_stats_find(ls, g->site);
+    if (!site || site->count == 0) return DSQ_OK;
+    cons *cs = NULL;
+    int nq;
+    int32_t awq_gs;
+    int rc = resolve_group(g, ls, site, o, &cs, &nq, &awq_gs, d);
+    if (rc < 0 || nq == 0) {
+        free(cs);
+        return rc;
+    }
+    float *one = malloc((size_t)g->n * sizeof *one);
+    if (!one) {
+        free(cs);
+        return dsq_fail(d, DSQ_ERR_NOMEM, NULL, g->prev, -1, "out of memory");
+    }
+    for (int64_t j = 0; j < g->n; j++) one[j] = 1.0f;
+    float *cand[2] = { one, (float *)s };
+    double loss[2] = { 0.0, 0.0 }, elems = 0.0;
+    rc = group_losses(g, site, cs, o, cand, 2, loss, &elems, rows, d);
+    if (rc == DSQ_OK && elems > 0) {
+        *loss_identity = loss[0] / elems;
+        *loss_s = loss[1] / elems;
+    }
+    free(one);
+    free(cs);
+    return rc;
+}
+
 int dsq_scale_search(const dsq_scale_group *g, const dsq_layer_stats *ls, const dsq_search_opts *o, float *s,
                      dsq_search_report *rep, dsq_diag *d)
 {
@@ -588,22 +688,10 @@ int dsq_scale_search(const dsq_scale_group *g, const dsq_layer_stats *ls, const 
         return DSQ_OK;
 
     /* consumers with their target schemes */
-    cons *cs = calloc((size_t)g->nlin, sizeof *cs);
-    if (!cs) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, g->prev, -1, "out of memory");
-    int rc = DSQ_OK, nq = 0;
-    int32_t awq_gs = 0;
-    for (int i = 0; i < g->nlin && rc == DSQ_OK; i++) {
-        const dsq_act_stats *st = site;
-        if (g->loss != DSQ_LOSS_LINEARS) {   /* consumers are gate/up pairs of g->mlp[i / 2] */
-            char sn[512];
-            st = dsq_layer_stats_find(ls, dsq_calib_site_of(g->mlp[i / 2]->gate.name, 1, sn, sizeof sn));
-        }
-        rc = resolve(o, g->lin[i], st, &cs[i], d);
-        if (rc == DSQ_OK && cs[i].sc) {
-            if (!nq) awq_gs = cs[i].shape.group_size;   /* w_mean's groups: the first target's */
-            nq++;
-        }
-    }
+    cons *cs = NULL;
+    int nq;
+    int32_t awq_gs;   /* w_mean's groups: the first target's */
+    int rc = resolve_group(g, ls, site, o, &cs, &nq, &awq_gs, d);
     rep->quantized = nq;
     if (rc < 0 || nq == 0) {
         free(cs);
@@ -618,8 +706,7 @@ int dsq_scale_search(const dsq_scale_group *g, const dsq_layer_stats *ls, const 
     float *wm = malloc((size_t)n * sizeof *wm), *cbuf = malloc((size_t)C * (size_t)n * sizeof *cbuf);
     float **cand = malloc((size_t)C * sizeof *cand);
     double *loss = calloc((size_t)C, sizeof *loss);
-    unit *units = calloc((size_t)(g->nmlp > 0 ? g->nmlp : 1), sizeof *units);
-    if (!xs || !ws || !wm || !xm || !cbuf || !cand || !loss || !units)
+    if (!xs || !ws || !wm || !xm || !cbuf || !cand || !loss)
         rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, g->prev, -1, "out of memory");
     /* max|W| (SmoothQuant, with the passive router) / w_mean (AWQ, consumers only) */
     if (rc == DSQ_OK)
@@ -642,32 +729,10 @@ int dsq_scale_search(const dsq_scale_group *g, const dsq_layer_stats *ls, const 
             }
         }
     }
-    /* units: the whole group (LINEARS) or one per MLP with sampled rows */
-    int nu = 0;
-    int64_t rows = 0;
-    if (rc == DSQ_OK && g->loss == DSQ_LOSS_LINEARS) {
-        if (site->sample_n > 0) {
-            units[0] = (unit){ site->sample, site->sample_n, cs, g->nlin, NULL };
-            nu = 1;
-            rows = site->sample_n;
-        }
-    } else if (rc == DSQ_OK) {
-        for (int k = 0; k < g->nmlp; k++) {
-            const dsq_act_stats *st = cs[2 * k].site;
-            if (!st || st->sample_n == 0) continue;
-            units[nu++] = (unit){ st->sample, st->sample_n, &cs[2 * k], 2, &g->mlp[k]->down };
-            rows += st->sample_n;
-        }
-    }
     double elems = 0.0;
-    for (int u = 0; u < nu && rc == DSQ_OK; u++) {
-        if (o->cancel && *o->cancel) {
-            rc = dsq_fail(d, DSQ_ERR_INTERRUPTED, NULL, g->prev, -1, "scale search interrupted");
-            break;
-        }
-        rc = unit_losses(&units[u], n, cand, C, loss, &elems, o->pool, d);
-    }
-    if (rc == DSQ_OK && nu > 0 && elems > 0) {
+    int64_t rows = 0;
+    if (rc == DSQ_OK) rc = group_losses(g, site, cs, o, cand, C, loss, &elems, &rows, d);
+    if (rc == DSQ_OK && rows > 0 && elems > 0) {
         int best = 0;
         for (int c = 1; c < C; c++)
             if (loss[c] < loss[best]) best = c;
@@ -686,6 +751,5 @@ int dsq_scale_search(const dsq_scale_group *g, const dsq_layer_stats *ls, const 
     free(cbuf);
     free(cand);
     free(loss);
-    free(units);
     return rc;
 }

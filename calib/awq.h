@@ -137,6 +137,13 @@ typedef struct dsq_search_report {
 int dsq_scale_search(const dsq_scale_group *g, const dsq_layer_stats *ls, const dsq_search_opts *o, float *s,
                      dsq_search_report *rep, dsq_diag *d);
 
+/* The loss dsq_scale_search minimises, for given scales s[g->n] against
+ * s = 1, on ls's sampled rows (for example statistics of held-out text, to
+ * check that searched scales generalise). Mean squared error per output
+ * element; both -1 when no consumer is quantized or no rows were sampled. */
+int dsq_scale_eval(const dsq_scale_group *g, const dsq_layer_stats *ls, const dsq_search_opts *o, const float *s,
+                   double *loss_identity, double *loss_s, int64_t *rows, dsq_diag *d);
+
 /* AutoAWQ does not clip q/k projections ("q_", "k_", "query", "key", "Wqkv"). */
 int dsq_awq_clip_allowed(const char *tensor);
 

@@ -75,6 +75,7 @@ static void usage(void)
 "  --alpha A                SmoothQuant migration strength 0..1 (default 0.5; for\n"
 "                           w4a8 it fixes alpha instead of searching it)\n"
 "  --no-smooth              w8a8/w4a8: static ranges / clipping only, no smoothing\n"
+"  --no-clip                calibrated int4: skip the clip search\n"
 "  --save-stats F           keep the statistics (and searched scales) in F; F is\n"
 "                           also the per-layer checkpoint that --resume continues\n"
 "                           (default: OUT.calib.dsq, removed after success)\n"
@@ -109,7 +110,7 @@ enum {
     OPT_SCHEME = 256, OPT_RECIPE, OPT_KEEP, OPT_SCHEME_FOR, OPT_GROUP, OPT_DRY, OPT_ZSTD,
     OPT_NONFINITE, OPT_RESUME, OPT_CLIP, OPT_SHARD, OPT_JSON, OPT_NOPROG, OPT_MEM,
     OPT_SAMPLE, OPT_CHECKPOINT, OPT_NOJOURNAL, OPT_CALIB, OPT_CSAMPLES, OPT_CSEQLEN, OPT_SEED,
-    OPT_MOECALIB, OPT_MINTOK, OPT_ALPHA, OPT_NOSMOOTH, OPT_SAVESTATS, OPT_STATS
+    OPT_MOECALIB, OPT_MINTOK, OPT_ALPHA, OPT_NOSMOOTH, OPT_NOCLIP, OPT_SAVESTATS, OPT_STATS
 };
 
 typedef struct rule_arg { int keep; const char *s; } rule_arg;
@@ -428,6 +429,7 @@ int main(int argc, char **argv)
         { "min-expert-tokens", required_argument, NULL, OPT_MINTOK },
         { "alpha", required_argument, NULL, OPT_ALPHA },
         { "no-smooth", no_argument, NULL, OPT_NOSMOOTH },
+        { "no-clip", no_argument, NULL, OPT_NOCLIP },
         { "save-stats", required_argument, NULL, OPT_SAVESTATS },
         { "stats", required_argument, NULL, OPT_STATS },
         { NULL, 0, NULL, 0 }
@@ -517,6 +519,7 @@ int main(int argc, char **argv)
             co.alpha_set = 1;
             break;
         case OPT_NOSMOOTH: co.smooth = 0; break;
+        case OPT_NOCLIP: co.clip = 0; break;
         case OPT_SAVESTATS: co.save_stats = optarg; break;
         case OPT_STATS: co.load_stats = optarg; break;
         case OPT_CHECKPOINT:

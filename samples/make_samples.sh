@@ -47,7 +47,8 @@ train dsv3 400
 train dsv3 1400 --question-weight 0.2 --stop-at 850
 train dsv3 1700 --question-weight 0.2 --drill-frac 0.35 --stop-at 1100
 train dsv3 2600 --question-weight 0.2 --drill-frac 0.5 --stop-at 1400
-train dsv3 2400 --question-weight 0.2 --drill-frac 0.5 --level small
+train dsv3 2400 --question-weight 0.2 --drill-frac 0.5 --level small --stop-at 1600
+train dsv3 2000 --question-weight 0.2 --drill-frac 0.5 --level small   # 6. shorter finish
 train llama 300
 train llama 700 --question-weight 0.2 --drill-frac 0.35
 train llama 1100 --question-weight 0.2 --drill-frac 0.5 --level small

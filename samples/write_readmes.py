@@ -66,12 +66,13 @@ def main():
                 f"`a-b=<<a-b=c>>c` taken from the annotations of extra train-distribution problems.  `--question-weight 0.2` weighs the "
                 f"loss of question tokens by 0.2 (answers and prose 1).  Phases were added when a checkpoint "
                 f"evaluation showed the model failing to copy numbers (phase 2) and to add/subtract (phases 3-4); "
-                f"the last phase switches to the `small` operand ranges of `gen_gsm.py` (products up to 30, "
+                f"the last phases switch to the `small` operand ranges of `gen_gsm.py` (products up to 30, "
                 f"answers below 70), which `samples/data/` uses too.")
     dtrain = train_txt("dsv3", ["--steps 400", "--steps 1400 --question-weight 0.2 --stop-at 850",
                                 "--steps 1700 --question-weight 0.2 --drill-frac 0.35 --stop-at 1100",
                                 "--steps 2600 --question-weight 0.2 --drill-frac 0.5 --stop-at 1400",
-                                "--steps 2400 --question-weight 0.2 --drill-frac 0.5 --level small"], dstep)
+                                "--steps 2400 --question-weight 0.2 --drill-frac 0.5 --level small --stop-at 1600",
+                                "--steps 2000 --question-weight 0.2 --drill-frac 0.5 --level small"], dstep)
     ltrain = train_txt("llama", ["--steps 300", "--steps 700 --question-weight 0.2 --drill-frac 0.35",
                                  "--steps 1100 --question-weight 0.2 --drill-frac 0.5 --level small"], lstep)
 

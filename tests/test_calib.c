@@ -1180,11 +1180,18 @@ static void quantize_dsq(const char *model, const dsq_calib_result *r, const dsq
     dsq_st_close(st);
 }
 
-/* Mean KL(base || q) per scored position, windows as ds-eval kld / llama-
+/* KL(base || q) per scored position, windows as ds-eval kld / llama-
  * perplexity (engine/eval_metrics.h): n_ctx tokens with BOS written over the
  * first, only the second half scored; at most max_windows windows. */
-static double kld(const char *base, const char *q, const int32_t *tok, int n, int n_ctx, int max_windows,
-                  double *nll_q)
+typedef struct kl_stats { double mean, median, nll; } kl_stats;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static kl_stats kld(const char *base, const char *q, const int32_t *tok, int n, int n_ctx, int max_windows)
 {
     dsq_model *mb, *mq;
     dsq_model_opts mo;
@@ -1199,8 +1206,9 @@ static double kld(const char *base, const char *q, const int32_t *tok, int n, in
     dsq_state *sb = dsq_state_create(mb, 1, n_ctx), *sq = dsq_state_create(mq, 1, n_ctx);
     float *lb = malloc((size_t)n_ctx * (size_t)V * sizeof *lb), *lq = malloc((size_t)n_ctx * (size_t)V * sizeof *lq);
     int32_t *win = malloc((size_t)n_ctx * sizeof *win);
+    double *each = malloc((size_t)max_windows * (size_t)n_ctx * sizeof *each);
     double sum = 0.0, nll = 0.0;
-    int64_t cnt = 0;
+    size_t cnt = 0;
     for (size_t w = 0; w < plan.n_chunks && (int)w < max_windows; w++) {
         dsq_ppl_window(&plan, tok, w, win);
         dsq_state_reset(sb, 0);
@@ -1214,12 +1222,15 @@ static double kld(const char *base, const char *q, const int32_t *tok, int n, in
                 double pa = a[v] - la, pb = b[v] - lbq;
                 k += exp(pa) * (pa - pb);
             }
+            each[cnt++] = k;
             sum += k;
             nll -= b[win[t + 1]] - lbq;
-            cnt++;
         }
     }
-    if (nll_q) *nll_q = nll / (double)cnt;
+    qsort(each, cnt, sizeof *each, cmp_double);
+    kl_stats r = { sum / (double)cnt, cnt % 2 ? each[cnt / 2] : 0.5 * (each[cnt / 2 - 1] + each[cnt / 2]),
+                   nll / (double)cnt };
+    free(each);
     free(win);
     free(lb);
     free(lq);
@@ -1227,7 +1238,7 @@ static double kld(const char *base, const char *q, const int32_t *tok, int n, in
     dsq_state_free(sq);
     dsq_model_free(mb);
     dsq_model_free(mq);
-    return sum / (double)cnt;
+    return r;
 }
 
 /* A float32 copy of model with activation outlier channels injected: for each
@@ -1287,7 +1298,7 @@ static void inject_outliers(const char *model, const char *out, float k)
 
 typedef struct meas { const char *scheme; int32_t gs; int calib; int smooth; } meas;
 
-static double measure(const char *model, const char *base, const meas *m, const int32_t *tok, int n, double *nll)
+static kl_stats measure(const char *model, const char *base, const meas *m, const int32_t *tok, int n)
 {
     dsq_calib_result *r = NULL;
     if (m->calib) {
@@ -1304,7 +1315,7 @@ static double measure(const char *model, const char *base, const meas *m, const 
     }
     char *out = path("q.dsq");
     quantize_dsq(model, r, dsq_scheme_by_name(m->scheme), m->gs, out);
-    double k = kld(base, out, tok, n, 512, 24, nll);
+    kl_stats k = kld(base, out, tok, n, 512, 24);
     unlink(out);
     free(out);
     dsq_calib_result_free(r);
@@ -1342,8 +1353,7 @@ static void test_sample_ordering(void **state)
     const int n = (int)nids;
     assert_true(n >= 1024);
     /* untrained weights (a sample being regenerated) carry no signal */
-    double nll_base;
-    kld(model, model, ids, n, 512, 2, &nll_base);
+    const double nll_base = kld(model, model, ids, n, 512, 2).nll;
     const int trained = nll_base < 6.0;
     if (!trained && !getenv("DSQ_TEST_UNTRAINED")) {
         fprintf(stderr, "skip: samples/tiny-dsv3 is not trained (NLL %.2f)\n", nll_base);
@@ -1358,16 +1368,29 @@ static void test_sample_ordering(void **state)
         const char *names[] = { "AWQ w4a16 g128 (RTN / AWQ)", "w8a8 static (no smoothing / SmoothQuant)",
                                 "w4a8 (RTN / calibrated)" };
         for (int i = 0; i < 3; i++) {
-            double na, nb, oa, ob;
-            double a = measure(model, model, &pairs[i][0], ids, n, &na);
-            double b = measure(model, model, &pairs[i][1], ids, n, &nb);
-            double x = measure(outl, model, &pairs[i][0], ids, n, &oa);
-            double y = measure(outl, model, &pairs[i][1], ids, n, &ob);
-            fprintf(stderr, "  %-42s KLD %.5f / %.5f (NLL %.4f / %.4f)   outliers x32: %.5f / %.5f\n", names[i], a,
-                    b, na, nb, x, y);
+            kl_stats a = measure(model, model, &pairs[i][0], ids, n);
+            kl_stats b = measure(model, model, &pairs[i][1], ids, n);
+            kl_stats x = measure(outl, model, &pairs[i][0], ids, n);
+            kl_stats y = measure(outl, model, &pairs[i][1], ids, n);
+            fprintf(stderr,
+                    "  %-42s KLD mean %.5f / %.5f median %.3g / %.3g (NLL %.4f / %.4f)   outliers x32: mean %.5f / %.5f\n",
+                    names[i], a.mean, b.mean, a.median, b.median, a.nll, b.nll, x.mean, y.mean);
             if (!trained) continue;
-            assert_true(b < a);   /* calibration helps on the trained sample */
-            assert_true(y < x);   /* and recovers from injected outliers */
+            if (i == 0) {
+                /* AWQ w4a16 g128: printed, not asserted. On this sample 1-2%
+                 * of the scored tokens (near-tie digits of GSM answers) carry
+                 * about 70% of the mean KLD, and function-preserving +-5%
+                 * rescalings of the RTN weights, with RTN's error, move it as
+                 * much as AWQ does; even RTN's outlier damage is inside that
+                 * band. test_sample_awq_generalises checks AWQ where the
+                 * sample can show it (docs/calibration.md). */
+                continue;
+            }
+            /* SmoothQuant vs none, calibrated vs RTN w4a8: large effects, on
+             * the sample and after outlier injection (0.067 -> 0.013 and
+             * 0.030 -> 0.013 measured) */
+            assert_true(b.mean < a.mean);
+            assert_true(y.mean < x.mean);
         }
         dsq_test_rmtree(outl);
         free(outl);
@@ -1375,6 +1398,120 @@ static void test_sample_ordering(void **state)
     free(ids);
     free(text);
     dsq_tokenizer_free(tok);
+}
+
+/* Hidden states of n_samples windows of T tokens of text, embedded. */
+static dsq_hstore *text_states(dsq_model *m, dsq_tokenizer *tk, const char *file, int n_samples, int T)
+{
+    char *text;
+    size_t len;
+    assert_int_equal(dsq_read_file(file, 1 << 26, &text, &len, NULL), 0);
+    int32_t *ids;
+    size_t nids;
+    assert_int_equal(dsq_tokenizer_encode(tk, text, len, 1, &ids, &nids, NULL), 0);
+    assert_true(nids >= (size_t)n_samples * (size_t)T);
+    const int64_t H = dsq_model_get_config(m)->hidden_size;
+    dsq_hstore *hs;
+    assert_int_equal(dsq_hstore_open(&hs, n_samples, T, H, 1u << 30, NULL, 0, NULL), 0);
+    float *h = malloc((size_t)T * (size_t)H * sizeof *h);
+    for (int i = 0; i < n_samples; i++) {
+        assert_int_equal(dsq_model_embed(m, ids + (size_t)i * (size_t)T, T, h, NULL), 0);
+        assert_int_equal(dsq_hstore_put(hs, i, h, NULL), 0);
+    }
+    assert_int_equal(dsq_hstore_swap(hs, NULL), 0);
+    free(h);
+    free(ids);
+    free(text);
+    return hs;
+}
+
+static int awq_g128_target(void *ctx, const char *t, int64_t rows, int64_t cols, const dsq_scheme **sc, int32_t *gs)
+{
+    (void)ctx;
+    (void)rows;
+    (void)cols;
+    *sc = strstr(t, "mlp.gate.weight") ? NULL : dsq_scheme_by_name("awq-w4a16");
+    *gs = 128;
+    return 0;
+}
+
+/* What AWQ optimises, checked where the sample can show it: scales searched
+ * on the calibration text lower the groups' output error on held-out text
+ * (samples/data/heldout.txt) in every layer. (The end-to-end KL divergence
+ * of w4a16 g128 on this sample is too lumpy to rank AWQ against RTN; see
+ * docs/calibration.md.) */
+static void test_sample_awq_generalises(void **state)
+{
+    (void)state;
+    const char *model = "samples/tiny-dsv3";
+    if (!dsq_path_exists("samples/tiny-dsv3/config.json") || !dsq_path_exists("samples/data/calib.txt") ||
+        !dsq_path_exists("samples/data/heldout.txt")) {
+        fprintf(stderr, "skip: samples/tiny-dsv3 or samples/data absent (samples/make_samples.sh)\n");
+        return;
+    }
+    dsq_model *m;
+    dsq_model_opts mo;
+    dsq_model_opts_default(&mo);
+    mo.threads = 2;
+    mo.lazy = 1;
+    assert_int_equal(dsq_model_open(&m, model, &mo, NULL), 0);
+    dsq_tokenizer *tk;
+    assert_int_equal(dsq_tokenizer_load(&tk, model, NULL), 0);
+    const int NS = 8, T = 256;
+    dsq_hstore *ha = text_states(m, tk, "samples/data/calib.txt", NS, T);
+    dsq_hstore *hb = text_states(m, tk, "samples/data/heldout.txt", NS, T);
+    const dsq_model_config *cfg = dsq_model_get_config(m);
+    const int L = (int)cfg->num_hidden_layers;
+    double sum_id = 0.0, sum_s = 0.0;
+    int groups = 0, better = 0;
+    for (int l = 0; l < L; l++) {
+        const int ne = dsq_model_config_is_moe_layer(cfg, l) ? (int)cfg->n_routed_experts : 0;
+        dsq_layer_stats la, lb;
+        assert_int_equal(dsq_layer_stats_init(&la, l, ne), 0);
+        assert_int_equal(dsq_layer_stats_init(&lb, l, ne), 0);
+        dsq_collect_opts co = { 512, 64, 7, 0, NULL, NULL, NULL };
+        assert_int_equal(dsq_collect_layer(m, l, ha, l + 1 < L, &co, &la, NULL, NULL), 0);
+        assert_int_equal(dsq_collect_layer(m, l, hb, l + 1 < L, &co, &lb, NULL, NULL), 0);
+        if (l + 1 < L) {
+            assert_int_equal(dsq_hstore_swap(ha, NULL), 0);
+            assert_int_equal(dsq_hstore_swap(hb, NULL), 0);
+        }
+        dsq_group_list gl;
+        assert_int_equal(dsq_groups_build(m, l, DSQ_GROUPS_AWQ, &gl, NULL), 0);
+        double lid = 0.0, ls = 0.0;
+        for (int i = 0; i < gl.n; i++) {
+            dsq_search_opts so = { DSQ_SEARCH_AWQ, 0, awq_g128_target, NULL, dsq_model_pool(m), NULL };
+            float *s = malloc((size_t)gl.v[i].n * sizeof *s);
+            dsq_search_report rep;
+            assert_int_equal(dsq_scale_search(&gl.v[i], &la, &so, s, &rep, NULL), 0);
+            double e0, e1;
+            int64_t rows;
+            assert_int_equal(dsq_scale_eval(&gl.v[i], &lb, &so, s, &e0, &e1, &rows, NULL), 0);
+            if (rows > 0 && rep.rows > 0) {
+                groups++;
+                better += e1 <= e0;
+                lid += e0;
+                ls += e1;
+            }
+            free(s);
+        }
+        fprintf(stderr, "  layer %d: held-out group MSE, s = 1 / AWQ: %.5g / %.5g (%+.1f%%)\n", l, lid, ls,
+                100.0 * (ls - lid) / lid);
+        assert_true(ls < lid);
+        sum_id += lid;
+        sum_s += ls;
+        dsq_groups_release(&gl);
+        dsq_layer_stats_release(&la);
+        dsq_layer_stats_release(&lb);
+        dsq_model_layer_release(m, l);
+    }
+    fprintf(stderr, "  %d of %d groups better on held-out text; total %+.1f%%\n", better, groups,
+            100.0 * (sum_s - sum_id) / sum_id);
+    assert_true(sum_s < sum_id);
+    dsq_hstore_free(ha, 1);
+    dsq_hstore_free(hb, 1);
+    dsq_tokenizer_free(tk);
+    dsq_model_free(m);
 }
 
 int main(void)
@@ -1392,6 +1529,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_resume, setup, teardown),
         cmocka_unit_test_setup_teardown(test_progress, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_ordering, setup, teardown),
+        cmocka_unit_test(test_sample_awq_generalises),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
