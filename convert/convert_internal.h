@@ -10,6 +10,7 @@
 /* Row blocks handed to quantize are about this many bytes of float32: small
  * enough to stay in L2 between read, quantize and error measurement. */
 #define DSQ_CONV_BLOCK_BYTES (1u << 20)
+#define DSQ_CONV_DROP_BYTES (8u << 20)   /* source bytes unmapped per madvise */
 
 /* Per-tensor execution plan, parallel to plan.v. */
 typedef struct dsq_conv_tensor {

@@ -105,6 +105,11 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
     int64_t base = ct->stream ? it->row0 : 0;
     const dsq_qshape *os = ct->stream ? &oshape : &e->qshape;
     int sample = c->o.error_sample > 0 ? c->o.error_sample : 16;
+    /* Source pages are unmapped in runs of DSQ_CONV_DROP_BYTES, not per
+     * block: each madvise costs a TLB shootdown on every core running a
+     * worker, which on a many-core host outweighs the pages it frees. */
+    const uint64_t src_row_bytes = (uint64_t)cols * dsq_dtype_bits(e->t->dtype) / 8;
+    int64_t drop_from = it->row0;
 
     for (int64_t s = it->row0; s < it->row0 + it->nrows; s += ct->block_rows) {
         int64_t n = it->row0 + it->nrows - s;
@@ -134,8 +139,12 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
             if (rc == DSQ_OK) rc = dsq_qrel_error(&v, fbuf, 0, ks.rows, NULL, &r->err2, &r->ref2);
             if (rc < 0) { dsq_fail(d, rc, NULL, e->name, -1, "error measurement failed"); goto fail; }
         }
-        drop_rows(e->t, cols, s, n);
+        if ((uint64_t)(s + n - drop_from) * src_row_bytes >= DSQ_CONV_DROP_BYTES) {
+            drop_rows(e->t, cols, drop_from, s + n - drop_from);
+            drop_from = s + n;
+        }
     }
+    if (drop_from < it->row0 + it->nrows) drop_rows(e->t, cols, drop_from, it->row0 + it->nrows - drop_from);
 
     if (ct->stream) {
         r->piece = out;

@@ -541,7 +541,8 @@ static int target(void *ctx, const char *name, int64_t r, int64_t c, const dsq_s
     return 0;
 }
 
-static int search_layer_groups(const char *model, int layer, int kind, const char *scheme, int flavor)
+/* The model with layers loaded on demand (as calibration opens it), 2 threads. */
+static dsq_model *open_lazy(const char *model)
 {
     dsq_model *m;
     dsq_model_opts mo;
@@ -549,6 +550,12 @@ static int search_layer_groups(const char *model, int layer, int kind, const cha
     mo.threads = 2;
     mo.lazy = 1;
     assert_int_equal(dsq_model_open(&m, model, &mo, NULL), 0);
+    return m;
+}
+
+static int search_layer_groups(const char *model, int layer, int kind, const char *scheme, int flavor)
+{
+    dsq_model *m = open_lazy(model);
     const int64_t H = dsq_model_get_config(m)->hidden_size;
     /* hidden states of layer `layer` from 3 samples of 24 tokens */
     int32_t *tok = rand_tokens(72, 500, 99);
@@ -1449,12 +1456,7 @@ static void test_sample_awq_generalises(void **state)
         fprintf(stderr, "skip: samples/tiny-dsv3 or samples/data absent (samples/make_samples.sh)\n");
         return;
     }
-    dsq_model *m;
-    dsq_model_opts mo;
-    dsq_model_opts_default(&mo);
-    mo.threads = 2;
-    mo.lazy = 1;
-    assert_int_equal(dsq_model_open(&m, model, &mo, NULL), 0);
+    dsq_model *m = open_lazy(model);
     dsq_tokenizer *tk;
     assert_int_equal(dsq_tokenizer_load(&tk, model, NULL), 0);
     const int NS = 8, T = 256;
