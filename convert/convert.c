@@ -607,6 +607,10 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
     k.acc = NULL;
 
     if (rc == DSQ_ERR_INTERRUPTED) {
+        if (c->o.no_journal) {          /* nothing could resume it: leave nothing */
+            cleanup_failed(c, &k);
+            return rc;
+        }
         if (k.w) dsq_ctr_writer_detach(k.w, NULL);   /* keep partial + journal */
         k.w = NULL;
         return rc;

@@ -664,7 +664,8 @@ int main(int argc, char **argv)
         if (pc.begun) dsq_progress_end(&pc.p);
         if (rc == DSQ_ERR_INTERRUPTED) {
             json_error(&cli, rc, &d);
-            dsq_cli_error(&cli, "interrupted; run again with --resume to continue");
+            dsq_cli_error(&cli, o.no_journal ? "interrupted; nothing was kept (--no-journal)"
+                                             : "interrupted; run again with --resume to continue");
             exit_code = DSQ_EXIT_ERROR;
         } else if (rc < 0) {
             json_error(&cli, rc, &d);

@@ -742,7 +742,8 @@ static int generate_all(dsq_cli *cli, const opts *o, const dsq_gsm8k_set *test, 
     if (rc == DSQ_OK && o->shots > 0) {
         rc = dsq_gsm8k_load(&train, train_path, d);
         if (rc == DSQ_ERR_NOT_FOUND && !o->train)
-            dsq_cli_info(cli, 1, "few-shot examples come from --train (default %s)", train_path);
+            dsq_cli_warn(cli, "%d-shot prompts need a training split: give --train FILE (default: %s, "
+                         "absent) or --shots 0", o->shots, train_path);
     }
     if (rc == DSQ_OK) rc = load_tokenizer(cli, o, &r->tok, d);
     dsq_gsm8k_fewshot fs;
@@ -862,16 +863,19 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
     dsq_gsm8k_scorer_free(sc);
     if (rc == DSQ_OK && scored == 0) rc = dsq_fail(&d, DSQ_ERR_DATA, o->score, NULL, -1, "no completion matches the first %zu items", n);
     if (rc == DSQ_OK && o->out) rc = write_items(o, &test, items, n, !o->score, &d);
+    /* Items without a completion count as wrong: lm-eval scores every item,
+     * so a partial run must not look better than the full one would. */
     if (rc == DSQ_OK && scored < n)
-        dsq_cli_warn(cli, "%zu of %zu items have no completion; accuracy is over the %zu scored", n - scored, n, scored);
+        dsq_cli_warn(cli, "%zu of %zu items have no completion; they count as wrong", n - scored, n);
     if (rc == DSQ_OK) {
-        double as = (double)ks / (double)scored, af = (double)kf / (double)scored;
-        double ses = dsq_gsm8k_stderr(ks, scored), sef = dsq_gsm8k_stderr(kf, scored);
+        double as = (double)ks / (double)n, af = (double)kf / (double)n;
+        double ses = dsq_gsm8k_stderr(ks, n), sef = dsq_gsm8k_stderr(kf, n);
         if (cli->json) {
             json_object *j = json_object_new_object(), *js = json_object_new_object(), *jf = json_object_new_object();
             json_object_object_add(j, "command", json_object_new_string("gsm8k"));
             json_object_object_add(j, "task_version", json_object_new_int(3));
-            json_object_object_add(j, "n", json_object_new_int64((int64_t)scored));
+            json_object_object_add(j, "n", json_object_new_int64((int64_t)n));
+            json_object_object_add(j, "missing", json_object_new_int64((int64_t)(n - scored)));
             if (!o->score) {
                 json_object_object_add(j, "shots", json_object_new_int(o->shots));
                 json_object_object_add(j, "seed", json_object_new_int64((int64_t)o->seed));
@@ -889,11 +893,11 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
             json_object_object_add(j, "flexible-extract", jf);
             print_json(j);
         } else if (cli->level >= 2) {
-            if (o->score) printf("gsm8k (lm-eval v3.0 filters), %zu scored completions from %s\n", scored, o->score);
+            if (o->score) printf("gsm8k (lm-eval v3.0 filters), %zu items, %zu completions from %s\n", n, scored, o->score);
             else printf("gsm8k (lm-eval v3.0), %d-shot, seed %llu, %zu items, %zu tokens in %.1f s (%.1f tokens/s)\n",
                         o->shots, (unsigned long long)o->seed, scored, gen_tokens, secs, (double)gen_tokens / secs);
-            printf("  flexible-extract  exact_match %.4f +/- %.4f  (%zu/%zu)\n", af, sef, kf, scored);
-            printf("  strict-match      exact_match %.4f +/- %.4f  (%zu/%zu)\n", as, ses, ks, scored);
+            printf("  flexible-extract  exact_match %.4f +/- %.4f  (%zu/%zu)\n", af, sef, kf, n);
+            printf("  strict-match      exact_match %.4f +/- %.4f  (%zu/%zu)\n", as, ses, ks, n);
         }
     }
     for (size_t i = 0; i < n && items; i++) {

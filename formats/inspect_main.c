@@ -391,7 +391,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (only_paths || a[0] != '-' || !a[1]) {
-            if (o.path) return dsq_cli_usage_error(&c, "ds-inspect: only one PATH is accepted");
+            if (o.path) return dsq_cli_usage_error(&c, "only one PATH is accepted");
             o.path = a;
         } else if (!strcmp(a, "--")) {
             only_paths = 1;
@@ -415,12 +415,12 @@ int main(int argc, char **argv)
             else if (a[1] == 'T' && a[2]) v = a + 2;
             else if (i + 1 < argc) v = argv[++i];
             if (!v || dsq_cli_parse_int(v, 0, 4096, &c.threads) != 0)
-                return dsq_cli_usage_error(&c, "ds-inspect: -T needs a thread count (0 = all cores)");
+                return dsq_cli_usage_error(&c, "-T needs a thread count (0 = all cores)");
         } else {
-            return dsq_cli_usage_error(&c, "ds-inspect: unknown option '%s'", a);
+            return dsq_cli_usage_error(&c, "unknown option '%s'", a);
         }
     }
-    if (!o.path) return dsq_cli_usage_error(&c, "ds-inspect: missing PATH");
+    if (!o.path) return dsq_cli_usage_error(&c, "missing PATH");
     if (c.level < 0) c.level = 0;
     if (c.level > 4) c.level = 4;
     if (c.level < 2) c.progress = 0;

@@ -73,7 +73,8 @@ expect 0 $EVAL gsm8k --score "$T/comp.jsonl" --data "$T/test.jsonl" --limit 2 --
 has out '"n":2'
 head -n 1 "$T/comp.jsonl" >"$T/one.jsonl"
 expect 0 $EVAL gsm8k --score "$T/one.jsonl" --data "$T/test.jsonl" --json
-has out '"n":1'; has err "3 of 4 items have no completion"
+# missing completions count as wrong: n stays 4
+has out '"n":4'; has out '"missing":3'; has err "3 of 4 items have no completion; they count as wrong"
 # an existing output needs -f
 expect 1 $EVAL gsm8k --score "$T/comp.jsonl" --data "$T/test.jsonl" --out "$T/items.jsonl"
 has err "exists"

@@ -2,7 +2,8 @@
 # quant.sh - ds-quant CLI behaviour: help/version, usage errors (exit 2),
 # dry-run plan, conversion + inspect, --json summary, refusing existing
 # output, NaN weights, SIGINT and SIGKILL followed by --resume (byte-identical
-# to a clean run), sharded output.
+# to a clean run), --no-journal interruption, the bundled sample under every
+# scheme (+ ds-inspect --verify), sharded output.
 # Inputs are tiny DeepSeek-shaped checkpoints written by python3 + numpy.
 set -u
 BIN=./bin
@@ -126,6 +127,15 @@ assert s['bytes_out']>0 and s['gb_per_s']>0 and s['peak_rss_bytes']>0
 assert len(s['error']['worst'])>0 and 0<s['error']['max']<1
 " || fail "json summary content"
 
+# ---- an architecture dsq does not know is refused, not converted by names ----
+mkdir -p $T/mx && cp $T/m/* $T/mx/
+$PY -c "
+import json; p='$T/mx/config.json'; c=json.load(open(p))
+c['architectures']=['MixtralForCausalLM']; c['model_type']='mixtral'; json.dump(c, open(p, 'w'))"
+$Q -q --scheme w4a8 $T/mx $T/mx.dsq 2> $T/e.txt; [ $? = 1 ] || fail "unknown architecture exit 1"
+grep -q "unsupported architecture 'MixtralForCausalLM'" $T/e.txt || fail "unknown architecture message: $(cat $T/e.txt)"
+ls -a $T | grep -q "mx.dsq" && fail "unknown architecture left output"
+
 # ---- NaN weights ----
 gen $T/nan 128 4 nan
 $Q -q --scheme w8a8-dynamic $T/nan $T/n.dsq 2> $T/e.txt; [ $? = 1 ] || fail "nan exit 1"
@@ -155,6 +165,36 @@ for sig in INT KILL; do
     cmp -s $T/clean.dsq $T/r.dsq || fail "resume after SIG$sig differs from clean run"
     resumed=$((resumed+1))
 done
+
+# --no-journal: an interrupted run leaves nothing behind (it could not resume)
+rm -f $T/nj.dsq
+$Q -q -T 1 --zstd-level 6 --no-journal --scheme w4a8 $T/big $T/nj.dsq 2> $T/e.txt &
+pid=$!
+i=0
+while [ $i -lt 400 ] && kill -0 $pid 2>/dev/null && ! [ -e $T/.nj.dsq.partial ]; do sleep 0.05; i=$((i+1)); done
+sleep 0.2
+kill -INT $pid 2>/dev/null
+wait $pid 2>/dev/null; rc=$?
+if [ ! -f $T/nj.dsq ]; then
+    [ $rc = 1 ] && grep -q "nothing was kept" $T/e.txt || fail "--no-journal SIGINT message/exit ($rc)"
+    ls -a $T | grep -q "nj\.dsq" && fail "--no-journal SIGINT left $(ls -a $T | grep nj.dsq)"
+fi
+
+# ---- the bundled sample: every scheme converts and verifies ----
+S=samples/tiny-dsv3
+if [ -f $S/config.json ] && [ -x $BIN/ds-inspect ]; then
+    for sc in bf16 w8a8-dynamic w4a8 awq-w4a16; do
+        $Q -q -f --scheme $sc $S $T/s.dsq || fail "sample: convert $sc"
+        $BIN/ds-inspect -q --verify $T/s.dsq > /dev/null || fail "sample: verify $sc"
+    done
+    $Q -q -f --scheme w8a8-dynamic samples/tiny-dsv3-fp8 $T/s.dsq || fail "sample: convert fp8"
+    $BIN/ds-inspect -q --verify $T/s.dsq > /dev/null || fail "sample: verify fp8"
+    $Q -q -f --scheme w8a8 --calib samples/data/calib.txt --calib-samples 8 --calib-seqlen 128 $S $T/s.dsq \
+        || fail "sample: convert w8a8 (calibrated)"
+    $BIN/ds-inspect -q --verify $T/s.dsq > /dev/null || fail "sample: verify w8a8"
+else
+    echo "quant.sh: note: samples/tiny-dsv3 absent, sample conversions skipped"
+fi
 
 # ---- sharded output ----
 $Q -q --scheme w8a8-dynamic --shard-size 200K $T/m $T/sh || fail "sharded"
