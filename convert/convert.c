@@ -6,6 +6,7 @@
 #include "dsq_mem.h"
 #include "dsq_version.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -495,6 +496,26 @@ static int prepare_output(dsq_convert *c, dsq_diag *d)
     if (dsq_path_exists(out) && !dsq_path_is_dir(out))
         return dsq_fail(d, DSQ_ERR_EXISTS, out, NULL, -1, "output exists and is not a directory");
     if (mkdir(out, 0755) != 0 && errno != EEXIST) return dsq_fail_errno(d, errno, out, "cannot create directory");
+    if (c->o.overwrite && !c->o.resume) {
+        /* The index goes first: a directory must never hold an index that
+         * describes a mix of old and new shards. Then every shard of an
+         * older set (any shard count), so none outlives the new one. */
+        char *ix = dsq_path_join(out, "model.dsq.index.json");
+        if (ix) unlink(ix);
+        free(ix);
+        DIR *dh = opendir(out);
+        struct dirent *de;
+        while (dh && (de = readdir(dh))) {
+            int a, b, end = 0;
+            if (sscanf(de->d_name, "model-%5d-of-%5d.dsq%n", &a, &b, &end) == 2 && end > 0 &&
+                de->d_name[end] == 0) {
+                char *old = dsq_path_join(out, de->d_name);
+                if (old) unlink(old);
+                free(old);
+            }
+        }
+        if (dh) closedir(dh);
+    }
     for (int s = 0; s < c->nshards; s++) {
         char *p = shard_path(c, s);
         if (!p) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");

@@ -15,6 +15,7 @@
  * Norm weights and biases are small float32 copies. */
 #include "model.h"
 #include "container.h"
+#include "container_set.h"
 #include "dsq_mem.h"
 #include "dsq_file.h"
 #include "safetensors.h"
@@ -73,6 +74,7 @@ typedef struct src_tensor {
     int64_t shape[8];
     const dsq_st_tensor *st;
     const dsq_ctr_tensor_info *ct;
+    dsq_ctr *shard;            /* the .dsq holding ct */
 } src_tensor;
 
 static int src_find(const dsq_model *m, const char *name, src_tensor *t)
@@ -85,7 +87,7 @@ static int src_find(const dsq_model *m, const char *name, src_tensor *t)
         t->ndim = t->st->ndim;
         for (int i = 0; i < t->ndim && i < 8; i++) t->shape[i] = t->st->shape[i];
     } else {
-        t->ct = dsq_ctr_find(m->ctr, name);
+        t->ct = dsq_ctr_set_find(m->ctr, name, &t->shard);
         if (!t->ct) return DSQ_ERR_NOT_FOUND;
         t->ndim = (int)t->ct->ndim;
         for (int i = 0; i < t->ndim && i < 8; i++) t->shape[i] = t->ct->shape[i];
@@ -107,14 +109,15 @@ static int missing(loader *L, const char *name)
 
 /* Container payload bytes: in place when stored raw, else decompressed
  * into an owned 64-byte aligned buffer. */
-static int ctr_bytes(loader *L, const dsq_ctr_tensor_info *ct, const uint8_t **out)
+static int ctr_bytes(loader *L, const src_tensor *t, const uint8_t **out)
 {
-    const void *p = dsq_ctr_raw_ptr(L->m->ctr, ct);
+    const dsq_ctr_tensor_info *ct = t->ct;
+    const void *p = dsq_ctr_raw_ptr(t->shard, ct);
     if (p) { *out = p; return DSQ_OK; }
     uint8_t *buf = dsq_aligned_alloc((size_t)ct->raw_size);
     if (!buf) return dsq_fail(L->d, DSQ_ERR_NOMEM, L->m->path, ct->name, -1, "cannot allocate %llu bytes",
                               (unsigned long long)ct->raw_size);
-    int rc = dsq_ctr_read(L->m->ctr, ct, buf, (size_t)ct->raw_size, L->d);
+    int rc = dsq_ctr_read(t->shard, ct, buf, (size_t)ct->raw_size, L->d);
     if (rc < 0) { free(buf); return rc; }
     DSQ_TRY(own(L, buf));
     *out = buf;
@@ -165,7 +168,7 @@ static int load_vec(loader *L, const char *name, int64_t n, float **out, int opt
         rc = dsq_st_read_rows_f32(L->m->st, t.st, 0, dsq_st_rows(t.st), v, L->d);
     } else {
         const uint8_t *p;
-        rc = ctr_bytes(L, t.ct, &p);
+        rc = ctr_bytes(L, &t, &p);
         if (rc == DSQ_OK) {
             if (is_blob(p, t.ct->raw_size)) {
                 dsq_qview qv;
@@ -326,7 +329,7 @@ static int load_matrix(loader *L, const src_tensor *t, int64_t rows, int64_t col
         return dsq_fail(L->d, DSQ_ERR_SHAPE, m->path, t->name, (int64_t)ct->offset,
                         "shape is not [%lld, %lld] as config.json implies", (long long)rows, (long long)cols);
     const uint8_t *p;
-    DSQ_TRY(ctr_bytes(L, ct, &p));
+    DSQ_TRY(ctr_bytes(L, t, &p));
     if (is_blob(p, ct->raw_size)) {
         const dsq_scheme *sc = dsq_scheme_by_id(ct->scheme);
         if (!sc)
@@ -518,7 +521,7 @@ int dsq_model_layer_load(dsq_model *m, int li, dsq_diag *d)
 static int config_from_ctr(dsq_model *m, dsq_diag *d)
 {
     size_t len;
-    const char *meta = dsq_ctr_metadata(m->ctr, &len);
+    const char *meta = dsq_ctr_metadata(dsq_ctr_set_shard(m->ctr, 0), &len);
     json_tokener *tok = json_tokener_new();
     if (!tok) return DSQ_ERR_NOMEM;
     json_object *root = json_tokener_parse_ex(tok, meta, (int)len);
@@ -640,17 +643,6 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
 
 /* ---- open / free --------------------------------------------------------- */
 
-static int path_is_dsq(const char *path)
-{
-    if (dsq_path_is_dir(path)) return 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    unsigned char head[8];
-    size_t n = fread(head, 1, sizeof head, f);
-    fclose(f);
-    return n == 8 && dsq_ctr_is_dsq(head, n);
-}
-
 int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts, dsq_diag *d)
 {
     *out = NULL;
@@ -674,8 +666,8 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
         openblas_set_num_threads(1);
     }
     if (rc == DSQ_OK) {
-        if (path_is_dsq(path)) {
-            rc = dsq_ctr_open(&m->ctr, path, d);
+        if (dsq_ctr_set_is_dsq(path)) {
+            rc = dsq_ctr_set_open(&m->ctr, path, d);
             if (rc == DSQ_OK) rc = config_from_ctr(m, d);
         } else {
             rc = dsq_st_open(&m->st, path, d);
@@ -720,7 +712,7 @@ void dsq_model_free(dsq_model *m)
     free(m->w.layers);
     free_owned(&m->owned, &m->n_owned, &m->cap_owned);
     if (m->st) dsq_st_close(m->st);
-    if (m->ctr) dsq_ctr_close(m->ctr);
+    if (m->ctr) dsq_ctr_set_close(m->ctr);
     if (m->own_pool) dsq_pool_free(m->pool);
     dsq_model_config_release(&m->cfg);
     free(m->path);

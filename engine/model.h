@@ -251,7 +251,7 @@ struct dsq_model {
 
     /* source: exactly one of st / ctr */
     struct dsq_st_model *st;
-    struct dsq_ctr *ctr;
+    struct dsq_ctr_set *ctr;   /* one .dsq file, or index + shards */
     char *path;
 
     /* derived */

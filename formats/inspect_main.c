@@ -8,6 +8,7 @@
  * (also on failure, with an "error" member). */
 #include "cli.h"
 #include "container.h"
+#include "container_set.h"
 #include "dsq_file.h"
 #include "dsq_version.h"
 #include "safetensors.h"
@@ -126,14 +127,24 @@ static int inspect_dsq(const dsq_cli *c, const inspect_opts *o)
 {
     dsq_diag d;
     dsq_diag_clear(&d);
-    dsq_ctr *r;
-    int rc = dsq_ctr_open(&r, o->path, &d);
+    dsq_ctr_set *set;
+    int rc = dsq_ctr_set_open(&set, o->path, &d);
     if (rc < 0) return fail(c, NULL, rc, &d);
-    size_t n = dsq_ctr_count(r);
-    uint64_t raw, stored;
-    dsq_ctr_totals(r, &raw, &stored);
+    /* A sharded .dsq (index + shards) is listed and verified shard by shard. */
+    const size_t ns = dsq_ctr_set_shards(set);
+    size_t n = 0;
+    uint64_t raw = 0, stored = 0, fsize = 0;
+    for (size_t k = 0; k < ns; k++) {
+        uint64_t a, b;
+        dsq_ctr_totals(dsq_ctr_set_shard(set, k), &a, &b);
+        raw += a;
+        stored += b;
+        n += dsq_ctr_count(dsq_ctr_set_shard(set, k));
+        fsize += dsq_ctr_file_size(dsq_ctr_set_shard(set, k));
+    }
+    dsq_ctr *r = dsq_ctr_set_shard(set, 0);
 
-    /* The recipe (if any) from the metadata JSON. */
+    /* The recipe (if any) from the metadata JSON (every shard carries it). */
     json_object *meta = json_tokener_parse(dsq_ctr_metadata(r, NULL));
     json_object *recipe = NULL;
     if (meta) json_object_object_get_ex(meta, "recipe", &recipe);
@@ -145,18 +156,30 @@ static int inspect_dsq(const dsq_cli *c, const inspect_opts *o)
         json_object_object_add(root, "path", json_object_new_string(o->path));
         json_object_object_add(root, "format", json_object_new_string("dsq"));
         json_object_object_add(root, "version", json_object_new_int(DSQ_CTR_VERSION));
-        json_object_object_add(root, "file_size", json_object_new_int64((int64_t)dsq_ctr_file_size(r)));
+        json_object_object_add(root, "file_size", json_object_new_int64((int64_t)fsize));
+        if (dsq_ctr_set_index_path(set)) {
+            json_object *sh = json_object_new_array();
+            for (size_t k = 0; k < ns; k++)
+                json_object_array_add(sh, json_object_new_string(dsq_ctr_set_shard_path(set, k)));
+            json_object_object_add(root, "index", json_object_new_string(dsq_ctr_set_index_path(set)));
+            json_object_object_add(root, "shards", sh);
+        }
         tensors = json_object_new_array();
         json_object_object_add(root, "tensors", tensors);
     } else {
-        for (size_t i = 0; i < n; i++) {
-            size_t l = strlen(dsq_ctr_get(r, i)->name);
-            if (l > namew) namew = l;
-        }
+        for (size_t k = 0; k < ns; k++)
+            for (size_t i = 0; i < dsq_ctr_count(dsq_ctr_set_shard(set, k)); i++) {
+                size_t l = strlen(dsq_ctr_get(dsq_ctr_set_shard(set, k), i)->name);
+                if (l > namew) namew = l;
+            }
         if (namew > 64) namew = 64;
         if (c->level >= 2) {
-            printf("%s: dsq v%u, %zu tensors, %llu bytes\n", o->path, DSQ_CTR_VERSION, n,
-                   (unsigned long long)dsq_ctr_file_size(r));
+            if (ns > 1)
+                printf("%s: dsq v%u, %zu shards, %zu tensors, %llu bytes\n", o->path, DSQ_CTR_VERSION, ns, n,
+                       (unsigned long long)fsize);
+            else
+                printf("%s: dsq v%u, %zu tensors, %llu bytes\n", o->path, DSQ_CTR_VERSION, n,
+                       (unsigned long long)fsize);
             if (recipe)
                 printf("recipe: %s\n", json_object_to_json_string_ext(recipe, JSON_C_TO_STRING_PLAIN
                                                                    | JSON_C_TO_STRING_NOSLASHESCAPE));
@@ -164,8 +187,9 @@ static int inspect_dsq(const dsq_cli *c, const inspect_opts *o)
                    "raw", "stored");
         }
     }
-    for (size_t i = 0; i < n; i++) {
-        const dsq_ctr_tensor_info *t = dsq_ctr_get(r, i);
+    for (size_t k = 0; k < ns; k++)
+    for (size_t i = 0; i < dsq_ctr_count(dsq_ctr_set_shard(set, k)); i++) {
+        const dsq_ctr_tensor_info *t = dsq_ctr_get(dsq_ctr_set_shard(set, k), i);
         char sb[32], shape[256];
         const char *sn = scheme_name(t->scheme, sb, sizeof sb);
         fmt_shape(shape, sizeof shape, t->ndim, t->shape);
@@ -187,6 +211,10 @@ static int inspect_dsq(const dsq_cli *c, const inspect_opts *o)
                 t->compression == DSQ_CTR_COMP_ZSTD ? "zstd" : "none"));
             json_object_object_add(e, "offset", json_object_new_int64((int64_t)t->offset));
             json_object_object_add(e, "sha256", json_object_new_string(hex));
+            if (ns > 1) {
+                const char *sp = dsq_ctr_set_shard_path(set, k), *b = strrchr(sp, '/');
+                json_object_object_add(e, "shard", json_object_new_string(b ? b + 1 : sp));
+            }
             json_object_array_add(tensors, e);
         } else if (c->level >= 2) {
             printf("%-*s  %-14s %-22s %14llu %14llu%s\n", (int)namew, t->name, sn, shape,
@@ -240,7 +268,10 @@ static int inspect_dsq(const dsq_cli *c, const inspect_opts *o)
         size_t bad = SIZE_MAX;
         dsq_diag_clear(&d);
         double t0 = dsq_now();
-        rc = dsq_ctr_verify_ex(r, &vo, &bad, &d);
+        for (size_t k = 0; k < ns && rc == DSQ_OK; k++) {
+            r = dsq_ctr_set_shard(set, k);
+            rc = dsq_ctr_verify_ex(r, &vo, &bad, &d);
+        }
         double el = dsq_now() - t0;
         dsq_progress_end(&prog);
         if (c->json) {
@@ -257,7 +288,7 @@ static int inspect_dsq(const dsq_cli *c, const inspect_opts *o)
                    (unsigned long long)stored, el);
         }
     }
-    dsq_ctr_close(r);
+    dsq_ctr_set_close(set);
     if (rc < 0) return fail(c, root, rc, &d);
     if (c->json) {
         json_object_object_add(root, "ok", json_object_new_boolean(1));
@@ -432,7 +463,7 @@ int main(int argc, char **argv)
         return fail(&c, NULL, DSQ_ERR_NOT_FOUND, &d);
     }
     int rc;
-    if (is_dsq_file(o.path) || ends_with(o.path, ".dsq")) rc = inspect_dsq(&c, &o);
+    if (is_dsq_file(o.path) || ends_with(o.path, ".dsq") || dsq_ctr_set_is_dsq(o.path)) rc = inspect_dsq(&c, &o);
     else rc = inspect_st(&c, &o);
     if (rc == DSQ_EXIT_OK && dsq_cli_interrupted) rc = DSQ_EXIT_ERROR;
     return rc;

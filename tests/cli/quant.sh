@@ -199,6 +199,38 @@ fi
 # ---- sharded output ----
 $Q -q --scheme w8a8-dynamic --shard-size 200K $T/m $T/sh || fail "sharded"
 [ -f $T/sh/model.dsq.index.json ] && ls $T/sh | grep -q "model-00001-of-" || fail "sharded layout"
+# -f with another shard count: no shard of the older set survives
+n1=$(ls $T/sh | grep -c '^model-.*\.dsq$')
+$Q -q -f --scheme w8a8-dynamic --shard-size 400K $T/m $T/sh || fail "sharded -f"
+n2=$(ls $T/sh | grep -c '^model-.*\.dsq$')
+[ "$n2" -lt "$n1" ] && ! ls $T/sh | grep -q "of-0000$n1" || fail "sharded -f: old shards left ($n1 -> $n2): $(ls $T/sh)"
+if [ -x $BIN/ds-inspect ]; then
+    $BIN/ds-inspect -q --verify $T/sh > /dev/null || fail "sharded: inspect --verify of the directory"
+    $BIN/ds-inspect -q --verify $T/sh/model.dsq.index.json > /dev/null || fail "sharded: inspect --verify of the index"
+    # a hostile index: each edit must be refused with exit 1 and a message
+    for edit in wrong-shard unlisted traversal duplicate count; do
+        rm -rf $T/shx; cp -r $T/sh $T/shx
+        $PY - $T/shx/model.dsq.index.json $edit <<'EOF2'
+import json, sys
+p, edit = sys.argv[1], sys.argv[2]
+j = json.load(open(p)); wm = j["weight_map"]; names = sorted(wm); files = sorted(set(wm.values()))
+if edit == "wrong-shard":
+    n = next(k for k in names if wm[k] == files[0]); wm[n] = files[1]
+elif edit == "unlisted":
+    del wm[names[0]]
+elif edit == "traversal":
+    wm[names[0]] = "../" + wm[names[0]]
+elif edit == "count":
+    j["metadata"]["shards"] = len(files) + 1
+text = json.dumps(j)
+if edit == "duplicate":
+    k = names[0]; text = text.replace('"weight_map": {', '"weight_map": {"%s": "%s", ' % (k, wm[k]), 1)
+open(p, "w").write(text)
+EOF2
+        $BIN/ds-inspect -q $T/shx > /dev/null 2> $T/e.txt; rc=$?
+        [ $rc = 1 ] && [ -s $T/e.txt ] || fail "sharded: hostile index ($edit) exit $rc: $(cat $T/e.txt)"
+    done
+fi
 
 [ $fails = 0 ] || { echo "quant.sh: $fails failure(s)"; exit 1; }
 echo "quant.sh: ok ($resumed of 2 interruptions resumed)"
