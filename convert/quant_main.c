@@ -91,7 +91,7 @@ static void usage(void)
 "  --shard-size SIZE        write OUT as a directory of shards of at most SIZE\n"
 "                           (K/M/G suffixes) each\n"
 "  --zstd-level N           0 = no compression, 1..22 (default 1: fastest)\n"
-"  -T, --threads N          worker threads (default: all cores)\n"
+"  -T, --threads N          worker threads (default and 0: all cores)\n"
 "  --mem-budget SIZE        memory for outputs waiting to be written (default 512M)\n"
 "  --error-sample N         measure quantization error on 1 row in N (default 16;\n"
 "                           1 = every row)\n"
@@ -454,8 +454,9 @@ int main(int argc, char **argv)
         case 'v': cli.level++; break;
         case 'f': o.overwrite = 1; break;
         case 'T':
-            if (dsq_cli_parse_int(optarg, 1, 1024, &o.threads) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad thread count '%s' (1..1024)", optarg);
+            if (dsq_cli_parse_int(optarg, 0, 1024, &o.threads) < 0)
+                return free(rules), dsq_cli_usage_error(&cli, "bad thread count '%s' (0 = all cores, or 1..1024)",
+                                                        optarg);
             break;
         case OPT_SCHEME: scheme = optarg; break;
         case OPT_RECIPE: preset = optarg; break;

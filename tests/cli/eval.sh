@@ -187,5 +187,21 @@ else
   has err "no such model"
 fi
 
+# ---- the bundled sample keeps its quality (issue: >= 30% GSM-style) -------
+# A regression guard on the committed weights and the engine together: the
+# first 60 test problems (5-shot, greedy) scored 55% when this was written,
+# the whole held-out file ppl 7.113; the bounds leave room for deliberate
+# changes, not for a broken model or engine.
+S=samples/tiny-dsv3
+if [ -f "$S/config.json" ] && [ -f samples/data/gsm_test.jsonl ]; then
+  expect 0 $EVAL gsm8k -m "$S" --data samples/data/gsm_test.jsonl --train samples/data/gsm_fewshot.jsonl \
+    --limit 60 --json
+  acc=$(sed -n 's/.*"strict-match":{"exact_match":\([0-9.]*\).*/\1/p' "$T/out")
+  awk -v a="$acc" 'BEGIN { exit !(a != "" && a >= 0.30) }' || fail "sample GSM-style strict accuracy '$acc' < 0.30"
+  expect 0 $EVAL ppl -m "$S" --data samples/data/heldout.txt --json
+  p=$(sed -n 's/.*"ppl":\([0-9.]*\).*/\1/p' "$T/out")
+  awk -v p="$p" 'BEGIN { exit !(p != "" && p > 5 && p < 8) }' || fail "sample held-out ppl '$p' outside (5, 8)"
+fi
+
 [ $fails = 0 ] || { echo "eval.sh: $fails failure(s)"; exit 1; }
 echo "eval.sh: ok"
