@@ -9,6 +9,7 @@
 #   make demo       convert + evaluate the bundled sample, print the results table
 #   make samples    regenerate samples/ from seeds (python3-torch; slow)
 #   make check-deps enforce the layering common -> formats -> quant -> engine -> calib -> convert
+#   make neon-check the quant tests cross-built for aarch64 under qemu (NEON kernels; slow)
 #   V=1 shows commands; WERROR=1 turns warnings into errors (CI).
 
 CC      ?= cc
@@ -53,7 +54,7 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .SECONDARY:
-.PHONY: all lib test check asan ubsan fuzz bench demo samples clean check-deps
+.PHONY: all lib test check asan ubsan fuzz bench demo samples clean check-deps neon-check
 all: $(BINS)
 lib: $(LIB)
 
@@ -109,6 +110,9 @@ samples:
 
 check-deps:
 	@sh tests/check_deps.sh
+
+neon-check:
+	@sh tests/neon/neon_check.sh
 
 clean:
 	rm -rf build build-asan build-ubsan build-fuzz bin
