@@ -4,8 +4,9 @@
  * offset trick; w4 codes u = q + 8 (0..15) are valid signed bytes and
  * sum(q x) = sum(u x) - 8 * (group sum of x). Integer kernels reproduce
  * kernels_ref.c bit for bit; float epilogues follow the reference order.
- * (Built and syntax-checked on x86 hosts with clang --target=aarch64; not
- * run in this repository's CI.) */
+ * CI runs the quant tests on them: `make neon-check` cross-builds
+ * tests/test_quant.c for aarch64 and runs it under qemu-user (which reports
+ * the dotprod HWCAP), comparing every primitive and gemm with the reference. */
 #if defined(__aarch64__)
 
 #if defined(__clang__)
