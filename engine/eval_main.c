@@ -13,6 +13,7 @@
  * and prints. Exit codes: 0 ok, 1 error, 2 usage. */
 #include "cli.h"
 #include "container.h"
+#include "container_set.h"
 #include "dsq_file.h"
 #include "eval_metrics.h"
 #include "gsm8k.h"
@@ -245,18 +246,6 @@ static char *model_dir(const char *model)
     return c;
 }
 
-/* 1 when path is a file that starts with the .dsq magic. */
-static int is_dsq_file(const char *path)
-{
-    if (dsq_path_is_dir(path)) return 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return 0;
-    unsigned char head[8];
-    size_t n = fread(head, 1, sizeof head, fp);
-    fclose(fp);
-    return n == sizeof head && dsq_ctr_is_dsq(head, n);
-}
-
 /* For sharded output (ds-quant --shard-size: a directory with
  * model.dsq.index.json, or that index itself) the first shard named in the
  * index's weight_map: every shard carries the same metadata. NULL if the
@@ -287,7 +276,7 @@ static char *first_dsq_shard(const char *model)
     free(text);
     free(idx);
     free(dir);
-    if (shard && !is_dsq_file(shard)) { free(shard); shard = NULL; }
+    if (shard && !dsq_ctr_file_is_dsq(shard)) { free(shard); shard = NULL; }
     return shard;
 }
 
@@ -356,7 +345,7 @@ static int load_tokenizer(const dsq_cli *cli, const opts *o, dsq_tokenizer **tok
 {
     if (o->tokenizer) return dsq_tokenizer_load(tok, o->tokenizer, d);
     if (!dsq_path_exists(o->model)) return dsq_fail(d, DSQ_ERR_NOT_FOUND, o->model, NULL, -1, "no such model file or directory");
-    char *shard = is_dsq_file(o->model) ? strdup(o->model) : first_dsq_shard(o->model);
+    char *shard = dsq_ctr_file_is_dsq(o->model) ? strdup(o->model) : first_dsq_shard(o->model);
     int dsq = shard != NULL;
     if (dsq) {
         int rc = load_embedded_tokenizer(shard, tok, d);

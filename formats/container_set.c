@@ -51,7 +51,7 @@ const dsq_ctr_tensor_info *dsq_ctr_set_find(const dsq_ctr_set *s, const char *na
     return NULL;
 }
 
-static int file_is_dsq(const char *path)
+int dsq_ctr_file_is_dsq(const char *path)
 {
     if (dsq_path_is_dir(path)) return 0;
     FILE *f = fopen(path, "rb");
@@ -78,7 +78,7 @@ static char *index_of(const char *path)
 
 int dsq_ctr_set_is_dsq(const char *path)
 {
-    if (file_is_dsq(path)) return 1;
+    if (dsq_ctr_file_is_dsq(path)) return 1;
     char *ix = index_of(path);
     free(ix);
     return ix != NULL;
@@ -209,7 +209,7 @@ int dsq_ctr_set_open(dsq_ctr_set **out, const char *path, dsq_diag *d)
     dsq_ctr_set *s = calloc(1, sizeof *s);
     if (!s) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     int rc;
-    if (file_is_dsq(path)) {
+    if (dsq_ctr_file_is_dsq(path)) {
         s->ctr = calloc(1, sizeof *s->ctr);
         s->path = calloc(1, sizeof *s->path);
         s->path && s->ctr ? (void)(s->path[0] = strdup(path)) : (void)0;

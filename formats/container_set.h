@@ -27,6 +27,8 @@ typedef struct dsq_ctr_set dsq_ctr_set;
 int  dsq_ctr_set_open(dsq_ctr_set **out, const char *path, dsq_diag *d);
 void dsq_ctr_set_close(dsq_ctr_set *s);
 
+/* 1 when path is a file that starts with the .dsq magic. */
+int dsq_ctr_file_is_dsq(const char *path);
 /* 1 when path is a .dsq file or a sharded .dsq (directory or index). */
 int dsq_ctr_set_is_dsq(const char *path);
 

@@ -396,17 +396,6 @@ static int inspect_st(const dsq_cli *c, const inspect_opts *o)
 
 /* ---- main ---- */
 
-static int is_dsq_file(const char *path)
-{
-    if (dsq_path_is_dir(path)) return 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return 0;
-    unsigned char head[8];
-    size_t got = fread(head, 1, sizeof head, fp);
-    fclose(fp);
-    return dsq_ctr_is_dsq(head, got);
-}
-
 static int ends_with(const char *s, const char *suf)
 {
     size_t a = strlen(s), b = strlen(suf);
@@ -463,7 +452,7 @@ int main(int argc, char **argv)
         return fail(&c, NULL, DSQ_ERR_NOT_FOUND, &d);
     }
     int rc;
-    if (is_dsq_file(o.path) || ends_with(o.path, ".dsq") || dsq_ctr_set_is_dsq(o.path)) rc = inspect_dsq(&c, &o);
+    if (dsq_ctr_file_is_dsq(o.path) || ends_with(o.path, ".dsq") || dsq_ctr_set_is_dsq(o.path)) rc = inspect_dsq(&c, &o);
     else rc = inspect_st(&c, &o);
     if (rc == DSQ_EXIT_OK && dsq_cli_interrupted) rc = DSQ_EXIT_ERROR;
     return rc;
