@@ -2,8 +2,8 @@
 #include "convert_meta.h"
 #include "dsq_file.h"
 #include "dsq_sha256.h"
-
 #include "model_config.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
@@ -252,14 +252,10 @@ int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
         /* The recipe assigns schemes by tensor role, which is only right for
          * the architectures dsq knows: an unknown one is refused here, not
          * converted by luck of names. */
-        size_t jl;
-        const char *js = json_object_to_json_string_length(cfg, JSON_C_TO_STRING_PLAIN, &jl);
-        char *cp = dsq_path_join(dir, "config.json");
         dsq_model_config mc;
         memset(&mc, 0, sizeof mc);
-        rc = dsq_model_config_from_json_string(&mc, js, jl, cp ? cp : "config.json", d);
+        rc = dsq_model_config_load(&mc, dir, d);
         dsq_model_config_release(&mc);
-        free(cp);
     }
     json_object_put(cfg);
 

@@ -246,40 +246,6 @@ static char *model_dir(const char *model)
     return c;
 }
 
-/* For sharded output (ds-quant --shard-size: a directory with
- * model.dsq.index.json, or that index itself) the first shard named in the
- * index's weight_map: every shard carries the same metadata. NULL if the
- * model is not given that way. */
-static char *first_dsq_shard(const char *model)
-{
-    static const char idx_name[] = "model.dsq.index.json";
-    size_t ml = strlen(model);
-    char *dir = model_dir(model), *idx = NULL, *shard = NULL;
-    if (!dir) return NULL;
-    if (dsq_path_is_dir(model)) idx = dsq_path_join(model, idx_name);
-    else if (ml >= 15 && strcmp(model + ml - 15, ".dsq.index.json") == 0) idx = strdup(model);
-    char *text = NULL;
-    size_t tl = 0;
-    json_object *root = NULL, *wm = NULL;
-    if (idx && dsq_path_exists(idx) && dsq_read_file(idx, 64u << 20, &text, &tl, NULL) == DSQ_OK)
-        root = json_tokener_parse(text);
-    if (root && json_object_object_get_ex(root, "weight_map", &wm) && wm &&
-        json_object_is_type(wm, json_type_object)) {
-        json_object_object_foreach(wm, key, val) {
-            (void)key;
-            if (json_object_is_type(val, json_type_string) && !strchr(json_object_get_string(val), '/'))
-                shard = dsq_path_join(dir, json_object_get_string(val));
-            break;
-        }
-    }
-    json_object_put(root);
-    free(text);
-    free(idx);
-    free(dir);
-    if (shard && !dsq_ctr_file_is_dsq(shard)) { free(shard); shard = NULL; }
-    return shard;
-}
-
 /* A metadata entry as JSON text: objects (what ds-quant embeds) are
  * serialized, strings taken as they are. NULL when absent or null. */
 static const char *meta_text(json_object *tok, const char *key, size_t *len)
@@ -298,14 +264,14 @@ static const char *meta_text(json_object *tok, const char *key, size_t *len)
  * 1 loaded, 0 the metadata has none, < 0 error (diag names the .dsq). */
 static int load_embedded_tokenizer(const char *path, dsq_tokenizer **tok, dsq_diag *d)
 {
-    dsq_ctr *r = NULL;
-    DSQ_TRY(dsq_ctr_open(&r, path, d));
+    dsq_ctr_set *set = NULL;   /* one .dsq, or a sharded set: every shard carries the metadata */
+    DSQ_TRY(dsq_ctr_set_open(&set, path, d));
     size_t ml = 0;
-    const char *meta = dsq_ctr_metadata(r, &ml);
+    const char *meta = dsq_ctr_metadata(dsq_ctr_set_shard(set, 0), &ml);
     json_tokener *tk = json_tokener_new_ex(64);
     json_object *root = tk && ml <= INT32_MAX ? json_tokener_parse_ex(tk, meta, (int)ml) : NULL;
     json_tokener_free(tk);
-    dsq_ctr_close(r); /* the parsed copy is all that is needed */
+    dsq_ctr_set_close(set); /* the parsed copy is all that is needed */
     if (!root) return dsq_fail(d, DSQ_ERR_FORMAT, path, NULL, -1, "cannot parse the metadata json");
     json_object *t = NULL;
     int rc = 0;
@@ -345,12 +311,10 @@ static int load_tokenizer(const dsq_cli *cli, const opts *o, dsq_tokenizer **tok
 {
     if (o->tokenizer) return dsq_tokenizer_load(tok, o->tokenizer, d);
     if (!dsq_path_exists(o->model)) return dsq_fail(d, DSQ_ERR_NOT_FOUND, o->model, NULL, -1, "no such model file or directory");
-    char *shard = dsq_ctr_file_is_dsq(o->model) ? strdup(o->model) : first_dsq_shard(o->model);
-    int dsq = shard != NULL;
+    int dsq = dsq_ctr_set_is_dsq(o->model);
     if (dsq) {
-        int rc = load_embedded_tokenizer(shard, tok, d);
-        if (rc == 1) dsq_cli_info(cli, 3, "tokenizer from the metadata of %s", shard);
-        free(shard);
+        int rc = load_embedded_tokenizer(o->model, tok, d);
+        if (rc == 1) dsq_cli_info(cli, 3, "tokenizer from the metadata of %s", o->model);
         if (rc == 1) return DSQ_OK;
         if (rc < 0) {
             dsq_cli_info(cli, 1, "pass --tokenizer to use another tokenizer");

@@ -20,6 +20,20 @@ struct dsq_ctr_set {
     size_t n;
 };
 
+/* Shard i's file name (what the weight_map names). */
+static const char *shard_name(const dsq_ctr_set *s, size_t i)
+{
+    const char *b = strrchr(s->path[i], '/');
+    return b ? b + 1 : s->path[i];
+}
+
+static dsq_ctr *shard_named(const dsq_ctr_set *s, const char *file)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(shard_name(s, i), file) == 0) return s->ctr[i];
+    return NULL;
+}
+
 void dsq_ctr_set_close(dsq_ctr_set *s)
 {
     if (!s) return;
@@ -93,8 +107,7 @@ static int good_shard_name(const char *s)
 
 static int add_shard(dsq_ctr_set *s, const char *dir, const char *file, dsq_diag *d)
 {
-    for (size_t i = 0; i < s->n; i++)
-        if (strcmp(strrchr(s->path[i], '/') ? strrchr(s->path[i], '/') + 1 : s->path[i], file) == 0) return DSQ_OK;
+    if (shard_named(s, file)) return DSQ_OK;
     char *p = dsq_path_join(dir, file);
     dsq_ctr **nc = realloc(s->ctr, (s->n + 1) * sizeof *nc);
     if (nc) s->ctr = nc;
@@ -165,12 +178,8 @@ static int open_index(dsq_ctr_set *s, const char *ix, dsq_diag *d)
      * shard's tensor is listed there */
     if (rc == DSQ_OK) {
         json_object_object_foreach(wm, name, file) {
-            dsq_ctr *c = NULL;
             const char *fn = json_object_get_string(file);
-            for (size_t i = 0; i < s->n && !c; i++) {
-                const char *b = strrchr(s->path[i], '/');
-                if (strcmp(b ? b + 1 : s->path[i], fn) == 0) c = s->ctr[i];
-            }
+            dsq_ctr *c = shard_named(s, fn);
             if (!c || !dsq_ctr_find(c, name)) {
                 rc = dsq_fail(d, DSQ_ERR_NOT_FOUND, ix, name, -1, "tensor listed in the index is not in shard '%s'",
                               fn);
@@ -183,8 +192,7 @@ static int open_index(dsq_ctr_set *s, const char *ix, dsq_diag *d)
         for (size_t k = 0; k < dsq_ctr_count(s->ctr[i]) && rc == DSQ_OK; k++) {
             const char *nm = dsq_ctr_get(s->ctr[i], k)->name;
             json_object *f;
-            const char *b = strrchr(s->path[i], '/');
-            if (!json_object_object_get_ex(wm, nm, &f) || strcmp(json_object_get_string(f), b ? b + 1 : s->path[i]))
+            if (!json_object_object_get_ex(wm, nm, &f) || strcmp(json_object_get_string(f), shard_name(s, i)))
                 rc = dsq_fail(d, DSQ_ERR_FORMAT, s->path[i], nm, -1, "tensor is not listed for this shard in %s",
                               ix);
             held++;
@@ -209,13 +217,15 @@ int dsq_ctr_set_open(dsq_ctr_set **out, const char *path, dsq_diag *d)
     dsq_ctr_set *s = calloc(1, sizeof *s);
     if (!s) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     int rc;
-    if (dsq_ctr_file_is_dsq(path)) {
+    if (dsq_ctr_file_is_dsq(path)) {   /* a set of one, named exactly as given */
         s->ctr = calloc(1, sizeof *s->ctr);
         s->path = calloc(1, sizeof *s->path);
-        s->path && s->ctr ? (void)(s->path[0] = strdup(path)) : (void)0;
-        if (!s->ctr || !s->path || !s->path[0]) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-        else if ((rc = dsq_ctr_open(&s->ctr[0], path, d)) == DSQ_OK) s->n = 1;
-        else free(s->path[0]);
+        if (!s->ctr || !s->path || !(s->path[0] = strdup(path)))
+            rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        else if ((rc = dsq_ctr_open(&s->ctr[0], path, d)) == DSQ_OK)
+            s->n = 1;
+        else
+            free(s->path[0]);
     } else {
         s->index = index_of(path);
         rc = s->index ? open_index(s, s->index, d)
