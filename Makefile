@@ -8,7 +8,8 @@
 #   make bench      benchmarks (speed, not correctness)
 #   make demo       convert + evaluate the bundled sample, print the results table
 #   make samples    regenerate samples/ from seeds (python3-torch; slow)
-#   make check-deps enforce the layering common -> formats -> quant -> engine -> calib -> convert
+#   make check-deps enforce the layering common -> formats -> quant -> tokenizer -> engine ->
+#                   calib -> convert / eval
 #   make neon-check the quant tests cross-built for aarch64 under qemu (NEON kernels; slow)
 #   V=1 shows commands; WERROR=1 turns warnings into errors (CI).
 
@@ -18,7 +19,7 @@ BUILD   ?= build
 OPT     ?= -O2
 FUZZ_TIME ?= 20
 
-MODULES := common formats quant engine calib convert
+MODULES := common formats quant tokenizer engine calib convert eval
 INCS    := $(addprefix -I,$(MODULES)) -Iinclude
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral \
            -Wmissing-prototypes -Wno-missing-field-initializers
@@ -46,7 +47,11 @@ BINS     := $(foreach s,$(MAIN_SRC),bin/ds-$(notdir $(s:_main.c=)))
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-TEST_HELP_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+# Test helpers and fixtures (tests/fixtures: synthetic checkpoint generator,
+# also linked by the benchmarks); not part of libdsq.
+FIXTURE_SRC := $(wildcard tests/fixtures/*.c)
+FIXTURE_OBJ := $(FIXTURE_SRC:%.c=$(BUILD)/%.o)
+TEST_HELP_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c)) $(FIXTURE_SRC)
 TEST_HELP_OBJ := $(TEST_HELP_SRC:%.c=$(BUILD)/%.o)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz-replay/%)
@@ -74,16 +79,16 @@ $(foreach s,$(MAIN_SRC),$(eval $(call cli_rule,$(s))))
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELP_OBJ) $(CLI_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(call quiet,LINK,$@)$(CC) $(ALL_CFLAGS) -Itests $< $(TEST_HELP_OBJ) $(CLI_OBJ) $(LIB) -o $@ $(LDFLAGS) -lcmocka $(LIBS)
+	$(call quiet,LINK,$@)$(CC) $(ALL_CFLAGS) -Itests -Itests/fixtures $< $(TEST_HELP_OBJ) $(CLI_OBJ) $(LIB) -o $@ $(LDFLAGS) -lcmocka $(LIBS)
 
 # Fuzz targets double as regression tests: a tiny driver feeds them the corpus.
 $(BUILD)/fuzz-replay/%: tests/fuzz/%.c tests/fuzz/replay_driver.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(call quiet,LINK,$@)$(CC) $(ALL_CFLAGS) $< tests/fuzz/replay_driver.c $(LIB) -o $@ $(LDFLAGS) $(LIBS)
 
-$(BUILD)/bench/%: bench/%.c $(CLI_OBJ) $(LIB)
+$(BUILD)/bench/%: bench/%.c $(FIXTURE_OBJ) $(CLI_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(call quiet,LINK,$@)$(CC) $(ALL_CFLAGS) $< $(CLI_OBJ) $(LIB) -o $@ $(LDFLAGS) $(LIBS)
+	$(call quiet,LINK,$@)$(CC) $(ALL_CFLAGS) -Itests/fixtures $< $(FIXTURE_OBJ) $(CLI_OBJ) $(LIB) -o $@ $(LDFLAGS) $(LIBS)
 
 test: all $(TEST_BIN) $(FUZZ_REPLAY)
 	@BUILD=$(BUILD) sh tests/run_all.sh $(TEST_BIN) -- $(FUZZ_REPLAY)

@@ -5,7 +5,7 @@
  *   build/bench/gen_synth --experts 128 --vocab 8192 OUTDIR      (~11.7 GB)
  *   build/bench/gen_synth --tiny --fp8 OUTDIR                    (tests)
  *
- * Streaming: one tensor in memory at a time (see convert/synth_ckpt.h). */
+ * Streaming: one tensor in memory at a time (see tests/fixtures/synth_ckpt.h). */
 #include "cli.h"
 #include "synth_ckpt.h"
 

@@ -1188,7 +1188,7 @@ static void quantize_dsq(const char *model, const dsq_calib_result *r, const dsq
 }
 
 /* KL(base || q) per scored position, windows as ds-eval kld / llama-
- * perplexity (engine/eval_metrics.h): n_ctx tokens with BOS written over the
+ * perplexity (eval/eval_metrics.h): n_ctx tokens with BOS written over the
  * first, only the second half scored; at most max_windows windows. */
 typedef struct kl_stats { double mean, median, nll; } kl_stats;
 
