@@ -243,10 +243,16 @@ int st_parse_shard(dsq_st_model *m, int si, dsq_diag *d)
                         "file is %llu bytes, too short for the 8-byte header length",
                         (unsigned long long)len);
     uint64_t hn = dsq_load_u64le(buf);
-    if (hn > DSQ_ST_MAX_HEADER)
+    /* A safetensors file is an 8-byte header length followed by a JSON
+     * object, so byte 8 is '{'. Anything else (a .dsq, a pickle, a text
+     * file) is not one: say that rather than quote the length its first
+     * 8 bytes happen to spell, which reads like a corrupt header. A length
+     * over the cap is the same verdict: no writer produces one. */
+    if ((len > 8 && buf[8] != '{') || hn > DSQ_ST_MAX_HEADER)
         return dsq_fail(d, DSQ_ERR_FORMAT, path, NULL, 0,
-                        "header length %llu exceeds the limit of %llu",
-                        (unsigned long long)hn, (unsigned long long)DSQ_ST_MAX_HEADER);
+                        "not a safetensors file: %s (%s)", path ? path : "(buffer)",
+                        hn > DSQ_ST_MAX_HEADER ? "its first 8 bytes are no plausible header length"
+                                               : "no JSON header after the 8-byte length");
     if (hn > len - 8)
         return dsq_fail(d, DSQ_ERR_TRUNCATED, path, NULL, 0,
                         "header length %llu exceeds the %llu bytes after it",

@@ -260,7 +260,21 @@ static void test_truncated(void **state)
     dsq_store_u64le(buf, 100000001ull);
     assert_int_equal(dsq_st_parse_buffer(&m, buf, 10, "t.safetensors", 0, &d), DSQ_ERR_FORMAT);
     dsq_store_u64le(buf, UINT64_MAX);
+    dsq_diag_clear(&d); /* the first failure is kept: start afresh */
     assert_int_equal(dsq_st_parse_buffer(&m, buf, 10, "t.safetensors", 0, &d), DSQ_ERR_FORMAT);
+    assert_non_null(strstr(d.msg, "not a safetensors file"));
+    /* not a safetensors file at all: a text file, a .dsq (issue 11: the
+     * message said "header length 738734374976 exceeds the limit") */
+    {
+        const char *txt = "hello world, this is text\n";
+        dsq_diag_clear(&d);
+        assert_int_equal(dsq_st_parse_buffer(&m, (const uint8_t *)txt, strlen(txt), "x.txt", 0, &d), DSQ_ERR_FORMAT);
+        assert_non_null(strstr(d.msg, "not a safetensors file"));
+        uint8_t odd[16] = { 4, 0, 0, 0, 0, 0, 0, 0, 'D', 'S', 'Q', '1' }; /* small length, no JSON */
+        dsq_diag_clear(&d);
+        assert_int_equal(dsq_st_parse_buffer(&m, odd, 12, "y.bin", 0, &d), DSQ_ERR_FORMAT);
+        assert_non_null(strstr(d.msg, "not a safetensors file"));
+    }
     /* data shorter than declared */
     const char *h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}";
     EXPECT(DSQ_ERR_TRUNCATED, h, zeros, 12);

@@ -109,5 +109,11 @@ json_ok "json safetensors" "assert o['format'] == 'safetensors' and len(o['tenso
 expect 0 "model directory" -- $BIN "$T/dir"
 grep -q "^x " "$T/out" || { echo "FAIL: directory tensor not listed"; fails=$((fails+1)); }
 
+# ---- a file that is not safetensors says so (not "header length N exceeds the limit") ----
+printf 'just some text, long enough to have 8 bytes\n' > "$T/notes.safetensors"
+expect 1 "text named .safetensors" -- $BIN "$T/notes.safetensors"
+grep -q "not a safetensors file: $T/notes.safetensors" "$T/err" || { echo "FAIL: text file: no 'not a safetensors file' message"; sed 's/^/  | /' "$T/err"; fails=$((fails+1)); }
+grep -q "exceeds the limit" "$T/err" && { echo "FAIL: text file still reported as an oversized header"; fails=$((fails+1)); }
+
 if [ $fails -ne 0 ]; then echo "inspect.sh: $fails failure(s)"; exit 1; fi
 echo "inspect.sh: ok"
