@@ -981,6 +981,9 @@ static int forward_run(run *c, const char *model_path, int *interrupted)
     DSQ_TRY(get_data(c, model_path, &cd));
     c->n_samples = cd.n_samples;
     c->r->tot.tokens = (uint64_t)cd.n_samples * (uint64_t)cd.seqlen;
+    c->r->tot.samples = cd.n_samples;
+    c->r->tot.seqlen = cd.seqlen;
+    c->r->tot.samples_requested = cd.requested_samples;
     c->data_samples = cd.n_samples;
     c->data_seqlen = cd.seqlen;
     c->data_seed = o->data.seed;
@@ -1225,6 +1228,12 @@ int dsq_calib_summary_json(const dsq_calib_result *r, int timing, char **json)
     json_object_object_add(root, "groups", g);
     json_object_object_add(root, "tensors", json_object_new_int64((int64_t)r->n));
     json_object_object_add(root, "tokens", json_object_new_int64((int64_t)r->tot.tokens));
+    if (timing && r->tot.samples > 0) { /* a fresh run (not --stats): what it used; not in metadata,
+                                          * which must not depend on --stats vs --calib */
+        json_object_object_add(root, "samples", json_object_new_int(r->tot.samples));
+        json_object_object_add(root, "seqlen", json_object_new_int(r->tot.seqlen));
+        json_object_object_add(root, "samples_requested", json_object_new_int(r->tot.samples_requested));
+    }
     json_object *fb = json_object_new_array();
     for (size_t i = 0; i < r->nfb; i++) json_object_array_add(fb, json_object_new_string(r->fb_name[i]));
     json_object_object_add(root, "fallback_rtn_experts", fb);

@@ -178,6 +178,8 @@ typedef struct dsq_calib_totals {
     double loss_identity, loss_best;   /* sums over searched groups */
     size_t tensors, fallback_experts;
     uint64_t tokens;                   /* calibration tokens */
+    int samples, seqlen;               /* the token matrix used (0: from --stats) */
+    int samples_requested;             /* asked for; > samples when the data was short */
     double seconds, seconds_forward, seconds_search;
     double seconds_search_moe;         /* of seconds_search: MoE and per-expert groups */
 } dsq_calib_totals;

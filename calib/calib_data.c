@@ -3,6 +3,9 @@
 #include "dsq_file.h"
 
 #include <json-c/json.h>
+
+#define DSQ_STR_(x) #x
+#define DSQ_STR(x) DSQ_STR_(x)
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,11 +44,12 @@ static int check_opts(const dsq_calib_data_opts *o, const char *name, size_t *ne
     return DSQ_OK;
 }
 
-static int finish(dsq_calib_data *cd, const dsq_calib_data_opts *o)
+static int finish(dsq_calib_data *cd, const dsq_calib_data_opts *o, int n_samples)
 {
-    cd->n_samples = o->n_samples;
+    cd->n_samples = n_samples;
+    cd->requested_samples = o->n_samples;
     cd->seqlen = o->seqlen;
-    return dsq_sha256_buf(cd->tokens, (size_t)o->n_samples * (size_t)o->seqlen * sizeof(int32_t), cd->sha256);
+    return dsq_sha256_buf(cd->tokens, (size_t)n_samples * (size_t)o->seqlen * sizeof(int32_t), cd->sha256);
 }
 
 int dsq_calib_data_from_ids(dsq_calib_data *cd, const int32_t *ids, size_t n, const dsq_calib_data_opts *o,
@@ -61,7 +65,7 @@ int dsq_calib_data_from_ids(dsq_calib_data *cd, const int32_t *ids, size_t n, co
     if (!cd->tokens) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     memcpy(cd->tokens, ids, need * sizeof(int32_t));
     cd->n_docs = cd->docs_used = 1;
-    int rc = finish(cd, o);
+    int rc = finish(cd, o, o->n_samples);
     if (rc < 0) dsq_calib_data_release(cd);
     return rc;
 }
@@ -248,12 +252,19 @@ static int sample_docs(dsq_calib_data *cd, const span *docs, size_t ndocs, int j
         json_object_put(obj);
     }
     free(order);
-    if (rc == DSQ_OK && b.n < need) {
+    int n_samples = o->n_samples;
+    size_t fit = b.n / (size_t)o->seqlen;   /* whole samples the data fills */
+    size_t floor_tok = need < DSQ_CALIB_MIN_TOKENS ? need : DSQ_CALIB_MIN_TOKENS;
+    if (rc == DSQ_OK && b.n < need && o->take_available && fit >= 1 && fit * (size_t)o->seqlen >= floor_tok) {
+        n_samples = (int)fit;               /* the data is short: take what it has */
+    } else if (rc == DSQ_OK && b.n < need) {
         rc = dsq_fail(d, DSQ_ERR_DATA, name, NULL, -1,
                       "calibration data has %zu tokens in %zu documents: enough for %zu samples of %d, "
-                      "but %d samples x %d tokens need %zu (use fewer --calib-samples, a shorter "
+                      "but %d samples x %d tokens need %zu%s (use fewer --calib-samples, a shorter "
                       "--calib-seqlen or more text)",
-                      b.n, ndocs, b.n / (size_t)o->seqlen, o->seqlen, o->n_samples, o->seqlen, need);
+                      b.n, ndocs, fit, o->seqlen, o->n_samples, o->seqlen, need,
+                      o->take_available ? ", and fewer than the floor of " DSQ_STR(DSQ_CALIB_MIN_TOKENS)
+                                          " whole-sample tokens is too little to calibrate" : "");
     }
     if (rc < 0) {
         free(b.v);
@@ -263,7 +274,7 @@ static int sample_docs(dsq_calib_data *cd, const span *docs, size_t ndocs, int j
     cd->tokens = b.v;
     cd->n_docs = ndocs;
     cd->docs_used = used;
-    rc = finish(cd, o);
+    rc = finish(cd, o, n_samples);
     if (rc < 0) dsq_calib_data_release(cd);
     return rc;
 }

@@ -19,7 +19,8 @@
  *
  * Errors: DSQ_ERR_DATA for an empty/binary file, a JSONL line that is not an
  * object with a string "text", or fewer than N*L tokens in the whole file (the
- * message says how many there are and how many samples they would fill);
+ * message says how many there are and how many samples they would fill),
+ * unless take_available (then only below the DSQ_CALIB_MIN_TOKENS floor);
  * DSQ_ERR_INVALID_ARG for N < 1, L < 2 or N*L above 2^31; the diag names the
  * file, and for JSONL the line and its byte offset. */
 #ifndef DSQ_CALIB_DATA_H
@@ -34,6 +35,15 @@
 
 #define DSQ_CALIB_SAMPLES_DEFAULT 128
 #define DSQ_CALIB_SEQLEN_DEFAULT  512
+/* With take_available, the fewest tokens calibration accepts (or the N*L
+ * asked for, when that is less). Why 4,096: the statistics are per input
+ * channel maxima and means, and AWQ searches on DSQ_CALIB_AWQ_TOKENS (512)
+ * sampled rows per input, so a few thousand tokens is where they stop
+ * moving with the sample; and in a DeepSeek-V3 MoE layer (top-8 of 256
+ * experts) an expert sees 1/32 of the tokens on average: 4,096 tokens give
+ * it ~128, 8x the 16 (DSQ_CALIB_MIN_EXPERT_TOKENS) below which it falls
+ * back to RTN. Fewer, and most experts would be "calibrated" in name only. */
+#define DSQ_CALIB_MIN_TOKENS      4096
 
 enum dsq_calib_format {
     DSQ_CALIB_FMT_AUTO  = 0,
@@ -46,6 +56,10 @@ typedef struct dsq_calib_data_opts {
     int seqlen;         /* default 512 */
     uint64_t seed;      /* default 0 */
     int format;         /* enum dsq_calib_format */
+    int take_available; /* data short of N*L: use floor(tokens / L) samples
+                           when that reaches min(DSQ_CALIB_MIN_TOKENS, N*L)
+                           (AutoAWQ and llm-compressor treat N as a cap);
+                           default 0: refuse */
 } dsq_calib_data_opts;
 
 void dsq_calib_data_opts_init(dsq_calib_data_opts *o);
@@ -53,6 +67,7 @@ void dsq_calib_data_opts_init(dsq_calib_data_opts *o);
 typedef struct dsq_calib_data {
     int32_t *tokens;           /* [n_samples][seqlen] */
     int n_samples, seqlen;
+    int requested_samples;     /* N asked for (> n_samples: data was short) */
     size_t n_docs;             /* non-empty documents in the file */
     size_t docs_used;          /* documents tokenized to fill the samples */
     uint8_t sha256[DSQ_SHA256_LEN]; /* of the token matrix (int32 LE): data identity */

@@ -64,7 +64,8 @@ static void usage(void)
 "                           scale search + clip search; w8a8: SmoothQuant + static\n"
 "                           activation scale/offset (w8a8 needs --calib or --stats);\n"
 "                           w4a8: smoothing (alpha searched) + int4 clip search\n"
-"  --calib-samples N        samples (default 128)\n"
+"  --calib-samples N        samples (default 128; at most: shorter data gives\n"
+"                           fewer, with a warning, down to 4096 tokens)\n"
 "  --calib-seqlen L         tokens per sample (default 512)\n"
 "  --seed S                 sampling seed (default 0)\n"
 "  --moe-calib all|routed   all: every token through every expert for statistics\n"
@@ -440,6 +441,7 @@ int main(int argc, char **argv)
     int group = DSQ_GROUP_DEFAULT, dry = 0, noprog = 0;
     dsq_calib_opts co;
     dsq_calib_opts_init(&co);
+    co.data.take_available = 1;   /* --calib-samples is a cap, as in AutoAWQ (floor: calib_data.h) */
     rule_arg *rules = calloc((size_t)argc + 1, sizeof *rules);
     size_t nrules = 0;
     if (!rules) return dsq_cli_fail(&cli, DSQ_ERR_NOMEM, NULL);
@@ -625,6 +627,12 @@ int main(int argc, char **argv)
             free(ckpt);
             return DSQ_EXIT_ERROR;
         }
+        dsq_calib_totals ct;
+        dsq_calib_get_totals(cres, &ct);
+        if (ct.samples > 0 && ct.samples < ct.samples_requested)
+            dsq_cli_warn(&cli, "%s: the calibration data fills only %d samples of %d tokens: using %d x %d = %llu "
+                               "tokens instead of the %d x %d asked for", co.calib, ct.samples, ct.seqlen, ct.samples,
+                         ct.seqlen, (unsigned long long)ct.tokens, ct.samples_requested, ct.seqlen);
         if (!cli.json) report_calibration(&cli, cres);
         o.calib = cres;
         o.calib_json = cjson;

@@ -52,9 +52,18 @@ rc=$?
 set -e
 [ $rc = 1 ] || fail "empty calibration data: exit $rc"
 grep -q "empty" "$T/err" || fail "empty calibration data: $(cat "$T/err")"
+# short data: --calib-samples is a cap (as in AutoAWQ): take the whole samples
+# the data fills, say so; refuse only below the 4096-token floor (calib_data.h)
+head -c 30000 samples/data/calib.txt > "$T/short.txt"
+$Q --no-progress --scheme w8a8 --calib "$T/short.txt" --calib-samples 100000 --calib-seqlen 128 "$M" "$T/e.dsq" > /dev/null 2> "$T/err" ||
+    fail "short data not taken: $(cat "$T/err")"
+grep -q "fills only [0-9]* samples of 128 tokens: using [0-9]* x 128 = [0-9]* tokens instead of the 100000 x 128" "$T/err" ||
+    fail "short data: no warning with the numbers used: $(cat "$T/err")"
+head -c 3000 samples/data/calib.txt > "$T/tiny.txt"
 set +e
-$Q -q --scheme w8a8 --calib samples/data/calib.txt --calib-samples 100000 "$M" "$T/e.dsq" 2> "$T/err"
+$Q -q --scheme w8a8 --calib "$T/tiny.txt" --calib-samples 100000 --calib-seqlen 128 "$M" "$T/e2.dsq" 2> "$T/err"
 rc=$?
 set -e
-[ $rc = 1 ] && grep -q "calib-samples" "$T/err" || fail "too-short data: exit $rc: $(cat "$T/err")"
+[ $rc = 1 ] && grep -q "calib-samples" "$T/err" && grep -q "floor of 4096" "$T/err" || fail "data below the floor: exit $rc: $(cat "$T/err")"
+[ ! -e "$T/e2.dsq" ] || fail "data below the floor left an output"
 echo "calib.sh: ok"
