@@ -6,6 +6,7 @@
 #   make ubsan      the tests under UndefinedBehaviorSanitizer alone
 #   make fuzz       libFuzzer targets for FUZZ_TIME seconds each (clang)
 #   make bench      benchmarks (speed, not correctness)
+#   make install    libdsq.a/.so, headers, dsq.pc, CLIs, man pages (PREFIX, DESTDIR)
 #   make demo       convert + evaluate the bundled sample, print the results table
 #   make samples    regenerate samples/ from seeds (python3-torch; slow)
 #   make check-deps enforce the layering common -> formats -> quant -> tokenizer -> engine ->
@@ -121,5 +122,64 @@ neon-check:
 
 clean:
 	rm -rf build build-asan build-ubsan build-fuzz bin
+
+# ---- install: libdsq.a + versioned libdsq.so, headers, dsq.pc, CLIs, man pages ----
+#   make install [PREFIX=/usr/local] [DESTDIR=/staging]     make uninstall (same vars)
+# Library objects are built position-independent so one set serves both
+# libraries (-fno-semantic-interposition keeps in-file calls inlinable, as
+# without -fPIC). Headers go to INCLUDEDIR/dsq/: dsq.h and every header it
+# reaches, so `#include <dsq.h>` needs one -I (dsq.pc's Cflags). The SONAME
+# carries MAJOR.MINOR while MAJOR is 0: public structs may change between
+# 0.x releases. Man pages are generated from each CLI's -h text.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR     ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DSQ_VER    := $(shell sed -n 's/^\#define DSQ_VERSION_STRING "\(.*\)"/\1/p' common/dsq_version.h)
+SONAME     := libdsq.so.$(word 1,$(subst ., ,$(DSQ_VER))).$(word 2,$(subst ., ,$(DSQ_VER)))
+SOLIB      := $(BUILD)/libdsq.so.$(DSQ_VER)
+$(LIB_OBJ): ALL_CFLAGS += -fPIC -fno-semantic-interposition
+# objects built before they were PIC are rebuilt once (make does not track
+# flags, and .SECONDARY keeps a stamp prerequisite from forcing it)
+ifeq ($(wildcard $(BUILD)/.pic),)
+$(shell rm -f $(LIB_OBJ) $(LIB); mkdir -p $(BUILD) && touch $(BUILD)/.pic)
+endif
+.PHONY: shared install uninstall
+shared: $(SOLIB)
+
+$(SOLIB): $(LIB_OBJ)
+	$(call quiet,LINK,$@)$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(LIBS)
+
+$(BUILD)/dsq.pc: Makefile common/dsq_version.h
+	@mkdir -p $(dir $@)
+	$(call quiet,GEN,$@){ echo 'prefix=$(PREFIX)'; echo 'libdir=$(LIBDIR)'; echo 'includedir=$(INCLUDEDIR)'; echo; \
+	  echo 'Name: dsq'; echo 'Description: DeepSeek-V3 / Llama quantization (W8A8, W4A8, AWQ w4a16), .dsq container, CPU eval engine'; \
+	  echo 'Version: $(DSQ_VER)'; echo 'Cflags: -I$${includedir}/dsq'; \
+	  echo 'Libs: -L$${libdir} -ldsq $(filter -fsanitize=%,$(LDFLAGS))'; echo 'Libs.private: $(LIBS)'; } > $@
+
+install: $(BINS) $(LIB) $(SOLIB) $(BUILD)/dsq.pc
+	@set -e; d='$(DESTDIR)'; \
+	install -d "$$d$(BINDIR)" "$$d$(LIBDIR)" "$$d$(INCLUDEDIR)/dsq" "$$d$(MANDIR)/man1" "$$d$(PKGCONFIGDIR)"; \
+	for b in $(BINS); do install -m 755 $$b "$$d$(BINDIR)/"; \
+	  sh docs/gen_man.sh $$b '$(DSQ_VER)' > "$$d$(MANDIR)/man1/$$(basename $$b).1"; done; \
+	install -m 644 $(LIB) "$$d$(LIBDIR)/libdsq.a"; \
+	install -m 755 $(SOLIB) "$$d$(LIBDIR)/"; \
+	ln -sf libdsq.so.$(DSQ_VER) "$$d$(LIBDIR)/$(SONAME)"; ln -sf $(SONAME) "$$d$(LIBDIR)/libdsq.so"; \
+	install -m 644 $(BUILD)/dsq.pc "$$d$(PKGCONFIGDIR)/dsq.pc"; \
+	todo=include/dsq.h; seen=""; \
+	while [ -n "$$todo" ]; do set -- $$todo; h=$$1; shift; todo="$$*"; \
+	  case " $$seen " in *" $$h "*) continue;; esac; seen="$$seen $$h"; \
+	  install -m 644 $$h "$$d$(INCLUDEDIR)/dsq/"; \
+	  for inc in $$(sed -n 's/^[ \t]*#[ \t]*include[ \t]*"\([^"]*\)".*/\1/p; s/^.*__has_include("\([^"]*\)").*/\1/p' $$h); do \
+	    for m in include $(MODULES); do [ -f $$m/$$inc ] && todo="$$todo $$m/$$inc" && break; done; done; \
+	done; \
+	echo "installed dsq $(DSQ_VER) under $$d$(PREFIX)"
+
+uninstall:
+	@d='$(DESTDIR)'; for b in $(BINS); do n=$$(basename $$b); rm -f "$$d$(BINDIR)/$$n" "$$d$(MANDIR)/man1/$$n.1"; done; \
+	rm -f "$$d$(LIBDIR)/libdsq.a" "$$d$(LIBDIR)/libdsq.so" "$$d$(LIBDIR)/$(SONAME)" "$$d$(LIBDIR)/libdsq.so.$(DSQ_VER)" \
+	  "$$d$(PKGCONFIGDIR)/dsq.pc"; rm -rf "$$d$(INCLUDEDIR)/dsq"
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
