@@ -51,6 +51,10 @@ static const char usage_text[] =
 "ppl:\n"
 "      --data FILE         text to score (read as bytes)\n"
 "      --limit-tokens N    use only the first N tokens\n"
+"      --bos window|first|no   BOS policy (default window): window = BOS over\n"
+"                          each window's first token (llama-perplexity; only\n"
+"                          when the tokenizer adds BOS); first = BOS once, at\n"
+"                          the start of the text; no = no BOS at all\n"
 "      --save-logits F     also write base log-probs for 'kld' (see below)\n"
 "      --logits-format u16|topk   u16: every token, 16-bit (default, about\n"
 "                          2 x vocab bytes per scored token); topk: top K only\n"
@@ -59,6 +63,8 @@ static const char usage_text[] =
 "kld:\n"
 "      --base F            file from 'ppl --save-logits' (it holds the tokens)\n"
 "      --data FILE         optional: re-tokenize and refuse if tokens differ\n"
+"      --bos window|first|no   with --data: the policy the base was made with\n"
+"                          (the base file fixes the windows; default window)\n"
 "gsm8k:\n"
 "      --data FILE         test split, JSONL {\"question\",\"answer\"}\n"
 "      --train FILE        few-shot pool (default: train.jsonl beside --data)\n"
@@ -76,6 +82,8 @@ static const char usage_text[] =
 "      --out FILE          per-item JSONL: doc_id, question, completion, strict,\n"
 "                          flexible, gold, correct_strict, correct_flexible\n"
 "\n"
+"Options a command does not use are refused (exit 2), not ignored.\n"
+"\n"
 "General:\n"
 "  -T, --threads N         worker threads (default: all cores)\n"
 "  -f, --force             overwrite output files\n"
@@ -85,6 +93,10 @@ static const char usage_text[] =
 "  -h, --help / -V, --version\n"
 "\n"
 "Exit status: 0 ok, 1 error (bad input, i/o, interrupted), 2 usage.\n";
+
+/* ppl/kld BOS policy (--bos); gsm8k keeps auto|yes|no (lm-eval's terms) */
+enum ppl_bos { PPL_BOS_WINDOW = 0, PPL_BOS_FIRST = 1, PPL_BOS_NO = 2 };
+static const char *const ppl_bos_names[] = { "window", "first", "no" };
 
 enum {
     O_TOKENIZER = 256, O_CTX, O_DATA, O_LIMIT_TOKENS, O_SAVE_LOGITS, O_LOGITS_FORMAT,
@@ -97,11 +109,52 @@ typedef struct opts {
     size_t ctx;            /* 0: command default */
     uint64_t limit_tokens; /* 0: all */
     int logits_format, logits_topk;
-    int shots, batch, bos; /* bos: -1 auto, 0 no, 1 yes */
+    int shots, batch, bos; /* gsm8k bos: -1 auto, 0 no, 1 yes */
+    int ppl_bos;           /* ppl/kld: enum ppl_bos */
+    const char *bos_arg;   /* --bos as given: its values depend on the command */
+    unsigned long long seen; /* bit (opt - 256) per long option given, see check_used */
     uint64_t seed;
     size_t limit, max_new;
     int force;
 } opts;
+
+#define BIT(opt) (1ull << ((opt) - 256))
+
+/* Options a command does not use are an error (exit 2), never silently
+ * ignored: `ppl --bos no` used to be accepted and do nothing. The general
+ * options (-T, -f, -q, -v, --json, --no-progress) are accepted everywhere. */
+static int check_used(dsq_cli *cli, const opts *o, int ppl, int kld, int gsm)
+{
+    static const struct { int opt; const char *name; } names[] = {
+        { O_TOKENIZER, "--tokenizer" }, { O_CTX, "--ctx" }, { O_DATA, "--data" },
+        { O_LIMIT_TOKENS, "--limit-tokens" }, { O_SAVE_LOGITS, "--save-logits" },
+        { O_LOGITS_FORMAT, "--logits-format" }, { O_LOGITS_TOPK, "--logits-topk" }, { O_BASE, "--base" },
+        { O_TRAIN, "--train" }, { O_SHOTS, "--shots" }, { O_SEED, "--seed" }, { O_LIMIT, "--limit" },
+        { O_BATCH, "--batch" }, { O_MAX_NEW, "--max-new-tokens" }, { O_BOS, "--bos" },
+        { O_SCORE, "--score" }, { O_OUT, "--out" },
+    };
+    unsigned long long ok;
+    const char *what = o->cmd;
+    if (ppl)
+        ok = BIT(O_TOKENIZER) | BIT(O_CTX) | BIT(O_DATA) | BIT(O_LIMIT_TOKENS) | BIT(O_SAVE_LOGITS) |
+             BIT(O_LOGITS_FORMAT) | BIT(O_LOGITS_TOPK) | BIT(O_BOS);
+    else if (kld)
+        ok = BIT(O_TOKENIZER) | BIT(O_DATA) | BIT(O_BASE) | BIT(O_BOS);
+    else if (gsm && o->score) {
+        ok = BIT(O_SCORE) | BIT(O_DATA) | BIT(O_OUT) | BIT(O_LIMIT);
+        what = "gsm8k --score";
+    } else
+        ok = BIT(O_TOKENIZER) | BIT(O_CTX) | BIT(O_DATA) | BIT(O_TRAIN) | BIT(O_SHOTS) | BIT(O_SEED) |
+             BIT(O_LIMIT) | BIT(O_BATCH) | BIT(O_MAX_NEW) | BIT(O_BOS) | BIT(O_OUT);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((o->seen & BIT(names[i].opt)) && !(ok & BIT(names[i].opt)))
+            return dsq_cli_usage_error(cli, "%s does not use %s", what, names[i].name);
+    if (ppl && !o->save_logits && (o->seen & (BIT(O_LOGITS_FORMAT) | BIT(O_LOGITS_TOPK))))
+        return dsq_cli_usage_error(cli, "--logits-format and --logits-topk describe --save-logits: give it too");
+    if (kld && o->bos_arg && !o->data)
+        return dsq_cli_usage_error(cli, "kld: the base file fixes the windows; --bos checks them against --data: give --data too");
+    return -1; /* go on */
+}
 
 static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
 {
@@ -138,6 +191,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:T:fqvhV", lo, NULL)) != -1) {
         const char *a = optarg;
+        if (c >= 256 && c < 256 + 64) o->seen |= 1ull << (c - 256);
         switch (c) {
         case 'm': o->model = a; break;
         case O_TOKENIZER: o->tokenizer = a; break;
@@ -179,12 +233,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
             if (dsq_cli_parse_u64(a, 1, 1u << 20, &u)) return dsq_cli_usage_error(cli, "--max-new-tokens: bad number '%s'", a);
             o->max_new = (size_t)u;
             break;
-        case O_BOS:
-            if (!strcmp(a, "auto")) o->bos = -1;
-            else if (!strcmp(a, "yes")) o->bos = 1;
-            else if (!strcmp(a, "no")) o->bos = 0;
-            else return dsq_cli_usage_error(cli, "--bos: expected auto, yes or no, got '%s'", a);
-            break;
+        case O_BOS: o->bos_arg = a; break;   /* checked once the command is known */
         case O_JSON: cli->json = 1; break;
         case O_NO_PROGRESS: no_progress = 1; break;
         case 'T':
@@ -219,7 +268,21 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
     if (kld && o->ctx) return dsq_cli_usage_error(cli, "kld takes its context from the base file");
     if (!gsm && (o->score || o->train || o->out || o->limit)) return dsq_cli_usage_error(cli, "--score, --train, --out and --limit are for gsm8k");
     if (gsm && o->score && o->model) return dsq_cli_usage_error(cli, "--score scores existing completions: drop --model");
-    return -1; /* go on */
+    if (o->bos_arg) {
+        const char *a = o->bos_arg;
+        if (gsm) {
+            if (!strcmp(a, "auto")) o->bos = -1;
+            else if (!strcmp(a, "yes")) o->bos = 1;
+            else if (!strcmp(a, "no")) o->bos = 0;
+            else return dsq_cli_usage_error(cli, "--bos: gsm8k expects auto, yes or no, got '%s'", a);
+        } else {
+            int k = 0;
+            while (k < 3 && strcmp(a, ppl_bos_names[k])) k++;
+            if (k == 3) return dsq_cli_usage_error(cli, "--bos: %s expects window, first or no, got '%s'", o->cmd, a);
+            o->ppl_bos = k;
+        }
+    }
+    return check_used(cli, o, ppl, kld, gsm);
 }
 
 /* ====================================================================== */
@@ -397,16 +460,23 @@ static int32_t tokenizer_adds_bos(const dsq_tokenizer *t)
     return res;
 }
 
-static int tokenize_file(const dsq_cli *cli, const dsq_tokenizer *tok, const char *path,
+/* Tokenize a ppl/kld text under a BOS policy. llama-perplexity:
+ * common_tokenize(text, add_special = true, parse_special = false), so
+ * "<s>" in the text stays text; "first" forces the BOS even where the
+ * tokenizer adds none, "no" adds no special token at all. */
+static int tokenize_file(const dsq_cli *cli, const dsq_tokenizer *tok, const char *path, int policy,
                          int32_t **ids, size_t *n, dsq_diag *d)
 {
+    if (policy == PPL_BOS_FIRST && dsq_tokenizer_bos(tok) < 0)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "--bos first: the tokenizer has no BOS token");
     char *text;
     size_t len;
     DSQ_TRY(dsq_read_file(path, MAX_TEXT, &text, &len, d));
     double t0 = dsq_now();
-    /* llama-perplexity: common_tokenize(text, add_special = true,
-     * parse_special = false), so "<s>" in the text stays text */
-    int rc = dsq_tokenizer_encode_ex(tok, text, len, DSQ_TOK_ADD_SPECIAL, ids, n, d);
+    unsigned flags = policy == PPL_BOS_NO ? 0u
+                   : policy == PPL_BOS_FIRST ? (unsigned)(DSQ_TOK_ADD_SPECIAL | DSQ_TOK_FORCE_BOS)
+                   : (unsigned)DSQ_TOK_ADD_SPECIAL;
+    int rc = dsq_tokenizer_encode_ex(tok, text, len, flags, ids, n, d);
     free(text);
     if (rc == DSQ_OK) dsq_cli_info(cli, 3, "%s: %zu bytes -> %zu tokens in %.2f s", path, len, *n, dsq_now() - t0);
     return rc;
@@ -426,10 +496,15 @@ static int cmd_ppl(dsq_cli *cli, const opts *o)
     dsq_logp_writer w = { 0 };
     int have_w = 0;
     int rc = load_tokenizer(cli, o, &r.tok, &d);
-    if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, &tokens, &n_tok, &d);
+    if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, o->ppl_bos, &tokens, &n_tok, &d);
     if (rc == DSQ_OK && o->limit_tokens && o->limit_tokens < n_tok) n_tok = (size_t)o->limit_tokens;
     dsq_ppl_plan plan;
-    if (rc == DSQ_OK) rc = dsq_ppl_plan_init(&plan, n_tok, n_ctx, tokenizer_adds_bos(r.tok), &d);
+    /* window: BOS written over every window's first token (when the
+     * tokenizer adds one); first: the text's own leading BOS only */
+    int32_t bos_id = rc == DSQ_OK && o->ppl_bos == PPL_BOS_WINDOW ? tokenizer_adds_bos(r.tok)
+                   : rc == DSQ_OK && o->ppl_bos == PPL_BOS_FIRST ? dsq_tokenizer_bos(r.tok) : -1;
+    if (rc == DSQ_OK)
+        rc = dsq_ppl_plan_init(&plan, n_tok, n_ctx, o->ppl_bos == PPL_BOS_WINDOW ? bos_id : -1, &d);
     if (rc == DSQ_OK) rc = open_model(cli, o, &r, 1, n_ctx, &d);
     if (rc == DSQ_OK && o->save_logits) {
         rc = dsq_logp_writer_open(&w, o->save_logits, o->force ? DSQ_OUT_OVERWRITE : 0, &plan, tokens,
@@ -464,16 +539,18 @@ static int cmd_ppl(dsq_cli *cli, const opts *o)
         json_object_object_add(j, "tokens_scored", json_object_new_int64((int64_t)res.count));
         json_object_object_add(j, "windows", json_object_new_int64((int64_t)plan.n_chunks));
         json_object_object_add(j, "n_ctx", json_object_new_int64((int64_t)plan.n_ctx));
-        json_object_object_add(j, "bos", json_object_new_boolean(plan.bos >= 0));
+        json_object_object_add(j, "bos", json_object_new_string(ppl_bos_names[o->ppl_bos]));
+        json_object_object_add(j, "bos_id", bos_id >= 0 ? json_object_new_int(bos_id) : NULL);
         json_object_object_add(j, "seconds", jnum(secs));
         json_object_object_add(j, "tokens_per_s", jnum(evaluated / secs));
         if (o->save_logits) json_object_object_add(j, "saved_logits", json_object_new_string(o->save_logits));
         print_json(j);
     } else if (cli->level >= 2) {
         printf("PPL = %.4f +/- %.5f\n", res.ppl, res.ppl_stderr);
-        printf("mean NLL %.6f nats/token over %llu tokens (%zu windows of %zu, second half scored%s)\n",
+        printf("mean NLL %.6f nats/token over %llu tokens (%zu windows of %zu, second half scored, %s)\n",
                res.mean_nll, (unsigned long long)res.count, plan.n_chunks, plan.n_ctx,
-               plan.bos >= 0 ? ", BOS first" : "");
+               bos_id < 0 ? "no BOS" : o->ppl_bos == PPL_BOS_WINDOW ? "BOS over each window's first token"
+                                                                  : "BOS once at the start of the text");
         printf("%.1f tokens/s (%.0f tokens in %.1f s)\n", evaluated / secs, evaluated, secs);
         if (o->save_logits) printf("base log-probs saved to %s\n", o->save_logits);
     }
@@ -499,7 +576,13 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         int32_t *tokens = NULL, *win = NULL;
         size_t n = 0;
         rc = load_tokenizer(cli, o, &r.tok, &d);
-        if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, &tokens, &n, &d);
+        if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, o->ppl_bos, &tokens, &n, &d);
+        /* the policy shows in the header too: window writes its BOS id there */
+        int32_t want_bos = o->ppl_bos == PPL_BOS_WINDOW && rc == DSQ_OK ? tokenizer_adds_bos(r.tok) : -1;
+        if (rc == DSQ_OK && plan.bos != want_bos)
+            rc = dsq_fail(&d, DSQ_ERR_DATA, o->base, NULL, -1,
+                          "the base was made with %s, not --bos %s", plan.bos >= 0 ? "--bos window" : "--bos first or no",
+                          ppl_bos_names[o->ppl_bos]);
         if (rc == DSQ_OK && (n < plan.n_chunks * plan.n_ctx || !(win = malloc(plan.n_ctx * sizeof *win))))
             rc = dsq_fail(&d, DSQ_ERR_DATA, o->data, NULL, -1, "the base was computed on different tokens (%zu here, it needs %zu)",
                           n, plan.n_chunks * plan.n_ctx);
@@ -507,7 +590,8 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
             dsq_ppl_window(&plan, tokens, c, win);
             if (memcmp(win, base.tokens + c * plan.n_ctx, plan.n_ctx * sizeof *win))
                 rc = dsq_fail(&d, DSQ_ERR_DATA, o->data, NULL, -1,
-                              "the base was computed on different tokens (window %zu differs)", c);
+                              "the base was computed on different tokens (window %zu differs; made with "
+                              "another --bos than %s?)", c, ppl_bos_names[o->ppl_bos]);
         }
         free(tokens);
         free(win);
@@ -529,6 +613,12 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
     if (cli->json) {
         json_object *j = json_object_new_object();
         json_object_object_add(j, "command", json_object_new_string("kld"));
+        /* the base fixes the windows: per-window BOS is in its header; "first"
+         * and "no" look alike there, so they are named only when --data
+         * checked them */
+        json_object_object_add(j, "bos", o->bos_arg ? json_object_new_string(ppl_bos_names[o->ppl_bos])
+                                         : plan.bos >= 0 ? json_object_new_string("window") : NULL);
+        json_object_object_add(j, "base_window_bos_id", plan.bos >= 0 ? json_object_new_int(plan.bos) : NULL);
         json_object_object_add(j, "tokens_scored", json_object_new_int64((int64_t)k.count));
         json_object_object_add(j, "kld_mean", jnum(k.kld_mean));
         json_object_object_add(j, "kld_stderr", jnum(k.kld_stderr));
