@@ -116,6 +116,46 @@ enum {
 
 typedef struct rule_arg { int keep; const char *s; } rule_arg;
 
+#define SEEN(opt) (1ull << ((opt) - 256))
+
+/* Options this run would not use are refused (exit 2) instead of ignored:
+ * a --alpha on an AWQ run or a --calib-samples without --calib used to be
+ * accepted and do nothing. NULL: all used; else the message. */
+static const char *unused_option(unsigned long long seen, const char *scheme, int calib, int stats, int dry,
+                                 int no_journal, char *buf, size_t n)
+{
+    static const struct { int opt; const char *name; } nm[] = {
+        { OPT_CSAMPLES, "--calib-samples" }, { OPT_CSEQLEN, "--calib-seqlen" }, { OPT_SEED, "--seed" },
+        { OPT_SAVESTATS, "--save-stats" }, { OPT_MOECALIB, "--moe-calib" }, { OPT_MINTOK, "--min-expert-tokens" },
+        { OPT_ALPHA, "--alpha" }, { OPT_NOSMOOTH, "--no-smooth" }, { OPT_NOCLIP, "--no-clip" },
+        { OPT_RESUME, "--resume" }, { OPT_NOJOURNAL, "--no-journal" }, { OPT_CHECKPOINT, "--checkpoint-interval" },
+    };
+    const dsq_scheme *sc = dsq_scheme_by_name(scheme ? scheme : "w4a8"); /* a preset: its routed experts */
+    for (size_t i = 0; i < sizeof nm / sizeof nm[0]; i++) {
+        int o = nm[i].opt;
+        if (!(seen & SEEN(o))) continue;
+        const char *why = NULL;
+        if ((o == OPT_CSAMPLES || o == OPT_CSEQLEN || o == OPT_SEED || o == OPT_SAVESTATS) && !calib)
+            why = "shapes the calibration data: it needs --calib";
+        else if ((o == OPT_MOECALIB || o == OPT_MINTOK || o == OPT_ALPHA || o == OPT_NOSMOOTH || o == OPT_NOCLIP) &&
+                 !calib && !stats)
+            why = "is a calibration option: it needs --calib (or --stats)";
+        else if ((o == OPT_ALPHA || o == OPT_NOSMOOTH) && sc && sc->id == DSQ_SCHEME_AWQ_W4A16)
+            why = "is for SmoothQuant (w8a8, w4a8); awq-w4a16 searches AWQ scales";
+        else if (o == OPT_NOCLIP && sc && sc->id == DSQ_SCHEME_W8A8)
+            why = "is for int4 schemes (the clip search); w8a8 has none";
+        else if ((o == OPT_RESUME || o == OPT_NOJOURNAL || o == OPT_CHECKPOINT || o == OPT_SAVESTATS) && dry)
+            why = "has nothing to do in a --dry-run (nothing is written)";
+        else if (o == OPT_CHECKPOINT && no_journal)
+            why = "sets the resume journal's interval: not with --no-journal";
+        if (why) {
+            snprintf(buf, n, "%s %s", nm[i].name, why);
+            return buf;
+        }
+    }
+    return NULL;
+}
+
 /* ---- output helpers ---- */
 
 static void json_str(FILE *f, const char *s)
@@ -448,7 +488,9 @@ int main(int argc, char **argv)
     int ch;
     uint64_t u;
     double dv;
+    unsigned long long seen = 0;
     while ((ch = getopt_long(argc, argv, ":hVqvfT:", lo, NULL)) != -1) {
+        if (ch >= 256 && ch < 256 + 64) seen |= SEEN(ch);
         switch (ch) {
         case 'h': usage(); free(rules); return DSQ_EXIT_OK;
         case 'V': dsq_cli_version(&cli); free(rules); return DSQ_EXIT_OK;
@@ -547,6 +589,9 @@ int main(int argc, char **argv)
     const int calibrating = co.calib || co.load_stats;
     if (co.calib && co.load_stats) return free(rules), dsq_cli_usage_error(&cli, "--calib and --stats are exclusive");
     if (co.load_stats && co.save_stats) return free(rules), dsq_cli_usage_error(&cli, "--stats and --save-stats are exclusive");
+    char why[160];
+    if (unused_option(seen, scheme, co.calib != NULL, co.load_stats != NULL, dry, o.no_journal, why, sizeof why))
+        return free(rules), dsq_cli_usage_error(&cli, "%s", why);
     o.input = argv[optind];
     o.output = npos == 2 ? argv[optind + 1] : NULL;
     cli.progress = cli.progress && !noprog && !cli.json && cli.level >= 2;

@@ -66,4 +66,14 @@ rc=$?
 set -e
 [ $rc = 1 ] && grep -q "calib-samples" "$T/err" && grep -q "floor of 4096" "$T/err" || fail "data below the floor: exit $rc: $(cat "$T/err")"
 [ ! -e "$T/e2.dsq" ] || fail "data below the floor left an output"
+# options the run would not use are refused (exit 2), not ignored
+for bad in "--scheme awq-w4a16 $C --alpha 0.5" "--scheme w8a8-dynamic --calib-samples 4" \
+           "--scheme w4a8 --no-clip" "--scheme w8a8 $C --no-clip" "--scheme awq-w4a16 --save-stats $T/x.dsq" \
+           "--dry-run --scheme w4a8 --resume"; do
+    set +e
+    $Q -q $bad "$M" "$T/u.dsq" 2> "$T/err"
+    rc=$?
+    set -e
+    [ $rc = 2 ] || fail "unused option accepted (exit $rc): $bad"
+done
 echo "calib.sh: ok"
