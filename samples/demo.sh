@@ -1,10 +1,17 @@
 #!/bin/sh
 # make demo: the main job end to end on the bundled sample.
-#   1. convert samples/tiny-dsv3 (BF16, DeepSeek-V3 architecture) to every scheme
-#      (and the FP8 variant to w8a8-dynamic straight from F8_E4M3 + block scales)
+#   1. convert samples/tiny-dsv3 (BF16, DeepSeek-V3 architecture) to every scheme,
+#      round-to-nearest and calibrated (AWQ, SmoothQuant, calibrated w4a8) side by
+#      side, and the FP8 variant to w8a8-dynamic straight from F8_E4M3 + block scales
 #   2. evaluate each: held-out perplexity, KL divergence vs BF16, GSM-style accuracy
 #      (5-shot greedy, lm-eval gsm8k rules), decode speed
 #   3. print one results table (also written to build/demo/results.md)
+# One table row is one call:
+#   row LABEL NAME [ds-quant arguments...]
+# converts with those arguments to build/demo/NAME.dsq (timed: the "convert"
+# column, calibration included), verifies it, evaluates it and appends the
+# row; without arguments the row is the BF16 source itself. The table is read
+# from the CLIs' --json output with jq.
 # Environment: DEMO_GSM_LIMIT (default 100 problems), DEMO_THREADS (default all cores).
 set -e
 cd "$(dirname "$0")/.."
@@ -16,54 +23,69 @@ LIMIT=${DEMO_GSM_LIMIT:-100}
 T=${DEMO_THREADS:-0}
 TFLAG=""
 [ "$T" != 0 ] && TFLAG="-T $T"
+# the calibration set: 64 x 512 tokens of samples/data/calib.txt (as bench/calib_quality.sh)
+CALIB="--calib $DATA/calib.txt --calib-samples 64 --calib-seqlen 512"
 for b in ds-quant ds-eval ds-inspect; do
   [ -x bin/$b ] || { echo "demo: bin/$b missing (run make)"; exit 1; }
 done
 if [ ! -f $MODEL/config.json ]; then
   echo "demo: $MODEL is missing (make samples regenerates it)"; exit 1
 fi
-command -v node >/dev/null 2>&1 || { echo "demo: node is needed to format the table (sh .ci/deps.sh)"; exit 1; }
+command -v jq >/dev/null 2>&1 || { echo "demo: jq is needed to read the CLIs' JSON (sh .ci/deps.sh, or apt-get install jq)"; exit 1; }
 mkdir -p $OUT
-json() { node -e 'const o=JSON.parse(require("fs").readFileSync(0,"utf8"));let v=o;for(const k of process.argv[1].split(".")){v=v==null?undefined:v[k]};console.log(v===undefined?"":v)' "$1"; }
-
-SCHEMES="bf16 w8a8-dynamic w4a8 awq-w4a16"
-echo "demo: converting $MODEL to: $SCHEMES"
-for s in $SCHEMES; do
-  bin/ds-quant -q -f $TFLAG --json --scheme $s $MODEL $OUT/$s.dsq > $OUT/$s.quant.json
-  bin/ds-inspect -q --verify $OUT/$s.dsq >/dev/null
-done
-bin/ds-quant -q -f $TFLAG --json --scheme w8a8-dynamic $FP8 $OUT/fp8-w8a8-dynamic.dsq > $OUT/fp8-w8a8-dynamic.quant.json
-bin/ds-inspect -q --verify $OUT/fp8-w8a8-dynamic.dsq >/dev/null
+now() { date +%s.%N; }
+# jqf FILE FILTER: one value from a --json output (empty when null)
+jqf() { jq -r "$2 // empty" "$1"; }
 
 echo "demo: base log-probs and perplexity of the BF16 source on $DATA/heldout.txt"
 bin/ds-eval ppl -q $TFLAG --json -m $MODEL --data $DATA/heldout.txt --save-logits $OUT/base.logp -f > $OUT/source.ppl.json
 
-row() { # label key model
-  label=$1; name=$2; m=$3
-  if [ "$m" = "$MODEL" ]; then size=$(du -cb $MODEL/*.safetensors | tail -1 | cut -f1); ppl=$(json ppl < $OUT/source.ppl.json); kld="(base)";
+row() { # LABEL NAME [ds-quant args...]
+  label=$1; name=$2; shift 2
+  if [ $# -eq 0 ]; then
+    m=$MODEL; secs="-"
+    size=$(du -cb $MODEL/*.safetensors | tail -1 | cut -f1)
+    ppl=$(jqf $OUT/source.ppl.json .ppl); kld="(base)"
   else
+    m=$OUT/$name.dsq
+    t0=$(now)
+    bin/ds-quant -q -f $TFLAG --json "$@" $m > $OUT/$name.quant.json
+    secs=$(echo "$t0 $(now)" | awk '{printf "%.1f", $2 - $1}')
+    bin/ds-inspect -q --verify $m >/dev/null
     size=$(stat -c %s $m)
     bin/ds-eval kld -q -f $TFLAG --json --tokenizer $MODEL -m $m --base $OUT/base.logp > $OUT/$name.kld.json
-    ppl=$(json ppl < $OUT/$name.kld.json); kld=$(printf "%.6f" "$(json kld_mean < $OUT/$name.kld.json)")
+    ppl=$(jqf $OUT/$name.kld.json .ppl); kld=$(printf "%.6f" "$(jqf $OUT/$name.kld.json .kld_mean)")
   fi
   bin/ds-eval gsm8k -q -f $TFLAG --json --tokenizer $MODEL -m $m --data $DATA/gsm_test.jsonl \
     --train $DATA/gsm_fewshot.jsonl --limit $LIMIT --out $OUT/$name.gsm8k.jsonl > $OUT/$name.gsm8k.json
-  acc=$(json flexible-extract.exact_match < $OUT/$name.gsm8k.json)
-  strict=$(json strict-match.exact_match < $OUT/$name.gsm8k.json)
-  tps=$(json gen_tokens_per_s < $OUT/$name.gsm8k.json)
-  printf '| %-20s | %9.2f MB | %9.4f | %-11s | %6.1f%% | %6.1f%% | %7.1f |\n' "$label" \
-    "$(echo "$size" | awk '{print $1/1e6}')" "$ppl" "$kld" "$(echo $strict | awk '{print $1*100}')" \
-    "$(echo $acc | awk '{print $1*100}')" "$tps" >> $OUT/results.md
+  strict=$(jqf $OUT/$name.gsm8k.json '."strict-match".exact_match * 100')
+  flex=$(jqf $OUT/$name.gsm8k.json '."flexible-extract".exact_match * 100')
+  tps=$(jqf $OUT/$name.gsm8k.json .gen_tokens_per_s)
+  printf '| %-28s | %9.2f MB | %9.4f | %-11s | %6.1f%% | %6.1f%% | %7.1f | %7s |\n' "$label" \
+    "$(echo "$size" | awk '{print $1/1e6}')" "$ppl" "$kld" "$strict" "$flex" "$tps" "$secs" >> $OUT/results.md
+  echo "demo: $label done"
 }
+
 {
-  echo "Sample: $MODEL, held-out text $DATA/heldout.txt, GSM-style test $DATA/gsm_test.jsonl (first $LIMIT, 5-shot greedy)"
+  echo "Sample: $MODEL, held-out text $DATA/heldout.txt, GSM-style test $DATA/gsm_test.jsonl (first $LIMIT, 5-shot greedy);"
+  echo "calibrated rows: 64 x 512 tokens of $DATA/calib.txt; convert = ds-quant wall seconds, calibration included"
   echo
-  echo "| scheme               |      size    |    ppl    | KLD vs BF16 | strict | flexible | gen tok/s |"
-  echo "|----------------------|--------------|-----------|-------------|--------|----------|-----------|"
+  echo "| scheme                       |      size    |    ppl    | KLD vs BF16 | strict | flexible | gen tok/s | convert |"
+  echo "|------------------------------|--------------|-----------|-------------|--------|----------|-----------|---------|"
 } > $OUT/results.md
-echo "demo: evaluating (ppl, KLD, GSM-style accuracy) — a few minutes per scheme"
-row "source (BF16)" source $MODEL
-for s in $SCHEMES; do row $s $s $OUT/$s.dsq; done
-row "fp8 -> w8a8-dynamic" fp8-w8a8-dynamic $OUT/fp8-w8a8-dynamic.dsq
+echo "demo: converting and evaluating (ppl, KLD, GSM-style accuracy), one row at a time"
+t_all=$(now)
+row "source (BF16)"                source
+row "bf16"                         bf16       --scheme bf16 $MODEL
+row "w8a8-dynamic"                 w8a8-dyn   --scheme w8a8-dynamic $MODEL
+row "w8a8 static (no smoothing)"   w8a8-rtn   --scheme w8a8 $CALIB --no-smooth $MODEL
+row "w8a8 static + SmoothQuant"    w8a8-sq    --scheme w8a8 $CALIB $MODEL
+row "w4a8 (RTN)"                   w4a8       --scheme w4a8 $MODEL
+row "w4a8 calibrated"              w4a8-cal   --scheme w4a8 $CALIB $MODEL
+row "awq-w4a16 (RTN)"              awq-rtn    --scheme awq-w4a16 $MODEL
+row "awq-w4a16 + AWQ"              awq-cal    --scheme awq-w4a16 $CALIB $MODEL
+row "fp8 -> w8a8-dynamic"          fp8-w8a8   --scheme w8a8-dynamic $FP8
 echo
 cat $OUT/results.md
+echo
+echo "demo: total $(echo "$t_all $(now)" | awk '{printf "%.0f", $2 - $1}') s"
