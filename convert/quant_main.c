@@ -2,6 +2,7 @@
  * DeepSeek FP8-block) -> .dsq with W8A8 / W4A8 / AWQ-w4a16 weights.
  * Parses options, calls the convert library, prints. */
 #include "calib.h"
+#include "llama2c.h"
 #include "cli.h"
 #include "container.h"
 #include "convert.h"
@@ -115,6 +116,10 @@ enum {
 };
 
 typedef struct rule_arg { int keep; const char *s; } rule_arg;
+
+/* the temporary Hugging Face copy of a llama2.c input, removed at exit */
+static char *llama2c_tmp;
+static void remove_llama2c_tmp(void) { dsq_llama2c_temp_dir_remove(llama2c_tmp); llama2c_tmp = NULL; }
 
 #define SEEN(opt) (1ull << ((opt) - 256))
 
@@ -594,6 +599,17 @@ int main(int argc, char **argv)
         return free(rules), dsq_cli_usage_error(&cli, "%s", why);
     o.input = argv[optind];
     o.output = npos == 2 ? argv[optind + 1] : NULL;
+    if (dsq_llama2c_is_checkpoint(o.input)) {
+        /* a llama2.c .bin: convert from its exact float32 Hugging Face copy
+         * (with tokenizer.bin / tok<vocab>.bin beside it, for calibration) */
+        dsq_diag ld;
+        dsq_diag_clear(&ld);
+        int lrc = dsq_llama2c_to_temp_dir(o.input, NULL, &llama2c_tmp, &ld);
+        if (lrc < 0) return free(rules), dsq_cli_fail(&cli, lrc, &ld);
+        atexit(remove_llama2c_tmp);
+        dsq_cli_info(&cli, 3, "%s: llama2.c checkpoint, read through %s", o.input, llama2c_tmp);
+        o.input = llama2c_tmp;
+    }
     cli.progress = cli.progress && !noprog && !cli.json && cli.level >= 2;
 
     /* Recipe errors are usage errors: unknown scheme, bad regex, w8a8. */

@@ -14,6 +14,7 @@
  *     safetensors tensor.
  * Norm weights and biases are small float32 copies. */
 #include "model.h"
+#include "llama2c.h"
 #include "container.h"
 #include "container_set.h"
 #include "dsq_mem.h"
@@ -669,6 +670,14 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
         if (dsq_ctr_set_is_dsq(path)) {
             rc = dsq_ctr_set_open(&m->ctr, path, d);
             if (rc == DSQ_OK) rc = config_from_ctr(m, d);
+        } else if (dsq_llama2c_is_checkpoint(path)) {
+            /* a llama2.c .bin: read through an exact float32 Hugging Face
+             * copy (llama2c.h); the files go as soon as they are mapped */
+            char *tmp = NULL;
+            rc = dsq_llama2c_to_temp_dir(path, NULL, &tmp, d);
+            if (rc == DSQ_OK) rc = dsq_st_open(&m->st, tmp, d);
+            if (rc == DSQ_OK) rc = dsq_model_config_load(&m->cfg, dsq_st_dir(m->st), d);
+            dsq_llama2c_temp_dir_remove(tmp);
         } else {
             rc = dsq_st_open(&m->st, path, d);
             if (rc == DSQ_OK) rc = dsq_model_config_load(&m->cfg, dsq_st_dir(m->st), d);

@@ -17,6 +17,7 @@
 #include "dsq_file.h"
 #include "eval_metrics.h"
 #include "gsm8k.h"
+#include "llama2c.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -383,6 +384,16 @@ static int load_tokenizer(const dsq_cli *cli, const opts *o, dsq_tokenizer **tok
             dsq_cli_info(cli, 1, "pass --tokenizer to use another tokenizer");
             return rc;
         }
+    }
+    if (!dsq && dsq_llama2c_is_checkpoint(o->model)) {
+        /* a llama2.c .bin: its tokenizer by llama2.c's names beside it */
+        char *t = dsq_llama2c_find_tokenizer(o->model);
+        if (!t) return dsq_fail(d, DSQ_ERR_NOT_FOUND, o->model, NULL, -1,
+                                "no tokenizer.bin or tok<vocab>.bin beside this llama2.c checkpoint; pass --tokenizer PATH");
+        int rc = dsq_tokenizer_load(tok, t, d);
+        if (rc == DSQ_OK) dsq_cli_info(cli, 3, "tokenizer from %s", t);
+        free(t);
+        return rc;
     }
     char *dir = model_dir(o->model);
     if (!dir) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define AK42_MAGIC 0x616b3432u   /* llama2.c export.py version 1+ files */
 #define ROPE_THETA 10000.0
@@ -365,4 +367,98 @@ int dsq_llama2c_convert(const char *bin_path, const char *out_dir,
     int rc = dsq_llama2c_to_hf(&m, out_dir, o, d);
     dsq_llama2c_close(&m);
     return rc;
+}
+
+/* ---- a llama2.c checkpoint used as a model (ds-quant, ds-eval) ---------- */
+
+int dsq_llama2c_is_checkpoint(const char *path)
+{
+    size_t n = path ? strlen(path) : 0;
+    /* by name: a broken .bin then gets llama2.c's diagnosis (size, header)
+     * instead of "not a safetensors file" */
+    return n >= 5 && !strcmp(path + n - 4, ".bin") && dsq_path_exists(path) && !dsq_path_is_dir(path);
+}
+
+char *dsq_llama2c_find_tokenizer(const char *bin_path)
+{
+    dsq_llama2c m;
+    if (dsq_llama2c_open(&m, bin_path, NULL) < 0) return NULL;
+    int32_t vocab = m.cfg.vocab_size;
+    dsq_llama2c_close(&m);
+    char *dir = strdup(bin_path);
+    if (!dir) return NULL;
+    char *sl = strrchr(dir, '/');
+    if (sl) sl[1] = 0; else dir[0] = 0;
+    /* llama2.c's names: tokenizer.bin (run.c's default), tok<vocab>.bin
+     * (tinystories.py train_vocab / export for a custom vocabulary) */
+    char name[64], *p = NULL;
+    for (int k = 0; k < 2 && !p; k++) {
+        if (k == 0) snprintf(name, sizeof name, "tokenizer.bin");
+        else snprintf(name, sizeof name, "tok%d.bin", (int)vocab);
+        size_t l = strlen(dir) + strlen(name) + 1;
+        p = malloc(l);
+        if (!p) break;
+        snprintf(p, l, "%s%s", dir, name);
+        if (!dsq_path_exists(p) || dsq_path_is_dir(p)) { free(p); p = NULL; }
+    }
+    free(dir);
+    return p;
+}
+
+static int copy_file(const char *from, const char *to, dsq_diag *d)
+{
+    char *buf;
+    size_t n;
+    DSQ_TRY(dsq_read_file(from, (size_t)1 << 30, &buf, &n, d));
+    int rc = dsq_write_file_atomic(to, buf, n, 0, d);
+    free(buf);
+    return rc;
+}
+
+int dsq_llama2c_to_temp_dir(const char *bin_path, const char *tokenizer, char **out_dir, dsq_diag *d)
+{
+    *out_dir = NULL;
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp) tmp = "/tmp";
+    size_t l = strlen(tmp) + sizeof "/dsq-llama2c-XXXXXX";
+    char *dir = malloc(l);
+    if (!dir) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    snprintf(dir, l, "%s/dsq-llama2c-XXXXXX", tmp);
+    if (!mkdtemp(dir)) {
+        int rc = dsq_fail_errno(d, errno, dir, "cannot create a temporary directory");
+        free(dir);
+        return rc;
+    }
+    dsq_llama2c_hf_opts o;
+    dsq_llama2c_hf_opts_default(&o);   /* float32: the conversion is exact */
+    int rc = dsq_llama2c_convert(bin_path, dir, &o, d);
+    char *tok_src = tokenizer ? strdup(tokenizer) : dsq_llama2c_find_tokenizer(bin_path);
+    if (rc == DSQ_OK && tok_src) {
+        char *t = dsq_path_join(dir, "tokenizer.bin");
+        rc = t ? copy_file(tok_src, t, d) : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        free(t);
+    }
+    free(tok_src);
+    if (rc < 0) {
+        dsq_llama2c_temp_dir_remove(dir);
+        return rc;
+    }
+    *out_dir = dir;
+    return DSQ_OK;
+}
+
+void dsq_llama2c_temp_dir_remove(char *dir)
+{
+    if (!dir) return;
+    DIR *dp = opendir(dir);
+    struct dirent *e;
+    while (dp && (e = readdir(dp))) {
+        if (e->d_name[0] == '.') continue;   /* only what the conversion wrote */
+        char *p = dsq_path_join(dir, e->d_name);
+        if (p) unlink(p);
+        free(p);
+    }
+    if (dp) closedir(dp);
+    rmdir(dir);
+    free(dir);
 }

@@ -107,4 +107,27 @@ int dsq_llama2c_to_hf(const dsq_llama2c *m, const char *out_dir,
 int dsq_llama2c_convert(const char *bin_path, const char *out_dir,
                         const dsq_llama2c_hf_opts *o, dsq_diag *d);
 
+/* ---- a checkpoint used as a model ----------------------------------------
+ * ds-quant and ds-eval take a llama2.c .bin wherever a model goes: it is
+ * converted (float32, exact) into a private temporary directory under
+ * $TMPDIR that the engine or the converter then reads like any Hugging Face
+ * checkpoint; the caller removes it when done (the engine right after
+ * mapping it: the mapping outlives the unlinked file). The copy costs the
+ * checkpoint's size in temporary space, fine at llama2.c's scale (<= 110M
+ * parameters). */
+
+/* 1 when path is an existing file named *.bin: taken for a llama2.c
+ * checkpoint (Hugging Face's pytorch_model.bin pickles are not read), so
+ * dsq_llama2c_open's errors describe a broken one. */
+int dsq_llama2c_is_checkpoint(const char *path);
+/* The tokenizer beside a checkpoint, by llama2.c's names: tokenizer.bin,
+ * else tok<vocab_size>.bin. malloc'd path, or NULL when there is none. */
+char *dsq_llama2c_find_tokenizer(const char *bin_path);
+/* Convert into a fresh temporary directory (*out_dir, malloc'd) holding
+ * config.json, model.safetensors and, when tokenizer is given or found
+ * beside the checkpoint, tokenizer.bin. */
+int dsq_llama2c_to_temp_dir(const char *bin_path, const char *tokenizer, char **out_dir, dsq_diag *d);
+/* Remove such a directory and its files, and free the path. NULL is a no-op. */
+void dsq_llama2c_temp_dir_remove(char *out_dir);
+
 #endif
