@@ -152,14 +152,8 @@ shared: $(SOLIB)
 $(SOLIB): $(LIB_OBJ)
 	$(call quiet,LINK,$@)$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(LIBS)
 
-$(BUILD)/dsq.pc: Makefile common/dsq_version.h
-	@mkdir -p $(dir $@)
-	$(call quiet,GEN,$@){ echo 'prefix=$(PREFIX)'; echo 'libdir=$(LIBDIR)'; echo 'includedir=$(INCLUDEDIR)'; echo; \
-	  echo 'Name: dsq'; echo 'Description: DeepSeek-V3 / Llama quantization (W8A8, W4A8, AWQ w4a16), .dsq container, CPU eval engine'; \
-	  echo 'Version: $(DSQ_VER)'; echo 'Cflags: -I$${includedir}/dsq'; \
-	  echo 'Libs: -L$${libdir} -ldsq $(filter -fsanitize=%,$(LDFLAGS))'; echo 'Libs.private: $(LIBS)'; } > $@
-
-install: $(BINS) $(LIB) $(SOLIB) $(BUILD)/dsq.pc
+# dsq.pc is written at install time: it holds PREFIX, which may differ per call
+install: $(BINS) $(LIB) $(SOLIB)
 	@set -e; d='$(DESTDIR)'; \
 	install -d "$$d$(BINDIR)" "$$d$(LIBDIR)" "$$d$(INCLUDEDIR)/dsq" "$$d$(MANDIR)/man1" "$$d$(PKGCONFIGDIR)"; \
 	for b in $(BINS); do install -m 755 $$b "$$d$(BINDIR)/"; \
@@ -167,7 +161,10 @@ install: $(BINS) $(LIB) $(SOLIB) $(BUILD)/dsq.pc
 	install -m 644 $(LIB) "$$d$(LIBDIR)/libdsq.a"; \
 	install -m 755 $(SOLIB) "$$d$(LIBDIR)/"; \
 	ln -sf libdsq.so.$(DSQ_VER) "$$d$(LIBDIR)/$(SONAME)"; ln -sf $(SONAME) "$$d$(LIBDIR)/libdsq.so"; \
-	install -m 644 $(BUILD)/dsq.pc "$$d$(PKGCONFIGDIR)/dsq.pc"; \
+	{ echo 'prefix=$(PREFIX)'; echo 'libdir=$(LIBDIR)'; echo 'includedir=$(INCLUDEDIR)'; echo; \
+	  echo 'Name: dsq'; echo 'Description: DeepSeek-V3 / Llama quantization (W8A8, W4A8, AWQ w4a16), .dsq container, CPU eval engine'; \
+	  echo 'Version: $(DSQ_VER)'; echo 'Cflags: -I$${includedir}/dsq'; \
+	  echo 'Libs: -L$${libdir} -ldsq $(filter -fsanitize=%,$(LDFLAGS))'; echo 'Libs.private: $(LIBS)'; } > "$$d$(PKGCONFIGDIR)/dsq.pc"; \
 	todo=include/dsq.h; seen=""; \
 	while [ -n "$$todo" ]; do set -- $$todo; h=$$1; shift; todo="$$*"; \
 	  case " $$seen " in *" $$h "*) continue;; esac; seen="$$seen $$h"; \

@@ -1,0 +1,79 @@
+#!/bin/sh
+# Every command README.md shows in a ```sh block is run here, as written,
+# against the bundled sample (issue 11: the README's first calibration
+# command used to fail). Each block runs as one shell script, in a fresh
+# directory, with bin/ on PATH and HOME in the temp dir; the placeholder
+# names the README uses stand for sample files there:
+#   in.safetensors  a shard of samples/tiny-dsv3     model.dsq  tiny-dsv3 as w8a8-dynamic
+#   heldout.txt     samples/data/heldout.txt         IN OUT     samples/tiny-dsv3 and a fresh OUT
+#   test.jsonl      first 8 of gsm_test.jsonl        train.jsonl  gsm_fewshot.jsonl
+#   calib.txt       first 25 KB of samples/data/calib.txt   calib.jsonl  its paragraphs as {"text": ...}
+#   completions.jsonl  a few answers to score
+#   stories260K.bin, tinystories_val.txt: from ../shared/data (lines skipped when absent)
+# Exempt, and said so when the test runs: lines over /models/... (a real
+# DeepSeek checkpoint) and lines reading what those write (v3.dsq, v3/);
+# `sh .ci/deps.sh && make -j2 demo|test` (installs system packages as root;
+# `make test` is this suite, `make demo` is run by hand and its table quoted).
+set -u
+R=$(pwd)
+[ -f README.md ] && [ -x bin/ds-quant ] || { echo "readme.sh: run from the repository root after make"; exit 1; }
+if [ ! -f samples/tiny-dsv3/config.json ]; then echo "readme.sh: skipped (samples/tiny-dsv3 absent)"; exit 0; fi
+command -v jq >/dev/null 2>&1 || { echo "readme.sh: FAIL: jq missing (sh .ci/deps.sh)"; exit 1; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-readme-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fails=0; ran=0
+F=$T/fix
+mkdir -p "$F" "$T/home"
+ln -s "$R/samples" "$F/samples"; ln -s "$R/docs" "$F/docs"
+ln -s "$R/samples/tiny-dsv3/model-00001-of-00002.safetensors" "$F/in.safetensors"
+ln -s "$R/samples/data/heldout.txt" "$F/heldout.txt"
+# a quarter of the bundled text (~8,000 tokens, over the 4,096 floor): keeps the test quick
+head -c 25000 samples/data/calib.txt > "$F/calib.txt"
+ln -s "$R/samples/data/gsm_fewshot.jsonl" "$F/train.jsonl"
+head -8 samples/data/gsm_test.jsonl > "$F/test.jsonl"
+jq -R -s -c 'split("\n\n")[] | select(test("\\S")) | {text: .}' "$F/calib.txt" > "$F/calib.jsonl"
+printf '{"doc_id": 0, "completion": "#### 1"}\n{"doc_id": 1, "completion": "The answer is 2."}\n' > "$F/completions.jsonl"
+bin/ds-quant -q --scheme w8a8-dynamic samples/tiny-dsv3 "$F/model.dsq" || { echo "readme.sh: FAIL: fixture model.dsq"; exit 1; }
+SH=../shared/data
+[ -f "$SH/stories260K/stories260K.bin" ] && ln -s "$R/$SH/stories260K/stories260K.bin" "$F/" && ln -s "$R/$SH/stories260K/tok512.bin" "$F/"
+[ -f "$SH/text/tinystories_val.txt" ] && ln -s "$R/$SH/text/tinystories_val.txt" "$F/"
+
+# the blocks, one file each: lines with a block number
+awk '/^```sh/ { b++; inb = 1; next } /^```/ { inb = 0; next } inb { print b "\t" $0 }' README.md > "$T/lines"
+exempt_out=" "
+nb=$(cut -f1 "$T/lines" | sort -un)
+for b in $nb; do
+  d=$T/b$b; mkdir "$d"
+  for f in "$F"/* ; do ln -s "$f" "$d/"; done
+  s=$d/run.sh
+  echo 'readme_fail() { echo "readme.sh: FAIL: README command failed (exit $1): $2"; exit 1; }' > "$s"
+  n=0
+  while IFS="$(printf '\t')" read -r blk line; do
+    [ "$blk" = "$b" ] || continue
+    cmd=$(printf '%s\n' "$line" | sed 's/[[:space:]]*#.*$//')
+    [ -n "$cmd" ] || continue
+    n=$((n+1))
+    why=""
+    case $cmd in
+      *".ci/deps.sh"*) why="installs system packages (CI runs it); make test is this suite, make demo is run by hand" ;;
+      */models/*) why="needs a real checkpoint under /models"
+                  out=${cmd##* }; exempt_out="$exempt_out$out " ;;
+      *stories260K.bin*|*tinystories_val.txt*) [ -e "$F/stories260K.bin" ] && [ -e "$F/tinystories_val.txt" ] || why="../shared/data absent" ;;
+    esac
+    [ -n "$why" ] || for w in $cmd; do case "$exempt_out" in *" $w "*) why="reads $w, written by a /models line" ;; esac; done
+    if [ -n "$why" ]; then echo "readme.sh: exempt: $cmd  ($why)"; continue; fi
+    # placeholders: IN OUT -> the sample and a fresh output; make runs in the repository
+    cmd=$(printf '%s\n' "$cmd" | sed "s| IN OUT\$| samples/tiny-dsv3 out$n.dsq|; s|^make |make -s -C $R |")
+    q=$(printf '%s' "$cmd" | sed "s/'/'\\\\''/g")
+    printf '%s || readme_fail $? '"'"'%s'"'"'\n' "$cmd" "$q" >> "$s"
+    ran=$((ran+1))
+  done < "$T/lines"
+  t0=$(date +%s); if ! (cd "$d" && HOME=$T/home PATH="$R/bin:$PATH" sh "$s" > "$d/out" 2> "$d/err"); then
+    fails=$((fails+1)); cat "$d/out" | grep "FAIL" ; tail -5 "$d/err" | sed 's/^/  | /'
+  fi; [ -n "${READMESH_TIMES:-}" ] && echo "block $b: $(( $(date +%s) - t0 )) s"
+done
+# what the first calibration command must say (the data is short of 128 x 512)
+grep -q "using 65 x 512 = 33280 tokens instead of the 128 x 512" "$T"/b*/err || { echo "readme.sh: FAIL: no short-data warning"; fails=$((fails+1)); }
+[ $ran -ge 10 ] || { echo "readme.sh: FAIL: only $ran README commands found"; fails=$((fails+1)); }
+if [ $fails -ne 0 ]; then echo "readme.sh: $fails block(s) failed"; exit 1; fi
+echo "readme.sh: ok ($ran README commands run)"
