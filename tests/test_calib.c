@@ -489,6 +489,31 @@ static void test_data(void **state)
     assert_non_null(strstr(d.msg, "30 tokens"));
     assert_non_null(strstr(d.msg, "--calib-samples"));
     o.n_samples = 3;
+    /* take_available (ds-quant): short data gives fewer whole samples, down
+     * to the DSQ_CALIB_MIN_TOKENS floor; the library default refuses */
+    {
+        char *lp = path("long.txt");
+        char *big = malloc(5001);
+        assert_non_null(big);
+        for (int i = 0; i < 5000; i++) big[i] = (i % 50 == 49) ? '\n' : "abcd "[i % 5];
+        big[5000] = 0;
+        dsq_test_write(lp, big, 5000);
+        dsq_calib_data_opts lo = o;
+        lo.n_samples = 1000;   /* x 8 = 8000 tokens asked, ~5000 there */
+        assert_int_equal(dsq_calib_data_load(&c, lp, tok, &lo, NULL), DSQ_ERR_DATA);
+        lo.take_available = 1;
+        assert_int_equal(dsq_calib_data_load(&c, lp, tok, &lo, NULL), 0);
+        assert_int_equal(c.requested_samples, 1000);
+        assert_true(c.n_samples < 1000 && c.n_samples * c.seqlen >= DSQ_CALIB_MIN_TOKENS);
+        assert_true(c.n_samples * c.seqlen <= 5000);
+        dsq_calib_data_release(&c);
+        dsq_test_write(lp, big, 3000);   /* below the floor: refused, saying so */
+        dsq_diag_clear(&d);
+        assert_int_equal(dsq_calib_data_load(&c, lp, tok, &lo, &d), DSQ_ERR_DATA);
+        assert_non_null(strstr(d.msg, "floor of 4096"));
+        free(big);
+        free(lp);
+    }
     /* malformed JSONL: line and offset named */
     const char *bad = "{\"text\": \"0123456789\"}\n{\"txt\": \"x\"}\n";
     dsq_test_write(jp, bad, strlen(bad));
