@@ -43,6 +43,11 @@ printf '#include <dsq.h>\nint main(void) { return dsq_scheme_by_name("w4a8") == 
 $CC -std=c11 -Wall -Wextra -Werror -c "$T/alone.c" $(pkg-config --cflags dsq) -o "$T/alone.o" 2> "$T/cc.err" ||
   { fail "dsq.h does not compile alone from the installed headers"; head -5 "$T/cc.err"; }
 
+# the headers find each other: <dsq/dsq.h> needs no -I beyond the include root
+printf '#include <dsq/dsq.h>\nint main(void) { return dsq_scheme_by_name("w4a8") == 0; }\n' > "$T/root.c"
+$CC -std=c11 -Wall -Werror -c "$T/root.c" -I"$S/usr/include" -o "$T/root.o" 2> "$T/cc.err" ||
+  { fail "<dsq/dsq.h> does not compile from the include root"; head -5 "$T/cc.err"; }
+
 # shared: exactly pkg-config's line
 if $CC docs/example.c $flags -o "$T/ex_so" 2> "$T/cc.err"; then
   ldd "$T/ex_so" 2>/dev/null | grep -q "libdsq.so" || fail "example not linked against libdsq.so"
