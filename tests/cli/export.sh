@@ -89,6 +89,18 @@ $X -q --format ascend "$T/w8.dsq" "$T/a" 2>/dev/null && fail "ds-export overwrot
 $X -q -f --format ascend "$T/w8.dsq" "$T/a" || fail "ds-export -f"
 (cd "$T/a" && sha256sum -c --quiet SHA256SUMS) || fail "after -f: sha256sum -c"
 
+# ds-inspect lists an export directory and verifies its manifest
+I=${DSQ_INSPECT:-./bin/ds-inspect}
+$I --verify "$T/a" > "$T/insp.txt" || fail "ds-inspect --verify on an export"
+grep -q 'ascend export' "$T/insp.txt" || fail "ds-inspect does not name the export format"
+grep -q 'W8A8_DYNAMIC' "$T/insp.txt" || fail "ds-inspect lists no per-tensor type"
+grep -q 'files match SHA256SUMS' "$T/insp.txt" || fail "ds-inspect --verify did not check SHA256SUMS"
+echo '{}' > "$T/a/extra.json"
+$I --verify "$T/a" >/dev/null 2>&1 && fail "ds-inspect --verify accepted an unlisted file"
+rm -f "$T/a/extra.json"
+printf ' ' >> "$T/a/config.json"
+$I --verify "$T/a" >/dev/null 2>&1 && fail "ds-inspect --verify accepted a modified file"
+
 # --json summary
 js=$($Q --json --scheme w8a8-dynamic --format compressed-tensors $M "$T/j")
 echo "$js" | grep -q '"export": {"format": "compressed-tensors"' || fail "ds-quant --json lacks the export summary"
