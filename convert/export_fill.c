@@ -125,7 +125,9 @@ static int fill_int4(dsq_export *ex, const dsq_xtensor *x, const dsq_qview *v, u
         case XK_ASC_W4:
             /* byte[j, k] = (q[2j+1, k] << 4) | (q[2j, k] & 0xF), q signed:
              * the stored nibble is q + 8, so XOR 8 gives q's two's
-             * complement nibble. */
+             * complement nibble. Checked against msModelSlim
+             * save/utils/pack.py @030d6ea (w4a8_pack_int4: transpose, pair
+             * adjacent N values, transpose back). */
             for (int r = 0; r + 1 < rows; r += 2) {
                 const uint8_t *lo = c + (size_t)r * st, *hi = lo + st;
                 uint8_t *o = dst + (size_t)((n0 + r) / 2) * (size_t)K;
@@ -134,8 +136,11 @@ static int fill_int4(dsq_export *ex, const dsq_xtensor *x, const dsq_qview *v, u
             break;
         case XK_ASC_SCALE_BIAS: {
             /* scale_bias = 8 * sum_k q[n,k] * s[n], per row ([N,1]) or per
-             * sixteenth of K ([N,16]) (msModelSlim utils/pack.py
-             * process_scale); summed in double, rounded once. */
+             * sixteenth of K ([N,16]): msModelSlim save/utils/pack.py
+             * @030d6ea process_scale reshapes [N, K] to (-1, K / tp_num)
+             * with tp_num 16, so part p is columns [p*K/16, (p+1)*K/16) of
+             * row n (K % 16 == 0 is checked at plan time). Summed in double
+             * and rounded once (torch sums in float32: same to rounding). */
             int64_t parts = x->shape[1], len = K / parts;
             for (int r = 0; r < rows; r++) {
                 int64_t n = n0 + r;
