@@ -15,6 +15,7 @@
 #include "dsq_file.h"
 #include "dsq_mem.h"
 #include "dsq_sha256.h"
+#include "export.h"
 #include "recipe.h"
 #include "safetensors.h"
 #include "scheme.h"
@@ -354,6 +355,23 @@ static void check_export(const char *fmt, const char *dsq, const char *dir)
         if (!strcmp(fmt, "awq")) {
             assert_string_equal(jstr(q, "version"), "gemm");
             assert_int_equal(mdt, DSQ_DTYPE_F16);
+            /* substring rule: no entry may match a quantized linear, and
+             * every float decoder linear must be matched by one */
+            json_object *nc;
+            json_object_object_get_ex(q, "modules_to_not_convert", &nc);
+            for (size_t i = 0; i < dsq_st_count(m); i++) {
+                const char *tn = dsq_st_get(m, i)->name;
+                int quantized = ends(tn, ".qweight");
+                int float_linear = ends(tn, "_proj.weight") && strstr(tn, "model.layers.");
+                if (!quantized && !float_linear) continue;
+                char mod2[512];
+                snprintf(mod2, sizeof mod2, "%.*s", (int)(strlen(tn) - (quantized ? 8 : 7)), tn);
+                int hit = 0;
+                for (size_t k = 0; nc && k < json_object_array_length(nc); k++)
+                    hit |= strstr(mod2, json_object_get_string(json_object_array_get_idx(nc, k))) != NULL;
+                if (quantized && hit) fail_msg("modules_to_not_convert matches quantized %s", mod2);
+                if (float_linear && !hit) fail_msg("float linear %s not in modules_to_not_convert", mod2);
+            }
         } else {
             json_object *groups;
             assert_true(json_object_object_get_ex(q, "config_groups", &groups));
@@ -431,6 +449,7 @@ static void test_round_trips(void **state)
         { "ascend", NULL, "deepseek-w4a8", 0, NULL, 0 },
         { "awq", "awq-w4a16", NULL, 64, "q_b_proj", 0 },
         { "awq", "awq-w4a16", NULL, 0, NULL, 0 },
+        { "awq", "awq-w4a16", NULL, 0, "experts\\.1\\.", 0 },
         { "compressed-tensors", "awq-w4a16", NULL, 64, "q_b_proj", 0 },
         { "compressed-tensors", "w8a8-dynamic", NULL, 0, NULL, 0 },
         { "compressed-tensors", "w4a8", NULL, 0, NULL, 0 },
@@ -474,6 +493,64 @@ static void test_refusals(void **state)
         snprintf(tmp, sizeof tmp, "%s/.refused.partial", g_dir);
         assert_false(dsq_path_exists(tmp));
     }
+}
+
+/* AWQ stores float tensors and scales as F16: values beyond 65504 are
+ * refused naming the tensor, and nothing is left behind. */
+static void f16_case(const char *name, uint32_t role, const dsq_scheme *sc, int32_t group, float big)
+{
+    enum { N = 8, K = 64 };
+    float w[N * K];
+    for (int i = 0; i < N * K; i++) w[i] = (float)((i * 37) % 17 - 8) * 0.01f;
+    w[5] = big;
+    w[6] = -big;
+    dsq_qshape qs;
+    assert_int_equal(dsq_qshape_init(&qs, sc, N, K, group), DSQ_OK);
+    size_t size;
+    assert_int_equal(sc->blob_size(&qs, &size), DSQ_OK);
+    uint8_t *blob = calloc(1, size);
+    assert_non_null(blob);
+    dsq_diag d;
+    assert_int_equal(dsq_quantize_tensor(sc, w, &qs, NULL, blob, NULL, &d), DSQ_OK);
+    dsq_export_src src;
+    memset(&src, 0, sizeof src);
+    src.name = name;
+    dsq_role_classify(name, 4, &src.role);
+    assert_int_equal(src.role.role, role);
+    src.scheme = sc;
+    src.src_dtype = DSQ_DTYPE_F32;
+    src.ndim = 2;
+    src.shape[0] = N;
+    src.shape[1] = K;
+    src.qshape = qs;
+    char out[512];
+    snprintf(out, sizeof out, "%s/f16", g_dir);
+    dsq_export_opts o;
+    memset(&o, 0, sizeof o);
+    o.format = "awq";
+    o.output = out;
+    o.meta_json = "{\"config\": {\"torch_dtype\": \"bfloat16\"}}";
+    dsq_export *ex = NULL;
+    assert_int_equal(dsq_export_open(&ex, &o, &src, 1, &d), DSQ_OK);
+    dsq_diag_clear(&d);
+    int rc = dsq_export_put(ex, 0, blob, size, &d);
+    assert_int_equal(rc, DSQ_ERR_UNSUPPORTED);
+    if (strncmp(d.tensor, name, strlen(name) - 7) != 0) fail_msg("diag names '%s', not %s", d.tensor, name);
+    assert_non_null(strstr(d.msg, "float16"));
+    dsq_export_free(ex, 0);
+    assert_false(dsq_path_exists(out));
+    char part[600];
+    snprintf(part, sizeof part, "%s/.f16.partial", g_dir);
+    assert_false(dsq_path_exists(part));
+    free(blob);
+}
+
+static void test_f16_range(void **state)
+{
+    (void)state;
+    f16_case("model.layers.0.mlp.gate.weight", DSQ_ROLE_ROUTER, dsq_scheme_by_id(DSQ_SCHEME_F32), 0, 1e6f);
+    f16_case("model.layers.0.mlp.down_proj.weight", DSQ_ROLE_MLP_LINEAR, dsq_scheme_by_id(DSQ_SCHEME_AWQ_W4A16),
+             64, 2e6f);
 }
 
 static int same_tree(const char *a, const char *b)
@@ -534,6 +611,7 @@ int main(void)
         cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_f16_range),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
