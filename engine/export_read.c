@@ -397,11 +397,10 @@ static int ct_scales(const rd *r, int64_t ng, float **sv, const dsq_st_tensor **
 
 static int ct_groups(const rd *r, int64_t *G, int64_t *ng)
 {
+    /* scale shape (out, ceil(in / group_size)) (initialize.py): the last
+     * group may be ragged, as in the dsq blob */
     *G = r->spec.group_size > 0 ? r->spec.group_size : r->K;
-    if (r->K % *G)
-        return dsq_fail(r->d, DSQ_ERR_SHAPE, dsq_export_desc_file(r->x), r->module, -1,
-                        "in_features %lld is not a multiple of group_size %lld", (long long)r->K, (long long)*G);
-    *ng = r->K / *G;
+    *ng = (r->K + *G - 1) / *G;
     return DSQ_OK;
 }
 
