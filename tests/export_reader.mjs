@@ -119,6 +119,8 @@ function dequantAll(dir) {
     return res;
   }
   const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'))).quantization_config || {};
+  // compressed-tensors group size (5.2: the last group may be ragged, so it is not derivable from shapes)
+  const ctG = (K) => { const w = Object.values(cfg.config_groups || {})[0]?.weights; return w && w.strategy === 'group' ? w.group_size : K; };
   for (const [name, t] of Object.entries(T)) {
     if (cfg.quant_method === 'awq' && name.endsWith('.qweight')) { // 3.1 / 3.3
       const m = name.slice(0, -8), [K, NC] = t.shape, N = 8 * NC, qw = ints(t), qz = ints(get(m, 'qzeros'));
@@ -132,7 +134,7 @@ function dequantAll(dir) {
       res.set(m, { N, K, w: out, exact: true });
     } else if (cfg.quant_method === 'compressed-tensors' && name.endsWith('.weight_packed')) { // 5.2
       const m = name.slice(0, -14), [N, K] = ints(get(m, 'weight_shape')).map(Number), p = ints(t);
-      const s = floats(get(m, 'weight_scale')), ng = get(m, 'weight_scale').shape[1], G = Math.ceil(K / ng);
+      const s = floats(get(m, 'weight_scale')), ng = get(m, 'weight_scale').shape[1], G = ctG(K);
       const zt = T[`${m}.weight_zero_point`], zp = zt ? ints(zt) : null, out = new Float64Array(N * K);
       for (let n = 0; n < N; n++) for (let k = 0; k < K; k++) {
         const g = Math.floor(k / G), q = ((p[n * (K / 8) + (k >> 3)] >>> (4 * (k & 7))) & 15) - 8;
@@ -142,7 +144,7 @@ function dequantAll(dir) {
       res.set(m, { N, K, w: out, exact: true });
     } else if (cfg.quant_method === 'compressed-tensors' && name.endsWith('.weight') && t.dtype === 'I8') {
       const m = name.slice(0, -7), [N, K] = t.shape, q = ints(t), st = get(m, 'weight_scale'), s = floats(st);
-      const ng = st.shape[1], G = Math.ceil(K / ng), out = new Float64Array(N * K);
+      const ng = st.shape[1], G = ctG(K), out = new Float64Array(N * K);
       for (let n = 0; n < N; n++) for (let k = 0; k < K; k++) out[n * K + k] = Math.fround(q[n * K + k] * s[n * ng + Math.floor(k / G)]);
       res.set(m, { N, K, w: out, exact: true });
     }
