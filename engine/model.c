@@ -739,7 +739,7 @@ void dsq_model_free(dsq_model *m)
     free(m->w.layers);
     free_owned(&m->owned, &m->n_owned, &m->cap_owned);
     if (m->st) dsq_st_close(m->st);
-    dsq_export_free(m->exp);
+    dsq_export_info_free(m->exp);
     if (m->ctr) dsq_ctr_set_close(m->ctr);
     if (m->own_pool) dsq_pool_free(m->pool);
     dsq_model_config_release(&m->cfg);

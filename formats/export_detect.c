@@ -71,7 +71,7 @@ static void matcher_free(matcher *m, size_t n)
     free(m);
 }
 
-void dsq_export_free(dsq_export_info *x)
+void dsq_export_info_free(dsq_export_info *x)
 {
     if (!x) return;
     for (size_t i = 0; i < x->n_desc; i++) { free(x->desc[i].name); free(x->desc[i].type); }
@@ -404,7 +404,7 @@ int dsq_export_parse(const char *desc, size_t desc_len, const char *name_desc,
     }
     json_object_put(root);
     if (rc < 0 || x->kind == DSQ_EXPORT_NONE) {
-        dsq_export_free(x);
+        dsq_export_info_free(x);
         return rc;
     }
     *out = x;

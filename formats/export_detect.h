@@ -53,7 +53,7 @@ typedef struct dsq_export_info dsq_export_info;  /* opaque */
 #define DSQ_EXPORT_ASCEND_DESC "quant_model_description.json"
 
 /* Inspect dir. *out = NULL (and DSQ_OK) for a plain checkpoint; else a
- * parsed description to free with dsq_export_free. Malformed descriptions:
+ * parsed description to free with dsq_export_info_free. Malformed descriptions:
  * DSQ_ERR_JSON / DSQ_ERR_FORMAT / DSQ_ERR_UNSUPPORTED naming the file and
  * the key. */
 int  dsq_export_detect(const char *dir, dsq_export_info **out, dsq_diag *d);
@@ -62,7 +62,7 @@ int  dsq_export_detect(const char *dir, dsq_export_info **out, dsq_diag *d);
 int  dsq_export_parse(const char *desc, size_t desc_len, const char *name_desc,
                       const char *config, size_t config_len, const char *name_cfg,
                       dsq_export_info **out, dsq_diag *d);
-void dsq_export_free(dsq_export_info *x);
+void dsq_export_info_free(dsq_export_info *x);
 
 enum dsq_export_kind dsq_export_kind_of(const dsq_export_info *x);
 const char *dsq_export_kind_name(enum dsq_export_kind k);

@@ -72,7 +72,7 @@ static int fx_read(fx *f, const char *json_name, const char *json, uint8_t **blo
     }
     if (rc == 0) rc = dsq_export_read_linear(x, st, MOD, N, K, blob, size, bias, d);
     dsq_st_close(st);
-    dsq_export_free(x);
+    dsq_export_info_free(x);
     dsq_test_rmtree(f->dir);
     return rc;
 }
@@ -476,7 +476,7 @@ static int dump(const char *dir, const char *outdir)
     if (idx) fclose(idx);
     if (bin) fclose(bin);
     dsq_st_close(st);
-    dsq_export_free(x);
+    dsq_export_info_free(x);
     if (rc < 0) {
         char buf[1400];
         dsq_diag_format(&d, buf, sizeof buf);
