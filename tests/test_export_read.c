@@ -12,6 +12,7 @@
 #include "dtype.h"
 #include "export_detect.h"
 #include "export_read.h"
+#include "model.h"
 #include "safetensors.h"
 #include "scheme.h"
 #include "st_writer.h"
@@ -486,8 +487,132 @@ static int dump(const char *dir, const char *outdir)
     return 0;
 }
 
+/* ---- model-level helpers for tests/cli/export_read.sh -------------------------- */
+
+static int open_model(const char *path, int lazy, dsq_model **m)
+{
+    dsq_model_opts o;
+    dsq_model_opts_default(&o);
+    o.threads = 2;
+    o.lazy = lazy;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    int rc = dsq_model_open(m, path, &o, &d);
+    if (rc < 0) {
+        char buf[1400];
+        dsq_diag_format(&d, buf, sizeof buf);
+        fprintf(stderr, "open %s: %s\n", path, buf);
+    }
+    return rc;
+}
+
+/* the linears of a loaded layer, in a fixed order */
+static int layer_linears(const dsq_model *m, const dsq_layer *ly, const dsq_linear **out, int cap)
+{
+    const dsq_linear *ls[] = { &ly->q, &ly->k, &ly->v, &ly->o, &ly->q_a, &ly->q_b, &ly->kv_a, &ly->kv_b,
+                               &ly->mlp.gate, &ly->mlp.up, &ly->mlp.down, &ly->router,
+                               &ly->shared.gate, &ly->shared.up, &ly->shared.down };
+    int n = 0;
+    for (size_t i = 0; i < sizeof ls / sizeof *ls && n < cap; i++) out[n++] = ls[i];
+    for (int64_t e = 0; ly->experts && e < dsq_model_get_config(m)->n_routed_experts && n + 3 <= cap; e++) {
+        out[n++] = &ly->experts[e].gate;
+        out[n++] = &ly->experts[e].up;
+        out[n++] = &ly->experts[e].down;
+    }
+    return n;
+}
+
+/* --compare-dsq EXPORT DSQ TOL: every linear's dequantized weight in the export
+ * equals the .dsq's within relative TOL (the scale dtype's rounding); prints the
+ * max relative and absolute differences. Exit 1 beyond TOL or on a scheme
+ * mismatch of a quantized linear. */
+static int compare_dsq(const char *exp_dir, const char *dsq, double tol)
+{
+    dsq_model *a = NULL, *b = NULL;
+    if (open_model(exp_dir, 0, &a) < 0 || open_model(dsq, 0, &b) < 0) {
+        dsq_model_free(a);
+        dsq_model_free(b);
+        return 1;
+    }
+    double max_rel = 0, max_abs = 0;
+    long bad = 0, nlin = 0, nw = 0;
+    const dsq_weights *wa = dsq_model_weights(a), *wb = dsq_model_weights(b);
+    for (int64_t l = 0; l < dsq_model_get_config(a)->num_hidden_layers; l++) {
+        const dsq_linear *la[1024], *lb[1024];
+        int na = layer_linears(a, &wa->layers[l], la, 1024), nb = layer_linears(b, &wb->layers[l], lb, 1024);
+        for (int i = 0; i < na && i < nb; i++) {
+            const dsq_qview *va = &la[i]->w, *vb = &lb[i]->w;
+            if (!va->scheme || !vb->scheme) continue;
+            int qa = va->scheme->id >= DSQ_SCHEME_W8A8_DYNAMIC, qb = vb->scheme->id >= DSQ_SCHEME_W8A8_DYNAMIC;
+            if (qa && qb && va->scheme->id != vb->scheme->id) {
+                fprintf(stderr, "FAIL: %s: export %s vs .dsq %s\n", la[i]->name, va->scheme->name, vb->scheme->name);
+                bad++;
+                continue;
+            }
+            if (qa != qb) { if (qb) fprintf(stderr, "note: %s: float in the export, %s in the .dsq\n", la[i]->name, vb->scheme->name); continue; }
+            if (!qa) continue;
+            nlin++;
+            int64_t R = va->shape.rows, C = va->shape.cols;
+            float *x = malloc((size_t)C * sizeof *x), *y = malloc((size_t)C * sizeof *y);
+            for (int64_t r = 0; r < R; r++) {
+                va->scheme->dequantize(va, r, 1, x);
+                vb->scheme->dequantize(vb, r, 1, y);
+                for (int64_t c = 0; c < C; c++) {
+                    double d = fabs((double)x[c] - (double)y[c]), rel = y[c] != 0 ? d / fabs(y[c]) : (d > 0 ? 1 : 0);
+                    if (d > max_abs) max_abs = d;
+                    if (rel > max_rel) max_rel = rel;
+                    if (rel > tol) {
+                        if (bad < 5) fprintf(stderr, "FAIL: %s[%lld][%lld]: export %g vs .dsq %g\n", la[i]->name, (long long)r, (long long)c, x[c], y[c]);
+                        bad++;
+                    }
+                    nw++;
+                }
+            }
+            free(x);
+            free(y);
+        }
+    }
+    printf("%s vs %s: %ld quantized linears, %ld weights, max rel diff %.3e, max abs diff %.3e (tolerance %.3e)\n",
+           exp_dir, dsq, nlin, nw, max_rel, max_abs, tol);
+    dsq_model_free(a);
+    dsq_model_free(b);
+    return bad || !nlin ? 1 : 0;
+}
+
+/* --lazy-check DIR: logits of an eager and a lazy (calibration-style) load of
+ * the same model agree bit for bit. */
+static int lazy_check(const char *dir)
+{
+    dsq_model *m[2] = { NULL, NULL };
+    float *lg[2] = { NULL, NULL };
+    int32_t toks[24];
+    for (int i = 0; i < 24; i++) toks[i] = (int32_t)(1 + (i * 37) % 200);
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        rc = open_model(dir, k, &m[k]);
+        if (rc < 0) break;
+        int64_t V = dsq_model_get_config(m[k])->vocab_size;
+        lg[k] = malloc((size_t)(24 * V) * sizeof(float));
+        dsq_state *s = dsq_state_create(m[k], 1, 64);
+        dsq_diag d;
+        dsq_diag_clear(&d);
+        rc = lg[k] && s ? dsq_forward(m[k], s, 0, toks, 24, lg[k], 0, &d) : DSQ_ERR_NOMEM;
+        dsq_state_free(s);
+    }
+    int out = 1;
+    if (rc == 0) {
+        size_t n = (size_t)(24 * dsq_model_get_config(m[0])->vocab_size);
+        out = memcmp(lg[0], lg[1], n * sizeof(float)) != 0;
+        printf("%s: eager and lazy logits %s\n", dir, out ? "DIFFER" : "identical");
+    }
+    for (int k = 0; k < 2; k++) { free(lg[k]); dsq_model_free(m[k]); }
+    return out;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 5 && !strcmp(argv[1], "--compare-dsq")) return compare_dsq(argv[2], argv[3], atof(argv[4]));
+    if (argc == 3 && !strcmp(argv[1], "--lazy-check")) return lazy_check(argv[2]);
     if (argc == 4 && !strcmp(argv[1], "--dump")) return dump(argv[2], argv[3]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ascend_w8a8_dynamic),
