@@ -529,6 +529,64 @@ static int check_float(const rd *r)
     return 0;
 }
 
+/* Modules the target loaders fuse must be stored alike (formats.md 3.4, 4.1,
+ * 4.6): q_a_proj + kv_a_proj_with_mqa, gate_proj + up_proj, and (vllm-ascend
+ * configures all experts from expert 0) every routed expert like expert 0.
+ * Writes the partner of module into buf; 0 when it has none. */
+static int fused_partner(const char *module, char *buf, size_t n)
+{
+    static const char *const pairs[][2] = { { ".self_attn.q_a_proj", ".self_attn.kv_a_proj_with_mqa" },
+                                            { ".gate_proj", ".up_proj" } };
+    const char *e = strstr(module, ".mlp.experts.");
+    if (e) {
+        const char *num = e + strlen(".mlp.experts."), *dot = strchr(num, '.');
+        if (dot && !(dot - num == 1 && num[0] == '0')) {
+            snprintf(buf, n, "%.*s0%s", (int)(num - module), module, dot);
+            return 1;
+        }
+    }
+    size_t ml = strlen(module);
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++)
+        for (int j = 0; j < 2; j++) {
+            size_t sl = strlen(pairs[i][j]);
+            if (ml > sl && !strcmp(module + ml - sl, pairs[i][j])) {
+                snprintf(buf, n, "%.*s%s", (int)(ml - sl), module, pairs[i][1 - j]);
+                return 1;
+            }
+        }
+    return 0;
+}
+
+static int check_partner(const rd *r)
+{
+    char other[600];
+    if (!fused_partner(r->module, other, sizeof other)) return DSQ_OK;
+    char w[620];
+    snprintf(w, sizeof w, "%s.weight", other);
+    /* only a partner that exists in this checkpoint (Llama has no q_a_proj) */
+    dsq_export_spec ps;
+    dsq_diag dd;
+    dsq_diag_clear(&dd);
+    if (dsq_export_spec_of(r->x, other, &ps, &dd) < 0) return DSQ_OK;   /* reported when it is read */
+    if (ps.type == DSQ_EQ_FLOAT && !dsq_st_find(r->st, w)) return DSQ_OK;
+    if (ps.type != r->spec.type || ps.bits != r->spec.bits || ps.group_size != r->spec.group_size)
+        return dsq_fail(r->d, DSQ_ERR_FORMAT, dsq_export_desc_file(r->x), r->module, -1,
+                        "stored unlike %s, which the serving engine fuses with it (or configures it from)", other);
+    if (r->spec.type != DSQ_EQ_ASCEND_W8A8) return DSQ_OK;
+    /* static W8A8 fused pairs load into one input_scale / input_offset slot */
+    static const char *const act[] = { "input_scale", "input_offset" };
+    for (int i = 0; i < 2; i++) {
+        char a[620], b[620];
+        snprintf(a, sizeof a, "%s.%s", r->module, act[i]);
+        snprintf(b, sizeof b, "%s.%s", other, act[i]);
+        const dsq_st_tensor *ta = dsq_st_find(r->st, a), *tb = dsq_st_find(r->st, b);
+        if (ta && tb && (ta->nbytes != tb->nbytes || ta->dtype != tb->dtype || memcmp(ta->data, tb->data, (size_t)ta->nbytes)))
+            return dsq_fail(r->d, DSQ_ERR_FORMAT, file_of(r, ta), a, (int64_t)ta->file_offset,
+                            "differs from %s: fused W8A8 linears share one activation scale and offset", b);
+    }
+    return DSQ_OK;
+}
+
 int dsq_export_read_linear(const dsq_export_info *x, const dsq_st_model *st, const char *module,
                            int64_t rows, int64_t cols, uint8_t **blob, size_t *blob_size,
                            float **bias, dsq_diag *d)
@@ -538,7 +596,11 @@ int dsq_export_read_linear(const dsq_export_info *x, const dsq_st_model *st, con
     *bias = NULL;
     rd r = { x, st, module, { 0 }, rows, cols, d };
     DSQ_TRY(dsq_export_spec_of(x, module, &r.spec, d));
-    if (r.spec.type == DSQ_EQ_FLOAT) return check_float(&r);
+    if (r.spec.type == DSQ_EQ_FLOAT) {
+        DSQ_TRY(check_float(&r));
+        return check_partner(&r);
+    }
+    DSQ_TRY(check_partner(&r));
     const reader *rdr = reader_for(r.spec.type);
     if (!rdr) return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, module, -1, "no reader for storage type %d", (int)r.spec.type);
     qb b;

@@ -107,6 +107,14 @@ if [ -d "$D" ]; then
   grep -q "quant_model_description.json.*model.layers.1.self_attn.o_proj.weight.*no description entry" "$T/err" ||
     fail "missing entry message: $(cat "$T/err")"
 fi
+D="$T/node-ascend-w8a8"
+if [ -d "$D" ]; then
+  # gate_proj and up_proj are fused by vllm-ascend: they must share one type
+  sed 's/"model.layers.0.mlp.up_proj.weight": "W8A8"/"model.layers.0.mlp.up_proj.weight": "W8A8_DYNAMIC"/' \
+    "$D/quant_model_description.json" >"$T/d.json" && cp "$T/d.json" "$D/quant_model_description.json"
+  $EVAL ppl -q -m "$D" --data samples/data/heldout.txt >/dev/null 2>"$T/err" && fail "fused pair of two types accepted"
+  grep -q "model.layers.0.mlp.gate_proj.*stored unlike model.layers.0.mlp.up_proj" "$T/err" || fail "fused pair message: $(cat "$T/err")"
+fi
 D="$T/node-awq-awq-w4a16"
 if [ -d "$D" ]; then
   sed 's/"version": "gemm"/"version": "gemv"/' "$D/config.json" >"$T/c.json" && cp "$T/c.json" "$D/config.json"
