@@ -199,8 +199,9 @@ static size_t check_quant(const char *fmt, const dsq_st_model *m, json_object *d
                 for (int64_t k = 0; k < K; k++) {
                     int q;
                     if (w4) {
-                        int8_t b = (int8_t)w->data[(size_t)(n / 2) * (size_t)K + (size_t)k];
-                        q = n % 2 ? (b >> 4) : (int8_t)(b << 4) >> 4;   /* low nibble: even row */
+                        uint8_t b = w->data[(size_t)(n / 2) * (size_t)K + (size_t)k];
+                        int nb = n % 2 ? b >> 4 : b & 0xF;   /* low nibble: even row */
+                        q = nb >= 8 ? nb - 16 : nb;          /* two's complement int4 */
                     } else {
                         q = (int8_t)w->data[(size_t)n * (size_t)K + (size_t)k];
                     }
