@@ -108,12 +108,20 @@ int dsq_convert_prepare(dsq_convert **out, const dsq_convert_opts *o, dsq_diag *
     if (!c->o.piece_bytes) c->o.piece_bytes = 16ull << 20;
     if (c->o.error_sample <= 0) c->o.error_sample = 16;
     if (!c->o.tool) c->o.tool = "ds-quant " DSQ_VERSION_STRING;
+    if (o->export_format && strcmp(o->export_format, "dsq") != 0) {
+        /* Blobs go to the export raw; shards are the export's. */
+        c->xformat = o->export_format;
+        c->xshard = o->shard_bytes;
+        c->o.shard_bytes = 0;
+        c->o.zstd_level = 0;
+    }
 
     int rc = dsq_st_open(&c->m, o->input, d);
     if (rc == DSQ_OK) rc = dsq_conv_build_metadata(c, d);
     if (rc == DSQ_OK) rc = dsq_plan_build(&c->plan, o->recipe, c->m, c->num_hidden_layers, d);
     if (rc == DSQ_OK) rc = plan_tensors(c, d);
     if (rc == DSQ_OK) rc = dsq_conv_fingerprint(c, d);
+    if (rc == DSQ_OK && c->xformat) rc = dsq_conv_export_prepare(c, d);
     if (rc < 0) {
         dsq_convert_free(c);
         return rc;
@@ -160,6 +168,7 @@ void dsq_convert_free(dsq_convert *c)
     if (c->m) dsq_st_close(c->m);
     free(c->ct);
     free(c->results);
+    free(c->xsrc);
     free(c->meta);
     free(c);
 }
@@ -242,6 +251,9 @@ struct dsq_conv_sink {
     /* per-tensor error accumulation */
     double err2, ref2;
     dsq_convert_progress prog;
+    /* another output kind (export): items go to fn instead */
+    dsq_conv_item_fn fn;
+    void *fn_ctx;
 };
 
 static int sink_open(dsq_conv_sink *k, int shard, dsq_diag *d)
@@ -343,6 +355,7 @@ static int sink_stream(dsq_conv_sink *k, const dsq_conv_item *it, dsq_conv_resul
 
 int dsq_conv_sink_item(dsq_conv_sink *k, const dsq_conv_item *it, dsq_conv_result *r, dsq_diag *d)
 {
+    if (k->fn) return k->fn(k->fn_ctx, it, r, d);
     dsq_convert *c = k->c;
     const dsq_plan_entry *e = &c->plan.v[it->tensor];
     const dsq_conv_tensor *ct = &c->ct[it->tensor];
@@ -558,10 +571,30 @@ static uint64_t file_size(const char *p)
     return stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
+int dsq_conv_run_items(dsq_convert *c, size_t from, dsq_conv_item_fn fn, void *ctx, dsq_diag *d)
+{
+    dsq_conv_sink k;
+    memset(&k, 0, sizeof k);
+    k.c = c;
+    k.shard = -1;
+    k.fn = fn;
+    k.fn_ctx = ctx;
+    dsq_conv_item *items = NULL;
+    size_t nitems = 0;
+    int rc = build_items(c, from, &items, &nitems, d);
+    if (rc == DSQ_OK) rc = dsq_conv_pipeline_run(c, items, nitems, &k, d);
+    free(items);
+    return rc;
+}
+
 int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
 {
     memset(s, 0, sizeof *s);
     if (c->ran) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "converter already ran");
+    if (c->xformat) {
+        c->ran = 1;
+        return dsq_conv_export_run(c, s, d);
+    }
     if (c->o.resume && c->o.no_journal)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "resume needs the journal");
     c->ran = 1;

@@ -68,6 +68,7 @@
 
 #include "calib.h"
 #include "dsq_error.h"
+#include "export.h"
 #include "recipe.h"
 #include "scheme.h"
 
@@ -116,6 +117,13 @@ typedef struct dsq_convert_opts {
     dsq_convert_progress_fn progress;
     void *progress_ctx;
     const volatile int *cancel; /* polled; nonzero stops with DSQ_ERR_INTERRUPTED */
+    /* Export (convert/export.h): NULL or "dsq" writes the .dsq container;
+     * "ascend", "awq" or "compressed-tensors" stream the same blobs into a
+     * model directory at output instead (shard_bytes then bounds its
+     * safetensors shards; 0 = the format's default). Refusals (a scheme the
+     * target cannot load) come from dsq_convert_prepare, before anything is
+     * written. */
+    const char *export_format;
 } dsq_convert_opts;
 
 /* Fill defaults (zstd level 1, all cores, ...). */
@@ -133,6 +141,7 @@ typedef struct dsq_tensor_result {
 
 typedef struct dsq_convert_summary {
     size_t tensors;             /* in the output */
+    dsq_export_summary export;  /* export runs only (format NULL otherwise) */
     size_t resumed;             /* of those, already written by an earlier run */
     size_t count_by_scheme[DSQ_SCHEME_ID_COUNT];
     uint64_t src_by_scheme[DSQ_SCHEME_ID_COUNT];    /* source bytes */

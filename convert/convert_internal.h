@@ -57,7 +57,20 @@ struct dsq_convert {
     size_t max_block_blob;    /* per-thread block blob scratch */
     dsq_tensor_result *results;
     int ran;
+    /* export (convert_export.c) */
+    const char *xformat;      /* NULL: .dsq container */
+    uint64_t xshard;          /* export shard size (o.shard_bytes is 0 then) */
+    dsq_export_src *xsrc;     /* plan as export sources */
 };
+
+/* Hand each finished item of the plan's tensors [from, n) to fn, in order,
+ * instead of the container writer. Returns the pipeline's status. */
+typedef int (*dsq_conv_item_fn)(void *ctx, const dsq_conv_item *it, dsq_conv_result *r, dsq_diag *d);
+int dsq_conv_run_items(dsq_convert *c, size_t from, dsq_conv_item_fn fn, void *ctx, dsq_diag *d);
+
+/* Export side (convert_export.c): plan check at prepare, the run. */
+int dsq_conv_export_prepare(dsq_convert *c, dsq_diag *d);
+int dsq_conv_export_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d);
 
 /* Writer side of the pipeline, implemented in convert.c: called on the
  * writer thread for each finished item, in item order. */

@@ -7,6 +7,7 @@
 #include "container.h"
 #include "convert.h"
 #include "dsq_file.h"
+#include "export.h"
 #include "dsq_version.h"
 #include "recipe.h"
 #include "scheme.h"
@@ -84,6 +85,14 @@ static void usage(void)
 "  --stats F                reuse statistics from --save-stats (no forward pass)\n"
 "\n"
 "Output and run:\n"
+"  --format F               dsq (default): the .dsq container. ascend: msModelSlim\n"
+"                           AscendV1 directory (vllm-ascend / MindIE); awq: AutoAWQ\n"
+"                           GEMM directory (vLLM); compressed-tensors: vLLM /\n"
+"                           llm-compressor directory. OUT is then a directory of\n"
+"                           safetensors shards (--shard-size bounds them), config.json,\n"
+"                           tokenizer files and SHA256SUMS, renamed into place when\n"
+"                           complete. Combinations the target cannot load exit 2\n"
+"                           (README \"Serving exports\")\n"
 "  -f, --force              overwrite an existing output\n"
 "  --resume                 continue an interrupted conversion (byte-identical\n"
 "                           to an uninterrupted run). Every run keeps a resume\n"
@@ -112,7 +121,8 @@ enum {
     OPT_SCHEME = 256, OPT_RECIPE, OPT_KEEP, OPT_SCHEME_FOR, OPT_GROUP, OPT_DRY, OPT_ZSTD,
     OPT_NONFINITE, OPT_RESUME, OPT_CLIP, OPT_SHARD, OPT_JSON, OPT_NOPROG, OPT_MEM,
     OPT_SAMPLE, OPT_CHECKPOINT, OPT_NOJOURNAL, OPT_CALIB, OPT_CSAMPLES, OPT_CSEQLEN, OPT_SEED,
-    OPT_MOECALIB, OPT_MINTOK, OPT_ALPHA, OPT_NOSMOOTH, OPT_NOCLIP, OPT_SAVESTATS, OPT_STATS
+    OPT_MOECALIB, OPT_MINTOK, OPT_ALPHA, OPT_NOSMOOTH, OPT_NOCLIP, OPT_SAVESTATS, OPT_STATS,
+    OPT_FORMAT
 };
 
 typedef struct rule_arg { int keep; const char *s; } rule_arg;
@@ -326,6 +336,13 @@ static void print_summary(const dsq_cli *cli, const dsq_convert_summary *s, cons
             printf("\n]");
         }
         if (calib_json) printf(", \"calibration\": %s", calib_json);
+        if (s->export.format)
+            printf(", \"export\": {\"format\": \"%s\", \"tensors\": %zu, \"weight_files\": %d, "
+                   "\"weight_bytes\": %llu, \"dequantized_to_float\": %zu, \"dropped\": %zu, "
+                   "\"resumed\": %zu, \"max_scale_rel_rounding\": %.6g}",
+                   s->export.format, s->export.out_tensors, s->export.shards,
+                   (unsigned long long)s->export.weight_bytes, s->export.dequantized, s->export.dropped,
+                   s->export.resumed, s->export.max_scale_rel_rounding);
         printf("}\n");
     } else if (cli->level >= 2) {
         char a[32], b[32], r[32];
@@ -338,6 +355,18 @@ static void print_summary(const dsq_cli *cli, const dsq_convert_summary *s, cons
         if (s->resumed) printf(" (%zu from the interrupted run)", s->resumed);
         printf("\n%s -> %s (%.2fx) in %.1f s, %.2f GB/s, peak RSS %s, %d threads\n", a, b,
                s->bytes_out ? (double)s->bytes_in / (double)s->bytes_out : 0.0, s->seconds, gbs, r, threads);
+        if (s->export.format) {
+            printf("%s export: %zu tensors in %d file(s)", s->export.format, s->export.out_tensors,
+                   s->export.shards);
+            if (s->export.dequantized)
+                printf(", %zu quantized tensors written as float (the target keeps them unquantized)",
+                       s->export.dequantized);
+            if (s->export.dropped) printf(", %zu MTP-layer tensors dropped (the target has no MTP layer)",
+                                          s->export.dropped);
+            if (s->export.max_scale_rel_rounding > 0)
+                printf(", scales rounded to 16 bits (max relative change %.3g)", s->export.max_scale_rel_rounding);
+            printf("\n");
+        }
         if (nm) {
             printf("relative error (1 row in %d): mean %.4g, worst:\n", sample, sum / (double)nm);
             for (size_t i = 0; i < (nworst < 5 ? nworst : 5); i++)
@@ -478,6 +507,7 @@ int main(int argc, char **argv)
         { "no-clip", no_argument, NULL, OPT_NOCLIP },
         { "save-stats", required_argument, NULL, OPT_SAVESTATS },
         { "stats", required_argument, NULL, OPT_STATS },
+        { "format", required_argument, NULL, OPT_FORMAT },
         { NULL, 0, NULL, 0 }
     };
     dsq_convert_opts o;
@@ -572,6 +602,12 @@ int main(int argc, char **argv)
         case OPT_NOCLIP: co.clip = 0; break;
         case OPT_SAVESTATS: co.save_stats = optarg; break;
         case OPT_STATS: co.load_stats = optarg; break;
+        case OPT_FORMAT:
+            if (strcmp(optarg, "dsq") != 0 && !dsq_export_format_known(optarg))
+                return free(rules), dsq_cli_usage_error(&cli, "unknown --format '%s' (dsq, ascend, awq, "
+                                                        "compressed-tensors)", optarg);
+            o.export_format = optarg;
+            break;
         case OPT_CHECKPOINT:
             if (dsq_cli_parse_float(optarg, 0, 1e6, &dv) < 0)
                 return free(rules), dsq_cli_usage_error(&cli, "bad checkpoint interval '%s'", optarg);
@@ -651,6 +687,19 @@ int main(int argc, char **argv)
      * a finished one is reused as is. */
     dsq_calib_result *cres = NULL;
     char *cjson = NULL, *cjson_t = NULL, *ckpt = NULL;
+    if (calibrating && !dry && o.export_format) {
+        /* Refuse what the export format cannot hold before calibrating
+         * (which can take hours and writes its checkpoint). */
+        dsq_convert *chk = NULL;
+        rc = dsq_convert_prepare(&chk, &o, &d);
+        dsq_convert_free(chk);
+        if (rc < 0) {
+            json_error(&cli, rc, &d);
+            dsq_recipe_release(&recipe);
+            int code = dsq_cli_fail(&cli, rc, &d);
+            return rc == DSQ_ERR_UNSUPPORTED ? DSQ_EXIT_USAGE : code;
+        }
+    }
     if (calibrating && !dry) {
         co.scheme = scheme ? scheme : "w4a8";   /* the deepseek-w4a8 preset's routed experts */
         co.group_size = group;
@@ -708,6 +757,10 @@ int main(int argc, char **argv)
         free(cjson);
         free(cjson_t);
         free(ckpt);
+        if (o.export_format && rc == DSQ_ERR_UNSUPPORTED) {   /* the target cannot load it */
+            dsq_cli_fail(&cli, rc, &d);
+            return DSQ_EXIT_USAGE;
+        }
         return dsq_cli_fail(&cli, rc, &d);
     }
     if (!dsq_convert_have_config(c) && !cli.json)
@@ -740,6 +793,7 @@ int main(int argc, char **argv)
         } else if (rc < 0) {
             json_error(&cli, rc, &d);
             exit_code = dsq_cli_fail(&cli, rc, &d);
+            if (o.export_format && rc == DSQ_ERR_UNSUPPORTED) exit_code = DSQ_EXIT_USAGE;
         } else {
             int threads = o.threads > 0 ? o.threads : dsq_cpu_count();
             print_summary(&cli, &s, o.input, o.output, threads, o.error_sample, cjson_t);

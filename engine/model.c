@@ -19,6 +19,7 @@
 #include "container_set.h"
 #include "dsq_mem.h"
 #include "dsq_file.h"
+#include "export_read.h"
 #include "safetensors.h"
 
 #include <cblas.h>
@@ -362,6 +363,29 @@ static int load_linear(loader *L, const char *prefix, int64_t out, int64_t in, d
     char name[512];
     memset(l, 0, sizeof *l);
     snprintf(name, sizeof name, "%s.weight", prefix);
+    if (L->m->exp) {
+        /* serving export: quantized linears arrive as a ready scheme blob */
+        uint8_t *blob;
+        size_t size;
+        float *qbias;
+        int q = dsq_export_read_linear(L->m->exp, L->m->st, prefix, out, in, &blob, &size, &qbias, L->d);
+        if (q < 0) return q;
+        if (q == 1) {
+            DSQ_TRY(own(L, blob));
+            if (qbias) DSQ_TRY(own(L, qbias));
+            int rc = dsq_qview_init(&l->w, NULL, NULL, blob, size, L->d);
+            if (rc < 0) return dsq_fail(L->d, rc, L->m->path, name, -1, "export tensors give an invalid blob");
+            l->out = out;
+            l->in = in;
+            l->name = strdup(name);
+            DSQ_TRY(own(L, l->name));
+            snprintf(name, sizeof name, "%s.bias", prefix);
+            float *b;
+            DSQ_TRY(load_vec(L, name, out, &b, 1));
+            l->bias = b ? b : qbias;   /* an explicit bias tensor wins over quant_bias */
+            return DSQ_OK;
+        }
+    }
     src_tensor t;
     if (src_find(L->m, name, &t) < 0) return missing(L, name);
     DSQ_TRY(load_matrix(L, &t, out, in, &l->w));
@@ -679,7 +703,10 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
             if (rc == DSQ_OK) rc = dsq_model_config_load(&m->cfg, dsq_st_dir(m->st), d);
             dsq_llama2c_temp_dir_remove(tmp);
         } else {
-            rc = dsq_st_open(&m->st, path, d);
+            /* a serving export (formats/export_detect.h) is a safetensors
+             * directory plus a description of its quantized linears */
+            rc = dsq_export_detect(path, &m->exp, d);
+            if (rc == DSQ_OK) rc = dsq_st_open(&m->st, path, d);
             if (rc == DSQ_OK) rc = dsq_model_config_load(&m->cfg, dsq_st_dir(m->st), d);
         }
     }
@@ -721,6 +748,7 @@ void dsq_model_free(dsq_model *m)
     free(m->w.layers);
     free_owned(&m->owned, &m->n_owned, &m->cap_owned);
     if (m->st) dsq_st_close(m->st);
+    dsq_export_info_free(m->exp);
     if (m->ctr) dsq_ctr_set_close(m->ctr);
     if (m->own_pool) dsq_pool_free(m->pool);
     dsq_model_config_release(&m->cfg);

@@ -7,8 +7,10 @@
  * (q/k/v bias). Any linear may carry a "<name>.bias" tensor.
  *
  * Sources: a safetensors checkpoint (file, index or directory; BF16, F16,
- * F32 or DeepSeek FP8-block weights) or a .dsq container of any scheme
- * (quant/scheme.h). The engine holds ONE copy of the weights: BF16 / F32
+ * F32 or DeepSeek FP8-block weights), a serving export directory (AscendV1,
+ * AutoAWQ GEMM, compressed-tensors; detected from its files, its quantized
+ * linears repacked once into scheme blobs by engine/export_read.h) or a .dsq
+ * container of any scheme (quant/scheme.h). The engine holds ONE copy of the weights: BF16 / F32
  * tensors are used in place from the mapping when their rows line up with
  * the scheme layout; FP8 is dequantized to BF16 once at load (as DeepSeek's
  * fp8_cast_bf16.py does); F16 becomes F32; .dsq payloads are used in place
@@ -252,6 +254,7 @@ struct dsq_model {
     /* source: exactly one of st / ctr */
     struct dsq_st_model *st;
     struct dsq_ctr_set *ctr;   /* one .dsq file, or index + shards */
+    struct dsq_export_info *exp; /* with st: a serving export's description, else NULL */
     char *path;
 
     /* derived */

@@ -1,0 +1,794 @@
+/* export.c - the export format table, planning, shard layout, resume and the
+ * finished directory (see export.h). Tensor bytes: export_fill.c. */
+#include "export_internal.h"
+#include "dsq_file.h"
+#include "dsq_sha256.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int dsq_x_fill(dsq_export *ex, const dsq_xtensor *x, const dsq_qview *v, uint8_t *dst, dsq_diag *d);
+
+static const dsq_export_format *const g_formats[] = { &dsq_xfmt_ascend, &dsq_xfmt_awq, &dsq_xfmt_ct };
+static const char *const g_names[] = { "ascend", "awq", "compressed-tensors", NULL };
+#define NFMT (sizeof g_formats / sizeof g_formats[0])
+#define STATE_NAME ".dsq-export-state"
+
+const char *const *dsq_export_formats(void) { return g_names; }
+
+static const dsq_export_format *find_format(const char *name)
+{
+    for (size_t i = 0; name && i < NFMT; i++)
+        if (!strcmp(g_formats[i]->name, name)) return g_formats[i];
+    return NULL;
+}
+
+int dsq_export_format_known(const char *name) { return find_format(name) != NULL; }
+
+/* ================= helpers for the format files ================= */
+
+int dsq_x_add(dsq_export *ex, size_t i, const char *base, const char *suffix, enum dsq_dtype dt,
+              int ndim, const int64_t *shape, enum dsq_xkind kind, const char *desc, dsq_diag *d)
+{
+    if (ex->nxt == ex->capxt) {
+        size_t nc = ex->capxt ? ex->capxt * 2 : 256;
+        dsq_xtensor *nv = realloc(ex->xt, nc * sizeof *nv);
+        if (!nv) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        ex->xt = nv;
+        ex->capxt = nc;
+    }
+    dsq_xtensor *x = &ex->xt[ex->nxt];
+    memset(x, 0, sizeof *x);
+    size_t n = strlen(base) + strlen(suffix) + 1;
+    x->name = malloc(n);
+    if (!x->name) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    snprintf(x->name, n, "%s%s", base, suffix);
+    x->dtype = dt;
+    x->ndim = ndim;
+    uint64_t numel = 1;
+    for (int k = 0; k < ndim; k++) {
+        x->shape[k] = shape[k];
+        numel *= (uint64_t)shape[k];
+    }
+    x->nbytes = numel * dsq_dtype_bits(dt) / 8;
+    x->kind = kind;
+    x->desc = desc;
+    x->src = i;
+    if (!ex->xs[i].count) ex->xs[i].first = ex->nxt;
+    ex->xs[i].count++;
+    ex->nxt++;
+    return DSQ_OK;
+}
+
+enum dsq_dtype dsq_x_keep_dtype(const dsq_export_src *s)
+{
+    switch (s->src_dtype) {
+    case DSQ_DTYPE_F16: case DSQ_DTYPE_BF16: case DSQ_DTYPE_F32: return s->src_dtype;
+    case DSQ_DTYPE_F64: return DSQ_DTYPE_F32;
+    default: break;
+    }
+    /* FP8 (and unknown) sources: what the blob holds (bf16 for FP8). */
+    return s->scheme->id == DSQ_SCHEME_F32 ? DSQ_DTYPE_F32 : DSQ_DTYPE_BF16;
+}
+
+int dsq_x_add_float(dsq_export *ex, size_t i, enum dsq_dtype dt, dsq_diag *d)
+{
+    const dsq_export_src *s = &ex->src[i];
+    ex->xs[i].type = "FLOAT";
+    if (s->scheme->weight_bits <= 8) {
+        ex->xs[i].dequant = 1;
+        ex->sum.dequantized++;
+    }
+    return dsq_x_add(ex, i, s->name, "", dt, s->ndim, s->shape, XK_FLOAT, "FLOAT", d);
+}
+
+char *dsq_x_module(const char *name)
+{
+    size_t n = strlen(name);
+    if (n < 8 || strcmp(name + n - 7, ".weight") != 0) return NULL;
+    return strndup(name, n - 7);
+}
+
+int dsq_x_is_linear(const dsq_export_src *s)
+{
+    uint32_t r = s->role.role;
+    return s->ndim == 2 && (r == DSQ_ROLE_ATTN_LINEAR || r == DSQ_ROLE_MLP_LINEAR ||
+                            r == DSQ_ROLE_EXPERT_LINEAR || r == DSQ_ROLE_SHARED_EXPERT_LINEAR);
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+long dsq_x_partner(const dsq_export *ex, size_t i)
+{
+    static const char *const pairs[][2] = {
+        { ".q_a_proj.weight", ".kv_a_proj_with_mqa.weight" },
+        { ".gate_proj.weight", ".up_proj.weight" },
+    };
+    const char *name = ex->src[i].name;
+    for (size_t p = 0; p < 2; p++)
+        for (int side = 0; side < 2; side++) {
+            const char *a = pairs[p][side], *b = pairs[p][!side];
+            if (!ends_with(name, a)) continue;
+            size_t stem = strlen(name) - strlen(a);
+            char buf[1200];
+            if (stem + strlen(b) + 1 > sizeof buf) return -1;
+            memcpy(buf, name, stem);
+            strcpy(buf + stem, b);
+            for (size_t j = 0; j < ex->nsrc; j++)
+                if (!strcmp(ex->src[j].name, buf)) return (long)j;
+            return -1;
+        }
+    return -1;
+}
+
+int dsq_x_write_json(dsq_export *ex, const char *name, json_object *o, int pretty, dsq_diag *d)
+{
+    int fl = JSON_C_TO_STRING_NOSLASHESCAPE | (pretty ? JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED
+                                                      : JSON_C_TO_STRING_PLAIN);
+    const char *txt = json_object_to_json_string_ext(o, fl);
+    char *p = dsq_path_join(ex->tmpdir, name);
+    if (!txt || !p) {
+        free(p);
+        return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    size_t n = strlen(txt);
+    char *buf = malloc(n + 2);
+    int rc;
+    if (!buf) {
+        rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    } else {
+        memcpy(buf, txt, n);
+        buf[n] = '\n';
+        rc = dsq_write_file_atomic(p, buf, n + 1, DSQ_OUT_OVERWRITE, d);
+    }
+    free(buf);
+    free(p);
+    return rc;
+}
+
+/* ================= shards ================= */
+
+static char *shard_name(const dsq_export *ex, int s)
+{
+    char buf[128];
+    if (ex->nshards <= 1)
+        snprintf(buf, sizeof buf, "%s.safetensors", ex->f->weights_base);
+    else
+        snprintf(buf, sizeof buf, "%s-%05d-of-%05d.safetensors", ex->f->weights_base, s + 1, ex->nshards);
+    return strdup(buf);
+}
+
+static int cmp_layout(const void *a, const void *b)
+{
+    const dsq_xtensor *x = *(const dsq_xtensor *const *)a, *y = *(const dsq_xtensor *const *)b;
+    if (x->dtype != y->dtype) return x->dtype > y->dtype ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* Sorted target tensors of shard s (malloc'd array of pointers). */
+static dsq_xtensor **shard_list(dsq_export *ex, int s, size_t *n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < ex->nxt; i++) k += ex->xt[i].shard == s;
+    dsq_xtensor **v = malloc((k ? k : 1) * sizeof *v);
+    if (!v) return NULL;
+    k = 0;
+    for (size_t i = 0; i < ex->nxt; i++)
+        if (ex->xt[i].shard == s) v[k++] = &ex->xt[i];
+    qsort(v, k, sizeof *v, cmp_layout);
+    *n = k;
+    return v;
+}
+
+static void json_escape(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* Offsets of shard s, and its padded header (safetensors section 1). */
+static int shard_header(dsq_export *ex, int s, char **out, size_t *len, dsq_diag *d)
+{
+    size_t n;
+    dsq_xtensor **v = shard_list(ex, s, &n);
+    char *buf = NULL;
+    size_t blen = 0;
+    FILE *f = v ? open_memstream(&buf, &blen) : NULL;
+    if (!f) {
+        free(v);
+        return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    fputs("{\"__metadata__\":{\"format\":\"pt\"}", f);
+    uint64_t off = 0;
+    for (size_t k = 0; k < n; k++) {
+        dsq_xtensor *x = v[k];
+        x->off = off;
+        fputc(',', f);
+        json_escape(f, x->name);
+        fprintf(f, ":{\"dtype\":\"%s\",\"shape\":[", dsq_dtype_name(x->dtype));
+        for (int j = 0; j < x->ndim; j++) fprintf(f, "%s%lld", j ? "," : "", (long long)x->shape[j]);
+        fprintf(f, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                (unsigned long long)(off + x->nbytes));
+        off += x->nbytes;
+    }
+    fputc('}', f);
+    while ((blen = (size_t)ftell(f)) % 8) fputc(' ', f);
+    fclose(f);
+    free(v);
+    *out = buf;
+    *len = blen;
+    return DSQ_OK;
+}
+
+static char *tmp_file(const dsq_export *ex, const char *name)
+{
+    size_t n = strlen(name) + 16;
+    char *t = malloc(n);
+    if (!t) return NULL;
+    snprintf(t, n, ".%s.partial", name);
+    char *p = dsq_path_join(ex->tmpdir, t);
+    free(t);
+    return p;
+}
+
+static int shard_open(dsq_export *ex, int s, dsq_diag *d)
+{
+    char *hdr = NULL, *name = shard_name(ex, s), *p = name ? tmp_file(ex, name) : NULL;
+    size_t hlen = 0;
+    int rc = p ? shard_header(ex, s, &hdr, &hlen, d) : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    if (rc == DSQ_OK) {
+        ex->fd = open(p, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+        if (ex->fd < 0) rc = dsq_fail_errno(d, errno, p, "cannot create");
+    }
+    if (rc == DSQ_OK) {
+        uint8_t pre[8];
+        uint64_t N = hlen;
+        for (int k = 0; k < 8; k++) pre[k] = (uint8_t)(N >> (8 * k));
+        if (pwrite(ex->fd, pre, 8, 0) != 8 || pwrite(ex->fd, hdr, hlen, 8) != (ssize_t)hlen)
+            rc = dsq_fail_errno(d, errno, p, "write failed");
+        ex->data_start = 8 + hlen;
+        ex->cur = s;
+    }
+    free(hdr);
+    free(name);
+    free(p);
+    return rc;
+}
+
+static int state_write(dsq_export *ex, dsq_diag *d);
+
+static int shard_commit(dsq_export *ex, dsq_diag *d)
+{
+    char *name = shard_name(ex, ex->cur), *p = name ? tmp_file(ex, name) : NULL;
+    char *fin = name ? dsq_path_join(ex->tmpdir, name) : NULL;
+    int rc = DSQ_OK;
+    if (!p || !fin) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    /* Extend to the full size (a shard whose last tensors are empty). */
+    uint64_t total = ex->data_start;
+    for (size_t i = 0; i < ex->nxt; i++)
+        if (ex->xt[i].shard == ex->cur && ex->data_start + ex->xt[i].off + ex->xt[i].nbytes > total)
+            total = ex->data_start + ex->xt[i].off + ex->xt[i].nbytes;
+    if (rc == DSQ_OK && ftruncate(ex->fd, (off_t)total) != 0) rc = dsq_fail_errno(d, errno, p, "truncate failed");
+    if (rc == DSQ_OK && fsync(ex->fd) != 0) rc = dsq_fail_errno(d, errno, p, "fsync failed");
+    if (ex->fd >= 0) close(ex->fd);
+    ex->fd = -1;
+    if (rc == DSQ_OK && rename(p, fin) != 0) rc = dsq_fail_errno(d, errno, fin, "rename failed");
+    free(name);
+    free(p);
+    free(fin);
+    if (rc < 0) return rc;
+    ex->committed = ex->cur + 1;
+    ex->cur = -1;
+    return state_write(ex, d);
+}
+
+/* ================= resume state ================= */
+
+static int state_write(dsq_export *ex, dsq_diag *d)
+{
+    char *p = dsq_path_join(ex->tmpdir, STATE_NAME);
+    if (!p) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    char buf[256];
+    int n = snprintf(buf, sizeof buf, "%s %d\n", ex->o.fingerprint, ex->committed);
+    int rc = dsq_write_file_atomic(p, buf, (size_t)n, DSQ_OUT_OVERWRITE, d);
+    free(p);
+    return rc;
+}
+
+static int state_read(dsq_export *ex)
+{
+    char *p = dsq_path_join(ex->tmpdir, STATE_NAME), *txt = NULL;
+    size_t len;
+    int done = -1;
+    if (p && dsq_read_file(p, 4096, &txt, &len, NULL) == DSQ_OK) {
+        char fp[129];
+        int k;
+        if (sscanf(txt, "%128s %d", fp, &k) == 2 && !strcmp(fp, ex->o.fingerprint) && k >= 0 &&
+            k <= ex->nshards)
+            done = k;
+    }
+    free(txt);
+    free(p);
+    return done;
+}
+
+/* Remove a directory holding only plain files (the ones we write). */
+static void remove_flat_dir(const char *dir)
+{
+    DIR *dh = opendir(dir);
+    struct dirent *de;
+    while (dh && (de = readdir(dh))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char *p = dsq_path_join(dir, de->d_name);
+        if (p) unlink(p);
+        free(p);
+    }
+    if (dh) closedir(dh);
+    rmdir(dir);
+}
+
+static char *sibling(const char *path, const char *suffix)
+{
+    char *cp = strdup(path);
+    if (!cp) return NULL;
+    size_t n = strlen(cp);
+    while (n > 1 && cp[n - 1] == '/') cp[--n] = 0;
+    char *slash = strrchr(cp, '/');
+    const char *base = slash ? slash + 1 : cp;
+    size_t dl = slash ? (size_t)(slash - cp) + 1 : 0;
+    size_t m = dl + strlen(base) + strlen(suffix) + 2;
+    char *out = malloc(m);
+    if (out) snprintf(out, m, "%.*s.%s%s", (int)dl, cp, base, suffix);
+    free(cp);
+    return out;
+}
+
+/* ================= open ================= */
+
+static int parse_meta(dsq_export *ex, dsq_diag *d)
+{
+    const char *m = ex->o.meta_json ? ex->o.meta_json : "{}";
+    ex->meta = json_tokener_parse(m);
+    if (!ex->meta || !json_object_is_type(ex->meta, json_type_object))
+        return dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "model metadata is not a JSON object");
+    ex->model_dtype = DSQ_DTYPE_BF16;
+    json_object *cfg, *td;
+    if (json_object_object_get_ex(ex->meta, "config", &cfg) && json_object_is_type(cfg, json_type_object) &&
+        json_object_object_get_ex(cfg, "torch_dtype", &td) && json_object_is_type(td, json_type_string)) {
+        const char *s = json_object_get_string(td);
+        if (!strcmp(s, "float16")) ex->model_dtype = DSQ_DTYPE_F16;
+        else if (!strcmp(s, "float32")) ex->model_dtype = DSQ_DTYPE_F32;
+    }
+    return DSQ_OK;
+}
+
+static int assign_shards(dsq_export *ex)
+{
+    uint64_t lim = ex->o.shard_bytes ? ex->o.shard_bytes : ex->f->default_shard, acc = 0;
+    int s = 0;
+    for (size_t i = 0; i < ex->nsrc; i++) {
+        uint64_t b = 0;
+        for (size_t k = 0; k < ex->xs[i].count; k++) b += ex->xt[ex->xs[i].first + k].nbytes;
+        if (acc > 0 && b > 0 && acc + b > lim) {
+            s++;
+            acc = 0;
+        }
+        acc += b;
+        for (size_t k = 0; k < ex->xs[i].count; k++) ex->xt[ex->xs[i].first + k].shard = s;
+    }
+    return s + 1;
+}
+
+/* First source index of shard s (sources without targets go with the shard
+ * before them). */
+static size_t shard_first_src(const dsq_export *ex, int s)
+{
+    for (size_t i = 0; i < ex->nsrc; i++)
+        if (ex->xs[i].count && ex->xt[ex->xs[i].first].shard >= s) return i;
+    return ex->nsrc;
+}
+
+int dsq_export_open(dsq_export **out, const dsq_export_opts *o, const dsq_export_src *src, size_t n,
+                    dsq_diag *d)
+{
+    *out = NULL;
+    const dsq_export_format *f = find_format(o->format);
+    if (!f) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
+                            "unknown export format '%s' (known: dsq, ascend, awq, compressed-tensors)",
+                            o->format ? o->format : "");
+    if (!o->output || !*o->output) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no output directory");
+    dsq_export *ex = calloc(1, sizeof *ex);
+    if (!ex) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    ex->f = f;
+    ex->o = *o;
+    if (!ex->o.fingerprint) ex->o.fingerprint = "-";
+    ex->src = src;
+    ex->nsrc = n;
+    ex->fd = -1;
+    ex->cur = -1;
+    ex->awq_group = -2;
+    ex->sum.format = f->name;
+    ex->sum.src_tensors = n;
+    ex->xs = calloc(n ? n : 1, sizeof *ex->xs);
+    int rc = ex->xs ? parse_meta(ex, d) : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    for (size_t i = 0; rc == DSQ_OK && i < n; i++) {
+        rc = f->plan(ex, i, d);
+        if (ex->xs[i].drop) ex->sum.dropped++;
+    }
+    if (rc == DSQ_OK) rc = f->check(ex, d);
+    if (rc == DSQ_OK) {
+        ex->nshards = assign_shards(ex);
+        ex->sum.shards = ex->nshards;
+        ex->sum.out_tensors = ex->nxt;
+        for (int s = 0; rc == DSQ_OK && s < ex->nshards; s++) {
+            char *h = NULL;
+            size_t hl;
+            rc = shard_header(ex, s, &h, &hl, d);   /* fixes offsets */
+            free(h);
+        }
+    }
+    if (rc == DSQ_OK && o->plan_only) {
+        *out = ex;
+        return DSQ_OK;
+    }
+    if (rc == DSQ_OK) {
+        ex->dir = strdup(o->output);
+        ex->tmpdir = sibling(o->output, ".partial");
+        if (!ex->dir || !ex->tmpdir) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    if (rc == DSQ_OK && dsq_path_exists(ex->dir) && !o->overwrite)
+        rc = dsq_fail(d, DSQ_ERR_EXISTS, ex->dir, NULL, -1, "output exists (use -f to overwrite)");
+    if (rc == DSQ_OK) {
+        int done = o->resume && dsq_path_is_dir(ex->tmpdir) ? state_read(ex) : -1;
+        if (o->resume && dsq_path_is_dir(ex->tmpdir) && done < 0)
+            rc = dsq_fail(d, DSQ_ERR_STATE, ex->tmpdir, NULL, -1,
+                          "partial export does not match this run; rerun without --resume");
+        if (rc == DSQ_OK && done < 0) {
+            remove_flat_dir(ex->tmpdir);
+            if (mkdir(ex->tmpdir, 0755) != 0) rc = dsq_fail_errno(d, errno, ex->tmpdir, "cannot create directory");
+            done = 0;
+            if (rc == DSQ_OK) rc = state_write(ex, d);
+        }
+        if (rc == DSQ_OK) {
+            ex->committed = done;
+            ex->resume_from = shard_first_src(ex, done);
+            ex->next = ex->resume_from;
+            for (size_t i = 0; i < ex->resume_from; i++) ex->sum.resumed += !ex->xs[i].drop;
+        }
+    }
+    if (rc < 0) {
+        dsq_export_free(ex, 1);
+        return rc;
+    }
+    *out = ex;
+    return DSQ_OK;
+}
+
+size_t dsq_export_resume_from(const dsq_export *ex) { return ex->resume_from; }
+
+void dsq_export_get_summary(const dsq_export *ex, dsq_export_summary *s) { *s = ex->sum; }
+
+/* ================= put ================= */
+
+int dsq_export_put(dsq_export *ex, size_t i, const void *blob, size_t size, dsq_diag *d)
+{
+    if (i != ex->next || i >= ex->nsrc)
+        return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "export: tensor %zu out of order", i);
+    const dsq_export_src *s = &ex->src[i];
+    dsq_xsrc *xs = &ex->xs[i];
+    ex->next++;
+    if (!xs->count) return DSQ_OK;
+    dsq_qview v;
+    DSQ_TRY(dsq_qview_init(&v, s->scheme, &s->qshape, blob, size, d));
+    int shard = ex->xt[xs->first].shard;
+    if (ex->cur != shard) {
+        if (ex->cur >= 0) DSQ_TRY(shard_commit(ex, d));
+        DSQ_TRY(shard_open(ex, shard, d));
+    }
+    for (size_t k = 0; k < xs->count; k++) {
+        const dsq_xtensor *x = &ex->xt[xs->first + k];
+        uint8_t *buf = malloc(x->nbytes ? x->nbytes : 1);
+        if (!buf) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, x->name, -1, "out of memory");
+        int rc = dsq_x_fill(ex, x, &v, buf, d);
+        if (rc < 0) {
+            if (d && !d->tensor[0]) snprintf(d->tensor, sizeof d->tensor, "%s", x->name);
+            free(buf);
+            return rc;
+        }
+        uint64_t done = 0;
+        while (done < x->nbytes) {
+            ssize_t w = pwrite(ex->fd, buf + done, (size_t)(x->nbytes - done),
+                               (off_t)(ex->data_start + x->off + done));
+            if (w <= 0) {
+                free(buf);
+                return dsq_fail_errno(d, errno, ex->tmpdir, "write failed");
+            }
+            done += (uint64_t)w;
+        }
+        ex->sum.weight_bytes += x->nbytes;
+        free(buf);
+    }
+    /* Last source of this shard: commit it. */
+    if (shard_first_src(ex, shard + 1) <= ex->next) DSQ_TRY(shard_commit(ex, d));
+    return DSQ_OK;
+}
+
+int dsq_export_rowwise(const dsq_export *ex, size_t i)
+{
+    const dsq_xsrc *xs = &ex->xs[i];
+    for (size_t k = 0; k < xs->count; k++) {
+        const dsq_xtensor *x = &ex->xt[xs->first + k];
+        if (x->kind != XK_FLOAT && x->kind != XK_I8 && x->kind != XK_SCALE && x->kind != XK_ZEROS_F32 &&
+            x->kind != XK_I8_FROM_I4 && x->kind != XK_CT_PACKED)
+            return 0;
+        if (x->ndim < 1 || x->shape[0] != ex->src[i].qshape.rows) return 0;
+    }
+    return 1;
+}
+
+int dsq_export_put_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, const void *blob, size_t size,
+                        dsq_diag *d)
+{
+    if (i != ex->next || i >= ex->nsrc || !dsq_export_rowwise(ex, i))
+        return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "export: row piece of tensor %zu out of order", i);
+    const dsq_export_src *s = &ex->src[i];
+    const dsq_xsrc *xs = &ex->xs[i];
+    const int64_t N = s->qshape.rows;
+    if (row0 < 0 || nrows < 1 || row0 + nrows > N)
+        return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, s->name, -1, "export: bad row piece");
+    int last = row0 + nrows == N;
+    if (!xs->count) {
+        if (last) ex->next++;
+        return DSQ_OK;
+    }
+    dsq_qshape ps = s->qshape;
+    ps.rows = nrows;
+    dsq_qview v;
+    DSQ_TRY(dsq_qview_init(&v, s->scheme, &ps, blob, size, d));
+    int shard = ex->xt[xs->first].shard;
+    if (ex->cur != shard) {
+        if (ex->cur >= 0) DSQ_TRY(shard_commit(ex, d));
+        DSQ_TRY(shard_open(ex, shard, d));
+    }
+    for (size_t k = 0; k < xs->count; k++) {
+        const dsq_xtensor *x = &ex->xt[xs->first + k];
+        uint64_t rb = x->nbytes / (uint64_t)N, nb = rb * (uint64_t)nrows;
+        uint8_t *buf = malloc(nb ? nb : 1);
+        if (!buf) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, x->name, -1, "out of memory");
+        int rc = dsq_x_fill(ex, x, &v, buf, d);
+        uint64_t at = ex->data_start + x->off + rb * (uint64_t)row0, done = 0;
+        while (rc == DSQ_OK && done < nb) {
+            ssize_t w = pwrite(ex->fd, buf + done, (size_t)(nb - done), (off_t)(at + done));
+            if (w <= 0) rc = dsq_fail_errno(d, errno, ex->tmpdir, "write failed");
+            else done += (uint64_t)w;
+        }
+        free(buf);
+        if (rc < 0) {
+            if (d && !d->tensor[0]) snprintf(d->tensor, sizeof d->tensor, "%s", x->name);
+            return rc;
+        }
+        ex->sum.weight_bytes += nb;
+    }
+    if (last) {
+        ex->next++;
+        if (shard_first_src(ex, shard + 1) <= ex->next) DSQ_TRY(shard_commit(ex, d));
+    }
+    return DSQ_OK;
+}
+
+/* ================= finish ================= */
+
+static int write_index(dsq_export *ex, dsq_diag *d)
+{
+    json_object *root = json_object_new_object(), *meta = json_object_new_object(),
+                *wm = json_object_new_object();
+    uint64_t total = 0;
+    for (size_t i = 0; i < ex->nxt; i++) {
+        char *sn = shard_name(ex, ex->xt[i].shard);
+        if (!sn) continue;
+        json_object_object_add(wm, ex->xt[i].name, json_object_new_string(sn));
+        free(sn);
+        total += ex->xt[i].nbytes;
+    }
+    json_object_object_add(meta, "total_size", json_object_new_int64((int64_t)total));
+    json_object_object_add(root, "metadata", meta);
+    json_object_object_add(root, "weight_map", wm);
+    char name[128];
+    snprintf(name, sizeof name, "%s.safetensors.index.json", ex->f->weights_base);
+    int rc = dsq_x_write_json(ex, name, root, 1, d);
+    json_object_put(root);
+    return rc;
+}
+
+static int write_side_files(dsq_export *ex, dsq_diag *d)
+{
+    json_object *cfg, *tok, *gen;
+    if (json_object_object_get_ex(ex->meta, "config", &cfg) && json_object_is_type(cfg, json_type_object)) {
+        json_object *copy = NULL;
+        if (json_object_deep_copy(cfg, &copy, NULL) != 0 || !copy)
+            return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        int rc = ex->f->config(ex, copy, d);
+        if (rc == DSQ_OK) rc = dsq_x_write_json(ex, "config.json", copy, 1, d);
+        json_object_put(copy);
+        DSQ_TRY(rc);
+    }
+    if (json_object_object_get_ex(ex->meta, "tokenizer", &tok) && json_object_is_type(tok, json_type_object)) {
+        json_object_object_foreach(tok, k, val) {
+            if (strchr(k, '/') || k[0] == '.' || !json_object_is_type(val, json_type_object)) continue;
+            DSQ_TRY(dsq_x_write_json(ex, k, val, !strcmp(k, "tokenizer_config.json") ||
+                                                 !strcmp(k, "special_tokens_map.json"), d));
+        }
+    }
+    if (json_object_object_get_ex(ex->meta, "generation_config", &gen) && json_object_is_type(gen, json_type_object))
+        DSQ_TRY(dsq_x_write_json(ex, "generation_config.json", gen, 1, d));
+    return DSQ_OK;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Read (not mmap: mapped pages would count toward RSS) in 1 MiB chunks,
+ * dropping the pages behind us. */
+static int hash_file(const char *p, char hex[2 * DSQ_SHA256_LEN + 1], uint64_t *size, dsq_diag *d)
+{
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dsq_fail_errno(d, errno, p, "cannot open");
+    dsq_sha256 h;
+    uint8_t *buf = malloc(1u << 20);
+    if (!buf || dsq_sha256_init(&h) != DSQ_OK) {
+        free(buf);
+        close(fd);
+        return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    uint64_t total = 0;
+    int rc = DSQ_OK;
+    for (;;) {
+        ssize_t r = read(fd, buf, 1u << 20);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { rc = dsq_fail_errno(d, errno, p, "read failed"); break; }
+        if (r == 0) break;
+        dsq_sha256_update(&h, buf, (size_t)r);
+        total += (uint64_t)r;
+        posix_fadvise(fd, 0, (off_t)total, POSIX_FADV_DONTNEED);
+    }
+    uint8_t dig[DSQ_SHA256_LEN];
+    if (rc == DSQ_OK) {
+        dsq_sha256_final(&h, dig);
+        dsq_sha256_hex(dig, hex);
+    } else {
+        dsq_sha256_release(&h);
+    }
+    free(buf);
+    close(fd);
+    *size = total;
+    return rc;
+}
+
+static int write_sums(dsq_export *ex, dsq_diag *d)
+{
+    DIR *dh = opendir(ex->tmpdir);
+    if (!dh) return dsq_fail_errno(d, errno, ex->tmpdir, "cannot list");
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    int rc = DSQ_OK;
+    while ((de = readdir(dh))) {
+        if (de->d_name[0] == '.' || !strcmp(de->d_name, "SHA256SUMS")) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 32;
+            char **nv = realloc(names, cap * sizeof *nv);
+            if (!nv) { rc = DSQ_ERR_NOMEM; break; }
+            names = nv;
+        }
+        names[n++] = strdup(de->d_name);
+    }
+    closedir(dh);
+    if (rc < 0) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    if (n) qsort(names, n, sizeof *names, cmp_str);
+    char *txt = NULL;
+    size_t tlen = 0;
+    FILE *f = rc == DSQ_OK ? open_memstream(&txt, &tlen) : NULL;
+    for (size_t i = 0; rc == DSQ_OK && f && i < n; i++) {
+        char *p = names[i] ? dsq_path_join(ex->tmpdir, names[i]) : NULL;
+        char hex[2 * DSQ_SHA256_LEN + 1];
+        uint64_t sz = 0;
+        rc = p ? hash_file(p, hex, &sz, d) : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        if (rc == DSQ_OK) fprintf(f, "%s  %s\n", hex, names[i]);
+        ex->sum.bytes_out += sz;
+        free(p);
+    }
+    if (f) fclose(f);
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    if (rc == DSQ_OK) {
+        char *p = dsq_path_join(ex->tmpdir, "SHA256SUMS");
+        rc = p ? dsq_write_file_atomic(p, txt, tlen, DSQ_OUT_OVERWRITE, d)
+               : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        ex->sum.bytes_out += tlen;
+        free(p);
+    }
+    free(txt);
+    return rc;
+}
+
+int dsq_export_finish(dsq_export *ex, dsq_export_summary *s, dsq_diag *d)
+{
+    if (ex->next != ex->nsrc)
+        return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "export: %zu of %zu tensors written",
+                        ex->next, ex->nsrc);
+    if (ex->cur >= 0) DSQ_TRY(shard_commit(ex, d));
+    while (ex->committed < ex->nshards) {   /* shards without data (empty model) */
+        DSQ_TRY(shard_open(ex, ex->committed, d));
+        DSQ_TRY(shard_commit(ex, d));
+    }
+    if (ex->nshards > 1) DSQ_TRY(write_index(ex, d));
+    DSQ_TRY(write_side_files(ex, d));
+    if (ex->f->extra) DSQ_TRY(ex->f->extra(ex, d));
+    char *sp = dsq_path_join(ex->tmpdir, STATE_NAME);
+    if (sp) unlink(sp);
+    free(sp);
+    DSQ_TRY(write_sums(ex, d));
+    int dfd = open(ex->tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    char *old = NULL;
+    if (dsq_path_exists(ex->dir)) {
+        if (!dsq_path_is_dir(ex->dir))
+            return dsq_fail(d, DSQ_ERR_EXISTS, ex->dir, NULL, -1, "output exists and is not a directory");
+        old = sibling(ex->dir, ".old");
+        if (!old || rename(ex->dir, old) != 0) {
+            free(old);
+            return dsq_fail_errno(d, errno, ex->dir, "cannot move the old output aside");
+        }
+    }
+    if (rename(ex->tmpdir, ex->dir) != 0) {
+        int e = errno;
+        if (old) rename(old, ex->dir);
+        free(old);
+        return dsq_fail_errno(d, e, ex->dir, "cannot rename the finished export into place");
+    }
+    if (old) remove_flat_dir(old);
+    free(old);
+    free(ex->tmpdir);
+    ex->tmpdir = NULL;
+    *s = ex->sum;
+    return DSQ_OK;
+}
+
+void dsq_export_free(dsq_export *ex, int keep)
+{
+    if (!ex) return;
+    if (ex->fd >= 0) close(ex->fd);
+    if (ex->tmpdir && !keep) remove_flat_dir(ex->tmpdir);
+    for (size_t i = 0; i < ex->nxt; i++) free(ex->xt[i].name);
+    free(ex->xt);
+    free(ex->xs);
+    for (size_t i = 0; i < ex->npair; i++) free(ex->pair_key[i]);
+    free(ex->pair_key);
+    free(ex->pair_scale);
+    free(ex->pair_off);
+    free(ex->fbuf);
+    if (ex->meta) json_object_put(ex->meta);
+    free(ex->dir);
+    free(ex->tmpdir);
+    free(ex);
+}

@@ -1,0 +1,107 @@
+/* export.h - write a converted model as a directory a serving engine loads:
+ * msModelSlim "AscendV1" (vllm-ascend / MindIE), AutoAWQ GEMM or
+ * compressed-tensors (vLLM). ../shared/docs/formats.md sections 3-5 are the
+ * contracts; each format is one row of a table (export.c) whose functions
+ * live in export_ascend.c, export_awq.c and export_ct.c.
+ *
+ * The writer consumes the dsq scheme blobs (quant/scheme.h) of the source
+ * tensors, one at a time in a fixed order (the conversion plan's, which is
+ * also the order of a .dsq's index), so ds-quant --format F streams straight
+ * into it and ds-export feeds it from a .dsq: same input bytes, same output
+ * bytes.
+ *
+ * Planning (dsq_export_open) happens before anything is written: every
+ * target tensor's name, dtype and shape follows from the source tensor's
+ * name, role, scheme and shape, so each safetensors shard's header is known
+ * in advance and tensor data is written at its final offset (pwrite) as its
+ * source blob arrives. Tensors are laid out as safetensors' own writer does
+ * (descending dtype, then name). Unsupported (format, scheme, role)
+ * combinations are refused here with DSQ_ERR_UNSUPPORTED naming the tensor.
+ *
+ * Files: OUT is built as "<parent>/.<base>.partial/" and renamed to OUT only
+ * when complete. A shard is committed (fsync + rename inside the partial
+ * directory) when its last source tensor has arrived, and ".dsq-export-state"
+ * records "<fingerprint> <committed shards>"; --resume continues from the
+ * first uncommitted shard (dsq_export_resume_from). finish writes
+ * config.json, the tokenizer / generation files (from the model metadata),
+ * the safetensors index when sharded, quant_model_description.json (ascend)
+ * and SHA256SUMS (sha256sum -c format, every other file, sorted by name). */
+#ifndef DSQ_EXPORT_H
+#define DSQ_EXPORT_H
+
+#include "dsq_error.h"
+#include "dtype.h"
+#include "recipe.h"
+#include "scheme.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One source tensor (as planned / as stored in a .dsq). */
+typedef struct dsq_export_src {
+    const char *name;           /* borrowed */
+    dsq_role_info role;
+    const dsq_scheme *scheme;
+    enum dsq_dtype src_dtype;   /* source float type (DSQ_DTYPE_INVALID: unknown) */
+    int ndim;
+    int64_t shape[8];
+    dsq_qshape qshape;          /* rows x cols view + group size of the blob */
+} dsq_export_src;
+
+typedef struct dsq_export_opts {
+    const char *format;         /* "ascend", "awq", "compressed-tensors" */
+    const char *output;         /* directory */
+    uint64_t shard_bytes;       /* 0: the format's default */
+    int overwrite, resume;
+    const char *meta_json;      /* the .dsq metadata (config, tokenizer, ...) */
+    const char *fingerprint;    /* identifies input + options (resume check) */
+    const char *tool;           /* "ds-quant 0.x" */
+    int plan_only;              /* plan and check only: touch no file */
+} dsq_export_opts;
+
+typedef struct dsq_export_summary {
+    const char *format;
+    size_t src_tensors, out_tensors, dequantized, dropped, resumed;
+    int shards;                 /* weight files */
+    uint64_t weight_bytes;      /* tensor data bytes written */
+    uint64_t bytes_out;         /* all files */
+    double max_scale_rel_rounding; /* worst |s16 - s|/s over F16/BF16 scales */
+} dsq_export_summary;
+
+typedef struct dsq_export dsq_export;
+
+/* Names of the formats, NULL-terminated ("dsq" is not one: it is the
+ * container itself). */
+const char *const *dsq_export_formats(void);
+int dsq_export_format_known(const char *name);
+
+/* Plan, check and prepare the output (partial directory). Nothing appears
+ * under opts->output before finish. Errors: DSQ_ERR_UNSUPPORTED (combination
+ * the target cannot load: message says what to do), DSQ_ERR_EXISTS,
+ * DSQ_ERR_STATE (resume of something else), DSQ_ERR_JSON (metadata). On a
+ * refusal nothing is created. */
+int dsq_export_open(dsq_export **out, const dsq_export_opts *o, const dsq_export_src *src,
+                    size_t n, dsq_diag *d);
+/* Source tensors [0, k) are in committed shards of an earlier run: feed
+ * tensors from k on. */
+size_t dsq_export_resume_from(const dsq_export *ex);
+/* The blob of source tensor i (must be the next one). The blob is checked
+ * (dsq_qview_init) against the plan. */
+int dsq_export_put(dsq_export *ex, size_t i, const void *blob, size_t size, dsq_diag *d);
+/* 1 when every target tensor of source i is row-local (float, int8, per-row
+ * scales, ...): it may then be fed in row pieces with put_rows, so a
+ * streamed tensor (e.g. a 1.85 GB embedding) is never held whole. */
+int dsq_export_rowwise(const dsq_export *ex, size_t i);
+/* Rows [row0, row0 + nrows) of source tensor i as a valid blob of just those
+ * rows (the converter's piece blob). Pieces come in row order; the one that
+ * ends the tensor completes it, like dsq_export_put. Same bytes as put. */
+int dsq_export_put_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, const void *blob, size_t size,
+                        dsq_diag *d);
+/* Write the remaining files and rename the directory into place. */
+int dsq_export_finish(dsq_export *ex, dsq_export_summary *s, dsq_diag *d);
+/* keep != 0: leave the partial directory for --resume; else remove it. */
+void dsq_export_free(dsq_export *ex, int keep);
+/* The summary so far (valid after open). */
+void dsq_export_get_summary(const dsq_export *ex, dsq_export_summary *s);
+
+#endif
