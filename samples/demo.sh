@@ -10,8 +10,12 @@
 #   row LABEL NAME [ds-quant arguments...]
 # converts with those arguments to build/demo/NAME.dsq (timed: the "convert"
 # column, calibration included), verifies it, evaluates it and appends the
-# row; without arguments the row is the BF16 source itself. The table is read
-# from the CLIs' --json output with jq.
+# row; without arguments the row is the BF16 source itself. With --format F
+# among the arguments, ds-quant writes a serving export directory
+# build/demo/NAME/ instead, and the row evaluates that directory. An export
+# row made from an existing .dsq is one call too:
+#   xrow LABEL NAME FORMAT SRC    ds-export --format FORMAT build/demo/SRC.dsq build/demo/NAME/
+# The table is read from the CLIs' --json output with jq.
 # Environment: DEMO_GSM_LIMIT (default 100 problems), DEMO_THREADS (default all cores).
 set -e
 cd "$(dirname "$0")/.."
@@ -48,11 +52,16 @@ row() { # LABEL NAME [ds-quant args...]
     ppl=$(jqf $OUT/source.ppl.json .ppl); kld="(base)"
   else
     m=$OUT/$name.dsq
+    case " $* " in *" --format "*) m=$OUT/$name ;; esac
     t0=$(now)
-    bin/ds-quant -q -f $TFLAG --json "$@" $m > $OUT/$name.quant.json
+    if [ "$1" = "--export-from" ]; then     # (xrow) ds-export of an earlier row's .dsq
+      bin/ds-export -q -f $TFLAG --json --format "$2" "$OUT/$3.dsq" $m > $OUT/$name.quant.json
+    else
+      bin/ds-quant -q -f $TFLAG --json "$@" $m > $OUT/$name.quant.json
+    fi
     secs=$(echo "$t0 $(now)" | awk '{printf "%.1f", $2 - $1}')
     bin/ds-inspect -q --verify $m >/dev/null
-    size=$(stat -c %s $m)
+    size=$(du -sb $m | cut -f1)
     bin/ds-eval kld -q -f $TFLAG --json --tokenizer $MODEL -m $m --base $OUT/base.logp > $OUT/$name.kld.json
     ppl=$(jqf $OUT/$name.kld.json .ppl); kld=$(printf "%.6f" "$(jqf $OUT/$name.kld.json .kld_mean)")
   fi
@@ -64,6 +73,9 @@ row() { # LABEL NAME [ds-quant args...]
   printf '| %-28s | %9.2f MB | %9.4f | %-11s | %6.1f%% | %6.1f%% | %7.1f | %7s |\n' "$label" \
     "$(echo "$size" | awk '{print $1/1e6}')" "$ppl" "$kld" "$strict" "$flex" "$tps" "$secs" >> $OUT/results.md
   echo "demo: $label done"
+}
+xrow() { # LABEL NAME FORMAT SRC: ds-export --format FORMAT build/demo/SRC.dsq build/demo/NAME/
+  row "$1" "$2" --export-from "$3" "$4" --format "$3"
 }
 
 {
@@ -85,6 +97,11 @@ row "w4a8 calibrated"              w4a8-cal   --scheme w4a8 $CALIB $MODEL
 row "awq-w4a16 (RTN)"              awq-rtn    --scheme awq-w4a16 $MODEL
 row "awq-w4a16 + AWQ"              awq-cal    --scheme awq-w4a16 $CALIB $MODEL
 row "fp8 -> w8a8-dynamic"          fp8-w8a8   --scheme w8a8-dynamic $FP8
+# serving exports (README "Serving exports"), each read back by ds-eval from its directory
+xrow "w8a8-dynamic -> ascend"       x-ascend-w8a8 ascend w8a8-dyn
+row  "deepseek-w4a8 -> ascend"      x-ascend-w4a8 --recipe deepseek-w4a8 --format ascend $MODEL
+row  "awq-w4a16 g0 -> awq"          x-awq      --scheme awq-w4a16 --group-size 0 --format awq $MODEL
+xrow "w8a8-dynamic -> compr.-tens." x-ct-w8a8  compressed-tensors w8a8-dyn
 echo
 cat $OUT/results.md
 echo
