@@ -75,6 +75,7 @@ static int fx_read(fx *f, const char *json_name, const char *json, uint8_t **blo
     dsq_st_close(st);
     dsq_export_info_free(x);
     dsq_test_rmtree(f->dir);
+    free(f->dir);
     return rc;
 }
 
