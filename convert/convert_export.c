@@ -103,9 +103,7 @@ static int xsink_item(void *ctx, const dsq_conv_item *it, dsq_conv_result *r, ds
     k->ref2 += r->ref2;
     int rc = DSQ_OK;
     if (!ct->stream) {
-        if (r->blob.compression != DSQ_CTR_COMP_NONE)
-            return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, e->name, -1, "export got a compressed blob");
-        rc = put_tensor(k, it->tensor, r->blob.data, (size_t)r->blob.raw_size, d);
+        rc = put_tensor(k, it->tensor, r->piece, r->piece_size, d);   /* raw, whole */
     } else {
         const dsq_qlayout *L = &ct->layout;
         dsq_qshape ps = e->qshape;

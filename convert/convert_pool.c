@@ -86,7 +86,9 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
     /* Whole tensors are built in the worker's reusable buffer (encode copies
      * them out); streamed pieces go to the writer, so each gets its own. */
     uint8_t *out;
-    if (ct->stream) {
+    /* An export takes whole raw blobs (no hash, no copy): own buffer too. */
+    const int own = ct->stream || c->xformat;
+    if (own) {
         out = malloc(ol.total);
     } else {
         if (ws->cap < ol.total) {
@@ -146,7 +148,7 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
     }
     if (drop_from < it->row0 + it->nrows) drop_rows(e->t, cols, drop_from, it->row0 + it->nrows - drop_from);
 
-    if (ct->stream) {
+    if (own) {
         r->piece = out;
         r->piece_size = ol.total;
         return DSQ_OK;
@@ -155,7 +157,7 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
     if (rc < 0) return r->status = rc;
     return DSQ_OK;
 fail:
-    if (ct->stream) free(out);
+    if (own) free(out);
     if (!d->tensor[0]) snprintf(d->tensor, sizeof d->tensor, "%s", e->name);
     if (!d->path[0]) snprintf(d->path, sizeof d->path, "%s", dsq_st_shard_path(c->m, e->t->shard));
     return r->status = rc;

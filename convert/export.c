@@ -581,17 +581,41 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* Read (not mmap: mapped pages would count toward RSS) in 1 MiB chunks,
+ * dropping the pages behind us. */
 static int hash_file(const char *p, char hex[2 * DSQ_SHA256_LEN + 1], uint64_t *size, dsq_diag *d)
 {
-    dsq_map m;
-    DSQ_TRY(dsq_map_open(&m, p, d));
-    uint8_t h[DSQ_SHA256_LEN];
-    int rc = dsq_sha256_buf(m.data, (size_t)m.size, h);
-    *size = m.size;
-    dsq_map_close(&m);
-    if (rc < 0) return dsq_fail(d, rc, p, NULL, -1, "sha256 failed");
-    dsq_sha256_hex(h, hex);
-    return DSQ_OK;
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dsq_fail_errno(d, errno, p, "cannot open");
+    dsq_sha256 h;
+    uint8_t *buf = malloc(1u << 20);
+    if (!buf || dsq_sha256_init(&h) != DSQ_OK) {
+        free(buf);
+        close(fd);
+        return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    uint64_t total = 0;
+    int rc = DSQ_OK;
+    for (;;) {
+        ssize_t r = read(fd, buf, 1u << 20);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { rc = dsq_fail_errno(d, errno, p, "read failed"); break; }
+        if (r == 0) break;
+        dsq_sha256_update(&h, buf, (size_t)r);
+        total += (uint64_t)r;
+        posix_fadvise(fd, 0, (off_t)total, POSIX_FADV_DONTNEED);
+    }
+    uint8_t dig[DSQ_SHA256_LEN];
+    if (rc == DSQ_OK) {
+        dsq_sha256_final(&h, dig);
+        dsq_sha256_hex(dig, hex);
+    } else {
+        dsq_sha256_release(&h);
+    }
+    free(buf);
+    close(fd);
+    *size = total;
+    return rc;
 }
 
 static int write_sums(dsq_export *ex, dsq_diag *d)

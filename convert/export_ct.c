@@ -10,7 +10,14 @@
  * Scales are in the model dtype (config torch_dtype). scale_dtype /
  * zp_dtype are omitted (older compressed-tensors reject unknown args).
  * Float decoder linears, lm_head and the router go into "ignore"; the MTP
- * layer is dropped (the HF model has no layer n). */
+ * layer is dropped (the HF model has no layer n).
+ * Checked in vllm-project/compressed-tensors @179cba9
+ * compressors/quantized_compressors/pack_quantized.py: pack_to_int32 adds
+ * 2^(b-1), pads with 0 AFTER the offset, packs element j of each run of 8 at
+ * bits 4j; packed_dim=0 (zero points) transposes first, so word [r, g]
+ * holds rows 8r..8r+7 of group g; weight_shape is torch.tensor(shape)
+ * (int64); pack-quantized matches only schemes without input activations,
+ * hence W4A8 is int-quantized. */
 #include "export_internal.h"
 
 #include <stdio.h>

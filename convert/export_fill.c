@@ -29,6 +29,21 @@ static inline int8_t q8(const dsq_qview *v, int64_t n, int64_t k)
     return ((const int8_t *)(v->w + (size_t)n * v->layout.row_bytes))[k];
 }
 
+/* All codes of row n (0..15, as stored) into out[0..cols). */
+static void row_codes(const dsq_qview *v, int64_t n, uint8_t *out)
+{
+    const uint8_t *row = v->w + (size_t)n * v->layout.row_bytes;
+    int64_t K = v->shape.cols;
+    for (int64_t b = 0; b * 128 < K; b++) {
+        const uint8_t *src = row + b * 64;
+        uint8_t *lo = out + b * 128, *hi = lo + 64;
+        int64_t left = K - b * 128;
+        int nl = left < 64 ? (int)left : 64, nh = left > 64 ? (int)(left - 64 < 64 ? left - 64 : 64) : 0;
+        for (int j = 0; j < nl; j++) lo[j] = src[j] & 0xF;
+        for (int j = 0; j < nh; j++) hi[j] = src[j] >> 4;
+    }
+}
+
 static inline float scale_at(const dsq_qview *v, int64_t n, int64_t g)
 {
     return v->scales[(size_t)n * (size_t)v->layout.ngroups + (size_t)g];
@@ -93,6 +108,89 @@ static int scale_overflow(const dsq_xtensor *x, int64_t n, int64_t g, float s, d
                     "this weight cannot be stored with F16 scales", (double)s, (long long)n, (long long)g);
 }
 
+static const int AWQ_REV[8] = { 0, 4, 1, 5, 2, 6, 3, 7 };
+
+/* The int4 layouts, from whole decoded rows (8 at a time). */
+static int fill_int4(dsq_export *ex, const dsq_xtensor *x, const dsq_qview *v, uint8_t *dst, dsq_diag *d)
+{
+    (void)ex;
+    const int64_t N = v->shape.rows, K = v->shape.cols;
+    uint8_t *c = malloc(8 * ((size_t)K + 128));
+    if (!c) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, x->name, -1, "out of memory");
+    const size_t st = (size_t)K + 128;
+    for (int64_t n0 = 0; n0 < N; n0 += 8) {
+        int rows = N - n0 < 8 ? (int)(N - n0) : 8;
+        for (int r = 0; r < rows; r++) row_codes(v, n0 + r, c + (size_t)r * st);
+        switch (x->kind) {
+        case XK_ASC_W4:
+            /* byte[j, k] = (q[2j+1, k] << 4) | (q[2j, k] & 0xF), q signed:
+             * the stored nibble is q + 8, so XOR 8 gives q's two's
+             * complement nibble. Checked against msModelSlim
+             * save/utils/pack.py @030d6ea (w4a8_pack_int4: transpose, pair
+             * adjacent N values, transpose back). */
+            for (int r = 0; r + 1 < rows; r += 2) {
+                const uint8_t *lo = c + (size_t)r * st, *hi = lo + st;
+                uint8_t *o = dst + (size_t)((n0 + r) / 2) * (size_t)K;
+                for (int64_t k = 0; k < K; k++) o[k] = (uint8_t)(((hi[k] ^ 8u) << 4) | (lo[k] ^ 8u));
+            }
+            break;
+        case XK_ASC_SCALE_BIAS: {
+            /* scale_bias = 8 * sum_k q[n,k] * s[n], per row ([N,1]) or per
+             * sixteenth of K ([N,16]): msModelSlim save/utils/pack.py
+             * @030d6ea process_scale reshapes [N, K] to (-1, K / tp_num)
+             * with tp_num 16, so part p is columns [p*K/16, (p+1)*K/16) of
+             * row n (K % 16 == 0 is checked at plan time). Summed in double
+             * and rounded once (torch sums in float32: same to rounding). */
+            int64_t parts = x->shape[1], len = K / parts;
+            for (int r = 0; r < rows; r++) {
+                int64_t n = n0 + r;
+                float s = scale_at(v, n, 0);
+                const uint8_t *q = c + (size_t)r * st;
+                for (int64_t p = 0; p < parts; p++) {
+                    double acc = 0;
+                    for (int64_t k = p * len; k < (p + 1) * len; k++) acc += (double)((float)((int)q[k] - 8) * s);
+                    float f = (float)(8.0 * acc);
+                    memcpy(dst + 4 * (size_t)(n * parts + p), &f, 4);
+                }
+            }
+            break;
+        }
+        case XK_AWQ_QWEIGHT: {
+            /* qweight[k, c] nibble i = q[8c + ORDER[i], k] (rows n0..n0+7
+             * are one word column c). */
+            uint32_t *o = (uint32_t *)dst;
+            int64_t W = N / 8, col = n0 / 8;
+            for (int64_t k = 0; k < K; k++) {
+                uint32_t w = 0;
+                for (int r = 0; r < rows; r++) w |= (uint32_t)c[(size_t)r * st + (size_t)k] << (4 * AWQ_REV[r]);
+                o[(size_t)k * (size_t)W + (size_t)col] = w;
+            }
+            break;
+        }
+        case XK_CT_PACKED: {
+            /* packed[n, c] = sum_j (q[n, 8c+j] + 8) << 4j; dsq's awq code
+             * is already compressed-tensors' q + 8. */
+            uint32_t *o = (uint32_t *)dst;
+            int64_t W = K / 8;
+            for (int r = 0; r < rows; r++) {
+                const uint8_t *q = c + (size_t)r * st;
+                uint32_t *orow = o + (size_t)(n0 + r) * (size_t)W;
+                for (int64_t cc = 0; cc < W; cc++) {
+                    uint32_t w = 0;
+                    for (int j = 0; j < 8; j++) w |= (uint32_t)q[8 * cc + j] << (4 * j);
+                    orow[cc] = w;
+                }
+            }
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    free(c);
+    return DSQ_OK;
+}
+
 /* Static W8A8 fused pairs (q_a_proj + kv_a_proj_with_mqa, gate_proj +
  * up_proj) load into ONE input_scale / input_offset slot in vllm-ascend, so
  * both members must carry the same values (formats.md caveats). */
@@ -147,17 +245,23 @@ static int pair_check(dsq_export *ex, const dsq_xtensor *x, const dsq_qview *v, 
 int dsq_x_fill(dsq_export *ex, const dsq_xtensor *x, const dsq_qview *v, uint8_t *dst, dsq_diag *d)
 {
     const int64_t N = v->shape.rows, K = v->shape.cols, G = v->layout.ngroups;
-    const int64_t gs = v->layout.gsize;
     switch (x->kind) {
     case XK_FLOAT:
         return fill_float(ex, x, v, dst, d);
     case XK_I8:
         for (int64_t n = 0; n < N; n++) memcpy(dst + (size_t)n * (size_t)K, v->w + (size_t)n * v->layout.row_bytes, (size_t)K);
         return DSQ_OK;
-    case XK_I8_FROM_I4:
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t k = 0; k < K; k++) dst[(size_t)n * (size_t)K + (size_t)k] = (uint8_t)(int8_t)q4_signed(v, n, k);
+    case XK_I8_FROM_I4: {
+        uint8_t *c = malloc((size_t)K + 128);
+        if (!c) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, x->name, -1, "out of memory");
+        for (int64_t n = 0; n < N; n++) {
+            row_codes(v, n, c);
+            uint8_t *o = dst + (size_t)n * (size_t)K;
+            for (int64_t k = 0; k < K; k++) o[k] = (uint8_t)(int8_t)(c[k] - 8);
+        }
+        free(c);
         return DSQ_OK;
+    }
     case XK_SCALE:
         for (int64_t n = 0; n < N; n++)
             for (int64_t g = 0; g < G; g++)
@@ -198,43 +302,20 @@ int dsq_x_fill(dsq_export *ex, const dsq_xtensor *x, const dsq_qview *v, uint8_t
         }
         return DSQ_OK;
     case XK_ASC_W4:
-        for (int64_t j = 0; j < N / 2; j++)
-            for (int64_t k = 0; k < K; k++) {
-                int lo = q4_signed(v, 2 * j, k), hi = q4_signed(v, 2 * j + 1, k);
-                dst[(size_t)j * (size_t)K + (size_t)k] = (uint8_t)(((unsigned)hi << 4) | ((unsigned)lo & 0xFu));
-            }
-        return DSQ_OK;
-    case XK_ASC_SCALE_BIAS: {
-        /* scale_bias = 8 * sum_k q[n,k] * s[n], per row ([N,1]) or per
-         * sixteenth of K ([N,16]) (msModelSlim utils/pack.py process_scale). */
-        int64_t parts = x->shape[1], len = K / parts;
-        for (int64_t n = 0; n < N; n++) {
-            float s = scale_at(v, n, 0);
-            for (int64_t p = 0; p < parts; p++) {
-                double acc = 0;
-                for (int64_t k = p * len; k < (p + 1) * len; k++) acc += (double)(float)((float)q4_signed(v, n, k) * s);
-                float f = (float)(8.0 * acc);
-                memcpy(dst + 4 * (size_t)(n * parts + p), &f, 4);
-            }
-        }
-        return DSQ_OK;
-    }
+    case XK_ASC_SCALE_BIAS:
     case XK_AWQ_QWEIGHT:
+    case XK_CT_PACKED:
+        return fill_int4(ex, x, v, dst, d);
     case XK_AWQ_QZEROS: {
         /* Nibble i of word c holds output column 8c + ORDER[i], ORDER =
          * [0,2,4,6,1,3,5,7]; REV[o] is the nibble of column offset o. */
-        static const int REV[8] = { 0, 4, 1, 5, 2, 6, 3, 7 };
         memset(dst, 0, x->nbytes);
         uint32_t *o = (uint32_t *)dst;
-        int64_t W = N / 8, R = x->kind == XK_AWQ_QWEIGHT ? K : G;
-        for (int64_t n = 0; n < N; n++) {
-            unsigned sh = 4u * (unsigned)REV[n & 7];
-            for (int64_t r = 0; r < R; r++) {
-                unsigned c = x->kind == XK_AWQ_QWEIGHT ? (unsigned)code4(v, n, r)
-                                                        : v->zeros[(size_t)n * (size_t)G + (size_t)r];
-                o[(size_t)r * (size_t)W + (size_t)(n / 8)] |= (uint32_t)c << sh;
-            }
-        }
+        int64_t W = N / 8;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t g = 0; g < G; g++)
+                o[(size_t)g * (size_t)W + (size_t)(n / 8)] |= (uint32_t)v->zeros[(size_t)n * (size_t)G + (size_t)g]
+                                                          << (4u * (unsigned)AWQ_REV[n & 7]);
         return DSQ_OK;
     }
     case XK_AWQ_SCALES:
@@ -243,20 +324,6 @@ int dsq_x_fill(dsq_export *ex, const dsq_xtensor *x, const dsq_qview *v, uint8_t
                 if (put_float(ex, DSQ_DTYPE_F16, dst, (size_t)(g * N + n), scale_at(v, n, g), 1) < 0)
                     return scale_overflow(x, n, g, scale_at(v, n, g), d);
         return DSQ_OK;
-    case XK_CT_PACKED: {
-        /* packed[n, c] = sum_j (q[n, 8c+j] + 8) << 4j; dsq's awq code is
-         * already q + 8 in compressed-tensors' signed convention. */
-        uint32_t *o = (uint32_t *)dst;
-        int64_t W = K / 8;
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t c = 0; c < W; c++) {
-                uint32_t w = 0;
-                for (int j = 0; j < 8; j++) w |= (uint32_t)code4(v, n, 8 * c + j) << (4 * j);
-                o[(size_t)n * (size_t)W + (size_t)c] = w;
-            }
-        (void)gs;
-        return DSQ_OK;
-    }
     case XK_CT_ZP: {
         /* Signed zero point z - 8, stored + 8 (= dsq's zero), 8 consecutive
          * output rows per int32 (packed along dim 0). */

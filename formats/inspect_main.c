@@ -13,6 +13,7 @@
 #include "dsq_version.h"
 #include "safetensors.h"
 #include "scheme.h"
+#include "sha256sums.h"
 
 #include <json-c/json.h>
 #include <stdio.h>
@@ -299,6 +300,58 @@ static int inspect_dsq(const dsq_cli *c, const inspect_opts *o)
 
 /* ---- safetensors ---- */
 
+/* An export directory (ds-quant --format / ds-export, or a peer's): its
+ * format from its files, and per-tensor types (ascend's description). */
+typedef struct export_info {
+    const char *format;     /* NULL: not an export directory */
+    json_object *desc;      /* ascend quant_model_description.json */
+    json_object *cfg;
+} export_info;
+
+static void export_probe(const char *path, export_info *x)
+{
+    memset(x, 0, sizeof *x);
+    if (!dsq_path_is_dir(path)) return;
+    char *p = dsq_path_join(path, "quant_model_description.json");
+    if (p && dsq_path_exists(p)) {
+        x->desc = json_object_from_file(p);
+        if (x->desc && json_object_is_type(x->desc, json_type_object)) x->format = "ascend";
+    }
+    free(p);
+    p = dsq_path_join(path, "config.json");
+    json_object *q, *m;
+    if (!x->format && p && dsq_path_exists(p) && (x->cfg = json_object_from_file(p)) &&
+        json_object_is_type(x->cfg, json_type_object) &&
+        json_object_object_get_ex(x->cfg, "quantization_config", &q) && json_object_is_type(q, json_type_object) &&
+        json_object_object_get_ex(q, "quant_method", &m) && json_object_is_type(m, json_type_string)) {
+        const char *qm = json_object_get_string(m);
+        if (!strcmp(qm, "awq")) x->format = "awq";
+        else if (!strcmp(qm, "compressed-tensors")) x->format = "compressed-tensors";
+    }
+    free(p);
+}
+
+/* Type of a tensor in an export: the description entry (ascend), else
+ * quantized (integer tensors and their scales / zero points) or FLOAT. */
+static const char *export_type(const export_info *x, const dsq_st_tensor *t)
+{
+    json_object *v;
+    if (x->desc) {
+        if (json_object_object_get_ex(x->desc, t->name, &v) && json_object_is_type(v, json_type_string))
+            return json_object_get_string(v);
+        return "(no entry)";
+    }
+    static const char *const qs[] = { ".qweight", ".qzeros", ".scales", ".weight_packed", ".weight_scale",
+                                      ".weight_zero_point", ".weight_shape", ".weight_g_idx", ".input_scale" };
+    size_t n = strlen(t->name);
+    for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
+        size_t l = strlen(qs[i]);
+        if (n > l && !strcmp(t->name + n - l, qs[i])) return x->format;
+    }
+    if (t->dtype == DSQ_DTYPE_I8) return x->format;
+    return "FLOAT";
+}
+
 static int inspect_st(const dsq_cli *c, const inspect_opts *o)
 {
     dsq_diag d;
@@ -309,6 +362,24 @@ static int inspect_st(const dsq_cli *c, const inspect_opts *o)
     unsigned flags = o->verify ? 0 : (DSQ_ST_OPEN_FP8_UNSCALED | DSQ_ST_OPEN_NO_SCALE_SCAN);
     int rc = dsq_st_open_ex(&m, o->path, flags, &d);
     if (rc < 0) return fail(c, NULL, rc, &d);
+    export_info xi;
+    export_probe(o->path, &xi);
+    size_t nsums = 0;
+    int has_sums = 0;
+    if (xi.format || dsq_path_is_dir(o->path)) {
+        char *sp = dsq_path_join(o->path, DSQ_SUMS_NAME);
+        has_sums = sp && dsq_path_exists(sp);
+        free(sp);
+    }
+    if (o->verify && has_sums) {
+        rc = dsq_sums_verify(o->path, &nsums, &d);
+        if (rc < 0) {
+            json_object_put(xi.desc);
+            json_object_put(xi.cfg);
+            dsq_st_close(m);
+            return fail(c, NULL, rc, &d);
+        }
+    }
     size_t n = dsq_st_count(m);
     int shards = dsq_st_shard_count(m);
     uint64_t total = dsq_st_total_bytes(m);
@@ -318,6 +389,7 @@ static int inspect_st(const dsq_cli *c, const inspect_opts *o)
         root = json_object_new_object();
         json_object_object_add(root, "path", json_object_new_string(o->path));
         json_object_object_add(root, "format", json_object_new_string("safetensors"));
+        if (xi.format) json_object_object_add(root, "export_format", json_object_new_string(xi.format));
         json_object *sh = json_object_new_array();
         for (int i = 0; i < shards; i++)
             json_object_array_add(sh, json_object_new_string(dsq_st_shard_path(m, i)));
@@ -338,9 +410,10 @@ static int inspect_st(const dsq_cli *c, const inspect_opts *o)
         }
         if (namew > 64) namew = 64;
         if (c->level >= 2) {
-            printf("%s: safetensors, %d shard%s, %zu tensors\n", o->path, shards,
-                   shards == 1 ? "" : "s", n);
-            printf("%-*s  %-8s %-22s %14s\n", (int)namew, "name", "dtype", "shape", "bytes");
+            printf("%s: safetensors, %d shard%s, %zu tensors", o->path, shards, shards == 1 ? "" : "s", n);
+            if (xi.format) printf(", %s export", xi.format);
+            printf("\n%-*s  %-8s %-22s %14s%s\n", (int)namew, "name", "dtype", "shape", "bytes",
+                   xi.format ? "  type" : "");
         }
     }
     for (size_t i = 0; i < n; i++) {
@@ -355,12 +428,14 @@ static int inspect_st(const dsq_cli *c, const inspect_opts *o)
             json_object_object_add(e, "bytes", json_object_new_int64((int64_t)t->nbytes));
             json_object_object_add(e, "shard", json_object_new_int(t->shard));
             json_object_object_add(e, "offset", json_object_new_int64((int64_t)t->file_offset));
+            if (xi.format) json_object_object_add(e, "type", json_object_new_string(export_type(&xi, t)));
             json_object_array_add(tensors, e);
         } else if (c->level >= 2) {
             char sh[256];
             fmt_shape(sh, sizeof sh, (uint32_t)t->ndim, shape);
             printf("%-*s  %-8s %-22s %14llu", (int)namew, t->name, dsq_dtype_name(t->dtype), sh,
                    (unsigned long long)t->nbytes);
+            if (xi.format) printf("  %s", export_type(&xi, t));
             if (c->level >= 3)
                 printf("  shard %d offset %llu", t->shard, (unsigned long long)t->file_offset);
             printf("\n");
@@ -374,6 +449,7 @@ static int inspect_st(const dsq_cli *c, const inspect_opts *o)
         if (o->verify) {
             json_object *v = json_object_new_object();
             json_object_object_add(v, "ok", json_object_new_boolean(1));
+            if (has_sums) json_object_object_add(v, "manifest_files", json_object_new_int64((int64_t)nsums));
             json_object_object_add(root, "verify", v);
         }
         json_object_object_add(root, "ok", json_object_new_boolean(1));
@@ -389,7 +465,10 @@ static int inspect_st(const dsq_cli *c, const inspect_opts *o)
             }
         }
         if (o->verify) printf("verify: ok (structure, offsets, FP8 scales)\n");
+        if (o->verify && has_sums) printf("verify: ok, %zu files match " DSQ_SUMS_NAME "\n", nsums);
     }
+    json_object_put(xi.desc);
+    json_object_put(xi.cfg);
     dsq_st_close(m);
     return DSQ_EXIT_OK;
 }

@@ -1,0 +1,118 @@
+#!/bin/sh
+# export.sh - ds-quant --format / ds-export end to end on the bundled samples
+# (skipped when samples/tiny-dsv3 is absent): for every (format, scheme)
+# pair, ds-quant --format F and ds-quant + ds-export give byte-identical
+# directories (every file compared), SHA256SUMS verifies with sha256sum -c,
+# no partial directory is left; FP8 sources lose their quantization_config
+# and weight_scale_inv; refusals exit 2 and write nothing; a corrupted .dsq
+# is refused by ds-export; --json summary. The tensor-level contract is
+# checked by tests/test_export.c.
+set -u
+Q=${DSQ_QUANT:-./bin/ds-quant}
+X=${DSQ_EXPORT:-./bin/ds-export}
+M=samples/tiny-dsv3
+F8=samples/tiny-dsv3-fp8
+if [ ! -f "$M/config.json" ]; then echo "export.sh: skipped ($M absent)"; exit 0; fi
+T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-cli-export.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+
+# same MODEL FORMAT ARGS...: direct export == .dsq + ds-export
+same() {
+    model=$1; fmt=$2; shift 2
+    xs=""
+    prev=""
+    for a in "$@"; do [ "$prev" = "--shard-size" ] && xs="--shard-size $a"; prev=$a; done
+    rm -rf "$T/d" "$T/e" "$T/m.dsq"
+    $Q -q "$@" --format "$fmt" "$model" "$T/d" || { fail "ds-quant --format $fmt $* ($model)"; return; }
+    $Q -q "$@" "$model" "$T/m.dsq" || { fail "ds-quant $* ($model)"; return; }
+    $X -q $xs --format "$fmt" "$T/m.dsq" "$T/e" || { fail "ds-export --format $fmt ($*, $model)"; return; }
+    for f in "$T"/d/*; do
+        b=$(basename "$f")
+        cmp -s "$f" "$T/e/$b" || fail "$fmt $* ($model): $b differs between ds-quant --format and ds-export"
+    done
+    [ "$(ls "$T/d" | wc -l)" = "$(ls "$T/e" | wc -l)" ] || fail "$fmt $*: file lists differ"
+    (cd "$T/d" && sha256sum -c --quiet SHA256SUMS) || fail "$fmt $* ($model): sha256sum -c failed"
+    ls -a "$T" | grep -q partial && fail "$fmt $*: partial directory left behind"
+    grep -q '"weight_scale_inv\|_scale_inv"' "$T"/d/*.safetensors && fail "$fmt $*: weight_scale_inv exported"
+    return 0
+}
+
+same $M ascend --scheme w8a8-dynamic
+same $M ascend --recipe deepseek-w4a8 --shard-size 1M
+[ -f "$T/d/quant_model_weights.safetensors.index.json" ] || fail "ascend --shard-size 1M wrote no index"
+ls "$T/d" | grep -q '^quant_model_weights-00001-of-' || fail "ascend shard names"
+same $M awq --scheme awq-w4a16 --group-size 64 --keep q_b_proj
+grep -q '"modules_to_not_convert": \[' "$T/d/config.json" || fail "awq: modules_to_not_convert missing"
+grep -q '"q_b_proj"' "$T/d/config.json" || fail "awq: q_b_proj not in modules_to_not_convert"
+same $M compressed-tensors --scheme awq-w4a16 --group-size 0
+same $M compressed-tensors --scheme w8a8-dynamic
+same $M compressed-tensors --scheme w4a8
+if [ -f samples/data/calib.txt ]; then
+    same $M ascend --scheme w8a8 --calib samples/data/calib.txt --calib-samples 4 --calib-seqlen 64
+    grep -q '"model_quant_type": "W8A8"' "$T/d/quant_model_description.json" || fail "static: model_quant_type"
+fi
+if [ -f "$F8/config.json" ]; then
+    grep -q quantization_config "$F8/config.json" || fail "fp8 sample lacks quantization_config (test premise)"
+    same $F8 ascend --scheme w8a8-dynamic
+    grep -q quantization_config "$T/d/config.json" && fail "ascend export of FP8 kept quantization_config"
+    same $F8 awq --scheme awq-w4a16 --group-size 0
+    grep -q '"quant_method": "awq"' "$T/d/config.json" || fail "awq export of FP8: quant_method"
+    grep -q '"fp8"' "$T/d/config.json" && fail "awq export of FP8 kept the fp8 config"
+    same $F8 compressed-tensors --scheme w8a8-dynamic
+else
+    echo "export.sh: $F8 absent, FP8 cases skipped"
+fi
+
+# refusals: exit 2, nothing written
+rm -rf "$T/r"
+out=$($Q -q --scheme w4a8 --format ascend $M "$T/r" 2>&1); rc=$?
+[ $rc = 2 ] || fail "ascend + w4a8 everywhere: exit $rc, want 2"
+echo "$out" | grep -q -- '--recipe deepseek-w4a8' || fail "ascend + w4a8: message does not point at --recipe deepseek-w4a8"
+[ -e "$T/r" ] && fail "refused export wrote $T/r"
+ls -a "$T" | grep -q '\.r\.partial' && fail "refused export left a partial directory"
+$Q -q --scheme w8a8-dynamic $M "$T/w8.dsq" || fail "w8a8-dynamic .dsq"
+$X -q --format awq "$T/w8.dsq" "$T/r" 2>/dev/null; rc=$?
+[ $rc = 2 ] || fail "ds-export awq from w8a8-dynamic: exit $rc, want 2"
+[ -e "$T/r" ] && fail "refused ds-export wrote $T/r"
+$Q -q --scheme awq-w4a16 --group-size 64 --format compressed-tensors $M "$T/r" 2>/dev/null; rc=$?
+[ $rc = 2 ] || fail "ct with K %% G != 0: exit $rc, want 2"
+$Q -q --scheme w8a8-dynamic --format nope $M "$T/r" 2>/dev/null; rc=$?
+[ $rc = 2 ] || fail "unknown --format: exit $rc, want 2"
+$X -q "$T/w8.dsq" "$T/r" 2>/dev/null; rc=$?
+[ $rc = 2 ] || fail "ds-export without --format: exit $rc, want 2"
+
+# existing output: refused without -f, replaced with -f
+$X -q --format ascend "$T/w8.dsq" "$T/a" || fail "ds-export ascend"
+$X -q --format ascend "$T/w8.dsq" "$T/a" 2>/dev/null && fail "ds-export overwrote without -f"
+$X -q -f --format ascend "$T/w8.dsq" "$T/a" || fail "ds-export -f"
+(cd "$T/a" && sha256sum -c --quiet SHA256SUMS) || fail "after -f: sha256sum -c"
+
+# ds-inspect lists an export directory and verifies its manifest
+I=${DSQ_INSPECT:-./bin/ds-inspect}
+$I --verify "$T/a" > "$T/insp.txt" || fail "ds-inspect --verify on an export"
+grep -q 'ascend export' "$T/insp.txt" || fail "ds-inspect does not name the export format"
+grep -q 'W8A8_DYNAMIC' "$T/insp.txt" || fail "ds-inspect lists no per-tensor type"
+grep -q 'files match SHA256SUMS' "$T/insp.txt" || fail "ds-inspect --verify did not check SHA256SUMS"
+echo '{}' > "$T/a/extra.json"
+$I --verify "$T/a" >/dev/null 2>&1 && fail "ds-inspect --verify accepted an unlisted file"
+rm -f "$T/a/extra.json"
+printf ' ' >> "$T/a/config.json"
+$I --verify "$T/a" >/dev/null 2>&1 && fail "ds-inspect --verify accepted a modified file"
+
+# --json summary
+js=$($Q --json --scheme w8a8-dynamic --format compressed-tensors $M "$T/j")
+echo "$js" | grep -q '"export": {"format": "compressed-tensors"' || fail "ds-quant --json lacks the export summary"
+js=$($X --json --format ascend "$T/w8.dsq" "$T/j2")
+echo "$js" | grep -q '"status": "ok"' || fail "ds-export --json"
+
+# a corrupted .dsq: ds-export checks every tensor's SHA-256
+cp "$T/w8.dsq" "$T/bad.dsq"
+printf '\377' | dd of="$T/bad.dsq" bs=1 seek=200 conv=notrunc 2>/dev/null
+$X -q --format ascend "$T/bad.dsq" "$T/b" 2>/dev/null; rc=$?
+[ $rc = 1 ] || fail "corrupted .dsq: exit $rc, want 1"
+[ -e "$T/b" ] && fail "corrupted .dsq: output written"
+
+[ $fails = 0 ] && echo "export.sh: all passed"
+exit $fails
