@@ -409,10 +409,10 @@ static int rd_ct_pack(const rd *r, qb *b, float **bias)
     (void)bias;
     int64_t G, ng;
     DSQ_TRY(ct_groups(r, &G, &ng));
-    if (r->K % 8)
-        return dsq_fail(r->d, DSQ_ERR_SHAPE, dsq_export_desc_file(r->x), r->module, -1, "in_features %% 8 != 0");
+    /* [N, ceil(K*4/32)]: pack_to_int32 pads the last word of a row */
+    const int64_t words = (r->K + 7) / 8;
     const dsq_st_tensor *wp, *ws, *zp, *s;
-    DSQ_TRY(need(r, "weight_packed", DSQ_DTYPE_I32, r->N, r->K / 8, 0, &wp));
+    DSQ_TRY(need(r, "weight_packed", DSQ_DTYPE_I32, r->N, words, 0, &wp));
     DSQ_TRY(need(r, "weight_shape", DSQ_DTYPE_I64, 2, -1, 0, &ws));
     if ((int64_t)dsq_load_u64le(ws->data) != r->N || (int64_t)dsq_load_u64le(ws->data + 8) != r->K)
         return dsq_fail(r->d, DSQ_ERR_SHAPE, file_of(r, ws), ws->name, (int64_t)ws->file_offset,
@@ -433,9 +433,9 @@ static int rd_ct_pack(const rd *r, qb *b, float **bias)
     if (rc == DSQ_OK) {
         /* u = q + 8 sequential nibbles; w = (q - zp) s = (u - (zp + 8)) s: the awq grid */
         for (int64_t n = 0; n < r->N; n++) {
-            for (int64_t c = 0; c < r->K / 8; c++) {
-                uint32_t v = (uint32_t)i32_at(wp, (uint64_t)(n * (r->K / 8) + c));
-                for (int j = 0; j < 8; j++) put_u4(b, n, 8 * c + j, (v >> (4 * j)) & 0xFu);
+            for (int64_t c = 0; c < words; c++) {
+                uint32_t v = (uint32_t)i32_at(wp, (uint64_t)(n * words + c));
+                for (int j = 0; j < 8 && 8 * c + j < r->K; j++) put_u4(b, n, 8 * c + j, (v >> (4 * j)) & 0xFu);
             }
             for (int64_t g = 0; g < ng; g++) {
                 unsigned z = 8;
@@ -596,6 +596,13 @@ int dsq_export_read_linear(const dsq_export_info *x, const dsq_st_model *st, con
     *bias = NULL;
     rd r = { x, st, module, { 0 }, rows, cols, d };
     DSQ_TRY(dsq_export_spec_of(x, module, &r.spec, d));
+    if (r.spec.float_if_absent) {
+        char qn[600], wn[600];
+        snprintf(qn, sizeof qn, "%s.qweight", module);
+        snprintf(wn, sizeof wn, "%s.weight", module);
+        const dsq_st_tensor *wt = dsq_st_find(st, wn);
+        if (!dsq_st_find(st, qn) && wt && is_float_dt(wt->dtype)) r.spec.type = DSQ_EQ_FLOAT;
+    }
     if (r.spec.type == DSQ_EQ_FLOAT) {
         DSQ_TRY(check_float(&r));
         return check_partner(&r);
@@ -656,7 +663,15 @@ int dsq_export_linear_shape(const dsq_export_info *x, const dsq_st_model *st, co
     switch (sp.type) {
     case DSQ_EQ_ASCEND_W4A8_DYNAMIC: *rows = 2 * t->shape[0]; *cols = t->shape[1]; break;
     case DSQ_EQ_AWQ_GEMM:            *rows = 8 * t->shape[1]; *cols = t->shape[0]; break;
-    case DSQ_EQ_CT_PACK:             *rows = t->shape[0]; *cols = 8 * t->shape[1]; break;
+    case DSQ_EQ_CT_PACK: {           /* weight_shape holds [N, K]; K may not fill the last word */
+        char sn[620];
+        snprintf(sn, sizeof sn, "%s.weight_shape", module);
+        const dsq_st_tensor *ws = dsq_st_find(st, sn);
+        *rows = t->shape[0];
+        *cols = 8 * t->shape[1];
+        if (ws && ws->dtype == DSQ_DTYPE_I64 && ws->numel == 2) *cols = (int64_t)dsq_load_u64le(ws->data + 8);
+        break;
+    }
     default:                         *rows = t->shape[0]; *cols = t->shape[1]; break;
     }
     return 1;

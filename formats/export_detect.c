@@ -489,6 +489,7 @@ int dsq_export_spec_of(const dsq_export_info *x, const char *module, dsq_export_
     if (x->kind == DSQ_EXPORT_AWQ) {
         if (matches(x->skip, x->n_skip, module, 1)) return DSQ_OK;   /* AutoAWQ module.py:62 substring rule */
         spec->type = DSQ_EQ_AWQ_GEMM;
+        spec->float_if_absent = x->n_skip == 0;
         spec->bits = 4;
         spec->group_size = x->awq_group;
         return DSQ_OK;
