@@ -696,8 +696,8 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
         } else {
             /* a serving export (formats/export_detect.h) is a safetensors
              * directory plus a description of its quantized linears */
-            rc = dsq_export_detect(path, &m->exp, d);
-            if (rc == DSQ_OK) rc = dsq_st_open(&m->st, path, d);
+            rc = dsq_st_open(&m->st, path, d);
+            if (rc == DSQ_OK) rc = dsq_export_detect(dsq_st_dir(m->st), &m->exp, d);
             if (rc == DSQ_OK) rc = dsq_model_config_load(&m->cfg, dsq_st_dir(m->st), d);
         }
     }
