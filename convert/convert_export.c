@@ -71,11 +71,13 @@ typedef struct xsink {
     dsq_convert_progress prog;
 } xsink;
 
+/* Bookkeeping for a finished tensor (blob == NULL: already written in
+ * row pieces). */
 static int put_tensor(xsink *k, size_t i, const uint8_t *blob, size_t size, dsq_diag *d)
 {
     dsq_convert *c = k->c;
     const dsq_plan_entry *e = &c->plan.v[i];
-    DSQ_TRY(dsq_export_put(k->ex, i, blob, size, d));
+    if (blob) DSQ_TRY(dsq_export_put(k->ex, i, blob, size, d));
     dsq_tensor_result *res = &c->results[i];
     res->raw_bytes = size;
     res->stored_bytes = size;
@@ -104,6 +106,10 @@ static int xsink_item(void *ctx, const dsq_conv_item *it, dsq_conv_result *r, ds
     int rc = DSQ_OK;
     if (!ct->stream) {
         rc = put_tensor(k, it->tensor, r->piece, r->piece_size, d);   /* raw, whole */
+    } else if (dsq_export_rowwise(k->ex, it->tensor)) {
+        /* Row-local targets: written piece by piece, never held whole. */
+        rc = dsq_export_put_rows(k->ex, it->tensor, it->row0, it->nrows, r->piece, r->piece_size, d);
+        if (rc == DSQ_OK && it->piece + 1 == ct->npieces) rc = put_tensor(k, it->tensor, NULL, ct->layout.total, d);
     } else {
         const dsq_qlayout *L = &ct->layout;
         dsq_qshape ps = e->qshape;

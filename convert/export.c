@@ -528,6 +528,69 @@ int dsq_export_put(dsq_export *ex, size_t i, const void *blob, size_t size, dsq_
     return DSQ_OK;
 }
 
+int dsq_export_rowwise(const dsq_export *ex, size_t i)
+{
+    const dsq_xsrc *xs = &ex->xs[i];
+    for (size_t k = 0; k < xs->count; k++) {
+        const dsq_xtensor *x = &ex->xt[xs->first + k];
+        if (x->kind != XK_FLOAT && x->kind != XK_I8 && x->kind != XK_SCALE && x->kind != XK_ZEROS_F32 &&
+            x->kind != XK_I8_FROM_I4 && x->kind != XK_CT_PACKED)
+            return 0;
+        if (x->ndim < 1 || x->shape[0] != ex->src[i].qshape.rows) return 0;
+    }
+    return 1;
+}
+
+int dsq_export_put_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, const void *blob, size_t size,
+                        dsq_diag *d)
+{
+    if (i != ex->next || i >= ex->nsrc || !dsq_export_rowwise(ex, i))
+        return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "export: row piece of tensor %zu out of order", i);
+    const dsq_export_src *s = &ex->src[i];
+    const dsq_xsrc *xs = &ex->xs[i];
+    const int64_t N = s->qshape.rows;
+    if (row0 < 0 || nrows < 1 || row0 + nrows > N)
+        return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, s->name, -1, "export: bad row piece");
+    int last = row0 + nrows == N;
+    if (!xs->count) {
+        if (last) ex->next++;
+        return DSQ_OK;
+    }
+    dsq_qshape ps = s->qshape;
+    ps.rows = nrows;
+    dsq_qview v;
+    DSQ_TRY(dsq_qview_init(&v, s->scheme, &ps, blob, size, d));
+    int shard = ex->xt[xs->first].shard;
+    if (ex->cur != shard) {
+        if (ex->cur >= 0) DSQ_TRY(shard_commit(ex, d));
+        DSQ_TRY(shard_open(ex, shard, d));
+    }
+    for (size_t k = 0; k < xs->count; k++) {
+        const dsq_xtensor *x = &ex->xt[xs->first + k];
+        uint64_t rb = x->nbytes / (uint64_t)N, nb = rb * (uint64_t)nrows;
+        uint8_t *buf = malloc(nb ? nb : 1);
+        if (!buf) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, x->name, -1, "out of memory");
+        int rc = dsq_x_fill(ex, x, &v, buf, d);
+        uint64_t at = ex->data_start + x->off + rb * (uint64_t)row0, done = 0;
+        while (rc == DSQ_OK && done < nb) {
+            ssize_t w = pwrite(ex->fd, buf + done, (size_t)(nb - done), (off_t)(at + done));
+            if (w <= 0) rc = dsq_fail_errno(d, errno, ex->tmpdir, "write failed");
+            else done += (uint64_t)w;
+        }
+        free(buf);
+        if (rc < 0) {
+            if (d && !d->tensor[0]) snprintf(d->tensor, sizeof d->tensor, "%s", x->name);
+            return rc;
+        }
+        ex->sum.weight_bytes += nb;
+    }
+    if (last) {
+        ex->next++;
+        if (shard_first_src(ex, shard + 1) <= ex->next) DSQ_TRY(shard_commit(ex, d));
+    }
+    return DSQ_OK;
+}
+
 /* ================= finish ================= */
 
 static int write_index(dsq_export *ex, dsq_diag *d)

@@ -88,6 +88,15 @@ size_t dsq_export_resume_from(const dsq_export *ex);
 /* The blob of source tensor i (must be the next one). The blob is checked
  * (dsq_qview_init) against the plan. */
 int dsq_export_put(dsq_export *ex, size_t i, const void *blob, size_t size, dsq_diag *d);
+/* 1 when every target tensor of source i is row-local (float, int8, per-row
+ * scales, ...): it may then be fed in row pieces with put_rows, so a
+ * streamed tensor (e.g. a 1.85 GB embedding) is never held whole. */
+int dsq_export_rowwise(const dsq_export *ex, size_t i);
+/* Rows [row0, row0 + nrows) of source tensor i as a valid blob of just those
+ * rows (the converter's piece blob). Pieces come in row order; the one that
+ * ends the tensor completes it, like dsq_export_put. Same bytes as put. */
+int dsq_export_put_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, const void *blob, size_t size,
+                        dsq_diag *d);
 /* Write the remaining files and rename the directory into place. */
 int dsq_export_finish(dsq_export *ex, dsq_export_summary *s, dsq_diag *d);
 /* keep != 0: leave the partial directory for --resume; else remove it. */

@@ -268,8 +268,8 @@ int dsq_x_fill(dsq_export *ex, const dsq_xtensor *x, const dsq_qview *v, uint8_t
                 if (put_float(ex, x->dtype, dst, (size_t)(n * G + g), scale_at(v, n, g), 1) < 0)
                     return scale_overflow(x, n, g, scale_at(v, n, g), d);
         return DSQ_OK;
-    case XK_ZEROS_F32:
-        memset(dst, 0, x->nbytes);
+    case XK_ZEROS_F32:   /* [N, 1]: N from the view (a row piece is shorter) */
+        memset(dst, 0, (size_t)N * (size_t)(x->nbytes / (uint64_t)x->shape[0]));
         return DSQ_OK;
     case XK_INPUT_SCALE:
         DSQ_TRY(pair_check(ex, x, v, d));

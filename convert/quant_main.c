@@ -624,6 +624,19 @@ int main(int argc, char **argv)
      * a finished one is reused as is. */
     dsq_calib_result *cres = NULL;
     char *cjson = NULL, *cjson_t = NULL, *ckpt = NULL;
+    if (calibrating && !dry && o.export_format) {
+        /* Refuse what the export format cannot hold before calibrating
+         * (which can take hours and writes its checkpoint). */
+        dsq_convert *chk = NULL;
+        rc = dsq_convert_prepare(&chk, &o, &d);
+        dsq_convert_free(chk);
+        if (rc < 0) {
+            json_error(&cli, rc, &d);
+            dsq_recipe_release(&recipe);
+            int code = dsq_cli_fail(&cli, rc, &d);
+            return rc == DSQ_ERR_UNSUPPORTED ? DSQ_EXIT_USAGE : code;
+        }
+    }
     if (calibrating && !dry) {
         co.scheme = scheme ? scheme : "w4a8";   /* the deepseek-w4a8 preset's routed experts */
         co.group_size = group;

@@ -72,6 +72,11 @@ out=$($Q -q --scheme w4a8 --format ascend $M "$T/r" 2>&1); rc=$?
 echo "$out" | grep -q -- '--recipe deepseek-w4a8' || fail "ascend + w4a8: message does not point at --recipe deepseek-w4a8"
 [ -e "$T/r" ] && fail "refused export wrote $T/r"
 ls -a "$T" | grep -q '\.r\.partial' && fail "refused export left a partial directory"
+if [ -f samples/data/calib.txt ]; then
+    $Q -q --scheme awq-w4a16 --calib samples/data/calib.txt --format ascend $M "$T/r" 2>/dev/null; rc=$?
+    [ $rc = 2 ] || fail "ascend + awq-w4a16 --calib: exit $rc, want 2"
+    [ -e "$T/r" ] || [ -e "$T/r.calib.dsq" ] && fail "refused calibrated export wrote something"
+fi
 $Q -q --scheme w8a8-dynamic $M "$T/w8.dsq" || fail "w8a8-dynamic .dsq"
 $X -q --format awq "$T/w8.dsq" "$T/r" 2>/dev/null; rc=$?
 [ $rc = 2 ] || fail "ds-export awq from w8a8-dynamic: exit $rc, want 2"
