@@ -705,8 +705,8 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
         } else {
             /* a serving export (formats/export_detect.h) is a safetensors
              * directory plus a description of its quantized linears */
-            rc = dsq_export_detect(path, &m->exp, d);
-            if (rc == DSQ_OK) rc = dsq_st_open(&m->st, path, d);
+            rc = dsq_st_open(&m->st, path, d);
+            if (rc == DSQ_OK) rc = dsq_export_detect(dsq_st_dir(m->st), &m->exp, d);
             if (rc == DSQ_OK) rc = dsq_model_config_load(&m->cfg, dsq_st_dir(m->st), d);
         }
     }
@@ -813,12 +813,14 @@ int dsq_model_info(const dsq_model *m, char *buf, size_t n)
     const dsq_model_config *c = &m->cfg;
     return snprintf(buf, n,
                     "%s: %lld layers (%d loaded%s), hidden %lld, heads %lld/%lld, vocab %lld, %s%s; "
-                    "weights %s, %.1f MiB in use%s",
+                    "weights %s, %.1f MiB in use%s%s%s",
                     dsq_arch_name(c->arch), (long long)m->n_layers, loaded, m->opts.lazy ? ", lazy" : "",
                     (long long)m->hidden, (long long)m->n_heads, (long long)m->n_kv_heads, (long long)m->vocab,
                     m->is_mla ? "MLA" : "GQA",
                     c->n_routed_experts > 0 ? " + MoE" : "", schemes, (double)s / (1024.0 * 1024.0),
-                    c->num_nextn_predict_layers > 0 ? "; MTP layer skipped (not used for evaluation)" : "");
+                    c->num_nextn_predict_layers > 0 ? "; MTP layer skipped (not used for evaluation)" : "",
+                    m->exp ? "; read from a serving export: " : "",
+                    m->exp ? dsq_export_kind_name(dsq_export_kind_of(m->exp)) : "");
 }
 
 /* ---- linear calls ------------------------------------------------------ */

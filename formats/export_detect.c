@@ -15,7 +15,12 @@
 #define EXPORT_JSON_MAX (64u << 20)   /* descriptions of 671B models are ~10 MB */
 #define CT_MAX_GROUPS   64
 
-/* A module matcher: exact name, substring (AWQ), or anchored regex ("re:"). */
+/* A module matcher: exact name, substring (AWQ), or anchored regex ("re:").
+ * compressed-tensors semantics, read from vllm-project/compressed-tensors
+ * @0186d7ae src/compressed_tensors/utils/match.py (match_name / is_match):
+ * "re:P" is re.match(P, name) (anchored at the start only), anything else is
+ * name equality; "Linear" matches every linear class (LinearBase); a module
+ * is quantized when a target matches and no ignore entry does. */
 typedef struct matcher {
     char *text;
     pcre2_code *re;          /* "re:" patterns */
@@ -484,6 +489,7 @@ int dsq_export_spec_of(const dsq_export_info *x, const char *module, dsq_export_
     if (x->kind == DSQ_EXPORT_AWQ) {
         if (matches(x->skip, x->n_skip, module, 1)) return DSQ_OK;   /* AutoAWQ module.py:62 substring rule */
         spec->type = DSQ_EQ_AWQ_GEMM;
+        spec->float_if_absent = x->n_skip == 0;
         spec->bits = 4;
         spec->group_size = x->awq_group;
         return DSQ_OK;

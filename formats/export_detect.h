@@ -45,6 +45,9 @@ typedef struct dsq_export_spec {
     int group_size;          /* 0 = per output channel (AWQ: the run's G) */
     int symmetric;           /* CT */
     int act_dynamic;         /* CT int-quantized: per-token dynamic activations */
+    int float_if_absent;     /* AWQ with an empty modules_to_not_convert: newer vLLM
+                                infers float modules from the checkpoint's dtypes
+                                (formats.md 3.4), so a plain float weight is allowed */
     const char *src;         /* where the decision came from, for messages */
 } dsq_export_spec;
 

@@ -137,7 +137,7 @@ function dequantAll(dir) {
       const s = floats(get(m, 'weight_scale')), ng = get(m, 'weight_scale').shape[1], G = ctG(K);
       const zt = T[`${m}.weight_zero_point`], zp = zt ? ints(zt) : null, out = new Float64Array(N * K);
       for (let n = 0; n < N; n++) for (let k = 0; k < K; k++) {
-        const g = Math.floor(k / G), q = ((p[n * (K / 8) + (k >> 3)] >>> (4 * (k & 7))) & 15) - 8;
+        const g = Math.floor(k / G), q = ((p[n * Math.ceil(K / 8) + (k >> 3)] >>> (4 * (k & 7))) & 15) - 8;
         const z = zp ? ((zp[(n >> 3) * ng + g] >>> (4 * (n & 7))) & 15) - 8 : 0;
         out[n * K + k] = Math.fround((q - z) * s[n * ng + g]);
       }

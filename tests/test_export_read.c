@@ -75,6 +75,7 @@ static int fx_read(fx *f, const char *json_name, const char *json, uint8_t **blo
     dsq_st_close(st);
     dsq_export_info_free(x);
     dsq_test_rmtree(f->dir);
+    free(f->dir);
     return rc;
 }
 
@@ -362,6 +363,18 @@ static void test_awq(void **st)
     awq_fixture(&f, 0, 0, q, z, sv);
     expect_refused(&f, "config.json", "{\"quantization_config\":{\"quant_method\":\"awq\",\"version\":\"gemv\"}}",
                    "version", "GEMM only");
+    /* a float weight where the config implies AWQ: allowed when
+     * modules_to_not_convert is empty (vLLM infers float modules from dtypes),
+     * refused when the list names other modules */
+    static uint16_t wf[N * K];
+    memset(wf, 0, sizeof wf);
+    fx_init(&f);
+    add(&f, "weight", DSQ_DTYPE_F16, 2, N, K, wf);
+    assert_int_equal(fx_read(&f, "config.json", AWQ_CFG, &blob, &size, &bias, &d), 0);
+    fx_init(&f);
+    add(&f, "weight", DSQ_DTYPE_F16, 2, N, K, wf);
+    expect_refused(&f, "config.json", "{\"quantization_config\":{\"quant_method\":\"awq\",\"group_size\":64,"
+                   "\"modules_to_not_convert\":[\"kv_b_proj\"]}}", "qweight", "missing");
     /* packed along K (wrong packing dimension): shape refused */
     fx_init(&f);
     static int32_t qk[(K / 8) * N];
