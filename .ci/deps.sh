@@ -5,7 +5,7 @@
 # Usage: sh .ci/deps.sh [--no-npm]
 set -e
 PKGS="build-essential pkg-config libzstd-dev libssl-dev libjson-c-dev libopenblas-dev \
-libcmocka-dev libpcre2-dev zstd time clang libclang-rt-14-dev python3 python3-numpy"
+libcmocka-dev libpcre2-dev libcurl4-openssl-dev libmicrohttpd-dev zstd time clang libclang-rt-14-dev python3 python3-numpy"
 # (python3 + numpy only build test fixtures; dsq itself never needs Python)
 # node/npm: any install will do (NodeSource nodejs ships npm; Debian splits it).
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
