@@ -177,9 +177,9 @@ static int call_ok(const dsq_endpoint_opts *o, dsq_http *h, const char *path, co
     if (st == 200) return DSQ_OK;
     char msg[300], url[600];
     dsq_ep_error_text(*resp, *rl, msg, sizeof msg);
-    size_t bl = strlen(o->url);
-    while (bl && o->url[bl - 1] == '/') bl--; /* as the client joins them */
-    snprintf(url, sizeof url, "%.*s%s", (int)(bl < 500 ? bl : 500), o->url, path);
+    size_t ul = strlen(o->url);
+    while (ul && o->url[ul - 1] == '/') ul--; /* as the client joins them */
+    snprintf(url, sizeof url, "%.*s%s", (int)(ul < 500 ? ul : 500), o->url, path);
     free(*resp);
     *resp = NULL;
     if (st == 401 || st == 403)
