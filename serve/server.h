@@ -61,6 +61,7 @@ typedef struct dsq_srv_params {
     int echo;
     int stream;
     int include_usage;     /* stream_options.include_usage */
+    int ignore_eos;        /* vLLM's extension: EOS ids do not end the sequence */
 } dsq_srv_params;
 
 /* Parse and type-check a body. On error returns DSQ_ERR_JSON (or

@@ -193,7 +193,7 @@ static void publish(dsq_server *s, srv_job *j)
 static int accept(dsq_server *s, srv_job *j, int32_t t, const float *row)
 {
     const dsq_srv_params *p = &j->req->p;
-    if (is_eos(s, t)) { finish(s, j, SRV_FIN_STOP, NULL); return 1; }
+    if (!p->ignore_eos && is_eos(s, t)) { finish(s, j, SRV_FIN_STOP, NULL); return 1; }
     if (p->logprobs >= 0) {
         j->gen_lp[j->n_gen] = -dsq_token_nll(row, s->vocab, t);
         if (p->logprobs > 0)

@@ -187,6 +187,7 @@ static int parse_fields(json_object *o, const dsq_srv_limits *lim, dsq_srv_param
     p->logprobs = has_lp ? (int)lp : -1;
     DSQ_TRY(get_bool(o, "echo", &p->echo, e));
     DSQ_TRY(get_bool(o, "stream", &p->stream, e));
+    DSQ_TRY(get_bool(o, "ignore_eos", &p->ignore_eos, e));
     if (json_object_object_get_ex(o, "stream_options", &v) && v) {
         if (!json_object_is_type(v, json_type_object)) return bad(e, DSQ_ERR_JSON, "stream_options", "'stream_options' must be an object");
         DSQ_TRY(get_bool(v, "include_usage", &p->include_usage, e));
