@@ -55,6 +55,9 @@ stop_server() {
   i=0; while kill -0 $SP 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
   kill -0 $SP 2>/dev/null && { fail "ds-serve did not stop on SIGTERM"; kill -9 $SP; }
   wait $SP 2>/dev/null
+  src=$?
+  # 0 after a drain; anything else is a crash or, under ASan, a leak report
+  [ $src = 0 ] || fail "ds-serve exit $src after SIGTERM: $(tail -c 400 "$T/server.log")"
   SP=""
 }
 # code METHOD PATH [BODY] -> HTTP status on stdout, body in $T/resp
