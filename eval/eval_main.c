@@ -258,6 +258,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         if (o->score) return dsq_cli_usage_error(cli, "--score scores existing completions: drop --endpoint");
         if (o->save_logits) return dsq_cli_usage_error(cli, "--save-logits needs every token's log-prob: use --model");
         if (ppl && !o->tokenizer) return dsq_cli_usage_error(cli, "ppl --endpoint needs --tokenizer (the served model's)");
+        if (o->bos != -1) return dsq_cli_usage_error(cli, "--bos: with --endpoint the server's tokenizer decides BOS");
     } else if (o->served_model || o->api_key_env) {
         return dsq_cli_usage_error(cli, "--served-model and --api-key-env go with --endpoint");
     }

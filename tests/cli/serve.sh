@@ -87,6 +87,8 @@ $SERVE -m $M --api-key-env DSQ_NO_SUCH_VAR_X >/dev/null 2>&1; [ $? = 2 ] || fail
 $EVAL kld --endpoint http://127.0.0.1:1/v1 --base x >/dev/null 2>&1; [ $? = 2 ] || fail "kld --endpoint: want exit 2"
 $EVAL ppl --endpoint http://127.0.0.1:1/v1 --data x >/dev/null 2>"$T/err"; [ $? = 2 ] || fail "ppl --endpoint without --tokenizer: want exit 2"
 $EVAL gsm8k --endpoint http://127.0.0.1:1/v1 --model $M --data x >/dev/null 2>&1; [ $? = 2 ] || fail "--endpoint with --model: want exit 2"
+$EVAL gsm8k --endpoint http://127.0.0.1:1/v1 --bos no --data x >/dev/null 2>&1; [ $? = 2 ] || fail "--endpoint with --bos: want exit 2"
+$EVAL gsm8k --model $M --served-model x --data x >/dev/null 2>&1; [ $? = 2 ] || fail "--served-model without --endpoint: want exit 2"
 
 # ---- in-process references ------------------------------------------------------
 G="--data $DATA --train $TRAIN --limit 20"
