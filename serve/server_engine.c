@@ -189,11 +189,34 @@ static void publish(dsq_server *s, srv_job *j)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Take token t chosen from row; returns 1 when the job finished. */
+/* Decode the generated ids into j->text. */
+static int refresh_text(dsq_server *s, srv_job *j)
+{
+    char *txt = NULL;
+    size_t n = 0;
+    if (srv_detok(s, j->gen, j->n_gen, &txt, &n) < 0) {
+        free(txt);
+        finish(s, j, SRV_FIN_ERROR, "cannot decode generated tokens");
+        return -1;
+    }
+    free(j->text);
+    j->text = txt;
+    j->len = n;
+    return 0;
+}
+
+/* Take token t chosen from row; returns 1 when the job finished. Without
+ * stop strings or streaming the text is decoded once at the end (the
+ * per-step decode is what stop strings need, as in gsm8k.c). */
 static int accept(dsq_server *s, srv_job *j, int32_t t, const float *row)
 {
     const dsq_srv_params *p = &j->req->p;
-    if (!p->ignore_eos && is_eos(s, t)) { finish(s, j, SRV_FIN_STOP, NULL); return 1; }
+    int track = p->n_stop > 0 || p->stream;
+    if (!p->ignore_eos && is_eos(s, t)) {
+        if (!track && refresh_text(s, j) < 0) return 1;
+        finish(s, j, SRV_FIN_STOP, NULL);
+        return 1;
+    }
     if (p->logprobs >= 0) {
         j->gen_lp[j->n_gen] = -dsq_token_nll(row, s->vocab, t);
         if (p->logprobs > 0)
@@ -202,20 +225,21 @@ static int accept(dsq_server *s, srv_job *j, int32_t t, const float *row)
     }
     j->gen[j->n_gen++] = t;
     j->next = t;
-    char *txt = NULL;
-    size_t n = 0;
-    if (srv_detok(s, j->gen, j->n_gen, &txt, &n) < 0) { finish(s, j, SRV_FIN_ERROR, "cannot decode generated tokens"); return 1; }
-    free(j->text);
-    j->text = txt;
-    j->len = n;
-    size_t cut = dsq_gsm8k_stop_pos(txt, n, (const char *const *)p->stop, (size_t)p->n_stop);
-    if (cut < n) {
-        j->len = cut;
-        txt[cut] = 0;
-        finish(s, j, SRV_FIN_STOP, NULL);
+    if (track) {
+        if (refresh_text(s, j) < 0) return 1;
+        size_t cut = dsq_gsm8k_stop_pos(j->text, j->len, (const char *const *)p->stop, (size_t)p->n_stop);
+        if (cut < j->len) {
+            j->len = cut;
+            j->text[cut] = 0;
+            finish(s, j, SRV_FIN_STOP, NULL);
+            return 1;
+        }
+    }
+    if ((int64_t)j->n_gen >= p->max_tokens) {
+        if (!track && refresh_text(s, j) < 0) return 1;
+        finish(s, j, SRV_FIN_LENGTH, NULL);
         return 1;
     }
-    if ((int64_t)j->n_gen >= p->max_tokens) { finish(s, j, SRV_FIN_LENGTH, NULL); return 1; }
     if (p->stream) publish(s, j);
     return 0;
 }
