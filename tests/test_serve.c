@@ -215,6 +215,7 @@ static void test_journal(void **st)
     dsq_gsm8k_set_release(&other);
     dsq_gsm8k_set_release(&test);
     dsq_test_rmtree(dir);
+    free(dir);
 }
 
 int main(void)
