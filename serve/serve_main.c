@@ -134,7 +134,7 @@ int main(int argc, char **argv)
         char buf[32];
         int n = snprintf(buf, sizeof buf, "%d\n", port);
         rc = dsq_write_file_atomic(port_file, buf, (size_t)n, DSQ_OUT_OVERWRITE, &d);
-        if (rc < 0) { dsq_server_stop(s, 0); return dsq_cli_fail(&cli, rc, &d); }
+        if (rc < 0) { dsq_server_stop(s, 0, NULL); return dsq_cli_fail(&cli, rc, &d); }
     }
     if (cli.json) {
         json_object *j = json_object_new_object();
@@ -153,8 +153,7 @@ int main(int argc, char **argv)
     while (!dsq_cli_interrupted) usleep(50000);
     dsq_cli_info(&cli, 2, "stopping: draining requests in flight (up to %.0f s)", drain);
     dsq_server_stats st;
-    dsq_server_get_stats(s, &st);
-    dsq_server_stop(s, drain);
+    dsq_server_stop(s, drain, &st);
     dsq_cli_info(&cli, 3, "%llu requests, %llu completed, %llu busy (503), %llu bad, %llu cancelled; "
                  "%llu prompt + %llu generated tokens; %llu decode steps, %.2f sequences per step",
                  (unsigned long long)st.requests, (unsigned long long)st.completed, (unsigned long long)st.rejected_busy,

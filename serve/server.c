@@ -137,7 +137,7 @@ int dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d)
     if (rc == DSQ_OK) rc = srv_engine_start(s, d);
     if (rc == DSQ_OK) rc = srv_http_start(s, d);
     if (rc < 0) {
-        dsq_server_stop(s, 0);
+        dsq_server_stop(s, 0, NULL);
         return rc;
     }
     *out = s;
@@ -154,7 +154,7 @@ void dsq_server_get_stats(dsq_server *s, dsq_server_stats *st)
     pthread_mutex_unlock(&s->mu);
 }
 
-void dsq_server_stop(dsq_server *s, double drain_s)
+void dsq_server_stop(dsq_server *s, double drain_s, dsq_server_stats *final)
 {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
@@ -172,6 +172,7 @@ void dsq_server_stop(dsq_server *s, double drain_s)
     }
     srv_engine_stop(s);   /* cancels what is left; waiting handlers wake up */
     srv_http_stop(s);
+    if (final) *final = s->stats; /* every thread has stopped */
     dsq_state_free(s->st);
     dsq_model_free(s->m);
     dsq_tokenizer_free(s->tok);

@@ -103,8 +103,10 @@ int  dsq_server_port(const dsq_server *s);
 /* One line about the loaded model (for the log). */
 const char *dsq_server_model_info(const dsq_server *s);
 /* Stop taking requests (new ones get 503), let those in flight finish for
- * up to drain_s seconds, then cancel the rest, stop and free everything. */
-void dsq_server_stop(dsq_server *s, double drain_s);
+ * up to drain_s seconds, then cancel the rest, stop and free everything.
+ * final (may be NULL) receives the counters as they stood at the end. */
+struct dsq_server_stats;
+void dsq_server_stop(dsq_server *s, double drain_s, struct dsq_server_stats *final);
 
 /* Counters for the log. */
 typedef struct dsq_server_stats {
