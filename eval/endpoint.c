@@ -405,3 +405,86 @@ int dsq_ep_ppl_run(const dsq_endpoint_opts *o, const char *model, const dsq_ppl_
     free(r.nll);
     return rc;
 }
+
+/* log(1 - exp(x)) for x <= 0, accurate near 0 and below. */
+static double log1mexp(double x)
+{
+    return x > -0.693147 ? log(-expm1(x)) : log1p(-exp(x));
+}
+
+static int cmp_flt(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp_reader *base,
+                   const dsq_eval_hooks *h, dsq_kld_result *res, dsq_diag *d)
+{
+    memset(res, 0, sizeof *res);
+    DSQ_TRY(dsq_logp_reader_verify(base, d));
+    dsq_ppl_plan p;
+    dsq_logp_reader_plan(base, &p);
+    if (!p.n_chunks) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "empty base");
+    size_t n = p.n_chunks * p.per_chunk;
+    ep_run r = { .o = o, .model = model, .task = ppl_task, .n = p.n_chunks, .plan = &p, .tokens = base->tokens, .h = h };
+    r.nll = malloc(n * sizeof *r.nll);
+    float *klds = malloc(n * sizeof *klds);
+    int rc = r.nll && klds ? run_all(&r, d) : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    double s_kld = 0, s_kld2 = 0, s_nll = 0, s_nllb = 0, s_diff = 0, s_diff2 = 0, s_dp2 = 0;
+    for (size_t i = 0; i < n && rc == DSQ_OK; i++) {
+        float tl;
+        memcpy(&tl, base->records + i * base->info.record_size, sizeof tl); /* target_lp, record offset 0 */
+        double lp = tl, lq = -r.nll[i];
+        if (!isfinite(lp) || lp > 0) { rc = dsq_fail(d, DSQ_ERR_FORMAT, base->path, NULL, -1, "record %zu: bad target log-prob", i); break; }
+        if (lq > 0) lq = 0;
+        /* two buckets, {target} and the rest: the log-sum inequality makes
+         * this a lower bound of KL(base || served) (see endpoint.h) */
+        double pt = exp(lp), kl = pt * (lp - lq);
+        if (pt < 1) {
+            double lpr = log1mexp(lp), lqr = lq < 0 ? log1mexp(lq) : -690.8; /* served rest mass 0: clamp at 1e-300 */
+            kl += exp(lpr) * (lpr - lqr);
+        }
+        if (kl < 0) kl = 0; /* rounding */
+        klds[i] = (float)kl;
+        s_kld += kl;
+        s_kld2 += kl * kl;
+        s_nll += -lq;
+        s_nllb += -lp;
+        double df = -lq + lp, dp = exp(lq) - pt;
+        s_diff += df;
+        s_diff2 += df * df;
+        s_dp2 += dp * dp;
+    }
+    if (rc == DSQ_OK) {
+        double c = (double)n;
+        res->count = n;
+        res->kld_mean = s_kld / c;
+        double var = s_kld2 / c - res->kld_mean * res->kld_mean;
+        res->kld_stderr = n > 1 && var > 0 ? sqrt(var / (c - 1)) : 0;
+        qsort(klds, n, sizeof *klds, cmp_flt);
+        res->kld_min = klds[0];
+        res->kld_max = klds[n - 1];
+        res->kld_p01 = dsq_percentile_sorted(klds, n, 0.01);
+        res->kld_p05 = dsq_percentile_sorted(klds, n, 0.05);
+        res->kld_p10 = dsq_percentile_sorted(klds, n, 0.10);
+        res->kld_median = dsq_percentile_sorted(klds, n, 0.50);
+        res->kld_p90 = dsq_percentile_sorted(klds, n, 0.90);
+        res->kld_p95 = dsq_percentile_sorted(klds, n, 0.95);
+        res->kld_p99 = dsq_percentile_sorted(klds, n, 0.99);
+        res->kld_p999 = dsq_percentile_sorted(klds, n, 0.999);
+        res->same_top = NAN; /* the served argmax is not known by id */
+        res->same_top_stderr = NAN;
+        res->ppl = exp(s_nll / c);
+        res->ppl_base = exp(s_nllb / c);
+        res->ppl_ratio = res->ppl / res->ppl_base;
+        res->ppl_delta = res->ppl - res->ppl_base;
+        res->ln_ratio_mean = s_diff / c;
+        var = s_diff2 / c - res->ln_ratio_mean * res->ln_ratio_mean;
+        res->ln_ratio_stderr = n > 1 && var > 0 ? sqrt(var / (c - 1)) : 0;
+        res->dp_rms = sqrt(s_dp2 / c);
+    }
+    free(r.nll);
+    free(klds);
+    return rc;
+}

@@ -80,6 +80,18 @@ int dsq_ep_ppl_run(const dsq_endpoint_opts *o, const char *model, const dsq_ppl_
 
 
 
+/* KL divergence against a base saved by `ppl --save-logits`, from what an
+ * OpenAI-style server gives: the served log-prob of each scored token
+ * (echo + logprobs) over the base file's windows. The vocabulary is merged
+ * into two buckets, {target} and the rest, so by the log-sum inequality the
+ * KLD reported is a LOWER BOUND of the true KL(base || served): zero exactly
+ * when the two agree on every target probability, and far below the true
+ * value where they differ only in how they spread the rest. PPL, PPL
+ * ratio, ln ratio and RMS dp are exact. same_top is NaN (the served argmax
+ * is not known by id). The base's data hash is verified first. */
+int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp_reader *base,
+                   const dsq_eval_hooks *h, dsq_kld_result *r, dsq_diag *d);
+
 /* ---- gsm8k journal (--out) ---------------------------------------------------------
  *
  * ds-eval gsm8k --endpoint appends one JSON line per finished item to --out

@@ -81,7 +81,7 @@ static const char usage_text[] =
 "                          (with --endpoint also written as items arrive; a\n"
 "                          rerun with the same --out continues, -f restarts)\n"
 "\n"
-"Served model (gsm8k, ppl): instead of --model, an OpenAI-compatible server\n"
+"Served model (gsm8k, ppl, kld): instead of --model, an OpenAI-compatible server\n"
 "(vLLM, vllm-ascend, MindIE, ds-serve) through POST /completions:\n"
 "      --endpoint URL      base URL, e.g. http://127.0.0.1:8000/v1\n"
 "      --served-model NAME model name (default: the only one /models lists)\n"
@@ -91,7 +91,9 @@ static const char usage_text[] =
 "      --retries N         retries with backoff on connection errors, 429 and\n"
 "                          5xx (default 8; 0.5 s doubling to 30 s)\n"
 "                          ppl needs --tokenizer: windows go as token ids with\n"
-"                          echo + logprobs (prompt log-probs)\n"
+"                          echo + logprobs (prompt log-probs); kld takes the\n"
+"                          windows from --base and reports a LOWER BOUND (the\n"
+"                          served target-token log-probs only)\n"
 "\n"
 "General:\n"
 "  -T, --threads N         worker threads (default: all cores)\n"
@@ -252,8 +254,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
     int ppl = !strcmp(o->cmd, "ppl"), kld = !strcmp(o->cmd, "kld"), gsm = !strcmp(o->cmd, "gsm8k");
     if (!o->data && !kld) return dsq_cli_usage_error(cli, "%s needs --data", o->cmd);
     if (o->endpoint) {
-        if (kld) return dsq_cli_usage_error(cli, "kld --endpoint is not supported (it needs every token's log-prob; "
-                                            "use ppl --endpoint, or kld with --model)");
+        if (kld && o->data && !o->tokenizer) return dsq_cli_usage_error(cli, "kld --endpoint --data needs --tokenizer");
         if (o->model) return dsq_cli_usage_error(cli, "--endpoint replaces --model: drop one");
         if (o->score) return dsq_cli_usage_error(cli, "--score scores existing completions: drop --endpoint");
         if (o->save_logits) return dsq_cli_usage_error(cli, "--save-logits needs every token's log-prob: use --model");
@@ -619,16 +620,23 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         free(tokens);
         free(win);
     }
-    if (rc == DSQ_OK) rc = open_model(cli, o, &r, 1, plan.n_ctx, &d);
+    dsq_endpoint_opts eo;
+    char *served = NULL;
+    if (rc == DSQ_OK && o->endpoint && endpoint_opts(cli, o, &eo) < 0) rc = dsq_fail(&d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no API key");
+    if (rc == DSQ_OK && o->endpoint) rc = dsq_ep_resolve_model(&eo, &served, &d);
+    else if (rc == DSQ_OK) rc = open_model(cli, o, &r, 1, plan.n_ctx, &d);
     dsq_kld_result k;
     double t0 = dsq_now();
     if (rc == DSQ_OK) {
         dsq_progress_begin(&r.prog, cli, "kld", "windows", plan.n_chunks);
         dsq_eval_hooks h = { .cancel = &dsq_cli_interrupted, .progress = window_progress,
-                             .progress_user = &r, .pool = dsq_model_pool(r.m) };
-        rc = dsq_kld_run(&base, r.vocab, model_window, &r, &h, &k, &d);
+                             .progress_user = &r, .pool = r.m ? dsq_model_pool(r.m) : NULL };
+        /* served: the target-token bound of endpoint.h (a lower bound of KL) */
+        rc = o->endpoint ? dsq_ep_kld_run(&eo, served, &base, &h, &k, &d)
+                         : dsq_kld_run(&base, r.vocab, model_window, &r, &h, &k, &d);
         dsq_progress_end(&r.prog);
     }
+    free(served);
     double secs = dsq_now() - t0;
     dsq_logp_reader_close(&base);
     runner_close(&r);
@@ -636,6 +644,7 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
     if (cli->json) {
         json_object *j = json_object_new_object();
         json_object_object_add(j, "command", json_object_new_string("kld"));
+        if (o->endpoint) json_object_object_add(j, "kld_lower_bound", json_object_new_boolean(1));
         json_object_object_add(j, "tokens_scored", json_object_new_int64((int64_t)k.count));
         json_object_object_add(j, "kld_mean", jnum(k.kld_mean));
         json_object_object_add(j, "kld_stderr", jnum(k.kld_stderr));
@@ -667,7 +676,9 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         printf("99.0%%   KLD    : %.6f\n", k.kld_p99);
         printf("99.9%%   KLD    : %.6f\n", k.kld_p999);
         printf("Maximum KLD    : %.6f\n", k.kld_max);
-        printf("Same top-1     : %.3f +/- %.3f %%\n", 100 * k.same_top, 100 * k.same_top_stderr);
+        if (o->endpoint) printf("(served model: KLD over {target token, rest} only, a LOWER BOUND of the true KLD; "
+                                "same top-1 unknown)\n");
+        else printf("Same top-1     : %.3f +/- %.3f %%\n", 100 * k.same_top, 100 * k.same_top_stderr);
         printf("RMS dp         : %.3f %%\n", 100 * k.dp_rms);
     }
     return DSQ_EXIT_OK;

@@ -7,6 +7,8 @@
 #     to the same final file
 #   - retry: the client starts while the server is down, and the server is
 #     killed and restarted on the same port mid-run
+#   - kld --endpoint (target-token bound) is at most the in-process KLD of
+#     the same served model, and its PPL equals the in-process one
 #   - bad requests get 4xx error objects and the server stays up; API key;
 #     a full queue answers 503; a client that disconnects frees its slot;
 #     a burst of concurrent clients is answered in full
@@ -84,7 +86,7 @@ grep -q "usage: ds-serve" "$T/out" || fail "ds-serve --help text"
 $SERVE >/dev/null 2>&1; [ $? = 2 ] || fail "ds-serve without --model: want exit 2"
 $SERVE -m $M --port 70000 >/dev/null 2>&1; [ $? = 2 ] || fail "ds-serve --port 70000: want exit 2"
 $SERVE -m $M --api-key-env DSQ_NO_SUCH_VAR_X >/dev/null 2>&1; [ $? = 2 ] || fail "ds-serve with an unset key variable: want exit 2"
-$EVAL kld --endpoint http://127.0.0.1:1/v1 --base x >/dev/null 2>&1; [ $? = 2 ] || fail "kld --endpoint: want exit 2"
+$EVAL kld --endpoint http://127.0.0.1:1/v1 --base x --data y >/dev/null 2>&1; [ $? = 2 ] || fail "kld --endpoint --data without --tokenizer: want exit 2"
 $EVAL ppl --endpoint http://127.0.0.1:1/v1 --data x >/dev/null 2>"$T/err"; [ $? = 2 ] || fail "ppl --endpoint without --tokenizer: want exit 2"
 $EVAL gsm8k --endpoint http://127.0.0.1:1/v1 --model $M --data x >/dev/null 2>&1; [ $? = 2 ] || fail "--endpoint with --model: want exit 2"
 $EVAL gsm8k --endpoint http://127.0.0.1:1/v1 --bos no --data x >/dev/null 2>&1; [ $? = 2 ] || fail "--endpoint with --bos: want exit 2"
@@ -245,6 +247,22 @@ done
 [ $ok = 1 ] || fail "the slot of a client that disconnected was not freed (HTTP $got)"
 stop_server
 grep -q " [1-9][0-9]* cancelled" "$T/server.log" || fail "the disconnected request was not cancelled: $(tail -c 300 "$T/server.log")"
+
+# ---- kld --endpoint: a lower bound of the in-process KLD, exact PPL ----------------------------
+M8=samples/tiny-dsv3-fp8
+if [ -f $M8/config.json ]; then
+  $EVAL ppl --model $M --data $TEXT --ctx 128 --limit-tokens 2048 -T 1 --save-logits "$T/base.logp" -q || fail "ppl --save-logits"
+  $EVAL kld --model $M8 --base "$T/base.logp" -T 1 --json >"$T/lkld.json" 2>"$T/err" || fail "local kld: $(head -c 300 "$T/err")"
+  M=$M8 start_server || exit 1
+  $EVAL kld --endpoint "$URL" --base "$T/base.logp" --json >"$T/ekld.json" 2>"$T/err" || fail "kld --endpoint: $(head -c 300 "$T/err")"
+  stop_server
+  grep -q '"kld_lower_bound":true' "$T/ekld.json" || fail "kld --endpoint must say it is a lower bound"
+  num() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" "$2"; }
+  lk=$(num kld_mean "$T/lkld.json"); ek=$(num kld_mean "$T/ekld.json")
+  lp=$(num ppl "$T/lkld.json"); ep=$(num ppl "$T/ekld.json")
+  awk -v l="$lk" -v e="$ek" 'BEGIN { exit !(l > 0 && e > 0 && e <= l * 1.0001) }' || fail "kld --endpoint $ek is not a lower bound of $lk"
+  awk -v a="$lp" -v b="$ep" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-6 * a) }' || fail "kld --endpoint PPL $ep != $lp"
+fi
 
 [ $fails = 0 ] && echo "serve.sh: ok"
 exit $((fails > 0))
