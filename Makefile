@@ -20,7 +20,7 @@ BUILD   ?= build
 OPT     ?= -O2
 FUZZ_TIME ?= 20
 
-MODULES := common formats quant tokenizer engine calib convert eval
+MODULES := common formats quant tokenizer engine calib convert eval serve
 INCS    := $(addprefix -I,$(MODULES)) -Iinclude
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral \
            -Wmissing-prototypes -Wno-missing-field-initializers
@@ -29,7 +29,7 @@ WARN    += -Werror
 endif
 CFLAGS  ?= $(OPT) -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread $(WARN) $(INCS) $(CFLAGS) $(XCFLAGS) -MMD -MP
-LIBS    := -lzstd -lcrypto -ljson-c -lopenblas -lpcre2-8 -lpthread -lm
+LIBS    := -lzstd -lcrypto -ljson-c -lopenblas -lpcre2-8 -lcurl -lmicrohttpd -lpthread -lm
 LDFLAGS ?=
 
 ifneq ($(V),1)

@@ -5,9 +5,10 @@
 # Usage: sh .ci/deps.sh [--no-npm]
 set -e
 PKGS="build-essential pkg-config libzstd-dev libssl-dev libjson-c-dev libopenblas-dev \
-libcmocka-dev libpcre2-dev zstd time clang libclang-rt-14-dev python3 python3-numpy jq"
+libcmocka-dev libpcre2-dev libcurl4-openssl-dev libmicrohttpd-dev curl zstd time clang libclang-rt-14-dev \
+python3 python3-numpy jq"
 # (python3 + numpy only build test fixtures; dsq itself never needs Python;
-#  jq formats the make demo table)
+#  jq formats the make demo table; curl, the command, drives ds-serve in tests/cli/serve.sh)
 # node/npm: any install will do (NodeSource nodejs ships npm; Debian splits it).
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"

@@ -7,6 +7,8 @@
  *                 [--limit N] [--seed 1234] [--batch B] [--max-new-tokens 256]
  *                 [--out items.jsonl]
  *   ds-eval gsm8k --score completions.jsonl --data test.jsonl [--out items.jsonl]
+ *   ds-eval gsm8k|ppl --endpoint URL [--served-model NAME] [--api-key-env VAR]
+ *                 [--concurrency N] ... (the model behind an OpenAI-compatible server)
  *
  * The measuring logic lives in libdsq (eval_metrics.h, gsm8k.h); this file
  * parses options, wires the model and tokenizer into the callbacks there,
@@ -15,6 +17,7 @@
 #include "container.h"
 #include "container_set.h"
 #include "dsq_file.h"
+#include "endpoint.h"
 #include "eval_metrics.h"
 #include "gsm8k.h"
 #include "llama2c.h"
@@ -82,6 +85,22 @@ static const char usage_text[] =
 "                          line order; no --model needed\n"
 "      --out FILE          per-item JSONL: doc_id, question, completion, strict,\n"
 "                          flexible, gold, correct_strict, correct_flexible\n"
+"                          (with --endpoint also written as items arrive; a\n"
+"                          rerun with the same --out continues, -f restarts)\n"
+"\n"
+"Served model (gsm8k, ppl, kld): instead of --model, an OpenAI-compatible server\n"
+"(vLLM, vllm-ascend, MindIE, ds-serve) through POST /completions:\n"
+"      --endpoint URL      base URL, e.g. http://127.0.0.1:8000/v1\n"
+"      --served-model NAME model name (default: the only one /models lists)\n"
+"      --api-key-env VAR   send the API key held in environment variable VAR\n"
+"      --concurrency N     requests in flight (default 8)\n"
+"      --timeout S         seconds per request (default 600)\n"
+"      --retries N         retries with backoff on connection errors, 429 and\n"
+"                          5xx (default 8; 0.5 s doubling to 30 s)\n"
+"                          ppl needs --tokenizer: windows go as token ids with\n"
+"                          echo + logprobs (prompt log-probs); kld takes the\n"
+"                          windows from --base and reports a LOWER BOUND (the\n"
+"                          served target-token log-probs only)\n"
 "\n"
 "Options a command does not use are refused (exit 2), not ignored.\n"
 "\n"
@@ -102,7 +121,8 @@ static const char *const ppl_bos_names[] = { "window", "first", "no" };
 enum {
     O_TOKENIZER = 256, O_CTX, O_DATA, O_LIMIT_TOKENS, O_SAVE_LOGITS, O_LOGITS_FORMAT,
     O_LOGITS_TOPK, O_BASE, O_TRAIN, O_SHOTS, O_SEED, O_LIMIT, O_BATCH, O_MAX_NEW, O_BOS,
-    O_SCORE, O_OUT, O_JSON, O_NO_PROGRESS
+    O_SCORE, O_OUT, O_JSON, O_NO_PROGRESS, O_ENDPOINT, O_SERVED_MODEL, O_API_KEY_ENV, O_CONCURRENCY,
+    O_TIMEOUT, O_RETRIES
 };
 
 typedef struct opts {
@@ -117,6 +137,9 @@ typedef struct opts {
     uint64_t seed;
     size_t limit, max_new;
     int force;
+    const char *endpoint, *served_model, *api_key_env;
+    int concurrency, retries;
+    double timeout;
 } opts;
 
 #define BIT(opt) (1ull << ((opt) - 256))
@@ -173,6 +196,9 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         { "bos", required_argument, 0, O_BOS },      { "score", required_argument, 0, O_SCORE },
         { "out", required_argument, 0, O_OUT },      { "json", no_argument, 0, O_JSON },
         { "no-progress", no_argument, 0, O_NO_PROGRESS },
+        { "endpoint", required_argument, 0, O_ENDPOINT }, { "served-model", required_argument, 0, O_SERVED_MODEL },
+        { "api-key-env", required_argument, 0, O_API_KEY_ENV }, { "concurrency", required_argument, 0, O_CONCURRENCY },
+        { "timeout", required_argument, 0, O_TIMEOUT }, { "retries", required_argument, 0, O_RETRIES },
         { "threads", required_argument, 0, 'T' },    { "force", no_argument, 0, 'f' },
         { "quiet", no_argument, 0, 'q' },            { "verbose", no_argument, 0, 'v' },
         { "help", no_argument, 0, 'h' },             { "version", no_argument, 0, 'V' },
@@ -186,6 +212,9 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
     o->batch = 8;
     o->bos = -1;
     o->max_new = DSQ_GSM8K_MAX_NEW;
+    o->concurrency = 8;
+    o->retries = 8;
+    o->timeout = 600;
     *done = 0;
     int c, no_progress = 0;
     uint64_t u;
@@ -235,6 +264,18 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
             o->max_new = (size_t)u;
             break;
         case O_BOS: o->bos_arg = a; break;   /* checked once the command is known */
+        case O_ENDPOINT: o->endpoint = a; break;
+        case O_SERVED_MODEL: o->served_model = a; break;
+        case O_API_KEY_ENV: o->api_key_env = a; break;
+        case O_CONCURRENCY:
+            if (dsq_cli_parse_int(a, 1, 1024, &o->concurrency)) return dsq_cli_usage_error(cli, "--concurrency: expected 1..1024, got '%s'", a);
+            break;
+        case O_RETRIES:
+            if (dsq_cli_parse_int(a, 0, 1000, &o->retries)) return dsq_cli_usage_error(cli, "--retries: expected 0..1000, got '%s'", a);
+            break;
+        case O_TIMEOUT:
+            if (dsq_cli_parse_float(a, 0.001, 86400, &o->timeout)) return dsq_cli_usage_error(cli, "--timeout: expected seconds in (0, 86400], got '%s'", a);
+            break;
         case O_JSON: cli->json = 1; break;
         case O_NO_PROGRESS: no_progress = 1; break;
         case 'T':
@@ -262,7 +303,18 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         return dsq_cli_usage_error(cli, "unknown command '%s' (ppl, kld or gsm8k)", o->cmd);
     int ppl = !strcmp(o->cmd, "ppl"), kld = !strcmp(o->cmd, "kld"), gsm = !strcmp(o->cmd, "gsm8k");
     if (!o->data && !kld) return dsq_cli_usage_error(cli, "%s needs --data", o->cmd);
-    if (!o->model && !(gsm && o->score)) return dsq_cli_usage_error(cli, "%s needs --model", o->cmd);
+    if (o->endpoint) {
+        if (kld && o->data && !o->tokenizer) return dsq_cli_usage_error(cli, "kld --endpoint --data needs --tokenizer");
+        if (o->model) return dsq_cli_usage_error(cli, "--endpoint replaces --model: drop one");
+        if (o->score) return dsq_cli_usage_error(cli, "--score scores existing completions: drop --endpoint");
+        if (o->save_logits) return dsq_cli_usage_error(cli, "--save-logits needs every token's log-prob: use --model");
+        if (ppl && !o->tokenizer) return dsq_cli_usage_error(cli, "ppl --endpoint needs --tokenizer (the served model's)");
+        if (o->bos_arg) return dsq_cli_usage_error(cli, "--bos: with --endpoint the server's tokenizer decides BOS");
+    } else if (o->served_model || o->api_key_env ||
+               (o->seen & (BIT(O_CONCURRENCY) | BIT(O_TIMEOUT) | BIT(O_RETRIES)))) {
+        return dsq_cli_usage_error(cli, "--served-model, --api-key-env, --concurrency, --timeout and --retries go with --endpoint");
+    }
+    if (!o->model && !o->endpoint && !(gsm && o->score)) return dsq_cli_usage_error(cli, "%s needs --model", o->cmd);
     if (kld && !o->base) return dsq_cli_usage_error(cli, "kld needs --base");
     if (!kld && o->base) return dsq_cli_usage_error(cli, "--base is for kld");
     if (!ppl && (o->save_logits || o->limit_tokens)) return dsq_cli_usage_error(cli, "--save-logits and --limit-tokens are for ppl");
@@ -497,6 +549,55 @@ static int tokenize_file(const dsq_cli *cli, const dsq_tokenizer *tok, const cha
 /* ppl                                                                    */
 /* ====================================================================== */
 
+static void print_ppl(const dsq_cli *cli, const opts *o, const dsq_ppl_plan *plan, const dsq_ppl_result *res, double secs);
+
+/* Endpoint settings from the options; the key comes from the environment
+ * only (never the command line, never printed). */
+static int endpoint_opts(const dsq_cli *cli, const opts *o, dsq_endpoint_opts *eo)
+{
+    memset(eo, 0, sizeof *eo);
+    eo->url = o->endpoint;
+    eo->model = o->served_model;
+    eo->concurrency = o->concurrency;
+    eo->timeout_s = o->timeout;
+    eo->retries = o->retries;
+    eo->cancel = &dsq_cli_interrupted;
+    if (o->api_key_env) {
+        eo->api_key = getenv(o->api_key_env);
+        if (!eo->api_key || !eo->api_key[0]) {
+            dsq_cli_error(cli, "--api-key-env: environment variable %s is unset or empty", o->api_key_env);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ppl --endpoint: the same windows, scored from the server's prompt log-probs. */
+static int ppl_endpoint(dsq_cli *cli, const opts *o, runner *r, int32_t *tokens, const dsq_ppl_plan *plan,
+                        int rc, dsq_diag *d)
+{
+    dsq_endpoint_opts eo;
+    char *model = NULL;
+    dsq_ppl_result res;
+    double t0 = dsq_now();
+    if (rc == DSQ_OK && endpoint_opts(cli, o, &eo) < 0) { free(tokens); runner_close(r); return DSQ_EXIT_ERROR; }
+    if (rc == DSQ_OK) rc = dsq_ep_resolve_model(&eo, &model, d);
+    if (rc == DSQ_OK) {
+        dsq_cli_info(cli, 3, "%s: model '%s', %zu windows of %zu tokens, %d in flight", o->endpoint, model,
+                     plan->n_chunks, plan->n_ctx, o->concurrency);
+        dsq_progress_begin(&r->prog, cli, "ppl", "windows", plan->n_chunks);
+        dsq_eval_hooks h = { .cancel = &dsq_cli_interrupted, .progress = window_progress, .progress_user = r };
+        rc = dsq_ep_ppl_run(&eo, model, plan, tokens, &h, &res, d);
+        dsq_progress_end(&r->prog);
+    }
+    free(model);
+    free(tokens);
+    runner_close(r);
+    if (rc < 0) return dsq_cli_fail(cli, rc, d);
+    print_ppl(cli, o, plan, &res, dsq_now() - t0);
+    return DSQ_EXIT_OK;
+}
+
 static int cmd_ppl(dsq_cli *cli, const opts *o)
 {
     dsq_diag d;
@@ -516,6 +617,7 @@ static int cmd_ppl(dsq_cli *cli, const opts *o)
                    : rc == DSQ_OK && o->ppl_bos == PPL_BOS_FIRST ? dsq_tokenizer_bos(r.tok) : -1;
     if (rc == DSQ_OK)
         rc = dsq_ppl_plan_init(&plan, n_tok, n_ctx, o->ppl_bos == PPL_BOS_WINDOW ? bos_id : -1, &d);
+    if (o->endpoint) return ppl_endpoint(cli, o, &r, tokens, &plan, rc, &d);
     if (rc == DSQ_OK) rc = open_model(cli, o, &r, 1, n_ctx, &d);
     if (rc == DSQ_OK && o->save_logits) {
         rc = dsq_logp_writer_open(&w, o->save_logits, o->force ? DSQ_OUT_OVERWRITE : 0, &plan, tokens,
@@ -540,6 +642,14 @@ static int cmd_ppl(dsq_cli *cli, const opts *o)
     free(tokens);
     runner_close(&r);
     if (rc < 0) return dsq_cli_fail(cli, rc, &d);
+    print_ppl(cli, o, &plan, &res, secs);
+    return DSQ_EXIT_OK;
+}
+
+static void print_ppl(const dsq_cli *cli, const opts *o, const dsq_ppl_plan *pl, const dsq_ppl_result *rs, double secs)
+{
+    const dsq_ppl_plan plan = *pl;
+    const dsq_ppl_result res = *rs;
     double evaluated = (double)(plan.n_chunks * plan.n_ctx);
     if (cli->json) {
         json_object *j = json_object_new_object();
@@ -565,7 +675,6 @@ static int cmd_ppl(dsq_cli *cli, const opts *o)
         printf("%.1f tokens/s (%.0f tokens in %.1f s)\n", evaluated / secs, evaluated, secs);
         if (o->save_logits) printf("base log-probs saved to %s\n", o->save_logits);
     }
-    return DSQ_EXIT_OK;
 }
 
 /* ====================================================================== */
@@ -607,16 +716,23 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         free(tokens);
         free(win);
     }
-    if (rc == DSQ_OK) rc = open_model(cli, o, &r, 1, plan.n_ctx, &d);
+    dsq_endpoint_opts eo;
+    char *served = NULL;
+    if (rc == DSQ_OK && o->endpoint && endpoint_opts(cli, o, &eo) < 0) rc = dsq_fail(&d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no API key");
+    if (rc == DSQ_OK && o->endpoint) rc = dsq_ep_resolve_model(&eo, &served, &d);
+    else if (rc == DSQ_OK) rc = open_model(cli, o, &r, 1, plan.n_ctx, &d);
     dsq_kld_result k;
     double t0 = dsq_now();
     if (rc == DSQ_OK) {
         dsq_progress_begin(&r.prog, cli, "kld", "windows", plan.n_chunks);
         dsq_eval_hooks h = { .cancel = &dsq_cli_interrupted, .progress = window_progress,
-                             .progress_user = &r, .pool = dsq_model_pool(r.m) };
-        rc = dsq_kld_run(&base, r.vocab, model_window, &r, &h, &k, &d);
+                             .progress_user = &r, .pool = r.m ? dsq_model_pool(r.m) : NULL };
+        /* served: the target-token bound of endpoint.h (a lower bound of KL) */
+        rc = o->endpoint ? dsq_ep_kld_run(&eo, served, &base, &h, &k, &d)
+                         : dsq_kld_run(&base, r.vocab, model_window, &r, &h, &k, &d);
         dsq_progress_end(&r.prog);
     }
+    free(served);
     double secs = dsq_now() - t0;
     dsq_logp_reader_close(&base);
     runner_close(&r);
@@ -630,6 +746,7 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         json_object_object_add(j, "bos", o->bos_arg ? json_object_new_string(ppl_bos_names[o->ppl_bos])
                                          : plan.bos >= 0 ? json_object_new_string("window") : NULL);
         json_object_object_add(j, "base_window_bos_id", plan.bos >= 0 ? json_object_new_int(plan.bos) : NULL);
+        if (o->endpoint) json_object_object_add(j, "kld_lower_bound", json_object_new_boolean(1));
         json_object_object_add(j, "tokens_scored", json_object_new_int64((int64_t)k.count));
         json_object_object_add(j, "kld_mean", jnum(k.kld_mean));
         json_object_object_add(j, "kld_stderr", jnum(k.kld_stderr));
@@ -661,7 +778,9 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         printf("99.0%%   KLD    : %.6f\n", k.kld_p99);
         printf("99.9%%   KLD    : %.6f\n", k.kld_p999);
         printf("Maximum KLD    : %.6f\n", k.kld_max);
-        printf("Same top-1     : %.3f +/- %.3f %%\n", 100 * k.same_top, 100 * k.same_top_stderr);
+        if (o->endpoint) printf("(served model: KLD over {target token, rest} only, a LOWER BOUND of the true KLD; "
+                                "same top-1 unknown)\n");
+        else printf("Same top-1     : %.3f +/- %.3f %%\n", 100 * k.same_top, 100 * k.same_top_stderr);
         printf("RMS dp         : %.3f %%\n", 100 * k.dp_rms);
     }
     return DSQ_EXIT_OK;
@@ -869,6 +988,110 @@ static int generate_all(dsq_cli *cli, const opts *o, const dsq_gsm8k_set *test, 
     return rc;
 }
 
+/* ---- gsm8k --endpoint ---------------------------------------------------- */
+
+typedef struct ep_ctx {
+    const dsq_gsm8k_set *test;
+    item_out *items;
+    dsq_ep_journal *journal;
+    dsq_progress *prog;
+    size_t done;
+} ep_ctx;
+
+static int stop_code(const char *finish)
+{
+    return !strcmp(finish, "length") ? DSQ_GEN_STOP_LENGTH : !strcmp(finish, "stop") ? DSQ_GEN_STOP_STRING : 0;
+}
+
+/* One completion arrived (calls are serialized): cut at the task's stop
+ * strings as lm-eval does with an API model's output, journal it, keep it. */
+static int ep_done(void *u, size_t idx, dsq_ep_completion *c)
+{
+    ep_ctx *e = u;
+    item_out *it = &e->items[idx];
+    c->len = dsq_gsm8k_stop_pos(c->text, c->len, dsq_gsm8k_stops, 3);
+    c->text[c->len] = 0;
+    dsq_ep_item ji = { .completion = c->text, .len = c->len, .prompt_tokens = c->prompt_tokens,
+                       .gen_tokens = c->completion_tokens };
+    snprintf(ji.finish, sizeof ji.finish, "%s", c->finish);
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    if (e->journal) DSQ_TRY(dsq_ep_journal_append(e->journal, idx, &e->test->items[idx], &ji, &d));
+    it->completion = c->text;
+    it->len = c->len;
+    c->text = NULL;
+    it->g.n_prompt = c->prompt_tokens > 0 ? (size_t)c->prompt_tokens : 0;
+    it->g.n_gen = c->completion_tokens > 0 ? (size_t)c->completion_tokens : 0;
+    it->g.stop = stop_code(c->finish);
+    it->have = 1;
+    dsq_progress_update(e->prog, ++e->done);
+    return 0;
+}
+
+/* gsm8k against a server: the local run's prompts (same few-shot draws),
+ * sent as text; --out is the journal a rerun continues from. */
+static int endpoint_all(dsq_cli *cli, const opts *o, const dsq_gsm8k_set *test, size_t n, item_out *items,
+                        dsq_progress *prog, size_t *gen_tokens, dsq_diag *d)
+{
+    dsq_endpoint_opts eo;
+    if (endpoint_opts(cli, o, &eo) < 0) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no API key");
+    dsq_gsm8k_set train = { 0 };
+    char *train_path = o->train ? strdup(o->train) : default_train(o->data);
+    char **prompts = calloc(n, sizeof *prompts);
+    size_t *pl = calloc(n, sizeof *pl), *todo = calloc(n, sizeof *todo);
+    dsq_ep_item *old = calloc(n, sizeof *old);
+    int rc = (!train_path || !prompts || !pl || !todo || !old) ? dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory") : DSQ_OK;
+    if (rc == DSQ_OK && o->shots > 0) rc = dsq_gsm8k_load(&train, train_path, d);
+    dsq_gsm8k_fewshot fs;
+    if (rc == DSQ_OK && dsq_gsm8k_fewshot_init(&fs, train.n, o->shots, o->seed) < 0)
+        rc = dsq_fail(d, DSQ_ERR_DATA, train_path, NULL, -1, "%d shots but only %zu training items", o->shots, train.n);
+    size_t shots[64];
+    for (size_t i = 0; i < n && rc == DSQ_OK; i++) { /* every doc takes its draw, done or not */
+        rc = dsq_gsm8k_fewshot_next(&fs, shots);
+        if (rc == DSQ_OK) rc = dsq_gsm8k_prompt(&train, shots, o->shots, &test->items[i], &prompts[i], &pl[i]);
+        if (rc < 0) rc = dsq_fail(d, rc, NULL, NULL, -1, "cannot build prompt %zu", i);
+    }
+    dsq_gsm8k_set_release(&train);
+    dsq_ep_journal j = { .fd = -1 };
+    size_t have = 0, n_todo = 0;
+    if (rc == DSQ_OK && o->out) rc = dsq_ep_journal_open(&j, o->out, o->force, test, n, old, &have, d);
+    for (size_t i = 0; i < n && rc == DSQ_OK; i++) {
+        if (old[i].have) {
+            items[i].completion = old[i].completion;
+            items[i].len = old[i].len;
+            old[i].completion = NULL;
+            items[i].g.n_prompt = old[i].prompt_tokens > 0 ? (size_t)old[i].prompt_tokens : 0;
+            items[i].g.n_gen = old[i].gen_tokens > 0 ? (size_t)old[i].gen_tokens : 0;
+            items[i].g.stop = stop_code(old[i].finish);
+            items[i].have = 1;
+        } else {
+            todo[n_todo++] = i;
+        }
+    }
+    if (rc == DSQ_OK && have) dsq_cli_info(cli, 2, "%s: %zu of %zu items already done, continuing", o->out, have, n);
+    char *model = NULL;
+    if (rc == DSQ_OK && n_todo) rc = dsq_ep_resolve_model(&eo, &model, d);
+    if (rc == DSQ_OK && n_todo) {
+        dsq_cli_info(cli, 3, "%s: model '%s', %zu prompts, %d-shot, %d in flight", o->endpoint, model, n_todo,
+                     o->shots, o->concurrency);
+        ep_ctx e = { .test = test, .items = items, .journal = o->out ? &j : NULL, .prog = prog, .done = 0 };
+        dsq_progress_begin(prog, cli, "gsm8k", "items", n_todo);
+        rc = dsq_ep_complete_all(&eo, model, (const char *const *)prompts, pl, todo, n_todo, o->max_new,
+                                 dsq_gsm8k_stops, 3, ep_done, &e, d);
+        dsq_progress_end(prog);
+    }
+    if (o->out) dsq_ep_journal_close(&j);
+    for (size_t i = 0; i < n; i++) *gen_tokens += items[i].g.n_gen;
+    for (size_t i = 0; i < n; i++) { free(prompts ? prompts[i] : NULL); free(old ? old[i].completion : NULL); }
+    free(model);
+    free(prompts);
+    free(pl);
+    free(todo);
+    free(old);
+    free(train_path);
+    return rc;
+}
+
 static int cmd_gsm8k(dsq_cli *cli, const opts *o)
 {
     dsq_diag d;
@@ -894,6 +1117,8 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
             comp.text[i] = NULL;
             items[i].have = 1;
         }
+    } else if (o->endpoint) {
+        rc = endpoint_all(cli, o, &test, n, items, &r.prog, &gen_tokens, &d);
     } else {
         rc = generate_all(cli, o, &test, n, items, &r, &gen_tokens, &d);
     }
@@ -916,7 +1141,11 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
     }
     dsq_gsm8k_scorer_free(sc);
     if (rc == DSQ_OK && scored == 0) rc = dsq_fail(&d, DSQ_ERR_DATA, o->score, NULL, -1, "no completion matches the first %zu items", n);
-    if (rc == DSQ_OK && o->out) rc = write_items(o, &test, items, n, !o->score, &d);
+    if (rc == DSQ_OK && o->out) {
+        opts wo = *o;
+        wo.force |= o->endpoint != NULL; /* the scored file replaces the journal it grew from */
+        rc = write_items(&wo, &test, items, n, !o->score, &d);
+    }
     /* Items without a completion count as wrong: lm-eval scores every item,
      * so a partial run must not look better than the full one would. */
     if (rc == DSQ_OK && scored < n)

@@ -1,0 +1,490 @@
+/* endpoint.c - ds-eval --endpoint: requests, response parsing, and the
+ * concurrent runs for gsm8k and ppl (endpoint.h). */
+#include "endpoint.h"
+#include "http_client.h"
+
+#include <json-c/json.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- parsers ------------------------------------------------------------------------ */
+
+static json_object *parse_obj(const char *body, size_t len, const char *what, dsq_diag *d)
+{
+    if (len > INT32_MAX) { dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "%s: response too large", what); return NULL; }
+    json_tokener *tk = json_tokener_new_ex(64);
+    json_object *o = tk ? json_tokener_parse_ex(tk, body, (int)len) : NULL;
+    int ok = tk && json_tokener_get_error(tk) == json_tokener_success;
+    json_tokener_free(tk);
+    if (!ok || !json_object_is_type(o, json_type_object)) {
+        json_object_put(o);
+        dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "%s: the response is not a JSON object (not an OpenAI-compatible server?)", what);
+        return NULL;
+    }
+    return o;
+}
+
+void dsq_ep_error_text(const char *body, size_t len, char *out, size_t n)
+{
+    if (!n) return;
+    out[0] = 0;
+    json_object *o = parse_obj(body ? body : "", body ? len : 0, "error", NULL), *e, *m;
+    if (o && json_object_object_get_ex(o, "error", &e) && e) {
+        if (json_object_is_type(e, json_type_object) && json_object_object_get_ex(e, "message", &m) &&
+            json_object_is_type(m, json_type_string))
+            snprintf(out, n, "%s", json_object_get_string(m));
+        else if (json_object_is_type(e, json_type_string))
+            snprintf(out, n, "%s", json_object_get_string(e));
+    }
+    json_object_put(o);
+    if (!out[0] && body) {
+        size_t k = len < n - 1 ? len : n - 1, w = 0;
+        for (size_t i = 0; i < k; i++) out[w++] = (body[i] >= 32 && body[i] < 127) ? body[i] : ' ';
+        out[w] = 0;
+    }
+}
+
+int dsq_ep_parse_models(const char *body, size_t len, char ***ids, size_t *n, dsq_diag *d)
+{
+    *ids = NULL;
+    *n = 0;
+    json_object *o = parse_obj(body, len, "/models", d), *data;
+    if (!o) return DSQ_ERR_JSON;
+    int rc = DSQ_OK;
+    if (!json_object_object_get_ex(o, "data", &data) || !json_object_is_type(data, json_type_array))
+        rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "/models: no \"data\" list (not an OpenAI-compatible server?)");
+    size_t k = rc == DSQ_OK ? json_object_array_length(data) : 0;
+    if (rc == DSQ_OK && !(*ids = calloc(k ? k : 1, sizeof **ids))) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    for (size_t i = 0; i < k && rc == DSQ_OK; i++) {
+        json_object *m = json_object_array_get_idx(data, i), *id;
+        if (!json_object_is_type(m, json_type_object) || !json_object_object_get_ex(m, "id", &id) ||
+            !json_object_is_type(id, json_type_string)) {
+            rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "/models: entry %zu has no string \"id\"", i);
+            break;
+        }
+        if (!((*ids)[(*n)++] = strdup(json_object_get_string(id)))) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    json_object_put(o);
+    if (rc < 0) { dsq_ep_free_models(*ids, *n); *ids = NULL; *n = 0; }
+    return rc;
+}
+
+void dsq_ep_free_models(char **ids, size_t n)
+{
+    for (size_t i = 0; ids && i < n; i++) free(ids[i]);
+    free(ids);
+}
+
+static json_object *first_choice(json_object *o, dsq_diag *d)
+{
+    json_object *ch;
+    if (!json_object_object_get_ex(o, "choices", &ch) || !json_object_is_type(ch, json_type_array) ||
+        json_object_array_length(ch) < 1 || !json_object_is_type(json_object_array_get_idx(ch, 0), json_type_object)) {
+        dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "completion: no \"choices\" (not an OpenAI-compatible server?)");
+        return NULL;
+    }
+    return json_object_array_get_idx(ch, 0);
+}
+
+int dsq_ep_parse_completion(const char *body, size_t len, dsq_ep_completion *c, dsq_diag *d)
+{
+    memset(c, 0, sizeof *c);
+    c->prompt_tokens = c->completion_tokens = -1;
+    json_object *o = parse_obj(body, len, "completion", d), *ch, *t, *u, *x;
+    if (!o) return DSQ_ERR_JSON;
+    int rc = DSQ_OK;
+    if (!(ch = first_choice(o, d))) rc = DSQ_ERR_JSON;
+    else if (!json_object_object_get_ex(ch, "text", &t) || !json_object_is_type(t, json_type_string))
+        rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "completion: choices[0].text is not a string");
+    if (rc == DSQ_OK) {
+        c->len = (size_t)json_object_get_string_len(t);
+        if (!(c->text = malloc(c->len + 1))) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        else { memcpy(c->text, json_object_get_string(t), c->len); c->text[c->len] = 0; }
+        if (json_object_object_get_ex(ch, "finish_reason", &x) && json_object_is_type(x, json_type_string))
+            snprintf(c->finish, sizeof c->finish, "%s", json_object_get_string(x));
+        if (json_object_object_get_ex(o, "usage", &u) && json_object_is_type(u, json_type_object)) {
+            if (json_object_object_get_ex(u, "prompt_tokens", &x) && json_object_is_type(x, json_type_int))
+                c->prompt_tokens = json_object_get_int64(x);
+            if (json_object_object_get_ex(u, "completion_tokens", &x) && json_object_is_type(x, json_type_int))
+                c->completion_tokens = json_object_get_int64(x);
+        }
+    }
+    json_object_put(o);
+    return rc;
+}
+
+static int num(json_object *x, double *v)
+{
+    if (!json_object_is_type(x, json_type_double) && !json_object_is_type(x, json_type_int)) return 0;
+    *v = json_object_get_double(x);
+    return isfinite(*v) && *v <= 1e-6; /* a log-prob: finite, not above 0 (small slack for rounding) */
+}
+
+int dsq_ep_parse_prompt_logprobs(const char *body, size_t len, const int32_t *prompt, size_t n_prompt,
+                                 double *lp, dsq_diag *d)
+{
+    json_object *o = parse_obj(body, len, "completion", d), *ch, *L, *arr;
+    if (!o) return DSQ_ERR_JSON;
+    int rc = DSQ_OK;
+    if (n_prompt) lp[0] = NAN;
+    if (!(ch = first_choice(o, d))) rc = DSQ_ERR_JSON;
+    else if (json_object_object_get_ex(ch, "prompt_logprobs", &arr) && json_object_is_type(arr, json_type_array)) {
+        /* vLLM: [null, {"<id>": {"logprob": x, ...}, ...}, ...] */
+        if (json_object_array_length(arr) < n_prompt)
+            rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "prompt_logprobs has %zu entries for %zu prompt tokens",
+                          json_object_array_length(arr), n_prompt);
+        for (size_t i = 1; i < n_prompt && rc == DSQ_OK; i++) {
+            json_object *e = json_object_array_get_idx(arr, i), *t, *v;
+            char key[16];
+            snprintf(key, sizeof key, "%d", (int)prompt[i]);
+            if (!json_object_is_type(e, json_type_object) || !json_object_object_get_ex(e, key, &t) ||
+                !json_object_is_type(t, json_type_object) || !json_object_object_get_ex(t, "logprob", &v) || !num(v, &lp[i]))
+                rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "prompt_logprobs[%zu] has no log-prob for token %d", i, (int)prompt[i]);
+        }
+    } else if (!json_object_object_get_ex(ch, "logprobs", &L) || !json_object_is_type(L, json_type_object) ||
+               !json_object_object_get_ex(L, "token_logprobs", &arr) || !json_object_is_type(arr, json_type_array)) {
+        rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "no prompt log-probs in the response (the server ignored echo + logprobs)");
+    } else {
+        if (json_object_array_length(arr) < n_prompt)
+            rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "token_logprobs has %zu entries for %zu prompt tokens (echo ignored?)",
+                          json_object_array_length(arr), n_prompt);
+        for (size_t i = 1; i < n_prompt && rc == DSQ_OK; i++)
+            if (!num(json_object_array_get_idx(arr, i), &lp[i]))
+                rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "token_logprobs[%zu] is not a log-prob", i);
+    }
+    json_object_put(o);
+    return rc;
+}
+
+/* ---- requests --------------------------------------------------------------------------- */
+
+static int make_http(const dsq_endpoint_opts *o, dsq_http **h, dsq_diag *d)
+{
+    dsq_http_opts ho = { .base_url = o->url, .api_key = o->api_key, .timeout_s = o->timeout_s > 0 ? o->timeout_s : 600,
+                         .retries = o->retries, .backoff_s = 0.5, .cancel = o->cancel };
+    return dsq_http_create(h, &ho, d);
+}
+
+/* One call; anything but 200 becomes an error naming the URL. */
+static int call_ok(const dsq_endpoint_opts *o, dsq_http *h, const char *path, const char *body, size_t bl,
+                   char **resp, size_t *rl, dsq_diag *d)
+{
+    long st = 0;
+    DSQ_TRY(dsq_http_call(h, path, body, bl, &st, resp, rl, d));
+    if (st == 200) return DSQ_OK;
+    char msg[300], url[600];
+    dsq_ep_error_text(*resp, *rl, msg, sizeof msg);
+    size_t ul = strlen(o->url);
+    while (ul && o->url[ul - 1] == '/') ul--; /* as the client joins them */
+    snprintf(url, sizeof url, "%.*s%s", (int)(ul < 500 ? ul : 500), o->url, path);
+    free(*resp);
+    *resp = NULL;
+    if (st == 401 || st == 403)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, url, NULL, -1, "the server refused the API key (HTTP %ld): %s", st, msg);
+    if (st == 404)
+        return dsq_fail(d, DSQ_ERR_NOT_FOUND, url, NULL, -1, "HTTP 404 (is this the /v1 base of an OpenAI-compatible server?): %s", msg);
+    return dsq_fail(d, st >= 400 && st < 500 ? DSQ_ERR_INVALID_ARG : DSQ_ERR_IO, url, NULL, -1, "HTTP %ld: %s", st, msg);
+}
+
+int dsq_ep_resolve_model(const dsq_endpoint_opts *o, char **model, dsq_diag *d)
+{
+    *model = NULL;
+    dsq_http *h;
+    DSQ_TRY(make_http(o, &h, d));
+    char *resp = NULL, **ids = NULL;
+    size_t rl = 0, n = 0;
+    int rc = call_ok(o, h, "/models", NULL, 0, &resp, &rl, d);
+    if (rc == DSQ_OK) rc = dsq_ep_parse_models(resp, rl, &ids, &n, d);
+    if (rc == DSQ_ERR_JSON && d) {
+        char m[sizeof d->msg];
+        snprintf(m, sizeof m, "%s", d->msg);
+        dsq_diag_clear(d);
+        dsq_fail(d, DSQ_ERR_JSON, o->url, NULL, -1, "%.400s", m);
+    }
+    if (rc == DSQ_OK) {
+        if (o->model) {
+            int found = 0;
+            for (size_t i = 0; i < n; i++) found |= !strcmp(ids[i], o->model);
+            if (!found) rc = dsq_fail(d, DSQ_ERR_NOT_FOUND, o->url, NULL, -1, "the server does not list model '%s' (it has %zu; "
+                                      "first: '%s')", o->model, n, n ? ids[0] : "");
+            else *model = strdup(o->model);
+        } else if (n == 1) {
+            *model = strdup(ids[0]);
+        } else {
+            rc = dsq_fail(d, DSQ_ERR_INVALID_ARG, o->url, NULL, -1, "the server lists %zu models; pick one with --served-model", n);
+        }
+        if (rc == DSQ_OK && !*model) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    dsq_ep_free_models(ids, n);
+    free(resp);
+    dsq_http_free(h);
+    return rc;
+}
+
+/* ---- concurrent runs --------------------------------------------------------------------- */
+
+typedef struct ep_run ep_run;
+typedef int (*ep_task)(ep_run *r, dsq_http *h, size_t k, dsq_diag *d);
+
+struct ep_run {
+    const dsq_endpoint_opts *o;
+    const char *model;
+    ep_task task;
+    size_t n, next;
+    pthread_mutex_t mu;
+    int rc;
+    dsq_diag d;
+    /* gsm8k */
+    const char *const *prompts;
+    const size_t *lens, *todo;
+    size_t max_tokens;
+    const char *const *stops;
+    size_t n_stops;
+    dsq_ep_done_fn done;
+    void *user;
+    /* ppl */
+    const dsq_ppl_plan *plan;
+    const int32_t *tokens;
+    double *nll;           /* [n_chunks * per_chunk] */
+    size_t n_done;
+    const dsq_eval_hooks *h;
+};
+
+static void *worker(void *arg)
+{
+    ep_run *r = arg;
+    dsq_http *h = NULL;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    int rc = make_http(r->o, &h, &d);
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        if (rc < 0 && r->rc == DSQ_OK) { r->rc = rc; r->d = d; }
+        if (r->o->cancel && *r->o->cancel && r->rc == DSQ_OK) {
+            r->rc = DSQ_ERR_INTERRUPTED;
+            dsq_fail(&r->d, DSQ_ERR_INTERRUPTED, NULL, NULL, -1, "interrupted");
+        }
+        int stop = r->rc < 0 || r->next >= r->n;
+        size_t k = r->next++;
+        pthread_mutex_unlock(&r->mu);
+        if (stop) break;
+        dsq_diag_clear(&d);
+        rc = r->task(r, h, k, &d);
+    }
+    dsq_http_free(h);
+    return NULL;
+}
+
+static int run_all(ep_run *r, dsq_diag *d)
+{
+    int nt = r->o->concurrency > 0 ? r->o->concurrency : 1;
+    if ((size_t)nt > r->n) nt = r->n ? (int)r->n : 1;
+    pthread_t *th = calloc((size_t)nt, sizeof *th);
+    if (!th) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    pthread_mutex_init(&r->mu, NULL);
+    dsq_diag_clear(&r->d);
+    int started = 0;
+    for (int i = 0; i < nt; i++)
+        if (pthread_create(&th[i], NULL, worker, r) == 0) started++; else break;
+    if (!started) worker(r);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    free(th);
+    pthread_mutex_destroy(&r->mu);
+    if (r->rc < 0 && d) *d = r->d;
+    return r->rc;
+}
+
+static int gsm_task(ep_run *r, dsq_http *h, size_t k, dsq_diag *d)
+{
+    size_t idx = r->todo[k];
+    json_object *b = json_object_new_object(), *st = json_object_new_array();
+    json_object_object_add(b, "model", json_object_new_string(r->model));
+    json_object_object_add(b, "prompt", json_object_new_string_len(r->prompts[idx], (int)r->lens[idx]));
+    json_object_object_add(b, "max_tokens", json_object_new_int64((int64_t)r->max_tokens));
+    json_object_object_add(b, "temperature", json_object_new_double(0));
+    for (size_t i = 0; i < r->n_stops; i++) json_object_array_add(st, json_object_new_string(r->stops[i]));
+    json_object_object_add(b, "stop", st);
+    size_t bl;
+    const char *body = json_object_to_json_string_length(b, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &bl);
+    char *resp = NULL;
+    size_t rl = 0;
+    int rc = call_ok(r->o, h, "/completions", body, bl, &resp, &rl, d);
+    json_object_put(b);
+    dsq_ep_completion c;
+    if (rc == DSQ_OK) rc = dsq_ep_parse_completion(resp, rl, &c, d);
+    free(resp);
+    if (rc < 0) return rc;
+    pthread_mutex_lock(&r->mu);
+    if (r->rc == DSQ_OK) rc = r->done(r->user, idx, &c);
+    pthread_mutex_unlock(&r->mu);
+    free(c.text);
+    return rc;
+}
+
+int dsq_ep_complete_all(const dsq_endpoint_opts *o, const char *model,
+                        const char *const *prompts, const size_t *lens,
+                        const size_t *todo, size_t n_todo, size_t max_tokens,
+                        const char *const *stops, size_t n_stops,
+                        dsq_ep_done_fn done, void *user, dsq_diag *d)
+{
+    ep_run r = { .o = o, .model = model, .task = gsm_task, .n = n_todo, .prompts = prompts, .lens = lens,
+                 .todo = todo, .max_tokens = max_tokens, .stops = stops, .n_stops = n_stops, .done = done, .user = user };
+    if (!n_todo) return DSQ_OK;
+    return run_all(&r, d);
+}
+
+static int ppl_task(ep_run *r, dsq_http *h, size_t c, dsq_diag *d)
+{
+    const dsq_ppl_plan *p = r->plan;
+    int32_t *win = malloc(p->n_ctx * sizeof *win);
+    double *lp = malloc(p->n_ctx * sizeof *lp);
+    if (!win || !lp) { free(win); free(lp); return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory"); }
+    dsq_ppl_window(p, r->tokens, c, win);
+    json_object *b = json_object_new_object(), *ids = json_object_new_array();
+    for (size_t i = 0; i < p->n_ctx; i++) json_object_array_add(ids, json_object_new_int(win[i]));
+    json_object_object_add(b, "model", json_object_new_string(r->model));
+    json_object_object_add(b, "prompt", ids);
+    /* lm-eval's loglikelihood request: one new token, echo the prompt with its log-probs */
+    json_object_object_add(b, "max_tokens", json_object_new_int(1));
+    json_object_object_add(b, "temperature", json_object_new_double(0));
+    json_object_object_add(b, "echo", json_object_new_boolean(1));
+    json_object_object_add(b, "logprobs", json_object_new_int(1));
+    size_t bl;
+    const char *body = json_object_to_json_string_length(b, JSON_C_TO_STRING_PLAIN, &bl);
+    char *resp = NULL;
+    size_t rl = 0;
+    int rc = call_ok(r->o, h, "/completions", body, bl, &resp, &rl, d);
+    json_object_put(b);
+    if (rc == DSQ_OK) rc = dsq_ep_parse_prompt_logprobs(resp, rl, win, p->n_ctx, lp, d);
+    free(resp);
+    if (rc == DSQ_OK) {
+        /* logits after positions first .. n-2 predict tokens first+1 .. n-1 */
+        for (size_t j = 0; j < p->per_chunk; j++) r->nll[c * p->per_chunk + j] = -lp[p->first + 1 + j];
+        pthread_mutex_lock(&r->mu);
+        r->n_done++;
+        if (r->h && r->h->progress) r->h->progress(r->h->progress_user, r->n_done, p->n_chunks);
+        pthread_mutex_unlock(&r->mu);
+    } else {
+        dsq_fail(d, rc, NULL, NULL, -1, "window %zu", c);
+    }
+    free(win);
+    free(lp);
+    return rc;
+}
+
+int dsq_ep_ppl_run(const dsq_endpoint_opts *o, const char *model, const dsq_ppl_plan *p,
+                   const int32_t *tokens, const dsq_eval_hooks *h, dsq_ppl_result *res, dsq_diag *d)
+{
+    memset(res, 0, sizeof *res);
+    if (!p->n_chunks) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "empty plan");
+    ep_run r = { .o = o, .model = model, .task = ppl_task, .n = p->n_chunks, .plan = p, .tokens = tokens, .h = h };
+    r.nll = malloc(p->n_chunks * p->per_chunk * sizeof *r.nll);
+    if (!r.nll) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    int rc = run_all(&r, d);
+    if (rc == DSQ_OK) {
+        /* summed in window and position order, exactly as dsq_ppl_run */
+        double sum = 0, sum2 = 0;
+        uint64_t count = 0;
+        for (size_t i = 0; i < p->n_chunks * p->per_chunk; i++) {
+            sum += r.nll[i];
+            sum2 += r.nll[i] * r.nll[i];
+            count++;
+        }
+        res->n_chunks = p->n_chunks;
+        res->count = count;
+        res->nll_sum = sum;
+        res->nll2_sum = sum2;
+        res->mean_nll = sum / (double)count;
+        res->ppl = exp(res->mean_nll);
+        double var = sum2 / (double)count - res->mean_nll * res->mean_nll;
+        res->ppl_stderr = count > 1 && var > 0 ? res->ppl * sqrt(var / (double)(count - 1)) : 0;
+    }
+    free(r.nll);
+    return rc;
+}
+
+/* log(1 - exp(x)) for x <= 0, accurate near 0 and below. */
+static double log1mexp(double x)
+{
+    return x > -0.693147 ? log(-expm1(x)) : log1p(-exp(x));
+}
+
+static int cmp_flt(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp_reader *base,
+                   const dsq_eval_hooks *h, dsq_kld_result *res, dsq_diag *d)
+{
+    memset(res, 0, sizeof *res);
+    DSQ_TRY(dsq_logp_reader_verify(base, d));
+    dsq_ppl_plan p;
+    dsq_logp_reader_plan(base, &p);
+    if (!p.n_chunks) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "empty base");
+    size_t n = p.n_chunks * p.per_chunk;
+    ep_run r = { .o = o, .model = model, .task = ppl_task, .n = p.n_chunks, .plan = &p, .tokens = base->tokens, .h = h };
+    r.nll = malloc(n * sizeof *r.nll);
+    float *klds = malloc(n * sizeof *klds);
+    int rc = r.nll && klds ? run_all(&r, d) : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    double s_kld = 0, s_kld2 = 0, s_nll = 0, s_nllb = 0, s_diff = 0, s_diff2 = 0, s_dp2 = 0;
+    for (size_t i = 0; i < n && rc == DSQ_OK; i++) {
+        float tl;
+        memcpy(&tl, base->records + i * base->info.record_size, sizeof tl); /* target_lp, record offset 0 */
+        double lp = tl, lq = -r.nll[i];
+        if (!isfinite(lp) || lp > 0) { rc = dsq_fail(d, DSQ_ERR_FORMAT, base->path, NULL, -1, "record %zu: bad target log-prob", i); break; }
+        if (lq > 0) lq = 0;
+        /* two buckets, {target} and the rest: the log-sum inequality makes
+         * this a lower bound of KL(base || served) (see endpoint.h) */
+        double pt = exp(lp), kl = pt * (lp - lq);
+        if (pt < 1) {
+            double lpr = log1mexp(lp), lqr = lq < 0 ? log1mexp(lq) : -690.8; /* served rest mass 0: clamp at 1e-300 */
+            kl += exp(lpr) * (lpr - lqr);
+        }
+        if (kl < 0) kl = 0; /* rounding */
+        klds[i] = (float)kl;
+        s_kld += kl;
+        s_kld2 += kl * kl;
+        s_nll += -lq;
+        s_nllb += -lp;
+        double df = -lq + lp, dp = exp(lq) - pt;
+        s_diff += df;
+        s_diff2 += df * df;
+        s_dp2 += dp * dp;
+    }
+    if (rc == DSQ_OK) {
+        double c = (double)n;
+        res->count = n;
+        res->kld_mean = s_kld / c;
+        double var = s_kld2 / c - res->kld_mean * res->kld_mean;
+        res->kld_stderr = n > 1 && var > 0 ? sqrt(var / (c - 1)) : 0;
+        qsort(klds, n, sizeof *klds, cmp_flt);
+        res->kld_min = klds[0];
+        res->kld_max = klds[n - 1];
+        res->kld_p01 = dsq_percentile_sorted(klds, n, 0.01);
+        res->kld_p05 = dsq_percentile_sorted(klds, n, 0.05);
+        res->kld_p10 = dsq_percentile_sorted(klds, n, 0.10);
+        res->kld_median = dsq_percentile_sorted(klds, n, 0.50);
+        res->kld_p90 = dsq_percentile_sorted(klds, n, 0.90);
+        res->kld_p95 = dsq_percentile_sorted(klds, n, 0.95);
+        res->kld_p99 = dsq_percentile_sorted(klds, n, 0.99);
+        res->kld_p999 = dsq_percentile_sorted(klds, n, 0.999);
+        res->same_top = NAN; /* the served argmax is not known by id */
+        res->same_top_stderr = NAN;
+        res->ppl = exp(s_nll / c);
+        res->ppl_base = exp(s_nllb / c);
+        res->ppl_ratio = res->ppl / res->ppl_base;
+        res->ppl_delta = res->ppl - res->ppl_base;
+        res->ln_ratio_mean = s_diff / c;
+        var = s_diff2 / c - res->ln_ratio_mean * res->ln_ratio_mean;
+        res->ln_ratio_stderr = n > 1 && var > 0 ? sqrt(var / (c - 1)) : 0;
+        res->dp_rms = sqrt(s_dp2 / c);
+    }
+    free(r.nll);
+    free(klds);
+    return rc;
+}

@@ -1,0 +1,124 @@
+/* endpoint.h - ds-eval against an OpenAI-compatible server (vLLM,
+ * vllm-ascend, MindIE, ds-serve): the same measurements as the local path
+ * with the model behind /v1/completions.
+ *
+ *  - gsm8k: the caller builds the lm-eval prompts (gsm8k.h) and scores the
+ *    completions exactly as the local run; here they are sent as text with
+ *    temperature 0, the task's stop strings and max_tokens, N at a time.
+ *  - ppl: the windows of eval_metrics.h, sent as token-id prompts with
+ *    echo + logprobs (the prompt's log-probs, as lm-eval's loglikelihood
+ *    requests); the scored positions and the PPL / stderr formulas are
+ *    dsq_ppl_run's.
+ *
+ * The response parsers are separate functions so the fuzz target can drive
+ * them with hostile bytes. Library code: nothing prints. */
+#ifndef DSQ_ENDPOINT_H
+#define DSQ_ENDPOINT_H
+
+#include "dsq_error.h"
+#include "eval_metrics.h"
+#include "gsm8k.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dsq_endpoint_opts {
+    const char *url;          /* base, e.g. http://127.0.0.1:8000/v1 */
+    const char *api_key;      /* NULL: none */
+    const char *model;        /* NULL: the only model /v1/models lists */
+    int concurrency;          /* requests in flight */
+    double timeout_s;         /* per request */
+    int retries;
+    volatile int *cancel;
+} dsq_endpoint_opts;
+
+/* ---- response parsers ------------------------------------------------------------ */
+
+/* GET /models: the ids of "data": [{"id": str}, ...]. */
+int dsq_ep_parse_models(const char *body, size_t len, char ***ids, size_t *n, dsq_diag *d);
+void dsq_ep_free_models(char **ids, size_t n);
+
+typedef struct dsq_ep_completion {
+    char *text;               /* choices[0].text (malloc'd) */
+    size_t len;
+    char finish[16];          /* "stop", "length", ... or "" */
+    int64_t prompt_tokens, completion_tokens; /* usage, -1 when absent */
+} dsq_ep_completion;
+
+int  dsq_ep_parse_completion(const char *body, size_t len, dsq_ep_completion *c, dsq_diag *d);
+/* The prompt's log-probs from an echo + logprobs response: lp[i] for
+ * i in [1, n_prompt) (lp[0] has no context and is set to NaN). Takes
+ * choices[0].logprobs.token_logprobs, or vLLM's choices[0].prompt_logprobs
+ * ([null, {"id": {"logprob": x}}, ...]) given token ids. */
+int  dsq_ep_parse_prompt_logprobs(const char *body, size_t len, const int32_t *prompt, size_t n_prompt,
+                                  double *lp, dsq_diag *d);
+/* The "error.message" of an OpenAI error body, or a prefix of the body. */
+void dsq_ep_error_text(const char *body, size_t len, char *out, size_t n);
+
+/* ---- runs ------------------------------------------------------------------------ */
+
+/* Check the server and settle the model name: GET /models; a refused key,
+ * a non-OpenAI answer and an unknown model are errors naming the URL.
+ * *model is malloc'd. */
+int dsq_ep_resolve_model(const dsq_endpoint_opts *o, char **model, dsq_diag *d);
+
+/* Called (serialized) as each completion arrives; a negative return stops
+ * the run with that status. */
+typedef int (*dsq_ep_done_fn)(void *user, size_t index, dsq_ep_completion *c);
+
+/* Complete prompts[todo[k]] for k < n_todo, o->concurrency at a time,
+ * greedy (temperature 0), with the given stops and max_tokens. */
+int dsq_ep_complete_all(const dsq_endpoint_opts *o, const char *model,
+                        const char *const *prompts, const size_t *lens,
+                        const size_t *todo, size_t n_todo, size_t max_tokens,
+                        const char *const *stops, size_t n_stops,
+                        dsq_ep_done_fn done, void *user, dsq_diag *d);
+
+/* Perplexity over the windows of p, as dsq_ppl_run computes it. */
+int dsq_ep_ppl_run(const dsq_endpoint_opts *o, const char *model, const dsq_ppl_plan *p,
+                   const int32_t *tokens, const dsq_eval_hooks *h, dsq_ppl_result *r, dsq_diag *d);
+
+
+
+/* KL divergence against a base saved by `ppl --save-logits`, from what an
+ * OpenAI-style server gives: the served log-prob of each scored token
+ * (echo + logprobs) over the base file's windows. The vocabulary is merged
+ * into two buckets, {target} and the rest, so by the log-sum inequality the
+ * KLD reported is a LOWER BOUND of the true KL(base || served): zero exactly
+ * when the two agree on every target probability, and far below the true
+ * value where they differ only in how they spread the rest. PPL, PPL
+ * ratio, ln ratio and RMS dp are exact. same_top is NaN (the served argmax
+ * is not known by id). The base's data hash is verified first. */
+int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp_reader *base,
+                   const dsq_eval_hooks *h, dsq_kld_result *r, dsq_diag *d);
+
+/* ---- gsm8k journal (--out) ---------------------------------------------------------
+ *
+ * ds-eval gsm8k --endpoint appends one JSON line per finished item to --out
+ * ({"doc_id", "question", "completion", "prompt_tokens", "gen_tokens",
+ * "stop"}) and fsyncs it, so a rerun with the same --out asks only for the
+ * items still missing. Reading it back: a last line cut short by a kill is
+ * dropped (and truncated away); any other unparsable line, or a question
+ * that differs from the dataset's, is DSQ_ERR_STATE (another run's file). */
+typedef struct dsq_ep_item {
+    char *completion;         /* malloc'd */
+    size_t len;
+    int64_t prompt_tokens, gen_tokens; /* -1 unknown */
+    char finish[16];
+    int have;
+} dsq_ep_item;
+
+typedef struct dsq_ep_journal {
+    int fd;
+    char *path;
+} dsq_ep_journal;
+
+/* Open path for appending; unless restart, first load the items it holds
+ * (doc_id < n) into items[n] and count them in *n_have. */
+int  dsq_ep_journal_open(dsq_ep_journal *j, const char *path, int restart, const dsq_gsm8k_set *test,
+                         size_t n, dsq_ep_item *items, size_t *n_have, dsq_diag *d);
+int  dsq_ep_journal_append(dsq_ep_journal *j, size_t doc, const dsq_gsm8k_item *it,
+                           const dsq_ep_item *item, dsq_diag *d);
+void dsq_ep_journal_close(dsq_ep_journal *j);
+
+#endif

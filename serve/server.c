@@ -1,0 +1,188 @@
+/* server.c - ds-serve's lifecycle: load the model and its tokenizer, start
+ * the engine thread and the HTTP daemon; drain and stop. */
+#include "server_internal.h"
+#include "container.h"
+#include "container_set.h"
+#include "dsq_file.h"
+
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void dsq_server_opts_default(dsq_server_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->slots = 8;
+    o->queue = 64;
+    o->max_connections = 256;
+    o->lim.max_body = 8u << 20;
+    o->lim.max_tokens = 4096;
+    o->lim.default_max_tokens = 16;
+}
+
+/* A metadata entry as JSON text (objects serialized, strings as they are). */
+static const char *meta_text(json_object *tok, const char *key, size_t *len)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(tok, key, &v) || !v) return NULL;
+    if (json_object_is_type(v, json_type_string)) {
+        *len = (size_t)json_object_get_string_len(v);
+        return json_object_get_string(v);
+    }
+    return json_object_to_json_string_length(v, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, len);
+}
+
+/* The tokenizer ds-quant embeds in a .dsq ({"tokenizer": {"tokenizer.json":
+ * .., "tokenizer_config.json": ..}}, formats.md); 1 loaded, 0 none. */
+static int embedded_tokenizer(const char *path, dsq_tokenizer **tok, dsq_diag *d)
+{
+    dsq_ctr_set *set = NULL;
+    DSQ_TRY(dsq_ctr_set_open(&set, path, d));
+    size_t ml = 0;
+    const char *meta = dsq_ctr_metadata(dsq_ctr_set_shard(set, 0), &ml);
+    json_tokener *tk = json_tokener_new_ex(64);
+    json_object *root = tk && ml <= INT32_MAX ? json_tokener_parse_ex(tk, meta, (int)ml) : NULL;
+    json_tokener_free(tk);
+    dsq_ctr_set_close(set);
+    if (!root) return dsq_fail(d, DSQ_ERR_FORMAT, path, NULL, -1, "cannot parse the metadata json");
+    json_object *t = NULL;
+    size_t jl = 0, cl = 0;
+    const char *js = NULL, *cs = NULL;
+    int rc = 0;
+    if (json_object_object_get_ex(root, "tokenizer", &t) && t && json_object_is_type(t, json_type_object))
+        js = meta_text(t, "tokenizer.json", &jl);
+    if (js) {
+        cs = meta_text(t, "tokenizer_config.json", &cl);
+        rc = dsq_tokenizer_load_json(tok, js, jl, cs, d);
+        if (rc == DSQ_OK) rc = 1;
+    }
+    json_object_put(root);
+    return rc;
+}
+
+static int load_tokenizer(const dsq_server_opts *o, dsq_tokenizer **tok, dsq_diag *d)
+{
+    if (o->tokenizer_path) return dsq_tokenizer_load(tok, o->tokenizer_path, d);
+    if (dsq_ctr_set_is_dsq(o->model_path)) {
+        int rc = embedded_tokenizer(o->model_path, tok, d);
+        if (rc != 0) return rc < 0 ? rc : DSQ_OK;
+    }
+    char *dir;
+    if (dsq_path_is_dir(o->model_path)) dir = strdup(o->model_path);
+    else {
+        dir = strdup(o->model_path);
+        char *sl = dir ? strrchr(dir, '/') : NULL;
+        if (dir && !sl) { free(dir); dir = strdup("."); }
+        else if (sl) { if (sl == dir) sl[1] = 0; else *sl = 0; }
+    }
+    if (!dir) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    int rc = dsq_tokenizer_load(tok, dir, d);
+    free(dir);
+    return rc;
+}
+
+/* The model path's last component ("tiny-dsv3" for samples/tiny-dsv3/). */
+static char *default_name(const char *path)
+{
+    char *c = strdup(path);
+    if (!c) return NULL;
+    size_t n = strlen(c);
+    while (n > 1 && c[n - 1] == '/') c[--n] = 0;
+    char *sl = strrchr(c, '/');
+    char *r = strdup(sl ? sl + 1 : c);
+    free(c);
+    return r;
+}
+
+int dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d)
+{
+    *out = NULL;
+    if (o->slots < 1 || o->queue < 0 || !o->model_path)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "need a model, >= 1 slot and a queue >= 0");
+    dsq_server *s = calloc(1, sizeof *s);
+    if (!s) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    s->o = *o;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->work_cv, NULL);
+    s->served_name = o->served_name ? strdup(o->served_name) : default_name(o->model_path);
+    s->api_key = o->api_key ? strdup(o->api_key) : NULL;
+    int rc = !s->served_name || (o->api_key && !s->api_key) ? dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory") : DSQ_OK;
+    if (rc == DSQ_OK) rc = load_tokenizer(o, &s->tok, d);
+    dsq_model_opts mo;
+    dsq_model_opts_default(&mo);
+    mo.threads = o->threads;
+    if (rc == DSQ_OK) rc = dsq_model_open(&s->m, o->model_path, &mo, d);
+    if (rc == DSQ_OK) {
+        const dsq_model_config *cfg = dsq_model_get_config(s->m);
+        s->vocab = (size_t)cfg->vocab_size;
+        s->st = dsq_state_create(s->m, o->slots, o->ctx);
+        if (!s->st) rc = dsq_fail(d, DSQ_ERR_NOMEM, o->model_path, NULL, -1, "cannot allocate the KV cache for %d x %lld tokens",
+                                  o->slots, (long long)o->ctx);
+        else s->ctx = dsq_state_max_ctx(s->st);
+        /* EOS ids: the tokenizer's and the config's, as ds-eval gsm8k */
+        int32_t te = dsq_tokenizer_eos(s->tok);
+        if (te >= 0) s->eos[s->n_eos++] = te;
+        for (int i = 0; i < cfg->n_eos && s->n_eos < sizeof s->eos / sizeof s->eos[0]; i++) {
+            int dup = 0;
+            for (size_t k = 0; k < s->n_eos; k++) dup |= s->eos[k] == (int32_t)cfg->eos_token_ids[i];
+            if (!dup) s->eos[s->n_eos++] = (int32_t)cfg->eos_token_ids[i];
+        }
+        s->o.lim.vocab = s->vocab;
+        dsq_model_info(s->m, s->info, sizeof s->info);
+    }
+    if (rc == DSQ_OK) rc = srv_engine_start(s, d);
+    if (rc == DSQ_OK) rc = srv_http_start(s, d);
+    if (rc < 0) {
+        dsq_server_stop(s, 0, NULL);
+        return rc;
+    }
+    *out = s;
+    return DSQ_OK;
+}
+
+int dsq_server_port(const dsq_server *s) { return s->port; }
+const char *dsq_server_model_info(const dsq_server *s) { return s->info; }
+
+void dsq_server_get_stats(dsq_server *s, dsq_server_stats *st)
+{
+    pthread_mutex_lock(&s->mu);
+    *st = s->stats;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void dsq_server_stop(dsq_server *s, double drain_s, dsq_server_stats *final)
+{
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1; /* new completions get 503 */
+    pthread_mutex_unlock(&s->mu);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int busy = s->n_active + s->q_len;
+        pthread_mutex_unlock(&s->mu);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (!busy || !s->engine_started || (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) >= drain_s) break;
+        usleep(20000);
+    }
+    srv_engine_stop(s);   /* cancels what is left; waiting handlers wake up */
+    srv_http_stop(s);
+    if (final) *final = s->stats; /* every thread has stopped */
+    dsq_state_free(s->st);
+    dsq_model_free(s->m);
+    dsq_tokenizer_free(s->tok);
+    free(s->queue);
+    free(s->slot_job);
+    free(s->served_name);
+    if (s->api_key) memset(s->api_key, 0, strlen(s->api_key));
+    free(s->api_key);
+    pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

@@ -1,0 +1,118 @@
+/* server.h - ds-serve: an OpenAI-compatible HTTP server over dsq's engine.
+ *
+ * Three parts, one job each:
+ *   server_req.c     request bodies of POST /v1/completions -> dsq_srv_params
+ *                    (hostile JSON, type-checked; no model, no sockets: the
+ *                    fuzz target drives it directly), and the error object
+ *   server_engine.c  the engine thread: a bounded queue of sequences, a fixed
+ *                    set of KV-cache slots, prefill per sequence and ONE
+ *                    dsq_forward_batch_decode step for every active sequence
+ *                    at a time (concurrent requests share the GEMMs)
+ *   server_http.c    libmicrohttpd glue: routes, bearer token, body limit,
+ *                    JSON and server-sent-event responses, client disconnects
+ *
+ * Generation follows ds-eval's local path exactly (gsm8k.h): greedy is the
+ * argmax with the lowest id on ties, the completion is the decoded text
+ * (special tokens skipped) cut at the earliest stop string, and a sequence
+ * ends at an EOS id (the tokenizer's and the config's). So ds-eval
+ * --endpoint against ds-serve gives the same completions as in-process.
+ *
+ * Library rules: nothing prints or exits. */
+#ifndef DSQ_SERVER_H
+#define DSQ_SERVER_H
+
+#include "dsq_error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DSQ_SRV_MAX_STOP 16      /* stop strings per request */
+#define DSQ_SRV_MAX_LOGPROBS 20  /* OpenAI's cap on "logprobs" */
+#define DSQ_SRV_MAX_PROMPTS 64   /* prompts in one request */
+
+/* What the server accepts (command-line limits). */
+typedef struct dsq_srv_limits {
+    size_t max_body;       /* bytes of a request body */
+    int64_t max_tokens;    /* cap on "max_tokens" */
+    int64_t default_max_tokens; /* when the request has none (OpenAI: 16) */
+    size_t vocab;          /* token ids in prompts must be below it; 0: not checked */
+} dsq_srv_limits;
+
+typedef struct dsq_srv_prompt {
+    char *text;            /* text prompt (NUL-terminated), or NULL */
+    size_t len;
+    int32_t *ids;          /* token-id prompt, or NULL */
+    size_t n_ids;
+} dsq_srv_prompt;
+
+/* A parsed POST /v1/completions body. */
+typedef struct dsq_srv_params {
+    char *model;           /* NULL when absent */
+    dsq_srv_prompt *prompts;
+    int n_prompts;
+    int64_t max_tokens;
+    double temperature;    /* 0: greedy */
+    double top_p;          /* (0, 1] */
+    int has_seed;
+    uint64_t seed;
+    char *stop[DSQ_SRV_MAX_STOP];
+    int n_stop;
+    int logprobs;          /* -1: none; else top alternatives per token (0..20) */
+    int echo;
+    int stream;
+    int include_usage;     /* stream_options.include_usage */
+    int ignore_eos;        /* vLLM's extension: EOS ids do not end the sequence */
+} dsq_srv_params;
+
+/* Parse and type-check a body. On error returns DSQ_ERR_JSON (or
+ * DSQ_ERR_INVALID_ARG for values out of range) with a message in err and
+ * the offending field in param ("" when none); p is then released. */
+int  dsq_srv_parse_completion(const char *body, size_t len, const dsq_srv_limits *lim,
+                              dsq_srv_params *p, char *err, size_t errn,
+                              char *param, size_t paramn);
+void dsq_srv_params_release(dsq_srv_params *p);
+
+/* {"error": {"message", "type", "param", "code"}} as malloc'd JSON text. */
+char *dsq_srv_error_json(const char *message, const char *type, const char *param, int code);
+
+/* ---- the server ------------------------------------------------------------ */
+
+typedef struct dsq_server dsq_server;
+
+typedef struct dsq_server_opts {
+    const char *model_path;     /* anything dsq_model_open accepts */
+    const char *tokenizer_path; /* NULL: the .dsq metadata or the model's directory */
+    const char *served_name;    /* NULL: the model path's last component */
+    const char *host;           /* NULL: 127.0.0.1 */
+    int port;                   /* 0: any free port (dsq_server_port says which) */
+    const char *api_key;        /* NULL: no authentication */
+    int threads;                /* engine threads, 0: all cores */
+    int slots;                  /* sequences decoded together (KV-cache slots) */
+    int queue;                  /* sequences waiting beyond the slots; more -> 503 */
+    int64_t ctx;                /* context per slot, 0: the model's default */
+    int max_connections;
+    dsq_srv_limits lim;
+} dsq_server_opts;
+
+void dsq_server_opts_default(dsq_server_opts *o);
+
+/* Load the model and tokenizer, start the engine thread and the HTTP
+ * daemon. */
+int  dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d);
+int  dsq_server_port(const dsq_server *s);
+/* One line about the loaded model (for the log). */
+const char *dsq_server_model_info(const dsq_server *s);
+/* Stop taking requests (new ones get 503), let those in flight finish for
+ * up to drain_s seconds, then cancel the rest, stop and free everything.
+ * final (may be NULL) receives the counters as they stood at the end. */
+struct dsq_server_stats;
+void dsq_server_stop(dsq_server *s, double drain_s, struct dsq_server_stats *final);
+
+/* Counters for the log. */
+typedef struct dsq_server_stats {
+    uint64_t requests, completed, rejected_busy, bad_requests, cancelled;
+    uint64_t prompt_tokens, gen_tokens, decode_steps, decode_rows;
+} dsq_server_stats;
+void dsq_server_get_stats(dsq_server *s, dsq_server_stats *st);
+
+#endif

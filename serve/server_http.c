@@ -1,0 +1,596 @@
+/* server_http.c - libmicrohttpd glue for ds-serve.
+ *
+ * The daemon runs a thread per connection, so a handler may block while its
+ * request is generated; it wakes every 100 ms to check that the client is
+ * still connected (a zero-byte MSG_PEEK read means the peer closed) and, if
+ * not, cancels the request so the engine frees its slot at the next step.
+ * The request-completed callback cancels too (a stream whose write failed).
+ *
+ * Routes: GET /health, GET /v1/models, POST /v1/completions. Errors are
+ * OpenAI error objects: 400 bad JSON / types / values, 401 missing or wrong
+ * bearer token, 404 unknown route or model, 405 wrong method, 413 body over
+ * the limit, 503 queue full or shutting down, 500 engine failure. */
+#include "server_internal.h"
+
+#include <json-c/json.h>
+#include <microhttpd.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+typedef struct conn_ctx {
+    dsq_server *s;
+    char *body;
+    size_t len, cap;
+    int too_big;
+    srv_request *req;          /* holds one reference */
+} conn_ctx;
+
+typedef struct stream_ctx {
+    dsq_server *s;
+    struct MHD_Connection *c;
+    srv_request *req;          /* holds one reference */
+    size_t *sent;              /* bytes of text sent per job */
+    int *final_sent;
+    int usage_sent, done_sent;
+    char *out;                 /* pending bytes */
+    size_t out_len, out_off;
+} stream_ctx;
+
+static const char *json_str(json_object *j)
+{
+    return json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned code, char *text, const char *type)
+{
+    if (!text) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) { free(text); return MHD_NO; }
+    MHD_add_response_header(r, "Content-Type", type);
+    enum MHD_Result ret = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned code, json_object *j)
+{
+    char *t = strdup(json_str(j));
+    json_object_put(j);
+    return send_text(c, code, t, "application/json");
+}
+
+static enum MHD_Result send_error(dsq_server *s, struct MHD_Connection *c, unsigned code, const char *type,
+                                  const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static enum MHD_Result send_error(dsq_server *s, struct MHD_Connection *c, unsigned code, const char *type,
+                                  const char *param, const char *fmt, ...)
+{
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (code == 400 || code == 413) {
+        pthread_mutex_lock(&s->mu);
+        s->stats.bad_requests++;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return send_text(c, code, dsq_srv_error_json(msg, type, param, (int)code), "application/json");
+}
+
+static int client_gone(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 1;
+    struct pollfd pfd = { .fd = ci->connect_fd, .events = POLLIN | POLLRDHUP };
+    if (poll(&pfd, 1, 0) <= 0) return 0;
+    if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) return 1;
+    char b;
+    return recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+static void timed_wait(dsq_server *s, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+static void cancel_locked(dsq_server *s, srv_request *r)
+{
+    if (r->n_finished < r->n_jobs && !r->cancelled) {
+        r->cancelled = 1;
+        pthread_cond_signal(&s->work_cv);
+    }
+}
+
+/* ---- JSON bodies ----------------------------------------------------------- */
+
+static json_object *token_text(const dsq_server *s, int32_t id)
+{
+    char *t = NULL;
+    size_t n = 0;
+    if (dsq_tokenizer_decode(s->tok, &id, 1, 0, &t, &n) < 0 || !t) { free(t); return json_object_new_string(""); }
+    json_object *j = json_object_new_string_len(t, (int)n);
+    free(t);
+    return j;
+}
+
+static json_object *top_obj(const dsq_server *s, const int32_t *ids, const double *lps, int k)
+{
+    json_object *o = json_object_new_object();
+    for (int i = 0; i < k; i++) {
+        json_object *t = token_text(s, ids[i]);
+        const char *key = json_object_get_string(t);
+        if (!json_object_object_get_ex(o, key, NULL)) json_object_object_add(o, key, json_object_new_double(lps[i]));
+        json_object_put(t);
+    }
+    return o;
+}
+
+/* OpenAI legacy logprobs: tokens, token_logprobs, top_logprobs, text_offset
+ * (plus token_ids, which vLLM can also return, so clients need not map
+ * strings back to ids). */
+static json_object *logprobs_obj(const dsq_server *s, const srv_job *j)
+{
+    const dsq_srv_params *p = &j->req->p;
+    int k = p->logprobs;
+    json_object *L = json_object_new_object(), *toks = json_object_new_array(), *lps = json_object_new_array(),
+                *tops = json_object_new_array(), *offs = json_object_new_array(), *tids = json_object_new_array();
+    size_t off = 0;
+    size_t total = (p->echo ? j->n_prompt : 0) + j->n_gen;
+    for (size_t i = 0; i < total; i++) {
+        int in_prompt = p->echo && i < j->n_prompt;
+        size_t g = in_prompt ? 0 : i - (p->echo ? j->n_prompt : 0);
+        int32_t id = in_prompt ? j->prompt[i] : j->gen[g];
+        json_object *t = token_text(s, id);
+        json_object_array_add(offs, json_object_new_int64((int64_t)off));
+        off += (size_t)json_object_get_string_len(t);
+        json_object_array_add(toks, t);
+        json_object_array_add(tids, json_object_new_int(id));
+        if (in_prompt && i == 0) {
+            json_object_array_add(lps, NULL);
+            json_object_array_add(tops, NULL);
+        } else if (in_prompt) {
+            json_object_array_add(lps, json_object_new_double(j->prompt_lp[i]));
+            json_object_array_add(tops, k > 0 ? top_obj(s, j->prompt_top_id + i * (size_t)k, j->prompt_top_lp + i * (size_t)k, k) : NULL);
+        } else {
+            json_object_array_add(lps, json_object_new_double(j->gen_lp[g]));
+            json_object_array_add(tops, k > 0 ? top_obj(s, j->gen_top_id + g * (size_t)k, j->gen_top_lp + g * (size_t)k, k) : NULL);
+        }
+    }
+    json_object_object_add(L, "tokens", toks);
+    json_object_object_add(L, "token_logprobs", lps);
+    json_object_object_add(L, "top_logprobs", tops);
+    json_object_object_add(L, "text_offset", offs);
+    json_object_object_add(L, "token_ids", tids);
+    return L;
+}
+
+static json_object *head_obj(const dsq_server *s, const srv_request *r)
+{
+    json_object *j = json_object_new_object();
+    char id[64];
+    snprintf(id, sizeof id, "cmpl-dsq-%llu", (unsigned long long)r->id);
+    json_object_object_add(j, "id", json_object_new_string(id));
+    json_object_object_add(j, "object", json_object_new_string("text_completion"));
+    json_object_object_add(j, "created", json_object_new_int64(r->created));
+    json_object_object_add(j, "model", json_object_new_string(s->served_name));
+    return j;
+}
+
+static json_object *usage_obj(const srv_request *r)
+{
+    int64_t pt = 0, ct = 0;
+    for (int i = 0; i < r->n_jobs; i++) { pt += (int64_t)r->jobs[i].n_prompt; ct += (int64_t)r->jobs[i].n_gen; }
+    json_object *u = json_object_new_object();
+    json_object_object_add(u, "prompt_tokens", json_object_new_int64(pt));
+    json_object_object_add(u, "completion_tokens", json_object_new_int64(ct));
+    json_object_object_add(u, "total_tokens", json_object_new_int64(pt + ct));
+    return u;
+}
+
+static const char *finish_name(int f) { return f == SRV_FIN_LENGTH ? "length" : "stop"; }
+
+/* The echoed prompt text: the request's text, or the ids decoded. */
+static void add_echo(const dsq_server *s, const srv_job *j, json_object **text)
+{
+    const dsq_srv_prompt *pr = &j->req->p.prompts[j->index];
+    char *pt = NULL;
+    size_t pl = 0;
+    if (pr->text) { pt = pr->text; pl = pr->len; }
+    else if (dsq_tokenizer_decode(s->tok, j->prompt, j->n_prompt, 0, &pt, &pl) < 0) { pt = NULL; pl = 0; }
+    char *all = malloc(pl + j->len + 1);
+    if (all) {
+        if (pl) memcpy(all, pt, pl);
+        if (j->len) memcpy(all + pl, j->text, j->len);
+        *text = json_object_new_string_len(all, (int)(pl + j->len));
+    }
+    if (!pr->text) free(pt);
+    free(all);
+}
+
+static json_object *completion_obj(const dsq_server *s, const srv_request *r)
+{
+    json_object *j = head_obj(s, r), *ch = json_object_new_array();
+    for (int i = 0; i < r->n_jobs; i++) {
+        const srv_job *jb = &r->jobs[i];
+        json_object *c = json_object_new_object(), *text = NULL;
+        if (r->p.echo) add_echo(s, jb, &text);
+        if (!text) text = json_object_new_string_len(jb->text ? jb->text : "", (int)jb->len);
+        json_object_object_add(c, "index", json_object_new_int(i));
+        json_object_object_add(c, "text", text);
+        json_object_object_add(c, "logprobs", r->p.logprobs >= 0 ? logprobs_obj(s, jb) : NULL);
+        json_object_object_add(c, "finish_reason", json_object_new_string(finish_name(jb->finished)));
+        json_object_array_add(ch, c);
+    }
+    json_object_object_add(j, "choices", ch);
+    json_object_object_add(j, "usage", usage_obj(r));
+    return j;
+}
+
+/* ---- streaming -------------------------------------------------------------- */
+
+static int sse_append(stream_ctx *sc, json_object *j)
+{
+    size_t n;
+    const char *t = json_object_to_json_string_length(j, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &n);
+    char *b = realloc(sc->out, sc->out_len + n + 8);
+    if (!b) { json_object_put(j); return -1; }
+    sc->out = b;
+    memcpy(b + sc->out_len, "data: ", 6);
+    memcpy(b + sc->out_len + 6, t, n);
+    memcpy(b + sc->out_len + 6 + n, "\n\n", 2);
+    sc->out_len += n + 8;
+    json_object_put(j);
+    return 0;
+}
+
+static json_object *chunk(const dsq_server *s, const srv_request *r, int idx, const char *text, size_t n, int fin)
+{
+    json_object *j = head_obj(s, r), *ch = json_object_new_array(), *c = json_object_new_object();
+    json_object_object_add(c, "index", json_object_new_int(idx));
+    json_object_object_add(c, "text", json_object_new_string_len(text, (int)n));
+    json_object_object_add(c, "logprobs", NULL);
+    json_object_object_add(c, "finish_reason", fin ? json_object_new_string(finish_name(fin)) : NULL);
+    json_object_array_add(ch, c);
+    json_object_object_add(j, "choices", ch);
+    return j;
+}
+
+/* Build the next events under the lock; 1 produced something, 0 nothing yet,
+ * -1 the stream is over (after [DONE]) or failed. */
+static int stream_fill(stream_ctx *sc)
+{
+    dsq_server *s = sc->s;
+    srv_request *r = sc->req;
+    int any = 0, all = 1;
+    for (int i = 0; i < r->n_jobs; i++) {
+        srv_job *j = &r->jobs[i];
+        if (sc->final_sent[i]) continue;
+        if (j->finished == SRV_FIN_ERROR) return -1;
+        if (j->finished) {
+            size_t from = sc->sent[i] < j->len ? sc->sent[i] : j->len;
+            if (sse_append(sc, chunk(s, r, i, j->text ? j->text + from : "", j->len - from, j->finished)) < 0) return -1;
+            sc->final_sent[i] = 1;
+            any = 1;
+        } else {
+            all = 0;
+            if (j->pub_len > sc->sent[i]) {
+                if (sse_append(sc, chunk(s, r, i, j->pub_text + sc->sent[i], j->pub_len - sc->sent[i], 0)) < 0) return -1;
+                sc->sent[i] = j->pub_len;
+                any = 1;
+            }
+        }
+    }
+    if (all && !sc->done_sent) {
+        if (r->p.include_usage && !sc->usage_sent) {
+            json_object *u = head_obj(s, r);
+            json_object_object_add(u, "choices", json_object_new_array());
+            json_object_object_add(u, "usage", usage_obj(r));
+            if (sse_append(sc, u) < 0) return -1;
+            sc->usage_sent = 1;
+        }
+        char *b = realloc(sc->out, sc->out_len + 14);
+        if (!b) return -1;
+        sc->out = b;
+        memcpy(b + sc->out_len, "data: [DONE]\n\n", 14);
+        sc->out_len += 14;
+        sc->done_sent = 1;
+        return 1;
+    }
+    if (all && sc->done_sent) return -1;
+    return any;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    stream_ctx *sc = cls;
+    dsq_server *s = sc->s;
+    (void)pos;
+    for (;;) {
+        if (sc->out_off < sc->out_len) {
+            size_t n = sc->out_len - sc->out_off < max ? sc->out_len - sc->out_off : max;
+            memcpy(buf, sc->out + sc->out_off, n);
+            sc->out_off += n;
+            return (ssize_t)n;
+        }
+        sc->out_len = sc->out_off = 0;
+        pthread_mutex_lock(&s->mu);
+        int got;
+        while ((got = stream_fill(sc)) == 0) {
+            timed_wait(s, 100);
+            if (sc->req->cancelled) { got = -2; break; }
+            pthread_mutex_unlock(&s->mu);
+            int gone = client_gone(sc->c);
+            pthread_mutex_lock(&s->mu);
+            if (gone) { cancel_locked(s, sc->req); got = -2; break; }
+        }
+        if (got < 0 && sc->out_len == 0) {
+            int done = sc->done_sent;
+            if (!done) cancel_locked(s, sc->req);
+            pthread_mutex_unlock(&s->mu);
+            return done ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+static void stream_free(void *cls)
+{
+    stream_ctx *sc = cls;
+    pthread_mutex_lock(&sc->s->mu);
+    cancel_locked(sc->s, sc->req);
+    srv_request_unref_locked(sc->req);
+    pthread_mutex_unlock(&sc->s->mu);
+    free(sc->sent);
+    free(sc->final_sent);
+    free(sc->out);
+    free(sc);
+}
+
+/* ---- routes ------------------------------------------------------------------ */
+
+static enum MHD_Result do_models(dsq_server *s, struct MHD_Connection *c)
+{
+    json_object *j = json_object_new_object(), *a = json_object_new_array(), *m = json_object_new_object();
+    json_object_object_add(m, "id", json_object_new_string(s->served_name));
+    json_object_object_add(m, "object", json_object_new_string("model"));
+    json_object_object_add(m, "created", json_object_new_int64((int64_t)time(NULL)));
+    json_object_object_add(m, "owned_by", json_object_new_string("dsq"));
+    json_object_object_add(m, "root", json_object_new_string(s->o.model_path));
+    json_object_object_add(m, "max_model_len", json_object_new_int64(s->ctx));
+    json_object_array_add(a, m);
+    json_object_object_add(j, "object", json_object_new_string("list"));
+    json_object_object_add(j, "data", a);
+    return send_json(c, 200, j);
+}
+
+static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, conn_ctx *cc)
+{
+    if (cc->too_big)
+        return send_error(s, c, 413, "invalid_request_error", NULL, "request body over the limit of %zu bytes", s->o.lim.max_body);
+    dsq_srv_params p;
+    char err[400], param[64];
+    int rc = dsq_srv_parse_completion(cc->body ? cc->body : "", cc->len, &s->o.lim, &p, err, sizeof err, param, sizeof param);
+    if (rc == DSQ_ERR_NOMEM) return send_error(s, c, 500, "server_error", NULL, "out of memory");
+    if (rc < 0) return send_error(s, c, 400, "invalid_request_error", param, "%s", err);
+    if (p.model && strcmp(p.model, s->served_name)) {
+        enum MHD_Result ret = send_error(s, c, 404, "invalid_request_error", "model", "the model '%s' does not exist (this server serves '%s')",
+                                         p.model, s->served_name);
+        dsq_srv_params_release(&p);
+        return ret;
+    }
+    srv_request *r = calloc(1, sizeof *r);
+    if (!r || !(r->jobs = calloc((size_t)p.n_prompts, sizeof *r->jobs))) {
+        free(r);
+        dsq_srv_params_release(&p);
+        return send_error(s, c, 500, "server_error", NULL, "out of memory");
+    }
+    r->p = p;
+    r->n_jobs = p.n_prompts;
+    r->refs = 1;
+    r->created = (int64_t)time(NULL);
+    /* text prompts are tokenized as HF / vLLM do: specials parsed, BOS added
+     * when the tokenizer adds one (ds-eval's --bos auto) */
+    const char *msg = NULL;
+    char mbuf[300];
+    for (int i = 0; i < r->n_jobs && !msg; i++) {
+        srv_job *j = &r->jobs[i];
+        dsq_srv_prompt *pr = &r->p.prompts[i];
+        j->req = r;
+        j->index = i;
+        j->slot = -1;
+        if (pr->ids) {
+            j->prompt = malloc(pr->n_ids * sizeof *j->prompt);
+            if (j->prompt) memcpy(j->prompt, pr->ids, pr->n_ids * sizeof *j->prompt);
+            j->n_prompt = pr->n_ids;
+            if (!j->prompt) msg = "out of memory";
+        } else if (dsq_tokenizer_encode_ex(s->tok, pr->text, pr->len, DSQ_TOK_PARSE_SPECIAL | DSQ_TOK_ADD_SPECIAL,
+                                           &j->prompt, &j->n_prompt, NULL) < 0) {
+            msg = "cannot tokenize the prompt";
+        }
+        if (!msg && j->n_prompt == 0) msg = "the prompt is empty (no tokens)";
+        for (size_t k = 0; !msg && k < j->n_prompt; k++)
+            if (j->prompt[k] < 0 || (size_t)j->prompt[k] >= s->vocab) msg = "the prompt has a token id beyond the model's vocabulary";
+        if (!msg && (int64_t)j->n_prompt + r->p.max_tokens > s->ctx) {
+            snprintf(mbuf, sizeof mbuf, "this model's maximum context length is %lld tokens; the prompt has %zu and max_tokens is %lld",
+                     (long long)s->ctx, j->n_prompt, (long long)r->p.max_tokens);
+            msg = mbuf;
+        }
+        j->rng = r->p.has_seed ? r->p.seed + (uint64_t)i : (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)j << 16);
+    }
+    pthread_mutex_lock(&s->mu);
+    r->id = ++s->next_id;
+    pthread_mutex_unlock(&s->mu);
+    if (msg) {
+        pthread_mutex_lock(&s->mu);
+        srv_request_unref_locked(r);
+        pthread_mutex_unlock(&s->mu);
+        return send_error(s, c, 400, "invalid_request_error", "prompt", "%s", msg);
+    }
+    rc = srv_submit(s, r);
+    if (rc < 0) {
+        pthread_mutex_lock(&s->mu);
+        srv_request_unref_locked(r);
+        pthread_mutex_unlock(&s->mu);
+        return send_error(s, c, 503, "server_error", NULL, rc == DSQ_ERR_STATE ? "the server is shutting down"
+                                                                        : "the server is busy (request queue full); retry later");
+    }
+    cc->req = r; /* cc's reference: dropped by the completed callback */
+    if (r->p.stream) {
+        stream_ctx *sc = calloc(1, sizeof *sc);
+        if (sc) {
+            sc->sent = calloc((size_t)r->n_jobs, sizeof *sc->sent);
+            sc->final_sent = calloc((size_t)r->n_jobs, sizeof *sc->final_sent);
+        }
+        if (!sc || !sc->sent || !sc->final_sent) {
+            if (sc) { free(sc->sent); free(sc->final_sent); free(sc); }
+            return MHD_NO;
+        }
+        sc->s = s;
+        sc->c = c;
+        sc->req = r;
+        pthread_mutex_lock(&s->mu);
+        r->refs++;
+        pthread_mutex_unlock(&s->mu);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sc, stream_free);
+        if (!resp) { stream_free(sc); return MHD_NO; }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    pthread_mutex_lock(&s->mu);
+    while (r->n_finished < r->n_jobs && !r->cancelled) {
+        timed_wait(s, 100);
+        pthread_mutex_unlock(&s->mu);
+        int gone = client_gone(c);
+        pthread_mutex_lock(&s->mu);
+        if (gone) cancel_locked(s, r);
+    }
+    int cancelled = r->cancelled && r->n_finished < r->n_jobs;
+    pthread_mutex_unlock(&s->mu);
+    if (cancelled) return MHD_NO; /* client gone: nothing to answer */
+    for (int i = 0; i < r->n_jobs; i++)
+        if (r->jobs[i].finished == SRV_FIN_ERROR)
+            return send_error(s, c, 500, "server_error", NULL, "generation failed: %s", r->jobs[i].err);
+    return send_json(c, 200, completion_obj(s, r));
+}
+
+static int authorized(dsq_server *s, struct MHD_Connection *c)
+{
+    if (!s->api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7)) return 0;
+    h += 7;
+    size_t a = strlen(h), b = strlen(s->api_key);
+    unsigned char diff = a != b;
+    for (size_t i = 0; i < a; i++) diff |= (unsigned char)(h[i] ^ s->api_key[i % (b ? b : 1)]); /* no early exit */
+    return diff == 0;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+    dsq_server *s = cls;
+    conn_ctx *cc = *con_cls;
+    (void)version;
+    if (!cc) {
+        if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
+        cc->s = s;
+        *con_cls = cc;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        if (!cc->too_big && cc->len + n <= s->o.lim.max_body) {
+            if (cc->len + n + 1 > cc->cap) {
+                size_t cap = (cc->len + n + 1) * 2;
+                char *b = realloc(cc->body, cap);
+                if (!b) return MHD_NO;
+                cc->body = b;
+                cc->cap = cap;
+            }
+            memcpy(cc->body + cc->len, upload, n);
+            cc->len += n;
+            cc->body[cc->len] = 0;
+        } else {
+            cc->too_big = 1; /* keep reading, answer 413 at the end */
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
+    if (!strcmp(url, "/health")) {
+        if (!is_get) return send_error(s, c, 405, "invalid_request_error", NULL, "use GET for %s", url);
+        json_object *j = json_object_new_object();
+        json_object_object_add(j, "status", json_object_new_string("ok"));
+        return send_json(c, 200, j);
+    }
+    int models = !strcmp(url, "/v1/models"), comp = !strcmp(url, "/v1/completions");
+    if (!models && !comp) return send_error(s, c, 404, "invalid_request_error", NULL, "no route %s %s", method, url);
+    if (!authorized(s, c))
+        return send_error(s, c, 401, "invalid_request_error", NULL, "missing or incorrect API key (send 'Authorization: Bearer KEY')");
+    if (models) {
+        if (!is_get) return send_error(s, c, 405, "invalid_request_error", NULL, "use GET for %s", url);
+        return do_models(s, c);
+    }
+    if (!is_post) return send_error(s, c, 405, "invalid_request_error", NULL, "use POST for %s", url);
+    return do_completions(s, c, cc);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode tc)
+{
+    dsq_server *s = cls;
+    conn_ctx *cc = *con_cls;
+    (void)c;
+    (void)tc;
+    if (!cc) return;
+    if (cc->req) {
+        pthread_mutex_lock(&s->mu);
+        cancel_locked(s, cc->req); /* a no-op when it finished */
+        srv_request_unref_locked(cc->req);
+        pthread_mutex_unlock(&s->mu);
+    }
+    free(cc->body);
+    free(cc);
+    *con_cls = NULL;
+}
+
+int srv_http_start(dsq_server *s, dsq_diag *d)
+{
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)s->o.port);
+    const char *host = s->o.host ? s->o.host : "127.0.0.1";
+    if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "bad IPv4 address '%s'", host);
+    s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL,
+                                 0, NULL, NULL, handler, s,
+                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                                 MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                                 MHD_OPTION_END);
+    if (!s->daemon) return dsq_fail(d, DSQ_ERR_IO, NULL, NULL, -1, "cannot listen on %s:%d (port in use?)", host, s->o.port);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? (int)di->port : s->o.port;
+    return DSQ_OK;
+}
+
+void srv_http_stop(dsq_server *s)
+{
+    if (s->daemon) MHD_stop_daemon(s->daemon);
+    s->daemon = NULL;
+}

@@ -1,0 +1,67 @@
+/* fuzz_serve.c - libFuzzer target for the HTTP JSON on both sides of
+ * ds-eval --endpoint / ds-serve, on arbitrary bytes:
+ *   - ds-serve's request-body parser (POST /v1/completions), with small
+ *     limits so the range checks are reached; what it accepts must respect
+ *     them;
+ *   - ds-eval's response parsers: completions, /models, prompt log-probs
+ *     (OpenAI echo form and vLLM's prompt_logprobs) and error objects.
+ * Must never crash, leak or read out of bounds; checked invariants abort.
+ * Seeds: corpus/serve/. */
+#include "endpoint.h"
+#include "server.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define CHECK(x) do { if (!(x)) abort(); } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *body = (const char *)data;
+    dsq_srv_limits lim = { .max_body = 1 << 16, .max_tokens = 64, .default_max_tokens = 16, .vocab = 1000 };
+    dsq_srv_params p;
+    char err[256], param[64];
+    if (dsq_srv_parse_completion(body, size, &lim, &p, err, sizeof err, param, sizeof param) == DSQ_OK) {
+        CHECK(p.n_prompts >= 1 && p.n_prompts <= DSQ_SRV_MAX_PROMPTS);
+        CHECK(p.max_tokens >= 0 && p.max_tokens <= lim.max_tokens);
+        CHECK(p.temperature >= 0 && p.temperature <= 2 && p.top_p > 0 && p.top_p <= 1);
+        CHECK(p.logprobs >= -1 && p.logprobs <= DSQ_SRV_MAX_LOGPROBS);
+        CHECK(p.n_stop >= 0 && p.n_stop <= DSQ_SRV_MAX_STOP);
+        for (int i = 0; i < p.n_stop; i++) CHECK(p.stop[i] && p.stop[i][0]);
+        for (int i = 0; i < p.n_prompts; i++) {
+            const dsq_srv_prompt *pr = &p.prompts[i];
+            CHECK((pr->text != NULL) != (pr->ids != NULL));
+            for (size_t k = 0; pr->ids && k < pr->n_ids; k++) CHECK(pr->ids[k] >= 0 && (size_t)pr->ids[k] < lim.vocab);
+        }
+        dsq_srv_params_release(&p);
+    } else {
+        CHECK(err[0]);
+    }
+
+    dsq_ep_completion c;
+    if (dsq_ep_parse_completion(body, size, &c, NULL) == DSQ_OK) {
+        CHECK(c.text && strlen(c.text) <= c.len);
+        free(c.text);
+    }
+    char **ids = NULL;
+    size_t n = 0;
+    if (dsq_ep_parse_models(body, size, &ids, &n, NULL) == DSQ_OK)
+        for (size_t i = 0; i < n; i++) CHECK(ids[i]);
+    dsq_ep_free_models(ids, n);
+    static const int32_t prompt[6] = { 0, 1, 2, 3, 4, 5 };
+    double lp[6];
+    for (size_t np = 0; np <= 6; np += 3)
+        if (dsq_ep_parse_prompt_logprobs(body, size, prompt, np, lp, NULL) == DSQ_OK)
+            for (size_t i = 1; i < np; i++) CHECK(isfinite(lp[i]) && lp[i] <= 1e-6);
+    char msg[64];
+    dsq_ep_error_text(body, size, msg, sizeof msg);
+    CHECK(strlen(msg) < sizeof msg);
+    char *e = dsq_srv_error_json(body && size ? "m" : "", "t", "p", 400);
+    CHECK(e);
+    free(e);
+    return 0;
+}

@@ -1,0 +1,230 @@
+/* test_serve.c - the JSON on both sides of ds-serve / ds-eval --endpoint:
+ * request bodies (defaults, the four prompt forms, type and range errors
+ * naming the field), OpenAI error objects, and the client's response
+ * parsers (completions, /models, prompt log-probs in the OpenAI echo form
+ * and vLLM's prompt_logprobs form), plus the resumable gsm8k journal. */
+#include "dsq_test.h"
+#include "endpoint.h"
+#include "server.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const dsq_srv_limits lim = { .max_body = 4096, .max_tokens = 100, .default_max_tokens = 16, .vocab = 50 };
+
+static int parse(const char *body, dsq_srv_params *p, char *err, char *param)
+{
+    return dsq_srv_parse_completion(body, strlen(body), &lim, p, err, 256, param, 64);
+}
+
+static void test_request_ok(void **st)
+{
+    (void)st;
+    dsq_srv_params p;
+    char err[256], param[64];
+    assert_int_equal(parse("{\"prompt\": \"hi\"}", &p, err, param), DSQ_OK);
+    assert_int_equal(p.n_prompts, 1);
+    assert_string_equal(p.prompts[0].text, "hi");
+    assert_int_equal(p.max_tokens, 16);          /* OpenAI's default */
+    assert_true(p.temperature == 1.0 && p.top_p == 1.0);
+    assert_int_equal(p.logprobs, -1);
+    assert_false(p.echo || p.stream || p.has_seed);
+    dsq_srv_params_release(&p);
+
+    assert_int_equal(parse("{\"model\": \"m\", \"prompt\": [[1, 2], [3]], \"max_tokens\": 0, \"temperature\": 0,"
+                           " \"stop\": [\"Question:\", \"\", \"</s>\"], \"logprobs\": 3, \"echo\": true, \"seed\": -1,"
+                           " \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"user\": \"x\"}", &p, err, param), DSQ_OK);
+    assert_string_equal(p.model, "m");
+    assert_int_equal(p.n_prompts, 2);
+    assert_int_equal(p.prompts[0].n_ids, 2);
+    assert_int_equal(p.prompts[1].ids[0], 3);
+    assert_int_equal(p.max_tokens, 0);
+    assert_int_equal(p.n_stop, 2);              /* the empty stop string never matches: dropped */
+    assert_string_equal(p.stop[1], "</s>");
+    assert_int_equal(p.logprobs, 3);
+    assert_true(p.echo && p.stream && p.include_usage && p.has_seed);
+    assert_true(p.seed == UINT64_MAX);
+    dsq_srv_params_release(&p);
+
+    assert_int_equal(parse("{\"prompt\": [\"a\", \"b\"], \"stop\": \"x\"}", &p, err, param), DSQ_OK);
+    assert_int_equal(p.n_prompts, 2);
+    assert_int_equal(p.n_stop, 1);
+    dsq_srv_params_release(&p);
+    assert_int_equal(parse("{\"prompt\": [4, 5, 49]}", &p, err, param), DSQ_OK);
+    assert_int_equal(p.n_prompts, 1);
+    assert_int_equal(p.prompts[0].n_ids, 3);
+    dsq_srv_params_release(&p);
+}
+
+static void test_request_errors(void **st)
+{
+    (void)st;
+    static const struct { const char *body, *param; int status; } cases[] = {
+        { "", "", DSQ_ERR_JSON },
+        { "{\"prompt\": \"a\"", "", DSQ_ERR_JSON },
+        { "{\"prompt\": \"a\"} x", "", DSQ_ERR_JSON },
+        { "[1]", "", DSQ_ERR_JSON },
+        { "{}", "prompt", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": null}", "prompt", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": 3}", "prompt", DSQ_ERR_JSON },
+        { "{\"prompt\": []}", "prompt", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": [50]}", "prompt", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": [-1]}", "prompt", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": [[1], 2]}", "prompt", DSQ_ERR_JSON },
+        { "{\"prompt\": [1.5]}", "prompt", DSQ_ERR_JSON },
+        { "{\"prompt\": \"a\", \"max_tokens\": 101}", "max_tokens", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": \"a\", \"max_tokens\": 1.0}", "max_tokens", DSQ_ERR_JSON },
+        { "{\"prompt\": \"a\", \"temperature\": 3}", "temperature", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": \"a\", \"top_p\": 0}", "top_p", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": \"a\", \"logprobs\": 21}", "logprobs", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": \"a\", \"logprobs\": true}", "logprobs", DSQ_ERR_JSON },
+        { "{\"prompt\": \"a\", \"echo\": 1}", "echo", DSQ_ERR_JSON },
+        { "{\"prompt\": \"a\", \"stop\": [\"x\", 2]}", "stop", DSQ_ERR_JSON },
+        { "{\"prompt\": \"a\", \"model\": 7}", "model", DSQ_ERR_JSON },
+        { "{\"prompt\": \"a\", \"n\": 2}", "n", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": \"a\", \"logit_bias\": {\"1\": 5}}", "logit_bias", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": \"a\", \"stream_options\": 1}", "stream_options", DSQ_ERR_JSON },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dsq_srv_params p;
+        char err[256], param[64];
+        int rc = parse(cases[i].body, &p, err, param);
+        if (rc != cases[i].status || strcmp(param, cases[i].param)) fail_msg("case %zu '%s': rc %d param '%s' (%s)", i, cases[i].body, rc, param, err);
+        assert_true(err[0] != 0);
+        assert_null(p.prompts); /* released on error */
+    }
+    /* body over the limit */
+    char *big = malloc(5000);
+    assert_non_null(big);
+    memset(big, ' ', 4999);
+    big[4999] = 0;
+    dsq_srv_params p;
+    char err[256], param[64];
+    assert_int_equal(parse(big, &p, err, param), DSQ_ERR_INVALID_ARG);
+    free(big);
+    char *e = dsq_srv_error_json("bad \"x\"", NULL, "prompt", 400);
+    assert_string_equal(e, "{\"error\":{\"message\":\"bad \\\"x\\\"\",\"type\":\"invalid_request_error\",\"param\":\"prompt\",\"code\":400}}");
+    free(e);
+}
+
+static void test_responses(void **st)
+{
+    (void)st;
+    const char *r1 = "{\"choices\":[{\"index\":0,\"text\":\" 42\\n\",\"finish_reason\":\"stop\"}],"
+                     "\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":3}}";
+    dsq_ep_completion c;
+    assert_int_equal(dsq_ep_parse_completion(r1, strlen(r1), &c, NULL), DSQ_OK);
+    assert_string_equal(c.text, " 42\n");
+    assert_string_equal(c.finish, "stop");
+    assert_int_equal(c.prompt_tokens, 12);
+    assert_int_equal(c.completion_tokens, 3);
+    free(c.text);
+    const char *bad[] = { "", "{}", "{\"choices\": []}", "{\"choices\": [{\"text\": 1}]}", "<html>" };
+    for (size_t i = 0; i < 5; i++) assert_int_equal(dsq_ep_parse_completion(bad[i], strlen(bad[i]), &c, NULL), DSQ_ERR_JSON);
+
+    const char *m = "{\"object\":\"list\",\"data\":[{\"id\":\"a\"},{\"id\":\"b\"}]}";
+    char **ids;
+    size_t n;
+    assert_int_equal(dsq_ep_parse_models(m, strlen(m), &ids, &n, NULL), DSQ_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(ids[1], "b");
+    dsq_ep_free_models(ids, n);
+    assert_int_equal(dsq_ep_parse_models("{\"data\":[{}]}", 13, &ids, &n, NULL), DSQ_ERR_JSON);
+
+    int32_t prompt[4] = { 0, 7, 8, 9 };
+    double lp[4];
+    const char *e1 = "{\"choices\":[{\"text\":\"\",\"logprobs\":{\"token_logprobs\":[null,-1.25,-0.5,-3,-2]}}]}";
+    assert_int_equal(dsq_ep_parse_prompt_logprobs(e1, strlen(e1), prompt, 4, lp, NULL), DSQ_OK);
+    assert_true(isnan(lp[0]) && lp[1] == -1.25 && lp[2] == -0.5 && lp[3] == -3);
+    const char *e2 = "{\"choices\":[{\"text\":\"\",\"prompt_logprobs\":[null,{\"7\":{\"logprob\":-1.5},\"3\":{\"logprob\":-0.1}},"
+                     "{\"8\":{\"logprob\":-2}},{\"9\":{\"logprob\":-0.25}}]}]}";
+    assert_int_equal(dsq_ep_parse_prompt_logprobs(e2, strlen(e2), prompt, 4, lp, NULL), DSQ_OK);
+    assert_true(lp[1] == -1.5 && lp[2] == -2 && lp[3] == -0.25);
+    const char *short1 = "{\"choices\":[{\"text\":\"\",\"logprobs\":{\"token_logprobs\":[null,-1]}}]}";
+    assert_int_equal(dsq_ep_parse_prompt_logprobs(short1, strlen(short1), prompt, 4, lp, NULL), DSQ_ERR_JSON);
+    const char *pos = "{\"choices\":[{\"text\":\"\",\"logprobs\":{\"token_logprobs\":[null,0.5,-1,-1]}}]}";
+    assert_int_equal(dsq_ep_parse_prompt_logprobs(pos, strlen(pos), prompt, 4, lp, NULL), DSQ_ERR_JSON);
+    const char *noecho = "{\"choices\":[{\"text\":\"x\",\"logprobs\":null}]}";
+    assert_int_equal(dsq_ep_parse_prompt_logprobs(noecho, strlen(noecho), prompt, 4, lp, NULL), DSQ_ERR_JSON);
+
+    char msg[64];
+    const char *er = "{\"error\":{\"message\":\"Incorrect API key\",\"type\":\"x\"}}";
+    dsq_ep_error_text(er, strlen(er), msg, sizeof msg);
+    assert_string_equal(msg, "Incorrect API key");
+    dsq_ep_error_text("Bad\nGateway", 11, msg, sizeof msg);
+    assert_string_equal(msg, "Bad Gateway");
+}
+
+static void test_journal(void **st)
+{
+    (void)st;
+    const char *data = "{\"question\": \"q0\", \"answer\": \"#### 1\"}\n{\"question\": \"q1\", \"answer\": \"#### 2\"}\n"
+                       "{\"question\": \"q2\", \"answer\": \"#### 3\"}\n";
+    dsq_gsm8k_set test;
+    assert_int_equal(dsq_gsm8k_parse(&test, data, strlen(data), "t", NULL), DSQ_OK);
+    char *dir = dsq_test_tmpdir(), path[1024];
+    snprintf(path, sizeof path, "%s/j.jsonl", dir);
+    dsq_ep_journal j;
+    dsq_ep_item items[3] = { 0 };
+    size_t have;
+    assert_int_equal(dsq_ep_journal_open(&j, path, 0, &test, 3, items, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 0);
+    dsq_ep_item a = { .completion = "x #### 2", .len = 8, .prompt_tokens = 5, .gen_tokens = 4, .finish = "stop" };
+    assert_int_equal(dsq_ep_journal_append(&j, 1, &test.items[1], &a, NULL), DSQ_OK);
+    dsq_ep_journal_close(&j);
+    /* a second record cut short by a kill is dropped and truncated away */
+    FILE *f = fopen(path, "ab");
+    assert_non_null(f);
+    fputs("{\"doc_id\": 2, \"question\": \"q2\", \"compl", f);
+    fclose(f);
+    assert_int_equal(dsq_ep_journal_open(&j, path, 0, &test, 3, items, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 1);
+    assert_true(items[1].have && !items[0].have && !items[2].have);
+    assert_string_equal(items[1].completion, "x #### 2");
+    assert_int_equal(items[1].gen_tokens, 4);
+    assert_string_equal(items[1].finish, "stop");
+    a.completion = "y";
+    a.len = 1;
+    assert_int_equal(dsq_ep_journal_append(&j, 0, &test.items[0], &a, NULL), DSQ_OK);
+    dsq_ep_journal_close(&j);
+    free(items[1].completion);
+    memset(items, 0, sizeof items);
+    assert_int_equal(dsq_ep_journal_open(&j, path, 0, &test, 3, items, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 2);
+    dsq_ep_journal_close(&j);
+    free(items[0].completion);
+    free(items[1].completion);
+    /* another dataset's journal is refused */
+    dsq_gsm8k_set other;
+    const char *od = "{\"question\": \"zz\", \"answer\": \"#### 1\"}\n{\"question\": \"q1\", \"answer\": \"#### 2\"}\n";
+    assert_int_equal(dsq_gsm8k_parse(&other, od, strlen(od), "o", NULL), DSQ_OK);
+    memset(items, 0, sizeof items);
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_ep_journal_open(&j, path, 0, &other, 2, items, &have, &d), DSQ_ERR_STATE);
+    dsq_ep_journal_close(&j);
+    for (int i = 0; i < 3; i++) free(items[i].completion);
+    assert_non_null(strstr(d.msg, "question differs"));
+    /* restart (-f) truncates */
+    memset(items, 0, sizeof items);
+    assert_int_equal(dsq_ep_journal_open(&j, path, 1, &other, 2, items, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 0);
+    dsq_ep_journal_close(&j);
+    dsq_gsm8k_set_release(&other);
+    dsq_gsm8k_set_release(&test);
+    dsq_test_rmtree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_request_ok),
+        cmocka_unit_test(test_request_errors),
+        cmocka_unit_test(test_responses),
+        cmocka_unit_test(test_journal),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
