@@ -549,7 +549,10 @@ static int tokenize_file(const dsq_cli *cli, const dsq_tokenizer *tok, const cha
 /* ppl                                                                    */
 /* ====================================================================== */
 
-static void print_ppl(const dsq_cli *cli, const opts *o, const dsq_ppl_plan *plan, const dsq_ppl_result *res, double secs);
+/* bos_id: the BOS the policy put in (window: over each window's first token;
+ * first: the text's leading one), -1 for none */
+static void print_ppl(const dsq_cli *cli, const opts *o, const dsq_ppl_plan *plan, const dsq_ppl_result *res, double secs,
+                      int32_t bos_id);
 
 /* Endpoint settings from the options; the key comes from the environment
  * only (never the command line, never printed). */
@@ -594,7 +597,7 @@ static int ppl_endpoint(dsq_cli *cli, const opts *o, runner *r, int32_t *tokens,
     free(tokens);
     runner_close(r);
     if (rc < 0) return dsq_cli_fail(cli, rc, d);
-    print_ppl(cli, o, plan, &res, dsq_now() - t0);
+    print_ppl(cli, o, plan, &res, dsq_now() - t0, plan->bos);   /* endpoint: always per-window BOS */
     return DSQ_EXIT_OK;
 }
 
@@ -642,11 +645,12 @@ static int cmd_ppl(dsq_cli *cli, const opts *o)
     free(tokens);
     runner_close(&r);
     if (rc < 0) return dsq_cli_fail(cli, rc, &d);
-    print_ppl(cli, o, &plan, &res, secs);
+    print_ppl(cli, o, &plan, &res, secs, bos_id);
     return DSQ_EXIT_OK;
 }
 
-static void print_ppl(const dsq_cli *cli, const opts *o, const dsq_ppl_plan *pl, const dsq_ppl_result *rs, double secs)
+static void print_ppl(const dsq_cli *cli, const opts *o, const dsq_ppl_plan *pl, const dsq_ppl_result *rs, double secs,
+                      int32_t bos_id)
 {
     const dsq_ppl_plan plan = *pl;
     const dsq_ppl_result res = *rs;
