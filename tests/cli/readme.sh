@@ -10,7 +10,9 @@
 #   calib.txt       first 25 KB of samples/data/calib.txt   calib.jsonl  its paragraphs as {"text": ...}
 #   completions.jsonl  a few answers to score
 #   stories260K.bin, tinystories_val.txt: from ../shared/data (lines skipped when absent)
-# Exempt, and said so when the test runs: lines over /models/... (a real
+# Exempt, and said so when the test runs: ds-serve, curl and --endpoint lines
+# (a server that runs until stopped, or a remote cluster: tests/cli/serve.sh
+# runs ds-serve and ds-eval --endpoint on loopback); lines over /models/... (a real
 # DeepSeek checkpoint) and lines reading what those write (v3.dsq, v3/);
 # `sh .ci/deps.sh && make -j2 demo|test` (installs system packages as root;
 # `make test` is this suite, `make demo` is run by hand and its table quoted).
@@ -39,7 +41,9 @@ SH=../shared/data
 [ -f "$SH/text/tinystories_val.txt" ] && ln -s "$R/$SH/text/tinystories_val.txt" "$F/"
 
 # the blocks, one file each: lines with a block number
-awk '/^```sh/ { b++; inb = 1; next } /^```/ { inb = 0; next } inb { print b "\t" $0 }' README.md > "$T/lines"
+# (a line ending in a backslash continues on the next one: joined first)
+awk '/^```sh/ { b++; inb = 1; next } /^```/ { inb = 0; next }
+     inb { if (sub(/\\$/, "")) { acc = acc $0; next } print b "\t" acc $0; acc = "" }' README.md > "$T/lines"
 exempt_out=" "
 nb=$(cut -f1 "$T/lines" | sort -un)
 for b in $nb; do
@@ -56,6 +60,8 @@ for b in $nb; do
     why=""
     case $cmd in
       *".ci/deps.sh"*) why="installs system packages (CI runs it); make test is this suite, make demo is run by hand" ;;
+      ds-serve*|*" ds-serve "*|*--endpoint*|curl*|export*KEY=...*)
+                  why="a server (ds-serve runs until stopped) or a remote endpoint: tests/cli/serve.sh runs ds-serve and --endpoint on loopback" ;;
       */models/*) why="needs a real checkpoint under /models"
                   out=${cmd##* }; exempt_out="$exempt_out$out " ;;
       *stories260K.bin*|*tinystories_val.txt*) [ -e "$F/stories260K.bin" ] && [ -e "$F/tinystories_val.txt" ] || why="../shared/data absent" ;;
