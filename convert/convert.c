@@ -477,7 +477,7 @@ static int write_index(dsq_convert *c, dsq_diag *d)
 static int prepare_output(dsq_convert *c, dsq_diag *d)
 {
     const char *out = c->o.output;
-    if (!out || !*out) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no output path");
+    DSQ_TRY(dsq_convert_check_output(&c->o, d));
     if (!c->nshards) {
         if (dsq_path_is_dir(out))
             return dsq_fail(d, DSQ_ERR_EXISTS, out, NULL, -1,

@@ -1,0 +1,73 @@
+#!/bin/sh
+# reliability.sh - issue 14 at the CLI: outputs that are devices, FIFOs or
+# inputs are never replaced; output preconditions are checked before
+# calibration; --resume over a finished or differently laid-out run is
+# refused. Uses the bundled samples/tiny-llama (tracked in git).
+set -u
+BIN=${BIN:-./bin}
+Q=$BIN/ds-quant
+EVAL=$BIN/ds-eval
+S=samples/tiny-llama
+T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-rel-XXXXXX")
+reader=
+trap '[ -n "$reader" ] && kill $reader 2>/dev/null; rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+
+if [ ! -x $Q ] || [ ! -x $EVAL ]; then echo "reliability.sh: $Q / $EVAL not built"; exit 1; fi
+if [ ! -f $S/config.json ]; then echo "reliability.sh: skipped ($S absent)"; exit 0; fi
+cp -r $S $T/in
+shard=$T/in/model-00001-of-00002.safetensors
+sum0=$(sha256sum $shard | cut -d' ' -f1)
+
+# ---- 14.4: the output is an input (compare device + inode, not names) ----
+$Q -q -f --scheme w8a8-dynamic $T/in $shard 2> $T/err && fail "quant -f OUT=shard exited 0"
+grep -q "output is an input" $T/err || fail "quant -f OUT=shard: message was: $(cat $T/err)"
+ln $shard $T/hard.dsq
+$Q -q --scheme w8a8-dynamic $T/in $T/hard.dsq 2> $T/err && fail "quant OUT=hard link of a shard exited 0"
+grep -q "output is an input" $T/err || fail "quant OUT=hard link: message was: $(cat $T/err)"
+ln -s in/config.json $T/sym.dsq
+$Q -q -f --scheme w8a8-dynamic $T/in/model.safetensors.index.json $T/sym.dsq 2> $T/err \
+    && fail "quant OUT=symlink to config.json exited 0"
+grep -q "output is an input" $T/err || fail "quant OUT=symlink: message was: $(cat $T/err)"
+[ "$(sha256sum $shard | cut -d' ' -f1)" = "$sum0" ] || fail "a refused run changed the source shard"
+
+# ---- 14.1: a FIFO as ds-quant OUT is refused, never replaced ----
+mkfifo $T/fifo
+$Q -q -f --scheme w8a8-dynamic $T/in $T/fifo 2> $T/err && fail "quant -f OUT=fifo exited 0"
+[ -p $T/fifo ] || fail "quant -f replaced a FIFO with a regular file"
+grep -q "not a regular file" $T/err || fail "quant OUT=fifo: message was: $(cat $T/err)"
+
+# ---- 14.1: ds-eval --save-logits / --out into a FIFO: written in place ----
+$Q -q --scheme w8a8-dynamic $T/in $T/m.dsq || fail "quant sample"
+# (the reader gives up after 60 s, so a failing ds-eval cannot hang the test)
+timeout 60 cat $T/fifo > $T/fifo.out & reader=$!
+if ! $EVAL ppl -q -T 1 -m $T/m.dsq --data samples/data/heldout.txt --ctx 64 --limit-tokens 256 \
+    --save-logits $T/fifo -f > /dev/null 2> $T/err; then
+    fail "eval --save-logits FIFO: $(cat $T/err)"
+    kill $reader 2>/dev/null
+fi
+wait $reader; reader=
+[ -p $T/fifo ] || fail "eval --save-logits -f replaced a FIFO"
+[ -s $T/fifo.out ] || fail "eval --save-logits FIFO: nothing arrived through the pipe"
+
+# ---- 14.5: output preconditions before calibration ----
+: > $T/exists.dsq
+$Q -q --scheme w8a8 --calib samples/data/calib.txt --calib-samples 4 --calib-seqlen 64 \
+    $T/in $T/exists.dsq 2> $T/err && fail "calib into an existing output exited 0"
+grep -q "output exists" $T/err || fail "calib into existing output: message was: $(cat $T/err)"
+[ -e $T/exists.dsq.calib.dsq ] && fail "calib into an existing output left OUT.calib.dsq"
+# --resume after a finished run: nothing to resume, said before calibrating
+$Q -q --resume --scheme w8a8 --calib samples/data/calib.txt --calib-samples 4 --calib-seqlen 64 \
+    $T/in $T/m.dsq 2> $T/err && fail "--resume over a finished run exited 0"
+grep -q "nothing to resume" $T/err || fail "--resume finished: message was: $(cat $T/err)"
+[ -e $T/m.dsq.calib.dsq ] && fail "--resume over a finished run left OUT.calib.dsq"
+
+# ---- 14.6: --resume --shard-size over an interrupted single-file run ----
+: > $T/.part.dsq.partial
+$Q -q --resume --scheme w8a8-dynamic --shard-size 1M $T/in $T/part.dsq 2> $T/err \
+    && fail "--resume --shard-size over a single-file partial exited 0"
+grep -q "single file" $T/err || fail "--resume --shard-size: message was: $(cat $T/err)"
+[ -e $T/.part.dsq.partial ] || fail "--resume --shard-size removed the single-file partial"
+
+[ $fails = 0 ] || exit 1
