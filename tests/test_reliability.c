@@ -4,8 +4,12 @@
 #include "dsq_test.h"
 #include "dsq_error.h"
 #include "dsq_file.h"
+#include "calib.h"
+#include "stats_file.h"
+#include "dsq_sha256.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -110,12 +114,94 @@ static void test_dir_and_symlink_outputs(void **state)
     free(dir);
 }
 
+/* ---- 14.2: hostile JSON in a --stats file ---- */
+
+/* Write a statistics file with no tensors and the given metadata, then run a
+ * --stats calibration of the bundled sample on it. */
+static int calib_with_meta(const char *model, const char *dir, const char *meta, dsq_diag *d)
+{
+    char *p = dsq_path_join(dir, "stats.dsq");
+    dsq_stats_writer *w;
+    assert_int_equal(dsq_stats_writer_open(&w, p, "x", DSQ_STATS_OVERWRITE, NULL), DSQ_OK);
+    assert_int_equal(dsq_stats_writer_finish(w, meta, NULL), DSQ_OK);
+    dsq_calib_opts o;
+    dsq_calib_opts_init(&o);
+    o.scheme = "awq-w4a16";
+    o.group_size = 32;
+    o.threads = 1;
+    o.load_stats = p;
+    dsq_calib_result *r = NULL;
+    dsq_diag_clear(d);
+    int rc = dsq_calib_run(model, &o, &r, NULL, NULL, NULL, d);
+    dsq_calib_result_free(r);
+    free(p);
+    return rc;
+}
+
+static void test_stats_meta_types(void **state)
+{
+    (void)state;
+    const char *model = "samples/tiny-dsv3";
+    char *cfgp = dsq_path_join(model, "config.json");
+    char *cfg = NULL;
+    size_t cl = 0;
+    if (dsq_read_file(cfgp, 1 << 20, &cfg, &cl, NULL) != DSQ_OK) {
+        free(cfgp);
+        skip();
+    }
+    uint8_t h[DSQ_SHA256_LEN];
+    char hx[2 * DSQ_SHA256_LEN + 1];
+    dsq_sha256_buf(cfg, cl, h);
+    for (int i = 0; i < DSQ_SHA256_LEN; i++) snprintf(hx + 2 * i, 3, "%02x", h[i]);
+    char *dir = dsq_test_tmpdir();
+    dsq_diag d;
+    char meta[1024];
+    static const char *const bad[] = {
+        "{\"format\": null, \"version\": 1}",
+        "{\"format\": 7, \"version\": 1}",
+        "{\"format\": \"dsq-calib-stats\", \"version\": \"1\"}",
+        "{\"format\": \"dsq-calib-stats\", \"version\": null}",
+        "{\"format\": \"dsq-calib-stats\", \"version\": 1, \"model\": {\"config_sha256\": null}}",
+        "{\"format\": \"dsq-calib-stats\", \"version\": 1, \"model\": null}",
+        "{\"format\": \"dsq-calib-stats\", \"version\": 1, \"model\": [1]}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = calib_with_meta(model, dir, bad[i], &d);
+        if (rc >= 0) fprintf(stderr, "accepted: %s\n", bad[i]);
+        assert_true(rc < 0);
+    }
+    /* the right model, but mistyped fields further in */
+    static const char *const tail[] = {
+        "\"search\": {\"scheme\": null}",
+        "\"search\": {\"scheme\": 3}",
+        "\"search\": \"awq\"",
+        "\"moe_calib_all\": \"yes\"",
+        "\"data\": {\"samples\": \"8\"}",
+        "\"data\": {\"seqlen\": null}",
+        "\"data\": {\"seed\": 1.5}",
+        "\"data\": 5",
+    };
+    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++) {
+        snprintf(meta, sizeof meta,
+                 "{\"format\": \"dsq-calib-stats\", \"version\": 1, \"model\": {\"config_sha256\": \"%s\"}, %s}",
+                 hx, tail[i]);
+        int rc = calib_with_meta(model, dir, meta, &d);
+        if (rc != DSQ_ERR_JSON) fprintf(stderr, "rc %d for: %s (%s)\n", rc, tail[i], d.msg);
+        assert_int_equal(rc, DSQ_ERR_JSON);
+    }
+    free(cfg);
+    free(cfgp);
+    dsq_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fifo_output_written_directly),
         cmocka_unit_test(test_char_device_output),
         cmocka_unit_test(test_dir_and_symlink_outputs),
+        cmocka_unit_test(test_stats_meta_types),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
