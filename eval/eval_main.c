@@ -47,6 +47,8 @@ static const char usage_text[] =
 "                          carries, else the model's directory)\n"
 "      --ctx N             ppl/kld window (default 512); gsm8k: KV cache length\n"
 "                          (default: the model's, min(max positions, 4096))\n"
+"      --no-verify         skip the SHA-256 check of .dsq payloads stored\n"
+"                          uncompressed (a damaged file then gives wrong numbers)\n"
 "\n"
 "ppl:\n"
 "      --data FILE         text to score (read as bytes)\n"
@@ -89,7 +91,7 @@ static const char usage_text[] =
 enum {
     O_TOKENIZER = 256, O_CTX, O_DATA, O_LIMIT_TOKENS, O_SAVE_LOGITS, O_LOGITS_FORMAT,
     O_LOGITS_TOPK, O_BASE, O_TRAIN, O_SHOTS, O_SEED, O_LIMIT, O_BATCH, O_MAX_NEW, O_BOS,
-    O_SCORE, O_OUT, O_JSON, O_NO_PROGRESS
+    O_SCORE, O_OUT, O_JSON, O_NO_PROGRESS, O_NO_VERIFY
 };
 
 typedef struct opts {
@@ -101,6 +103,7 @@ typedef struct opts {
     uint64_t seed;
     size_t limit, max_new;
     int force;
+    int no_verify;
 } opts;
 
 static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
@@ -119,6 +122,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         { "bos", required_argument, 0, O_BOS },      { "score", required_argument, 0, O_SCORE },
         { "out", required_argument, 0, O_OUT },      { "json", no_argument, 0, O_JSON },
         { "no-progress", no_argument, 0, O_NO_PROGRESS },
+        { "no-verify", no_argument, 0, O_NO_VERIFY },
         { "threads", required_argument, 0, 'T' },    { "force", no_argument, 0, 'f' },
         { "quiet", no_argument, 0, 'q' },            { "verbose", no_argument, 0, 'v' },
         { "help", no_argument, 0, 'h' },             { "version", no_argument, 0, 'V' },
@@ -143,6 +147,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         case O_TOKENIZER: o->tokenizer = a; break;
         case O_DATA: o->data = a; break;
         case O_SAVE_LOGITS: o->save_logits = a; break;
+        case O_NO_VERIFY: o->no_verify = 1; break;
         case O_BASE: o->base = a; break;
         case O_TRAIN: o->train = a; break;
         case O_SCORE: o->score = a; break;
@@ -346,6 +351,7 @@ static int open_model(const dsq_cli *cli, const opts *o, runner *r, int max_batc
     dsq_model_opts mo;
     dsq_model_opts_default(&mo);
     mo.threads = cli->threads;
+    mo.no_verify = o->no_verify;
     double t0 = dsq_now();
     int rc = dsq_model_open(&r->m, o->model, &mo, d);
     if (rc < 0) return rc;

@@ -7,6 +7,7 @@ set -u
 BIN=${BIN:-./bin}
 Q=$BIN/ds-quant
 EVAL=$BIN/ds-eval
+PY=${PYTHON:-/usr/bin/python3}
 S=samples/tiny-llama
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-rel-XXXXXX")
 reader=
@@ -69,5 +70,20 @@ $Q -q --resume --scheme w8a8-dynamic --shard-size 1M $T/in $T/part.dsq 2> $T/err
     && fail "--resume --shard-size over a single-file partial exited 0"
 grep -q "single file" $T/err || fail "--resume --shard-size: message was: $(cat $T/err)"
 [ -e $T/.part.dsq.partial ] || fail "--resume --shard-size removed the single-file partial"
+
+# ---- 14.3: payloads stored raw are hash-checked when the model loads ----
+$Q -q --zstd-level 0 --scheme w8a8-dynamic $T/in $T/raw.dsq || fail "quant --zstd-level 0"
+$PY - $T/raw.dsq <<'PYEOF'
+import os, sys
+p = sys.argv[1]
+n = os.path.getsize(p)
+with open(p, "r+b") as f:          # the middle of the file is payload bytes
+    f.seek(n // 2); b = f.read(1); f.seek(n // 2); f.write(bytes([b[0] ^ 0x20]))
+PYEOF
+$EVAL ppl -q -T 1 -m $T/raw.dsq --data samples/data/heldout.txt --ctx 64 --limit-tokens 128 > /dev/null 2> $T/err \
+    && fail "ds-eval on a flipped raw payload exited 0"
+grep -qi "sha-256\|checksum" $T/err || fail "flipped raw payload: message was: $(cat $T/err)"
+$EVAL ppl -q -T 1 --no-verify -m $T/raw.dsq --data samples/data/heldout.txt --ctx 64 --limit-tokens 128 \
+    > /dev/null 2> $T/err || fail "--no-verify still refused the model: $(cat $T/err)"
 
 [ $fails = 0 ] || exit 1
