@@ -86,4 +86,13 @@ grep -qi "sha-256\|checksum" $T/err || fail "flipped raw payload: message was: $
 $EVAL ppl -q -T 1 --no-verify -m $T/raw.dsq --data samples/data/heldout.txt --ctx 64 --limit-tokens 128 \
     > /dev/null 2> $T/err || fail "--no-verify still refused the model: $(cat $T/err)"
 
+# ---- 14.9: a write error on stdout is an error ----
+if [ -w /dev/full ]; then
+    $Q --help > /dev/full 2> $T/err && fail "ds-quant --help > /dev/full exited 0"
+    grep -q "standard output" $T/err || fail "stdout error: message was: $(cat $T/err)"
+    $Q --json -f --scheme w8a8-dynamic $T/in $T/m.dsq > /dev/full 2> $T/err && fail "ds-quant --json > /dev/full exited 0"
+    $EVAL ppl --json -T 1 -m $T/m.dsq --data samples/data/heldout.txt --ctx 64 --limit-tokens 128 > /dev/full 2> $T/err \
+        && fail "ds-eval --json > /dev/full exited 0"
+fi
+
 [ $fails = 0 ] || exit 1
