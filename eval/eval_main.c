@@ -355,6 +355,14 @@ static int open_model(const dsq_cli *cli, const opts *o, runner *r, int max_batc
     double t0 = dsq_now();
     int rc = dsq_model_open(&r->m, o->model, &mo, d);
     if (rc < 0) return rc;
+    /* Positions past max_position_embeddings were never trained: a window
+     * that long gives a number (ppl 481 instead of 7.1) that means nothing. */
+    int64_t mpe = dsq_model_get_config(r->m)->max_position_embeddings;
+    if (mpe > 0 && (int64_t)ctx > mpe)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, o->model, NULL, -1,
+                        "context %zu exceeds the model's max_position_embeddings (%lld): positions past it "
+                        "were never trained, so the result would be meaningless; use --ctx %lld or less",
+                        ctx, (long long)mpe, (long long)mpe);
     r->vocab = (size_t)dsq_model_get_config(r->m)->vocab_size;
     r->st = dsq_state_create(r->m, max_batch, (int64_t)ctx);
     if (!r->st) return dsq_fail(d, DSQ_ERR_NOMEM, o->model, NULL, -1, "cannot allocate the KV cache for %d x %zu tokens", max_batch, ctx);

@@ -95,4 +95,9 @@ if [ -w /dev/full ]; then
         && fail "ds-eval --json > /dev/full exited 0"
 fi
 
+# ---- 14.10: --ctx beyond max_position_embeddings (2048 in the sample) is refused ----
+$EVAL ppl -q -T 1 -m $T/m.dsq --data samples/data/heldout.txt --ctx 4096 > /dev/null 2> $T/err \
+    && fail "ds-eval --ctx 4096 on a 2048-position model exited 0"
+grep -q "max_position_embeddings" $T/err || fail "--ctx too long: message was: $(cat $T/err)"
+
 [ $fails = 0 ] || exit 1
