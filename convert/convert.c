@@ -627,6 +627,19 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
     free(k.acc);
     k.acc = NULL;
 
+    if (rc == DSQ_ERR_NOSPC && !c->o.no_journal && k.w) {
+        /* A full disk is not the input's fault: the partial file and its
+         * journal are what --resume continues from once space is freed
+         * (issue 14.12), so keep them and say so. */
+        dsq_ctr_writer_detach(k.w, NULL);
+        k.w = NULL;
+        if (d) {
+            size_t l = strlen(d->msg);
+            snprintf(d->msg + l, sizeof d->msg - l, "; the partial output and its journal are kept: "
+                     "free some space and run again with --resume to continue");
+        }
+        return rc;
+    }
     if (rc == DSQ_ERR_INTERRUPTED) {
         if (c->o.no_journal) {          /* nothing could resume it: leave nothing */
             cleanup_failed(c, &k);

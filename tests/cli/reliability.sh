@@ -100,4 +100,30 @@ $EVAL ppl -q -T 1 -m $T/m.dsq --data samples/data/heldout.txt --ctx 4096 > /dev/
     && fail "ds-eval --ctx 4096 on a 2048-position model exited 0"
 grep -q "max_position_embeddings" $T/err || fail "--ctx too long: message was: $(cat $T/err)"
 
+# ---- 14.12: ENOSPC keeps the partial file and journal for --resume ----
+# A 2 MiB tmpfs in a private mount namespace (skipped where mounting is not
+# allowed); the zstd-0 output is about 3 MB, so the disk fills mid-run.
+mkdir $T/small
+if unshare -m sh -c "mount -t tmpfs -o size=2m tmpfs $T/small" 2>/dev/null; then
+    unshare -m sh -c "
+        mount -t tmpfs -o size=2m tmpfs $T/small || exit 9
+        $Q -q --zstd-level 0 --checkpoint-interval 0 --scheme w8a8-dynamic $T/in $T/small/o.dsq 2> $T/err
+        echo \$? > $T/rc
+        ls -a $T/small > $T/left
+        mount -o remount,size=64m $T/small
+        $Q -q --resume --zstd-level 0 --checkpoint-interval 0 --scheme w8a8-dynamic $T/in $T/small/o.dsq 2> $T/err2
+        echo \$? > $T/rc2
+        cp $T/small/o.dsq $T/o-resumed.dsq 2>/dev/null
+    "
+    [ "$(cat $T/rc)" = 1 ] || fail "ENOSPC: exit $(cat $T/rc), expected 1"
+    grep -q "resume" $T/err || fail "ENOSPC message does not say how to continue: $(cat $T/err)"
+    grep -q "o.dsq.partial.journal" $T/left || fail "ENOSPC removed the journal (left: $(cat $T/left | tr '\n' ' '))"
+    grep -q "o.dsq.partial$" $T/left || fail "ENOSPC removed the partial file"
+    [ "$(cat $T/rc2)" = 0 ] || fail "--resume after freeing space failed: $(cat $T/err2)"
+    $Q -q --zstd-level 0 --scheme w8a8-dynamic $T/in $T/o-clean.dsq || fail "clean zstd-0 run"
+    cmp -s $T/o-clean.dsq $T/o-resumed.dsq || fail "resumed after ENOSPC differs from a clean run"
+else
+    echo "reliability.sh: note: cannot mount a small tmpfs here, ENOSPC check skipped"
+fi
+
 [ $fails = 0 ] || exit 1
