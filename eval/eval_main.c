@@ -346,6 +346,14 @@ static int load_tokenizer(const dsq_cli *cli, const opts *o, dsq_tokenizer **tok
     return rc;
 }
 
+/* Non-finite logits come from the model, not the data: name its file
+ * (issue 14.14) so the message points at what to check. */
+static void name_model(int rc, const char *model, dsq_diag *d)
+{
+    if (rc != DSQ_ERR_NONFINITE || d->path[0]) return;
+    snprintf(d->path, sizeof d->path, "%s", model);
+}
+
 static int open_model(const dsq_cli *cli, const opts *o, runner *r, int max_batch, size_t ctx, dsq_diag *d)
 {
     dsq_model_opts mo;
@@ -458,6 +466,7 @@ static int cmd_ppl(dsq_cli *cli, const opts *o)
         dsq_eval_hooks h = { .cancel = &dsq_cli_interrupted, .progress = window_progress,
                              .progress_user = &r, .pool = dsq_model_pool(r.m) };
         rc = dsq_ppl_run(&plan, tokens, r.vocab, model_window, &r, have_w ? &w : NULL, &h, &res, &d);
+        name_model(rc, o->model, &d);
         dsq_progress_end(&r.prog);
     }
     double secs = dsq_now() - t0;
@@ -534,6 +543,7 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         dsq_eval_hooks h = { .cancel = &dsq_cli_interrupted, .progress = window_progress,
                              .progress_user = &r, .pool = dsq_model_pool(r.m) };
         rc = dsq_kld_run(&base, r.vocab, model_window, &r, &h, &k, &d);
+        name_model(rc, o->model, &d);
         dsq_progress_end(&r.prog);
     }
     double secs = dsq_now() - t0;

@@ -126,4 +126,34 @@ else
     echo "reliability.sh: note: cannot mount a small tmpfs here, ENOSPC check skipped"
 fi
 
+# ---- 14.7: config.json that contradicts the tensors is refused at plan time ----
+# badcfg KEY VALUE: tiny-dsv3 with one config key changed; the plan (--dry-run)
+# must fail and name the key and a tensor.
+badcfg() {
+    rm -rf $T/bad; cp -r samples/tiny-dsv3 $T/bad
+    $PY -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c[sys.argv[2]]=json.loads(sys.argv[3]); json.dump(c,open(p,'w'))" \
+        $T/bad/config.json "$1" "$2"
+    $Q --dry-run --scheme w8a8-dynamic $T/bad > /dev/null 2> $T/err && fail "config $1=$2 contradicting the tensors: exit 0"
+    grep -q "$1" $T/err || fail "config $1=$2: message does not name the key: $(cat $T/err)"
+    grep -q "tensor '" $T/err || fail "config $1=$2: message does not name a tensor: $(cat $T/err)"
+}
+if [ -f samples/tiny-dsv3/config.json ]; then
+    badcfg n_routed_experts 0
+    badcfg n_routed_experts 8
+    badcfg kv_lora_rank 65
+    badcfg vocab_size 4096
+    badcfg hidden_size 128
+    badcfg moe_intermediate_size 32
+    badcfg num_hidden_layers 5
+fi
+
+# ---- 14.14: a 0- or 1-byte .dsq is "truncated", not "no tokenizer.json" ----
+: > $T/empty.dsq
+printf 'D' > $T/one.dsq
+for f in empty one; do
+    $EVAL ppl -q -T 1 -m $T/$f.dsq --data samples/data/heldout.txt > /dev/null 2> $T/err \
+        && fail "ds-eval on a $f .dsq exited 0"
+    grep -qi "truncated\|too short\|shorter" $T/err || fail "$f .dsq: message was: $(cat $T/err)"
+done
+
 [ $fails = 0 ] || exit 1
