@@ -18,6 +18,7 @@
 #include "eval_metrics.h"
 #include "gsm8k.h"
 #include "model.h"
+#include "text_prefix.h"
 #include "tokenizer.h"
 
 #include <getopt.h>
@@ -419,17 +420,15 @@ static int32_t tokenizer_adds_bos(const dsq_tokenizer *t)
     return res;
 }
 
-static int tokenize_file(const dsq_cli *cli, const dsq_tokenizer *tok, const char *path,
+static int tokenize_file(const dsq_cli *cli, const dsq_tokenizer *tok, const char *path, uint64_t limit,
                          int32_t **ids, size_t *n, dsq_diag *d)
 {
-    char *text;
-    size_t len;
-    DSQ_TRY(dsq_read_file(path, MAX_TEXT, &text, &len, d));
+    size_t len = 0;
     double t0 = dsq_now();
     /* llama-perplexity: common_tokenize(text, add_special = true,
-     * parse_special = false), so "<s>" in the text stays text */
-    int rc = dsq_tokenizer_encode_ex(tok, text, len, DSQ_TOK_ADD_SPECIAL, ids, n, d);
-    free(text);
+     * parse_special = false), so "<s>" in the text stays text. With a token
+     * limit only the prefix that yields it is read (text_prefix.h). */
+    int rc = dsq_tokenize_file_prefix(tok, path, limit, MAX_TEXT, DSQ_TOK_ADD_SPECIAL, ids, n, &len, d);
     if (rc == DSQ_OK) dsq_cli_info(cli, 3, "%s: %zu bytes -> %zu tokens in %.2f s", path, len, *n, dsq_now() - t0);
     return rc;
 }
@@ -448,7 +447,7 @@ static int cmd_ppl(dsq_cli *cli, const opts *o)
     dsq_logp_writer w = { 0 };
     int have_w = 0;
     int rc = load_tokenizer(cli, o, &r.tok, &d);
-    if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, &tokens, &n_tok, &d);
+    if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, o->limit_tokens, &tokens, &n_tok, &d);
     if (rc == DSQ_OK && o->limit_tokens && o->limit_tokens < n_tok) n_tok = (size_t)o->limit_tokens;
     dsq_ppl_plan plan;
     if (rc == DSQ_OK) rc = dsq_ppl_plan_init(&plan, n_tok, n_ctx, tokenizer_adds_bos(r.tok), &d);
@@ -522,7 +521,7 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         int32_t *tokens = NULL, *win = NULL;
         size_t n = 0;
         rc = load_tokenizer(cli, o, &r.tok, &d);
-        if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, &tokens, &n, &d);
+        if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, 0, &tokens, &n, &d);
         if (rc == DSQ_OK && (n < plan.n_chunks * plan.n_ctx || !(win = malloc(plan.n_ctx * sizeof *win))))
             rc = dsq_fail(&d, DSQ_ERR_DATA, o->data, NULL, -1, "the base was computed on different tokens (%zu here, it needs %zu)",
                           n, plan.n_chunks * plan.n_ctx);
