@@ -2,6 +2,7 @@
  * conversion pipeline (see convert.h; the workers are in convert_pool.c). */
 #include "convert_internal.h"
 #include "convert_meta.h"
+#include "convert_ledger.h"
 #include "dsq_file.h"
 #include "dsq_mem.h"
 #include "dsq_version.h"
@@ -198,6 +199,18 @@ static char *state_path(const dsq_convert *c)
     return dsq_path_join(c->o.output, ".dsq-resume");
 }
 
+/* The resume ledger (convert_ledger.h): beside the single file's journal, or
+ * in the output directory of a sharded run. */
+static char *ledger_path(const dsq_convert *c)
+{
+    if (c->nshards) return dsq_path_join(c->o.output, ".dsq-sources");
+    char *tmp = dsq_outfile_tmp_name(c->o.output);
+    char *p = tmp ? malloc(strlen(tmp) + sizeof ".sources") : NULL;
+    if (p) { strcpy(p, tmp); strcat(p, ".sources"); }
+    free(tmp);
+    return p;
+}
+
 static int state_read(const dsq_convert *c)
 {
     char *p = state_path(c), *txt = NULL;
@@ -235,6 +248,7 @@ struct dsq_conv_sink {
     int shard;                  /* shard of w, -1 if none open */
     int committed;              /* shards finished (sharded output) */
     unsigned open_flags;
+    dsq_ledger *ledger;         /* source hashes for --resume; NULL with --no-journal */
     /* streamed tensor in progress */
     uint8_t *acc;               /* S, Z, R sections of the whole blob */
     size_t acc_size;
@@ -351,6 +365,11 @@ int dsq_conv_sink_item(dsq_conv_sink *k, const dsq_conv_item *it, dsq_conv_resul
         DSQ_TRY(sink_open(k, ct->shard, d));
     }
     int rc;
+    if (it->piece == 0 && k->ledger) {
+        uint8_t h[DSQ_SHA256_LEN];
+        if (dsq_ledger_hash(c->m, e->t, h) < 0) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
+        DSQ_TRY(dsq_ledger_add(k->ledger, e->name, h, d));
+    }
     if (ct->stream) {
         rc = sink_stream(k, it, r, d);
     } else {
@@ -410,6 +429,13 @@ static int account_resumed(dsq_conv_sink *k, size_t from, size_t to, const dsq_c
             return dsq_fail(d, DSQ_ERR_STATE, path, e->name, -1,
                             "partial output does not match this conversion (tensor %zu is '%s'); "
                             "rerun without --resume", i, wi ? wi->name : "?");
+        if (k->ledger) {
+            /* name, size and mtime can all survive a change of the bytes */
+            uint8_t h[DSQ_SHA256_LEN];
+            if (dsq_ledger_hash(c->m, e->t, h) < 0)
+                return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
+            DSQ_TRY(dsq_ledger_check(k->ledger, e->name, h, d));
+        }
         dsq_tensor_result *res = &c->results[i];
         res->raw_bytes = wi->raw_size;
         res->stored_bytes = wi->stored_size;
@@ -541,6 +567,8 @@ static void cleanup_failed(dsq_convert *c, dsq_conv_sink *k)
 {
     if (k->w) dsq_ctr_writer_abort(k->w);
     k->w = NULL;
+    dsq_ledger_close(k->ledger, 1);
+    k->ledger = NULL;
     if (!c->nshards) return;
     for (int s = 0; s < k->committed; s++) {
         char *p = shard_path(c, s);
@@ -574,6 +602,13 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
     k.sum = s;
     k.shard = -1;
     k.open_flags = (c->o.no_journal ? 0 : DSQ_CTR_RESUME) | (c->o.overwrite ? DSQ_OUT_OVERWRITE : 0);
+    if (!c->o.no_journal) {
+        char *lp = ledger_path(c);
+        int lrc = lp ? dsq_ledger_open(&k.ledger, lp, c->o.resume, d)
+                     : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        free(lp);
+        if (lrc < 0) return lrc;
+    }
     k.prog.tensors_total = c->plan.n;
     for (size_t i = 0; i < c->plan.n; i++) k.prog.bytes_total += c->results[i].src_bytes;
     s->bytes_in = c->plan.src_bytes;
@@ -633,6 +668,7 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
          * (issue 14.12), so keep them and say so. */
         dsq_ctr_writer_detach(k.w, NULL);
         k.w = NULL;
+        dsq_ledger_close(k.ledger, 0);
         if (d) {
             size_t l = strlen(d->msg);
             snprintf(d->msg + l, sizeof d->msg - l, "; the partial output and its journal are kept: "
@@ -647,6 +683,7 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
         }
         if (k.w) dsq_ctr_writer_detach(k.w, NULL);   /* keep partial + journal */
         k.w = NULL;
+        dsq_ledger_close(k.ledger, 0);
         return rc;
     }
     if (rc == DSQ_OK && !k.w && c->plan.n == 0) rc = sink_open(&k, 0, d); /* empty model */
@@ -657,6 +694,8 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
         cleanup_failed(c, &k);
         return rc;
     }
+    dsq_ledger_close(k.ledger, 1);
+    k.ledger = NULL;
     if (c->nshards) {
         char *sp = state_path(c);
         if (sp) unlink(sp);

@@ -104,6 +104,19 @@ grep -q "max_position_embeddings" $T/err || fail "--ctx too long: message was: $
 # A 2 MiB tmpfs in a private mount namespace (skipped where mounting is not
 # allowed); the zstd-0 output is about 3 MB, so the disk fills mid-run.
 mkdir $T/small
+cp -rp $T/in $T/in2
+# flip.py FILE...: XOR one byte every 4 KiB of each safetensors data section,
+# then restore the size (unchanged) and the mtime
+cat > $T/flip.py <<'PYEOF'
+import os, struct, sys
+for p in sys.argv[1:]:
+    st = os.stat(p)
+    with open(p, "r+b") as f:
+        hl = struct.unpack("<Q", f.read(8))[0]
+        for off in range(8 + hl, st.st_size, 4096):
+            f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 1]))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+PYEOF
 if unshare -m sh -c "mount -t tmpfs -o size=2m tmpfs $T/small" 2>/dev/null; then
     unshare -m sh -c "
         mount -t tmpfs -o size=2m tmpfs $T/small || exit 9
@@ -114,7 +127,18 @@ if unshare -m sh -c "mount -t tmpfs -o size=2m tmpfs $T/small" 2>/dev/null; then
         $Q -q --resume --zstd-level 0 --checkpoint-interval 0 --scheme w8a8-dynamic $T/in $T/small/o.dsq 2> $T/err2
         echo \$? > $T/rc2
         cp $T/small/o.dsq $T/o-resumed.dsq 2>/dev/null
+        # 14.8: fill the disk again, then change the source bytes keeping
+        # size and mtime (touch -r): --resume must refuse the stale tensors
+        rm -f $T/small/o.dsq
+        mount -o remount,size=2m $T/small
+        $Q -q --zstd-level 0 --checkpoint-interval 0 --scheme w8a8-dynamic $T/in2 $T/small/o.dsq 2> /dev/null
+        $PY $T/flip.py $T/in2/model-00001-of-00002.safetensors $T/in2/model-00002-of-00002.safetensors
+        mount -o remount,size=64m $T/small
+        $Q -q --resume --zstd-level 0 --checkpoint-interval 0 --scheme w8a8-dynamic $T/in2 $T/small/o.dsq 2> $T/err3
+        echo \$? > $T/rc3
     "
+    [ "$(cat $T/rc3)" = 1 ] || fail "--resume over changed source bytes (same size, mtime): exit $(cat $T/rc3)"
+    grep -q "changed" $T/err3 || fail "changed source: message was: $(cat $T/err3)"
     [ "$(cat $T/rc)" = 1 ] || fail "ENOSPC: exit $(cat $T/rc), expected 1"
     grep -q "resume" $T/err || fail "ENOSPC message does not say how to continue: $(cat $T/err)"
     grep -q "o.dsq.partial.journal" $T/left || fail "ENOSPC removed the journal (left: $(cat $T/left | tr '\n' ' '))"
