@@ -5,6 +5,8 @@
 #include "dsq_error.h"
 #include "dsq_file.h"
 #include "calib.h"
+#include "calib_data.h"
+#include "tokenizer.h"
 #include "stats_file.h"
 #include "dsq_sha256.h"
 
@@ -195,6 +197,47 @@ static void test_stats_meta_types(void **state)
     free(dir);
 }
 
+/* ---- 14.11: a long calibration document is tokenized only as far as
+ * needed, with the same tokens as tokenizing it whole ---- */
+static void test_calib_long_document_prefix(void **state)
+{
+    (void)state;
+    dsq_tokenizer *tok = NULL;
+    char *text = NULL;
+    size_t tl = 0;
+    if (dsq_tokenizer_load(&tok, "samples/tiny-llama/tokenizer.json", NULL) != DSQ_OK ||
+        dsq_read_file("samples/data/heldout.txt", 1 << 24, &text, &tl, NULL) != DSQ_OK) {
+        dsq_tokenizer_free(tok);
+        free(text);
+        skip();
+    }
+    /* ~4 MB: heldout.txt 64 times */
+    size_t n = tl * 64;
+    char *doc = malloc(n);
+    assert_non_null(doc);
+    for (int i = 0; i < 64; i++) memcpy(doc + (size_t)i * tl, text, tl);
+    int32_t *all = NULL;
+    size_t na = 0;
+    assert_int_equal(dsq_tokenizer_encode(tok, doc, n, 1, &all, &na, NULL), DSQ_OK);
+    dsq_calib_data_opts o;
+    dsq_calib_data_opts_init(&o);
+    o.n_samples = 8;
+    o.seqlen = 128;
+    const char *docs[1] = { doc };
+    size_t lens[1] = { n };
+    dsq_calib_data cd;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_calib_data_from_docs(&cd, docs, lens, 1, tok, &o, "long", &d), DSQ_OK);
+    assert_true(na >= 8 * 128);
+    assert_memory_equal(cd.tokens, all, 8 * 128 * sizeof(int32_t));
+    dsq_calib_data_release(&cd);
+    free(all);
+    free(doc);
+    free(text);
+    dsq_tokenizer_free(tok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -202,6 +245,7 @@ int main(void)
         cmocka_unit_test(test_char_device_output),
         cmocka_unit_test(test_dir_and_symlink_outputs),
         cmocka_unit_test(test_stats_meta_types),
+        cmocka_unit_test(test_calib_long_document_prefix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
