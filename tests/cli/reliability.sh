@@ -195,4 +195,10 @@ if [ -x /usr/bin/time ]; then
     [ "$(tail -1 $T/rss)" -lt 120000 ] || fail "--limit-tokens 512 on 43 MB of text peaked at $(tail -1 $T/rss) KB"
 fi
 
+# ---- 14.11: a GSM8K line of megabytes is refused before it is copied around ----
+$PY -c "import json,sys; open(sys.argv[1],'w').write(json.dumps({'question': 'x ' * 1500000, 'answer': '#### 1'})+'\\n')" $T/gsm.jsonl
+$EVAL gsm8k -q -T 1 -m $T/m.dsq --data $T/gsm.jsonl --train samples/data/gsm_fewshot.jsonl --limit 1 > /dev/null 2> $T/err \
+    && fail "ds-eval gsm8k with a 3 MB question exited 0"
+grep -q "longer than any GSM8K item" $T/err || fail "3 MB GSM8K line: message was: $(head -c 300 $T/err)"
+
 [ $fails = 0 ] || exit 1
