@@ -201,4 +201,19 @@ $EVAL gsm8k -q -T 1 -m $T/m.dsq --data $T/gsm.jsonl --train samples/data/gsm_few
     && fail "ds-eval gsm8k with a 3 MB question exited 0"
 grep -q "longer than any GSM8K item" $T/err || fail "3 MB GSM8K line: message was: $(head -c 300 $T/err)"
 
+# ---- 14.14: SIGHUP ends a run like SIGTERM (clean "interrupted", exit 1) ----
+# The signal is sent once /proc shows the handler installed (SigCgt bit 0).
+$EVAL ppl -T 1 -m $T/m.dsq --data $T/big.txt --ctx 1024 --limit-tokens 200000 > /dev/null 2> $T/err &
+pid=$!
+i=0
+while [ $i -lt 200 ]; do
+    cgt=$(sed -n 's/^SigCgt:[[:space:]]*//p' /proc/$pid/status 2>/dev/null)
+    [ -n "$cgt" ] && [ $(( 0x$cgt & 1 )) = 1 ] && break
+    sleep 0.1; i=$((i+1))
+done
+kill -HUP $pid 2>/dev/null
+wait $pid; rc=$?
+[ $rc = 1 ] || fail "SIGHUP: exit $rc, expected 1 (interrupted)"
+grep -q "interrupted" $T/err || fail "SIGHUP: message was: $(cat $T/err)"
+
 [ $fails = 0 ] || exit 1
