@@ -565,10 +565,13 @@ static int prepare_output(dsq_convert *c, dsq_diag *d)
 /* A fatal (non-resumable) error: leave nothing behind. */
 static void cleanup_failed(dsq_convert *c, dsq_conv_sink *k)
 {
+    /* The ledger goes with the partial file: a writer that failed to open
+     * (wrong recipe for the partial, say) keeps its resumable state, and so
+     * must the ledger, or the right --resume later could not reuse it. */
+    dsq_ledger_close(k->ledger, k->w != NULL || c->nshards || !c->o.resume);
+    k->ledger = NULL;
     if (k->w) dsq_ctr_writer_abort(k->w);
     k->w = NULL;
-    dsq_ledger_close(k->ledger, 1);
-    k->ledger = NULL;
     if (!c->nshards) return;
     for (int s = 0; s < k->committed; s++) {
         char *p = shard_path(c, s);
