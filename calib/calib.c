@@ -1,6 +1,7 @@
 /* calib.c - the calibration driver (see calib.h). */
 #include "calib.h"
 #include "dsq_file.h"
+#include "dsq_json.h"
 #include "smooth.h"
 #include "stats.h"
 #include "stats_file.h"
@@ -8,6 +9,7 @@
 
 #include <json-c/json.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -895,34 +897,70 @@ static char *stats_meta(run *c, const dsq_calib_data *cd)
     return s;
 }
 
-/* --stats: the file must describe this model. */
+/* --stats: the file must describe this model. Every field is type-checked:
+ * a null or mistyped value is a broken file, never a default. */
+static int meta_type_error(run *c, const char *field, const char *want)
+{
+    return dsq_fail(c->d, DSQ_ERR_JSON, dsq_stats_reader_path(c->rd), NULL, -1,
+                    "statistics metadata: \"%s\" must be %s", field, want);
+}
+
 static int check_stats_meta(run *c)
 {
-    json_object *root = json_tokener_parse(dsq_stats_reader_meta(c->rd)), *mo, *v, *se;
+    json_object *root = json_tokener_parse(dsq_stats_reader_meta(c->rd)), *mo = NULL, *se = NULL, *da = NULL;
     int rc = DSQ_OK;
     const char *p = dsq_stats_reader_path(c->rd);
+    const char *sv = NULL;
     uint8_t h[DSQ_SHA256_LEN];
     char hx[65];
     dsq_sha256_buf(c->cfg->raw_json ? c->cfg->raw_json : "", c->cfg->raw_len, h);
     hex(h, hx);
-    if (!root || !json_object_object_get_ex(root, "model", &mo) || !json_object_object_get_ex(mo, "config_sha256", &v) ||
-        strcmp(json_object_get_string(v), hx) != 0)
+    if (!root || !json_object_is_type(root, json_type_object))
+        rc = dsq_fail(c->d, DSQ_ERR_JSON, p, NULL, -1, "statistics metadata is not a JSON object");
+    else if (dsq_json_get_obj(root, "model", &mo) != DSQ_JSON_OK)
+        rc = meta_type_error(c, "model", "an object");
+    else if (dsq_json_get_str(mo, "config_sha256", &sv) != DSQ_JSON_OK)
+        rc = meta_type_error(c, "model.config_sha256", "a string");
+    else if (strcmp(sv, hx) != 0)
         rc = dsq_fail(c->d, DSQ_ERR_STATE, p, NULL, -1, "statistics were collected on another model (config.json differs)");
-    if (rc == DSQ_OK && json_object_object_get_ex(root, "moe_calib_all", &v)) c->moe_all = json_object_get_boolean(v);
-    json_object *da;
-    if (rc == DSQ_OK && json_object_object_get_ex(root, "data", &da)) {
-        if (json_object_object_get_ex(da, "file", &v) && json_object_is_type(v, json_type_string))
-            c->data_file = strdup(json_object_get_string(v));
-        if (json_object_object_get_ex(da, "samples", &v)) c->data_samples = json_object_get_int(v);
-        if (json_object_object_get_ex(da, "seqlen", &v)) c->data_seqlen = json_object_get_int(v);
-        if (json_object_object_get_ex(da, "seed", &v)) c->data_seed = (uint64_t)json_object_get_int64(v);
-        c->r->tot.tokens = (uint64_t)c->data_samples * (uint64_t)c->data_seqlen;
+    int b = 0;
+    int t = rc == DSQ_OK ? dsq_json_get_bool(root, "moe_calib_all", &b) : DSQ_JSON_ABSENT;
+    if (t == DSQ_JSON_BADTYPE) rc = meta_type_error(c, "moe_calib_all", "true or false");
+    else if (t == DSQ_JSON_OK) c->moe_all = b;
+    t = rc == DSQ_OK ? dsq_json_get_obj(root, "data", &da) : DSQ_JSON_ABSENT;
+    if (t == DSQ_JSON_BADTYPE) rc = meta_type_error(c, "data", "an object");
+    if (rc == DSQ_OK && da) {
+        int64_t n = c->data_samples, L = c->data_seqlen, seed = (int64_t)c->data_seed;
+        const char *file = NULL;
+        json_object *fv = NULL;
+        /* "file": null is what the writer records for pre-tokenized data */
+        int null_file = json_object_object_get_ex(da, "file", &fv) && fv == NULL;
+        if (!null_file && dsq_json_get_str(da, "file", &file) == DSQ_JSON_BADTYPE)
+            rc = meta_type_error(c, "data.file", "a string or null");
+        else if ((t = dsq_json_get_int(da, "samples", &n)) == DSQ_JSON_BADTYPE || n < 0 || n > INT32_MAX)
+            rc = meta_type_error(c, "data.samples", "an integer in [0, 2^31)");
+        else if ((t = dsq_json_get_int(da, "seqlen", &L)) == DSQ_JSON_BADTYPE || L < 0 || L > INT32_MAX)
+            rc = meta_type_error(c, "data.seqlen", "an integer in [0, 2^31)");
+        else if (dsq_json_get_int(da, "seed", &seed) == DSQ_JSON_BADTYPE)
+            rc = meta_type_error(c, "data.seed", "an integer");
+        if (rc == DSQ_OK) {
+            if (file && !(c->data_file = strdup(file)))
+                rc = dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+            c->data_samples = (int)n;
+            c->data_seqlen = (int)L;
+            c->data_seed = (uint64_t)seed;
+            c->r->tot.tokens = (uint64_t)c->data_samples * (uint64_t)c->data_seqlen;
+        }
     }
-    if (rc == DSQ_OK && json_object_object_get_ex(root, "search", &se) &&
-        json_object_object_get_ex(se, "scheme", &v) && c->flavor == DSQ_GROUPS_AWQ &&
-        strcmp(json_object_get_string(v), c->scheme->name) != 0)
-        rc = dsq_fail(c->d, DSQ_ERR_STATE, p, NULL, -1, "statistics were searched for %s, not %s; calibrate again",
-                      json_object_get_string(v), c->scheme->name);
+    t = rc == DSQ_OK ? dsq_json_get_obj(root, "search", &se) : DSQ_JSON_ABSENT;
+    if (t == DSQ_JSON_BADTYPE) rc = meta_type_error(c, "search", "an object");
+    if (rc == DSQ_OK && se) {
+        t = dsq_json_get_str(se, "scheme", &sv);
+        if (t == DSQ_JSON_BADTYPE) rc = meta_type_error(c, "search.scheme", "a string");
+        else if (t == DSQ_JSON_OK && c->flavor == DSQ_GROUPS_AWQ && strcmp(sv, c->scheme->name) != 0)
+            rc = dsq_fail(c->d, DSQ_ERR_STATE, p, NULL, -1, "statistics were searched for %s, not %s; calibrate again",
+                          sv, c->scheme->name);
+    }
     json_object_put(root);
     return rc;
 }

@@ -6,6 +6,7 @@
 
 #define DSQ_STR_(x) #x
 #define DSQ_STR(x) DSQ_STR_(x)
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,7 +200,30 @@ static int take(idbuf *b, const dsq_tokenizer *tok, const char *text, size_t n, 
 {
     int32_t *ids = NULL;
     size_t k = 0;
-    int rc = dsq_tokenizer_encode(tok, text, n, 1, &ids, &k, d);
+    /* Only the tokens still needed are kept, so tokenize a prefix of a long
+     * document (issue 14.11: one 100 MB document took 629 MB): cut after a
+     * space or line end, grow 4x until it yields the tokens needed plus a
+     * margin (tokens far from the cut do not depend on it), so the result
+     * is the same as tokenizing the whole document. */
+    size_t rem = b->need - b->n, margin = 64;
+    size_t use = rem < SIZE_MAX / 64 ? (rem + margin) * 16 : n;
+    if (use < (64u << 10)) use = 64u << 10;
+    int rc;
+    for (;;) {
+        size_t cut = use >= n ? n : use;
+        if (cut < n) {
+            while (cut > 0 && text[cut - 1] != ' ' && text[cut - 1] != '\n') cut--;
+            if (cut == 0) {            /* no break at all: cut at a UTF-8 boundary */
+                cut = use;
+                while (cut > 1 && ((unsigned char)text[cut] & 0xC0) == 0x80) cut--;
+            }
+        }
+        rc = dsq_tokenizer_encode(tok, text, cut, 1, &ids, &k, d);
+        if (rc < 0 || cut == n || k >= rem + margin) break;
+        free(ids);
+        ids = NULL;
+        use = use > n / 4 ? n : use * 4;
+    }
     if (rc < 0) {
         free(ids);
         if (line) return dsq_fail(d, rc, name, NULL, -1, "cannot tokenize line %zu", line);

@@ -1,5 +1,6 @@
 /* stats_file.c - calibration statistics in a .dsq container (see stats_file.h). */
 #include "stats_file.h"
+#include "dsq_json.h"
 #include "dsq_file.h"
 #include "dsq_mem.h"
 #include "dsq_sha256.h"
@@ -267,12 +268,17 @@ int dsq_stats_reader_open(dsq_stats_reader **out, const char *path, dsq_diag *d)
     }
     int rc = dsq_ctr_open(&r->c, path, d);
     if (rc == DSQ_OK) {
-        json_object *root = json_tokener_parse(dsq_ctr_metadata(r->c, NULL)), *f, *v;
-        if (!root || !json_object_object_get_ex(root, "format", &f) ||
-            strcmp(json_object_get_string(f), DSQ_STATS_FORMAT) != 0)
-            rc = dsq_fail(d, DSQ_ERR_FORMAT, path, NULL, -1, "not a calibration statistics file");
-        else if (!json_object_object_get_ex(root, "version", &v) || json_object_get_int(v) != DSQ_STATS_VERSION)
-            rc = dsq_fail(d, DSQ_ERR_UNSUPPORTED, path, NULL, -1, "unsupported statistics version");
+        json_object *root = json_tokener_parse(dsq_ctr_metadata(r->c, NULL));
+        const char *f = NULL;
+        int64_t v = 0;
+        if (dsq_json_get_str(root, "format", &f) != DSQ_JSON_OK || strcmp(f, DSQ_STATS_FORMAT) != 0)
+            rc = dsq_fail(d, DSQ_ERR_FORMAT, path, NULL, -1,
+                          "not a calibration statistics file (metadata \"format\" is not \"%s\")",
+                          DSQ_STATS_FORMAT);
+        else if (dsq_json_get_int(root, "version", &v) != DSQ_JSON_OK || v != DSQ_STATS_VERSION)
+            rc = dsq_fail(d, DSQ_ERR_UNSUPPORTED, path, NULL, -1,
+                          "unsupported statistics version (metadata \"version\" must be the integer %d)",
+                          DSQ_STATS_VERSION);
         json_object_put(root);
     }
     if (rc < 0) {

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,8 +31,28 @@ static void on_signal(int sig)
     dsq_cli_interrupted = 1;
 }
 
+/* A CLI's results go to stdout; a write error there (a full disk, a closed
+ * pipe reader with SIGPIPE ignored) must not end in exit 0. stdio reports
+ * such errors only at flush time, so check once more at exit and turn a
+ * successful status into 1 (issue 14.9). */
+static const char *g_prog = "dsq";
+
+static void check_stdout(void)
+{
+    errno = 0;
+    int bad = fflush(stdout) != 0 || ferror(stdout);
+    if (!bad) return;
+    int e = errno;
+    fprintf(stderr, "%s: error: cannot write standard output%s%s\n", g_prog, e ? ": " : "",
+            e ? strerror(e) : "");
+    _exit(DSQ_EXIT_ERROR);
+}
+
 void dsq_cli_init(dsq_cli *c, const char *prog)
 {
+    static int registered;
+    g_prog = prog ? prog : "dsq";
+    if (!registered) registered = atexit(check_stdout) == 0;
     memset(c, 0, sizeof *c);
     c->prog = prog;
     c->level = 2;
@@ -42,6 +63,9 @@ void dsq_cli_init(dsq_cli *c, const char *prog)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* A closed terminal or ssh session ends the run like SIGTERM: partial
+     * output kept for --resume, temporaries removed (issue 14.14). */
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 static void vmsg(const dsq_cli *c, const char *kind, const char *fmt, va_list ap)

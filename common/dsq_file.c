@@ -77,6 +77,19 @@ int dsq_path_is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+int dsq_path_is_special(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode));
+}
+
+int dsq_path_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (!a || !b || stat(a, &sa) != 0 || stat(b, &sb) != 0) return 0;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 static char *dir_of(const char *path)
 {
     const char *slash = strrchr(path, '/');
@@ -99,19 +112,68 @@ char *dsq_outfile_tmp_name(const char *path)
 
 /* ---- outfile ---- */
 
+/* A character device or FIFO: open it as it is. O_TRUNC and O_CREAT have
+ * no meaning there, and a rename would replace the device node itself. */
+static int open_direct(dsq_outfile *f, const char *path, dsq_diag *d)
+{
+    f->direct = 1;
+    f->path = strdup(path);
+    f->tmp_path = strdup(path);
+    if (!f->path || !f->tmp_path) {
+        free(f->path); free(f->tmp_path);
+        f->path = f->tmp_path = NULL;
+        return dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory");
+    }
+    f->fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    if (f->fd < 0) {
+        int rc = dsq_fail_errno(d, errno, path, "cannot open for writing");
+        free(f->path); free(f->tmp_path);
+        f->path = f->tmp_path = NULL;
+        return rc;
+    }
+    return DSQ_OK;
+}
+
 int dsq_outfile_open(dsq_outfile *f, const char *path, unsigned flags, dsq_diag *d)
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
     f->slot = -1;
-    if (!(flags & DSQ_OUT_OVERWRITE) && dsq_path_exists(path))
-        return dsq_fail(d, DSQ_ERR_EXISTS, path, NULL, -1,
-                        "output exists (use -f to overwrite)");
+    struct stat st;
+    char *resolved = NULL;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        /* Replace the file the link points at, never the link itself. */
+        resolved = realpath(path, NULL);
+        if (!resolved)
+            return dsq_fail_errno(d, errno, path, "output is a symbolic link that cannot be resolved");
+        path = resolved;
+    }
+    if (stat(path, &st) == 0) {
+        if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
+            int rc = open_direct(f, path, d);
+            free(resolved);
+            return rc;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            int rc = dsq_fail(d, DSQ_ERR_EXISTS, path, NULL, -1,
+                              "output exists and is not a regular file; not replacing it");
+            free(resolved);
+            return rc;
+        }
+        if (!(flags & DSQ_OUT_OVERWRITE)) {
+            int rc = dsq_fail(d, DSQ_ERR_EXISTS, path, NULL, -1, "output exists (use -f to overwrite)");
+            free(resolved);
+            return rc;
+        }
+    }
     f->path = strdup(path);
     f->tmp_path = dsq_outfile_tmp_name(path);
+    free(resolved);
     if (!f->path || !f->tmp_path) {
+        const char *p = f->path ? f->path : "output";
+        int rc = dsq_fail(d, DSQ_ERR_NOMEM, p, NULL, -1, "out of memory");
         dsq_outfile_abort(f);
-        return dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory");
+        return rc;
     }
     /* Register before creating, so a signal between the two still cleans up. */
     f->slot = registry_add(f->tmp_path, (flags & DSQ_OUT_KEEP_TMP) != 0);
@@ -137,7 +199,9 @@ int dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t off, 
 {
     const uint8_t *p = buf;
     while (n) {
-        ssize_t w = pwrite(f->fd, p, n, (off_t)off);
+        /* A FIFO cannot seek: sequential writes go through write(2). */
+        ssize_t w = f->direct && off == f->written ? write(f->fd, p, n)
+                                                   : pwrite(f->fd, p, n, (off_t)off);
         if (w < 0) {
             if (errno == EINTR) continue;
             return dsq_fail_errno(d, errno, f->tmp_path, "write failed at byte %llu",
@@ -172,6 +236,7 @@ int dsq_outfile_pad(dsq_outfile *f, size_t align, dsq_diag *d)
 
 int dsq_outfile_sync(dsq_outfile *f, dsq_diag *d)
 {
+    if (f->direct) return DSQ_OK; /* devices and pipes have nothing to sync */
     if (fsync(f->fd) != 0) return dsq_fail_errno(d, errno, f->tmp_path, "fsync failed");
     return DSQ_OK;
 }
@@ -180,17 +245,25 @@ static void release(dsq_outfile *f, int remove_tmp)
 {
     if (f->fd >= 0) close(f->fd);
     f->fd = -1;
-    if (remove_tmp && f->tmp_path) unlink(f->tmp_path);
+    if (remove_tmp && f->tmp_path && !f->direct) unlink(f->tmp_path);
     registry_del(f->slot);
     f->slot = -1;
     free(f->path);
     free(f->tmp_path);
     f->path = f->tmp_path = NULL;
+    f->direct = 0;
 }
 
 int dsq_outfile_commit(dsq_outfile *f, dsq_diag *d)
 {
     int rc = DSQ_OK;
+    if (f->direct) {
+        /* No temporary and no rename; a close error still loses data. */
+        if (close(f->fd) != 0) rc = dsq_fail_errno(d, errno, f->path, "close failed");
+        f->fd = -1;
+        release(f, 0);
+        return rc;
+    }
     if (fsync(f->fd) != 0) {
         rc = dsq_fail_errno(d, errno, f->tmp_path, "fsync failed");
         release(f, 1);

@@ -23,7 +23,9 @@ typedef struct dsq_outfile {
     int slot;            /* registry slot, -1 if none */
     uint64_t written;    /* bytes appended so far (sequential writes) */
     char *path;          /* final name */
-    char *tmp_path;      /* temporary name */
+    char *tmp_path;      /* temporary name (the final name when direct) */
+    int direct;          /* output is a character device or FIFO: written in
+                          * place, no temporary, no rename, nothing removed */
 } dsq_outfile;
 
 enum dsq_outfile_flags {
@@ -36,6 +38,14 @@ enum dsq_outfile_flags {
  * resumed run finds it. Caller frees. */
 char *dsq_outfile_tmp_name(const char *path);
 
+/* What already sits at the final name decides how it is written:
+ *  - nothing or a regular file: temporary + rename (a regular file only with
+ *    DSQ_OUT_OVERWRITE);
+ *  - a symbolic link: followed; its target is what gets replaced, the link
+ *    stays a link;
+ *  - a character device or FIFO (/dev/null, a pipe): written directly, with
+ *    or without the flag, because nothing is replaced;
+ *  - anything else (directory, block device, socket): refused. */
 int  dsq_outfile_open(dsq_outfile *f, const char *path, unsigned flags, dsq_diag *d);
 /* Append all n bytes (retries short writes); ENOSPC maps to DSQ_ERR_NOSPC. */
 int  dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n, dsq_diag *d);
@@ -72,6 +82,11 @@ int dsq_write_file_atomic(const char *path, const void *data, size_t n, unsigned
 
 int dsq_path_exists(const char *path);
 int dsq_path_is_dir(const char *path);
+/* 1 when path is a character device or FIFO (written in place), else 0. */
+int dsq_path_is_special(const char *path);
+/* 1 when a and b name the same file (device and inode, so links, "./x" and
+ * hard links all match), 0 otherwise or when either does not exist. */
+int dsq_path_same_file(const char *a, const char *b);
 /* dir + "/" + name; caller frees. */
 char *dsq_path_join(const char *dir, const char *name);
 

@@ -2,6 +2,7 @@
  * conversion pipeline (see convert.h; the workers are in convert_pool.c). */
 #include "convert_internal.h"
 #include "convert_meta.h"
+#include "convert_ledger.h"
 #include "dsq_file.h"
 #include "dsq_mem.h"
 #include "dsq_version.h"
@@ -207,6 +208,18 @@ static char *state_path(const dsq_convert *c)
     return dsq_path_join(c->o.output, ".dsq-resume");
 }
 
+/* The resume ledger (convert_ledger.h): beside the single file's journal, or
+ * in the output directory of a sharded run. */
+static char *ledger_path(const dsq_convert *c)
+{
+    if (c->nshards) return dsq_path_join(c->o.output, ".dsq-sources");
+    char *tmp = dsq_outfile_tmp_name(c->o.output);
+    char *p = tmp ? malloc(strlen(tmp) + sizeof ".sources") : NULL;
+    if (p) { strcpy(p, tmp); strcat(p, ".sources"); }
+    free(tmp);
+    return p;
+}
+
 static int state_read(const dsq_convert *c)
 {
     char *p = state_path(c), *txt = NULL;
@@ -244,6 +257,7 @@ struct dsq_conv_sink {
     int shard;                  /* shard of w, -1 if none open */
     int committed;              /* shards finished (sharded output) */
     unsigned open_flags;
+    dsq_ledger *ledger;         /* source hashes for --resume; NULL with --no-journal */
     /* streamed tensor in progress */
     uint8_t *acc;               /* S, Z, R sections of the whole blob */
     size_t acc_size;
@@ -364,6 +378,11 @@ int dsq_conv_sink_item(dsq_conv_sink *k, const dsq_conv_item *it, dsq_conv_resul
         DSQ_TRY(sink_open(k, ct->shard, d));
     }
     int rc;
+    if (it->piece == 0 && k->ledger) {
+        uint8_t h[DSQ_SHA256_LEN];
+        if (dsq_ledger_hash(c->m, e->t, h) < 0) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
+        DSQ_TRY(dsq_ledger_add(k->ledger, e->name, h, d));
+    }
     if (ct->stream) {
         rc = sink_stream(k, it, r, d);
     } else {
@@ -423,6 +442,13 @@ static int account_resumed(dsq_conv_sink *k, size_t from, size_t to, const dsq_c
             return dsq_fail(d, DSQ_ERR_STATE, path, e->name, -1,
                             "partial output does not match this conversion (tensor %zu is '%s'); "
                             "rerun without --resume", i, wi ? wi->name : "?");
+        if (k->ledger) {
+            /* name, size and mtime can all survive a change of the bytes */
+            uint8_t h[DSQ_SHA256_LEN];
+            if (dsq_ledger_hash(c->m, e->t, h) < 0)
+                return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
+            DSQ_TRY(dsq_ledger_check(k->ledger, e->name, h, d));
+        }
         dsq_tensor_result *res = &c->results[i];
         res->raw_bytes = wi->raw_size;
         res->stored_bytes = wi->stored_size;
@@ -490,7 +516,7 @@ static int write_index(dsq_convert *c, dsq_diag *d)
 static int prepare_output(dsq_convert *c, dsq_diag *d)
 {
     const char *out = c->o.output;
-    if (!out || !*out) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no output path");
+    DSQ_TRY(dsq_convert_check_output(&c->o, d));
     if (!c->nshards) {
         if (dsq_path_is_dir(out))
             return dsq_fail(d, DSQ_ERR_EXISTS, out, NULL, -1,
@@ -552,6 +578,11 @@ static int prepare_output(dsq_convert *c, dsq_diag *d)
 /* A fatal (non-resumable) error: leave nothing behind. */
 static void cleanup_failed(dsq_convert *c, dsq_conv_sink *k)
 {
+    /* The ledger goes with the partial file: a writer that failed to open
+     * (wrong recipe for the partial, say) keeps its resumable state, and so
+     * must the ledger, or the right --resume later could not reuse it. */
+    dsq_ledger_close(k->ledger, k->w != NULL || c->nshards || !c->o.resume);
+    k->ledger = NULL;
     if (k->w) dsq_ctr_writer_abort(k->w);
     k->w = NULL;
     if (!c->nshards) return;
@@ -607,6 +638,13 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
     k.sum = s;
     k.shard = -1;
     k.open_flags = (c->o.no_journal ? 0 : DSQ_CTR_RESUME) | (c->o.overwrite ? DSQ_OUT_OVERWRITE : 0);
+    if (!c->o.no_journal) {
+        char *lp = ledger_path(c);
+        int lrc = lp ? dsq_ledger_open(&k.ledger, lp, c->o.resume, d)
+                     : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        free(lp);
+        if (lrc < 0) return lrc;
+    }
     k.prog.tensors_total = c->plan.n;
     for (size_t i = 0; i < c->plan.n; i++) k.prog.bytes_total += c->results[i].src_bytes;
     s->bytes_in = c->plan.src_bytes;
@@ -660,6 +698,20 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
     free(k.acc);
     k.acc = NULL;
 
+    if (rc == DSQ_ERR_NOSPC && !c->o.no_journal && k.w) {
+        /* A full disk is not the input's fault: the partial file and its
+         * journal are what --resume continues from once space is freed
+         * (issue 14.12), so keep them and say so. */
+        dsq_ctr_writer_detach(k.w, NULL);
+        k.w = NULL;
+        dsq_ledger_close(k.ledger, 0);
+        if (d) {
+            size_t l = strlen(d->msg);
+            snprintf(d->msg + l, sizeof d->msg - l, "; the partial output and its journal are kept: "
+                     "free some space and run again with --resume to continue");
+        }
+        return rc;
+    }
     if (rc == DSQ_ERR_INTERRUPTED) {
         if (c->o.no_journal) {          /* nothing could resume it: leave nothing */
             cleanup_failed(c, &k);
@@ -667,6 +719,7 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
         }
         if (k.w) dsq_ctr_writer_detach(k.w, NULL);   /* keep partial + journal */
         k.w = NULL;
+        dsq_ledger_close(k.ledger, 0);
         return rc;
     }
     if (rc == DSQ_OK && !k.w && c->plan.n == 0) rc = sink_open(&k, 0, d); /* empty model */
@@ -677,6 +730,8 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
         cleanup_failed(c, &k);
         return rc;
     }
+    dsq_ledger_close(k.ledger, 1);
+    k.ledger = NULL;
     if (c->nshards) {
         char *sp = state_path(c);
         if (sp) unlink(sp);

@@ -158,6 +158,14 @@ typedef struct dsq_convert_summary {
 
 typedef struct dsq_convert dsq_convert;
 
+/* Output preconditions that need no work (stats and directory listings only):
+ * the output (or any shard) is not an input file (device + inode), exists only
+ * with -f, is not a device, FIFO or directory where a file is meant, and
+ * --resume has something to resume in the same layout (single file vs
+ * --shard-size). Called by dsq_convert_run; callers with an expensive step
+ * before it (calibration) call it first. */
+int dsq_convert_check_output(const dsq_convert_opts *o, dsq_diag *d);
+
 /* Open the input, read config.json and the tokenizer files, build the plan.
  * Fails on a missing shard, an unreadable or malformed config.json /
  * tokenizer file, an unsupported tensor (see dsq_recipe_decide). Nothing is

@@ -1,5 +1,6 @@
 /* convert_meta.c - metadata JSON, fingerprint, shard index (see convert_meta.h). */
 #include "convert_meta.h"
+#include "convert_check.h"
 #include "dsq_file.h"
 #include "dsq_sha256.h"
 #include "model_config.h"
@@ -255,6 +256,11 @@ int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
         dsq_model_config mc;
         memset(&mc, 0, sizeof mc);
         rc = dsq_model_config_load(&mc, dir, d);
+        if (rc == DSQ_OK) {
+            char *cp = dsq_path_join(dir, "config.json");
+            rc = dsq_conv_check_config(&mc, c->m, cp ? cp : "config.json", d);
+            free(cp);
+        }
         dsq_model_config_release(&mc);
     }
     json_object_put(cfg);

@@ -682,6 +682,13 @@ int main(int argc, char **argv)
         o.progress_ctx = &pc;
     }
 
+    /* Every output precondition before the first expensive step (issue 14). */
+    if (!dry && (rc = dsq_convert_check_output(&o, &d)) < 0) {
+        json_error(&cli, rc, &d);
+        dsq_recipe_release(&recipe);
+        return dsq_cli_fail(&cli, rc, &d);
+    }
+
     /* Calibration runs before the conversion pass; its checkpoint is the
      * statistics file (default OUT.calib.dsq), so --resume continues it, and
      * a finished one is reused as is. */

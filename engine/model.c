@@ -17,6 +17,7 @@
 #include "llama2c.h"
 #include "container.h"
 #include "container_set.h"
+#include "model_verify.h"
 #include "dsq_mem.h"
 #include "dsq_file.h"
 #include "export_read.h"
@@ -671,6 +672,7 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
 int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts, dsq_diag *d)
 {
     *out = NULL;
+    dsq_model_verify *vj = NULL;
     dsq_model *m = calloc(1, sizeof *m);
     if (!m) return DSQ_ERR_NOMEM;
     if (opts) m->opts = *opts;
@@ -693,6 +695,8 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
     if (rc == DSQ_OK) {
         if (dsq_ctr_set_is_dsq(path)) {
             rc = dsq_ctr_set_open(&m->ctr, path, d);
+            /* Raw payloads are hashed while the weights load (issue 14.3). */
+            if (rc == DSQ_OK && !m->opts.no_verify) rc = dsq_model_verify_start(&vj, m->ctr, NULL, d);
             if (rc == DSQ_OK) rc = config_from_ctr(m, d);
         } else if (dsq_llama2c_is_checkpoint(path)) {
             /* a llama2.c .bin: read through an exact float32 Hugging Face
@@ -732,6 +736,8 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
      * is DeepSeek's MTP module, never used for next-token evaluation. */
     for (int64_t l = 0; rc == DSQ_OK && !m->opts.lazy && l < m->n_layers; l++)
         rc = dsq_model_layer_load(m, (int)l, d);
+    int vrc = dsq_model_verify_join(vj, rc == DSQ_OK ? d : NULL);
+    if (rc == DSQ_OK) rc = vrc;
     if (rc < 0) {
         dsq_model_free(m);
         return rc;

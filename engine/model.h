@@ -68,6 +68,8 @@ typedef struct dsq_model_opts {
     int fp8_as_f32;       /* FP8-block sources dequantize to F32 instead of BF16
                              (exact fp8 * scale; twice the memory). Default BF16,
                              as DeepSeek's fp8_cast_bf16.py. */
+    int no_verify;        /* skip the SHA-256 check of .dsq payloads stored raw
+                             (model_verify.h); compressed ones are always checked */
 } dsq_model_opts;
 
 void dsq_model_opts_default(dsq_model_opts *o);

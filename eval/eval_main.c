@@ -22,6 +22,7 @@
 #include "gsm8k.h"
 #include "llama2c.h"
 #include "model.h"
+#include "text_prefix.h"
 #include "tokenizer.h"
 
 #include <getopt.h>
@@ -51,6 +52,8 @@ static const char usage_text[] =
 "                          carries, else the model's directory)\n"
 "      --ctx N             ppl/kld window (default 512); gsm8k: KV cache length\n"
 "                          (default: the model's, min(max positions, 4096))\n"
+"      --no-verify         skip the SHA-256 check of .dsq payloads stored\n"
+"                          uncompressed (a damaged file then gives wrong numbers)\n"
 "\n"
 "ppl:\n"
 "      --data FILE         text to score (read as bytes)\n"
@@ -122,7 +125,7 @@ enum {
     O_TOKENIZER = 256, O_CTX, O_DATA, O_LIMIT_TOKENS, O_SAVE_LOGITS, O_LOGITS_FORMAT,
     O_LOGITS_TOPK, O_BASE, O_TRAIN, O_SHOTS, O_SEED, O_LIMIT, O_BATCH, O_MAX_NEW, O_BOS,
     O_SCORE, O_OUT, O_JSON, O_NO_PROGRESS, O_ENDPOINT, O_SERVED_MODEL, O_API_KEY_ENV, O_CONCURRENCY,
-    O_TIMEOUT, O_RETRIES
+    O_TIMEOUT, O_RETRIES, O_NO_VERIFY
 };
 
 typedef struct opts {
@@ -140,6 +143,7 @@ typedef struct opts {
     const char *endpoint, *served_model, *api_key_env;
     int concurrency, retries;
     double timeout;
+    int no_verify;
 } opts;
 
 #define BIT(opt) (1ull << ((opt) - 256))
@@ -199,6 +203,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         { "endpoint", required_argument, 0, O_ENDPOINT }, { "served-model", required_argument, 0, O_SERVED_MODEL },
         { "api-key-env", required_argument, 0, O_API_KEY_ENV }, { "concurrency", required_argument, 0, O_CONCURRENCY },
         { "timeout", required_argument, 0, O_TIMEOUT }, { "retries", required_argument, 0, O_RETRIES },
+        { "no-verify", no_argument, 0, O_NO_VERIFY },
         { "threads", required_argument, 0, 'T' },    { "force", no_argument, 0, 'f' },
         { "quiet", no_argument, 0, 'q' },            { "verbose", no_argument, 0, 'v' },
         { "help", no_argument, 0, 'h' },             { "version", no_argument, 0, 'V' },
@@ -227,6 +232,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         case O_TOKENIZER: o->tokenizer = a; break;
         case O_DATA: o->data = a; break;
         case O_SAVE_LOGITS: o->save_logits = a; break;
+        case O_NO_VERIFY: o->no_verify = 1; break;
         case O_BASE: o->base = a; break;
         case O_TRAIN: o->train = a; break;
         case O_SCORE: o->score = a; break;
@@ -467,14 +473,31 @@ static int load_tokenizer(const dsq_cli *cli, const opts *o, dsq_tokenizer **tok
     return rc;
 }
 
+/* Non-finite logits come from the model, not the data: name its file
+ * (issue 14.14) so the message points at what to check. */
+static void name_model(int rc, const char *model, dsq_diag *d)
+{
+    if (rc != DSQ_ERR_NONFINITE || d->path[0]) return;
+    snprintf(d->path, sizeof d->path, "%s", model);
+}
+
 static int open_model(const dsq_cli *cli, const opts *o, runner *r, int max_batch, size_t ctx, dsq_diag *d)
 {
     dsq_model_opts mo;
     dsq_model_opts_default(&mo);
     mo.threads = cli->threads;
+    mo.no_verify = o->no_verify;
     double t0 = dsq_now();
     int rc = dsq_model_open(&r->m, o->model, &mo, d);
     if (rc < 0) return rc;
+    /* Positions past max_position_embeddings were never trained: a window
+     * that long gives a number (ppl 481 instead of 7.1) that means nothing. */
+    int64_t mpe = dsq_model_get_config(r->m)->max_position_embeddings;
+    if (mpe > 0 && (int64_t)ctx > mpe)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, o->model, NULL, -1,
+                        "context %zu exceeds the model's max_position_embeddings (%lld): positions past it "
+                        "were never trained, so the result would be meaningless; use --ctx %lld or less",
+                        ctx, (long long)mpe, (long long)mpe);
     r->vocab = (size_t)dsq_model_get_config(r->m)->vocab_size;
     r->st = dsq_state_create(r->m, max_batch, (int64_t)ctx);
     if (!r->st) return dsq_fail(d, DSQ_ERR_NOMEM, o->model, NULL, -1, "cannot allocate the KV cache for %d x %zu tokens", max_batch, ctx);
@@ -526,21 +549,19 @@ static int32_t tokenizer_adds_bos(const dsq_tokenizer *t)
 /* Tokenize a ppl/kld text under a BOS policy. llama-perplexity:
  * common_tokenize(text, add_special = true, parse_special = false), so
  * "<s>" in the text stays text; "first" forces the BOS even where the
- * tokenizer adds none, "no" adds no special token at all. */
+ * tokenizer adds none, "no" adds no special token at all. With a token
+ * limit only the prefix that yields it is read (text_prefix.h). */
 static int tokenize_file(const dsq_cli *cli, const dsq_tokenizer *tok, const char *path, int policy,
-                         int32_t **ids, size_t *n, dsq_diag *d)
+                         uint64_t limit, int32_t **ids, size_t *n, dsq_diag *d)
 {
     if (policy == PPL_BOS_FIRST && dsq_tokenizer_bos(tok) < 0)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "--bos first: the tokenizer has no BOS token");
-    char *text;
-    size_t len;
-    DSQ_TRY(dsq_read_file(path, MAX_TEXT, &text, &len, d));
+    size_t len = 0;
     double t0 = dsq_now();
     unsigned flags = policy == PPL_BOS_NO ? 0u
                    : policy == PPL_BOS_FIRST ? (unsigned)(DSQ_TOK_ADD_SPECIAL | DSQ_TOK_FORCE_BOS)
                    : (unsigned)DSQ_TOK_ADD_SPECIAL;
-    int rc = dsq_tokenizer_encode_ex(tok, text, len, flags, ids, n, d);
-    free(text);
+    int rc = dsq_tokenize_file_prefix(tok, path, limit, MAX_TEXT, flags, ids, n, &len, d);
     if (rc == DSQ_OK) dsq_cli_info(cli, 3, "%s: %zu bytes -> %zu tokens in %.2f s", path, len, *n, dsq_now() - t0);
     return rc;
 }
@@ -611,7 +632,7 @@ static int cmd_ppl(dsq_cli *cli, const opts *o)
     dsq_logp_writer w = { 0 };
     int have_w = 0;
     int rc = load_tokenizer(cli, o, &r.tok, &d);
-    if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, o->ppl_bos, &tokens, &n_tok, &d);
+    if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, o->ppl_bos, o->limit_tokens, &tokens, &n_tok, &d);
     if (rc == DSQ_OK && o->limit_tokens && o->limit_tokens < n_tok) n_tok = (size_t)o->limit_tokens;
     dsq_ppl_plan plan;
     /* window: BOS written over every window's first token (when the
@@ -635,6 +656,7 @@ static int cmd_ppl(dsq_cli *cli, const opts *o)
         dsq_eval_hooks h = { .cancel = &dsq_cli_interrupted, .progress = window_progress,
                              .progress_user = &r, .pool = dsq_model_pool(r.m) };
         rc = dsq_ppl_run(&plan, tokens, r.vocab, model_window, &r, have_w ? &w : NULL, &h, &res, &d);
+        name_model(rc, o->model, &d);
         dsq_progress_end(&r.prog);
     }
     double secs = dsq_now() - t0;
@@ -700,7 +722,7 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         int32_t *tokens = NULL, *win = NULL;
         size_t n = 0;
         rc = load_tokenizer(cli, o, &r.tok, &d);
-        if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, o->ppl_bos, &tokens, &n, &d);
+        if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, o->ppl_bos, 0, &tokens, &n, &d);
         /* the policy shows in the header too: window writes its BOS id there */
         int32_t want_bos = o->ppl_bos == PPL_BOS_WINDOW && rc == DSQ_OK ? tokenizer_adds_bos(r.tok) : -1;
         if (rc == DSQ_OK && plan.bos != want_bos)
@@ -734,6 +756,7 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         /* served: the target-token bound of endpoint.h (a lower bound of KL) */
         rc = o->endpoint ? dsq_ep_kld_run(&eo, served, &base, &h, &k, &d)
                          : dsq_kld_run(&base, r.vocab, model_window, &r, &h, &k, &d);
+        if (!o->endpoint) name_model(rc, o->model, &d);
         dsq_progress_end(&r.prog);
     }
     free(served);

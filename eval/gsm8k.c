@@ -125,10 +125,20 @@ typedef struct {
     dsq_diag *d;
 } load_ctx;
 
+/* No GSM8K item comes near this (the longest is under 2 KB), and a prompt
+ * this long cannot fit any context: refuse it before json-c, the prompt
+ * and the tokenizer each copy it (issue 14.11: a 100 MB question took
+ * 1.24 GB). */
+#define GSM8K_MAX_LINE ((size_t)1 << 20)
+
 static int load_line(void *vctx, const char *line, size_t n, size_t lineno)
 {
     load_ctx *c = vctx;
     json_object *o;
+    if (n > GSM8K_MAX_LINE)
+        return dsq_fail(c->d, DSQ_ERR_DATA, c->name, NULL, -1,
+                        "line %zu is %zu bytes, longer than any GSM8K item can be (limit %zu)", lineno, n,
+                        GSM8K_MAX_LINE);
     int rc = parse_line(c->tok, line, n, c->name, lineno, &o, c->d);
     if (rc < 0) return rc;
     dsq_gsm8k_item it = { .line = lineno };

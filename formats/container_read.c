@@ -62,9 +62,11 @@ static int parse_footer(struct dsq_ctr *r, dsq_ctr_footer *f, dsq_diag *d)
 {
     const uint64_t min = DSQ_CTR_HEADER_SIZE + DSQ_CTR_FOOTER_SIZE;
     const char *p = r->path;
-    if (r->size < 8 || memcmp(r->base, DSQ_CTR_MAGIC, 8) != 0)
-        return dsq_fail(d, r->size < 8 ? DSQ_ERR_TRUNCATED : DSQ_ERR_FORMAT, p, NULL, 0,
-                        "not a dsq file (bad magic)");
+    if (r->size < 8)
+        return dsq_fail(d, DSQ_ERR_TRUNCATED, p, NULL, (int64_t)r->size,
+                        "truncated: %llu bytes, not even the 8-byte magic", (unsigned long long)r->size);
+    if (memcmp(r->base, DSQ_CTR_MAGIC, 8) != 0)
+        return dsq_fail(d, DSQ_ERR_FORMAT, p, NULL, 0, "not a dsq file (bad magic)");
     if (r->size < min)
         return dsq_fail(d, DSQ_ERR_TRUNCATED, p, NULL, (int64_t)r->size,
                         "file of %llu bytes is shorter than header + footer",

@@ -15,7 +15,7 @@ for t in "$@"; do
 done
 for s in tests/cli/*.sh; do
   [ -f "$s" ] || continue
-  if BUILD=${BUILD:-build} sh "$s"; then passed=$((passed+1)); else failed=$((failed+1)); failed_names="$failed_names $(basename $s)"; fi
+  if BUILD=${BUILD:-build} BIN=${BIN:-./bin} sh "$s"; then passed=$((passed+1)); else failed=$((failed+1)); failed_names="$failed_names $(basename $s)"; fi
 done
 if sh tests/check_deps.sh >/dev/null; then passed=$((passed+1)); else failed=$((failed+1)); failed_names="$failed_names check-deps"; fi
 echo

@@ -10,7 +10,7 @@ if [ ! -f "$M/config.json" ] || [ ! -f samples/data/calib.txt ]; then
     echo "calib.sh: skipped ($M or samples/data/calib.txt absent)"
     exit 0
 fi
-Q=${DSQ_QUANT:-./bin/ds-quant}
+Q=${DSQ_QUANT:-${BIN:-./bin}/ds-quant}
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-cli-calib.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 C="--calib samples/data/calib.txt --calib-samples 8 --calib-seqlen 128"
@@ -28,7 +28,7 @@ $Q -q --scheme awq-w4a16 $C --save-stats "$T/s.dsq" "$M" "$T/a3.dsq"
 $Q -q --scheme awq-w4a16 --stats "$T/s.dsq" "$M" "$T/a4.dsq"
 cmp "$T/a1.dsq" "$T/a3.dsq" || fail "--save-stats changed the output"
 cmp "$T/a1.dsq" "$T/a4.dsq" || fail "--stats output differs"
-./bin/ds-inspect --verify "$T/s.dsq" > /dev/null || fail "statistics file does not verify"
+${BIN:-./bin}/ds-inspect --verify "$T/s.dsq" > /dev/null || fail "statistics file does not verify"
 
 # w8a8 (static) needs calibration; with it, SmoothQuant and without smoothing
 if $Q -q --scheme w8a8 "$M" "$T/w.dsq" 2> /dev/null; then fail "w8a8 without --calib must fail"; fi

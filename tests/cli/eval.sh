@@ -8,7 +8,7 @@
 # override (e.g. any small Llama safetensors dir plus its tokenizer). The
 # model part is skipped with a message when there is none.
 set -u
-EVAL=./bin/ds-eval
+EVAL=${BIN:-./bin}/ds-eval
 [ -x "$EVAL" ] || { echo "eval.sh: $EVAL not built"; exit 1; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-eval-XXXXXX")
 trap 'rm -rf "$T"' EXIT
@@ -144,7 +144,7 @@ fi
 # `ds-eval --model X.dsq` needs no --tokenizer; without one there it falls back
 # to the .dsq's directory, then fails asking for --tokenizer.
 LLAMA=samples/tiny-llama
-QUANT=./bin/ds-quant
+QUANT=${BIN:-./bin}/ds-quant
 if [ ! -f "$LLAMA/config.json" ] || [ ! -x "$QUANT" ]; then
   echo "eval.sh: $LLAMA or $QUANT absent, .dsq tokenizer tests skipped"
 else

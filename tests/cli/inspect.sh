@@ -4,7 +4,7 @@
 # bit, safetensors files and directories are listed.
 # Run from the repository root (make test does); BUILD is not needed here.
 set -u
-BIN=${DS_INSPECT:-./bin/ds-inspect}
+BIN=${DS_INSPECT:-${BIN:-./bin}/ds-inspect}
 CORPUS=tests/fuzz/corpus/container
 PY=${PYTHON:-/usr/bin/python3}
 fails=0

@@ -6,7 +6,7 @@
 # scheme (+ ds-inspect --verify), sharded output.
 # Inputs are tiny DeepSeek-shaped checkpoints written by python3 + numpy.
 set -u
-BIN=./bin
+BIN=${BIN:-./bin}
 Q=$BIN/ds-quant
 PY=${PYTHON:-/usr/bin/python3}
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-quantcli-XXXXXX")
