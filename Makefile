@@ -18,7 +18,7 @@
 CC      ?= cc
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
-BINDIR  ?= bin
+OUTBIN  ?= bin
 OPT     ?= -O2
 FUZZ_TIME ?= 20
 
@@ -46,7 +46,7 @@ LIB_SRC  := $(filter-out %_main.c $(CLI_SRC),$(ALL_SRC))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libdsq.a
-BINS     := $(foreach s,$(MAIN_SRC),$(BINDIR)/ds-$(notdir $(s:_main.c=)))
+BINS     := $(foreach s,$(MAIN_SRC),$(OUTBIN)/ds-$(notdir $(s:_main.c=)))
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -74,8 +74,8 @@ $(LIB): $(LIB_OBJ)
 	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 
 define cli_rule
-$(BINDIR)/ds-$(notdir $(1:_main.c=)): $(BUILD)/$(1:.c=.o) $(CLI_OBJ) $(LIB)
-	@mkdir -p $(BINDIR)
+$(OUTBIN)/ds-$(notdir $(1:_main.c=)): $(BUILD)/$(1:.c=.o) $(CLI_OBJ) $(LIB)
+	@mkdir -p $(OUTBIN)
 	$$(call quiet,LINK,$$@)$$(CC) $$(ALL_CFLAGS) $$^ -o $$@ $$(LDFLAGS) $$(LIBS)
 endef
 $(foreach s,$(MAIN_SRC),$(eval $(call cli_rule,$(s))))
@@ -94,15 +94,15 @@ $(BUILD)/bench/%: bench/%.c $(FIXTURE_OBJ) $(CLI_OBJ) $(LIB)
 	$(call quiet,LINK,$@)$(CC) $(ALL_CFLAGS) -Itests/fixtures $< $(FIXTURE_OBJ) $(CLI_OBJ) $(LIB) -o $@ $(LDFLAGS) $(LIBS)
 
 test: all $(TEST_BIN) $(FUZZ_REPLAY)
-	@BUILD=$(BUILD) BIN=$(BINDIR) sh tests/run_all.sh $(TEST_BIN) -- $(FUZZ_REPLAY)
+	@BUILD=$(BUILD) BIN=$(OUTBIN) sh tests/run_all.sh $(TEST_BIN) -- $(FUZZ_REPLAY)
 
 check: test
 
 asan:
-	$(MAKE) test BUILD=build-asan BINDIR=build-asan/bin OPT=-O1 XCFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" LDFLAGS="-fsanitize=address,undefined"
+	$(MAKE) test BUILD=build-asan OUTBIN=build-asan/bin OPT=-O1 XCFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" LDFLAGS="-fsanitize=address,undefined"
 
 ubsan:
-	$(MAKE) test BUILD=build-ubsan BINDIR=build-ubsan/bin OPT=-O1 XCFLAGS="-fsanitize=undefined -fno-sanitize-recover=undefined" LDFLAGS="-fsanitize=undefined"
+	$(MAKE) test BUILD=build-ubsan OUTBIN=build-ubsan/bin OPT=-O1 XCFLAGS="-fsanitize=undefined -fno-sanitize-recover=undefined" LDFLAGS="-fsanitize=undefined"
 
 fuzz:
 	@sh tests/fuzz/run_fuzz.sh $(FUZZ_TIME)

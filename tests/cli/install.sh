@@ -16,7 +16,7 @@ CC=${CC:-cc}
 S=$T/stage
 # BUILD and, under make asan, the sanitizer flags reach this make through
 # MAKEFLAGS, so the library installed is the one the tests built
-if ! make -s install DESTDIR="$S" PREFIX=/usr BUILD="${BUILD:-build}" > "$T/make.log" 2>&1; then
+if ! make -s install DESTDIR="$S" PREFIX=/usr BUILD="${BUILD:-build}" OUTBIN="${BIN:-bin}" > "$T/make.log" 2>&1; then
   echo "FAIL: make install"; tail -20 "$T/make.log"; exit 1
 fi
 L=$S/usr/lib
@@ -69,7 +69,7 @@ want=$("$S/usr/bin/ds-eval" ppl -q --json -m samples/tiny-dsv3 --data samples/da
 got=$(sed -n 's/^ppl \([0-9.]*\) .*/\1/p' "$T/so.out")
 [ -n "$want" ] && [ "$(printf '%.6f' "$want")" = "$got" ] || fail "example ppl '$got' != ds-eval ppl '$want'"
 
-make -s uninstall DESTDIR="$S" PREFIX=/usr > /dev/null 2>&1 || fail "make uninstall"
+make -s uninstall DESTDIR="$S" PREFIX=/usr BUILD="${BUILD:-build}" OUTBIN="${BIN:-bin}" > /dev/null 2>&1 || fail "make uninstall"
 left=$(find "$S" ! -type d | head -5)
 [ -z "$left" ] || fail "make uninstall left: $left"
 

@@ -18,7 +18,7 @@
 # `make test` is this suite, `make demo` is run by hand and its table quoted).
 set -u
 R=$(pwd)
-[ -f README.md ] && [ -x bin/ds-quant ] || { echo "readme.sh: run from the repository root after make"; exit 1; }
+[ -f README.md ] && [ -x "${BIN:-bin}/ds-quant" ] || { echo "readme.sh: run from the repository root after make"; exit 1; }
 if [ ! -f samples/tiny-dsv3/config.json ]; then echo "readme.sh: skipped (samples/tiny-dsv3 absent)"; exit 0; fi
 command -v jq >/dev/null 2>&1 || { echo "readme.sh: FAIL: jq missing (sh .ci/deps.sh)"; exit 1; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-readme-XXXXXX")
@@ -35,7 +35,7 @@ ln -s "$R/samples/data/gsm_fewshot.jsonl" "$F/train.jsonl"
 head -8 samples/data/gsm_test.jsonl > "$F/test.jsonl"
 jq -R -s -c 'split("\n\n")[] | select(test("\\S")) | {text: .}' "$F/calib.txt" > "$F/calib.jsonl"
 printf '{"doc_id": 0, "completion": "#### 1"}\n{"doc_id": 1, "completion": "The answer is 2."}\n' > "$F/completions.jsonl"
-bin/ds-quant -q --scheme w8a8-dynamic samples/tiny-dsv3 "$F/model.dsq" || { echo "readme.sh: FAIL: fixture model.dsq"; exit 1; }
+"${BIN:-bin}"/ds-quant -q --scheme w8a8-dynamic samples/tiny-dsv3 "$F/model.dsq" || { echo "readme.sh: FAIL: fixture model.dsq"; exit 1; }
 SH=../shared/data
 [ -f "$SH/stories260K/stories260K.bin" ] && ln -s "$R/$SH/stories260K/stories260K.bin" "$F/" && ln -s "$R/$SH/stories260K/tok512.bin" "$F/"
 [ -f "$SH/text/tinystories_val.txt" ] && ln -s "$R/$SH/text/tinystories_val.txt" "$F/"
@@ -74,7 +74,7 @@ for b in $nb; do
     printf '%s || readme_fail $? '"'"'%s'"'"'\n' "$cmd" "$q" >> "$s"
     ran=$((ran+1))
   done < "$T/lines"
-  t0=$(date +%s); if ! (cd "$d" && HOME=$T/home PATH="$R/bin:$PATH" sh "$s" > "$d/out" 2> "$d/err"); then
+  t0=$(date +%s); if ! (cd "$d" && HOME=$T/home PATH="$R/${BIN:-bin}:$PATH" sh "$s" > "$d/out" 2> "$d/err"); then
     fails=$((fails+1)); cat "$d/out" | grep "FAIL" ; tail -5 "$d/err" | sed 's/^/  | /'
   fi; [ -n "${READMESH_TIMES:-}" ] && echo "block $b: $(( $(date +%s) - t0 )) s"
 done
