@@ -66,7 +66,7 @@ static int check(dsq_export *ex, dsq_diag *d)
                             ex->xs[i].quantized ? "quantized" : "float", ex->src[j].name,
                             ex->xs[j].quantized ? "quantized" : "float");
     }
-    return DSQ_OK;
+    return dsq_x_check_experts(ex, "vLLM", d);
 }
 
 static int quantized_contains(const dsq_export *ex, const char *entry)

@@ -83,6 +83,15 @@ $X -q --format awq "$T/w8.dsq" "$T/r" 2>/dev/null; rc=$?
 [ -e "$T/r" ] && fail "refused ds-export wrote $T/r"
 $Q -q --scheme awq-w4a16 --group-size 64 --format compressed-tensors $M "$T/r" 2>/dev/null; rc=$?
 [ $rc = 2 ] || fail "ct with K %% G != 0: exit $rc, want 2"
+# vLLM loads a layer's routed experts as one FusedMoE with one quant method
+# (awq_marlin.py / compressed_tensors_moe.py), so one kept expert among
+# quantized ones cannot load
+for f in awq compressed-tensors; do
+    out=$($Q -q --scheme awq-w4a16 --group-size 0 --keep 'layers\.1\.mlp\.experts\.1\.' --format $f $M "$T/r" 2>&1); rc=$?
+    [ $rc = 2 ] || fail "$f with one kept routed expert: exit $rc, want 2"
+    echo "$out" | grep -q 'experts' || fail "$f with one kept routed expert: message does not name the experts"
+    [ -e "$T/r" ] && { fail "$f: refused export wrote $T/r"; rm -rf "$T/r"; }
+done
 $Q -q --scheme w8a8-dynamic --format nope $M "$T/r" 2>/dev/null; rc=$?
 [ $rc = 2 ] || fail "unknown --format: exit $rc, want 2"
 $X -q "$T/w8.dsq" "$T/r" 2>/dev/null; rc=$?
