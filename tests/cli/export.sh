@@ -6,7 +6,7 @@
 # no partial directory is left; FP8 sources lose their quantization_config
 # and weight_scale_inv; refusals exit 2 and write nothing; a corrupted .dsq
 # is refused by ds-export; --json summary. The tensor-level contract is
-# checked by tests/test_export.c.
+# checked by tests/test_export.c and, with python3, by tests/export_audit.py.
 set -u
 Q=${DSQ_QUANT:-./bin/ds-quant}
 X=${DSQ_EXPORT:-./bin/ds-export}
@@ -36,8 +36,17 @@ same() {
     (cd "$T/d" && sha256sum -c --quiet SHA256SUMS) || fail "$fmt $* ($model): sha256sum -c failed"
     ls -a "$T" | grep -q partial && fail "$fmt $*: partial directory left behind"
     grep -q '"weight_scale_inv\|_scale_inv"' "$T"/d/*.safetensors && fail "$fmt $*: weight_scale_inv exported"
+    # independent python reading of formats.md 1, 3-5 (tests/export_audit.py);
+    # --rtn: no calibration, so every weight is checked against the source
+    if [ -n "$PY" ]; then
+        rtn=--rtn
+        case " $* " in *" --calib "*) rtn="";; esac
+        $PY tests/export_audit.py "$fmt" "$model" "$T/d" $rtn || fail "$fmt $* ($model): tests/export_audit.py"
+    fi
     return 0
 }
+PY=$(command -v python3 || true)
+[ -n "$PY" ] || echo "export.sh: python3 absent, tests/export_audit.py checks skipped"
 
 same $M ascend --scheme w8a8-dynamic
 same $M ascend --recipe deepseek-w4a8 --shard-size 1M
