@@ -101,6 +101,11 @@ for f in awq compressed-tensors; do
     echo "$out" | grep -q 'experts' || fail "$f with one kept routed expert: message does not name the experts"
     [ -e "$T/r" ] && { fail "$f: refused export wrote $T/r"; rm -rf "$T/r"; }
 done
+# all routed experts kept: vLLM's awq_marlin skips a FusedMoE only when an
+# entry is a substring of its prefix "model.layers.L.mlp.experts"
+$Q -q --scheme awq-w4a16 --group-size 0 --keep 'mlp\.experts\.' --format awq $M "$T/r" || fail "awq with kept experts"
+grep -q '"model.layers.1.mlp.experts"' "$T/r/config.json" || fail "awq with kept experts: no modules_to_not_convert entry for the fused MoE"
+rm -rf "$T/r"
 $Q -q --scheme w8a8-dynamic --format nope $M "$T/r" 2>/dev/null; rc=$?
 [ $rc = 2 ] || fail "unknown --format: exit $rc, want 2"
 $X -q "$T/w8.dsq" "$T/r" 2>/dev/null; rc=$?
