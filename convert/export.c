@@ -131,6 +131,32 @@ long dsq_x_partner(const dsq_export *ex, size_t i)
     return -1;
 }
 
+int dsq_x_check_experts(const dsq_export *ex, const char *engine, dsq_diag *d)
+{
+    for (size_t i = 0; i < ex->nsrc; i++) {
+        const dsq_export_src *s = &ex->src[i];
+        if (s->role.role != DSQ_ROLE_EXPERT_LINEAR || s->role.mtp || ex->xs[i].drop) continue;
+        for (size_t k = 0; k < i; k++) {
+            const dsq_export_src *t = &ex->src[k];
+            if (t->role.role != DSQ_ROLE_EXPERT_LINEAR || t->role.mtp || ex->xs[k].drop ||
+                t->role.layer != s->role.layer)
+                continue;
+            const char *a = ex->xs[k].quantized ? (ex->xs[k].type ? ex->xs[k].type : "quantized") : "float";
+            const char *b = ex->xs[i].quantized ? (ex->xs[i].type ? ex->xs[i].type : "quantized") : "float";
+            int ga = ex->xs[k].quantized ? t->qshape.group_size : 0;
+            int gb = ex->xs[i].quantized ? s->qshape.group_size : 0;
+            if (strcmp(a, b) != 0 || ga != gb)
+                return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, s->name, -1,
+                                "routed experts of layer %lld differ (%s is %s, group %d; %s is %s, group %d): "
+                                "%s loads a layer's experts as one fused MoE with one scheme; convert or "
+                                "--keep all of them alike", (long long)s->role.layer, t->name, a, ga, s->name, b,
+                                gb, engine);
+            break;
+        }
+    }
+    return DSQ_OK;
+}
+
 int dsq_x_write_json(dsq_export *ex, const char *name, json_object *o, int pretty, dsq_diag *d)
 {
     int fl = JSON_C_TO_STRING_NOSLASHESCAPE | (pretty ? JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED

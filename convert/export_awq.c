@@ -66,7 +66,7 @@ static int check(dsq_export *ex, dsq_diag *d)
                             ex->xs[i].quantized ? "quantized" : "float", ex->src[j].name,
                             ex->xs[j].quantized ? "quantized" : "float");
     }
-    return DSQ_OK;
+    return dsq_x_check_experts(ex, "vLLM", d);
 }
 
 static int quantized_contains(const dsq_export *ex, const char *entry)
@@ -107,6 +107,16 @@ static int not_convert_list(dsq_export *ex, json_object *a, dsq_diag *d)
         char pat[256];
         snprintf(pat, sizeof pat, ".%s", leaf);
         int rc = quantized_contains(ex, pat) ? add_entry(ex, a, mod, d) : add_entry(ex, a, leaf, d);
+        /* vLLM builds a layer's routed experts into one FusedMoE and skips
+         * it only when an entry is a substring of "model.layers.L.mlp.experts"
+         * (awq_marlin.py get_quant_method); dsq_x_check_experts makes the
+         * layer's experts all float here. */
+        const char *ex_at = strstr(mod, ".mlp.experts.");
+        if (rc == DSQ_OK && s->role.role == DSQ_ROLE_EXPERT_LINEAR && ex_at) {
+            char moe[1200];
+            snprintf(moe, sizeof moe, "%.*s", (int)(ex_at - mod) + (int)strlen(".mlp.experts"), mod);
+            if (!quantized_contains(ex, moe)) rc = add_entry(ex, a, moe, d);
+        }
         /* vLLM checks a fused layer by its fused name. */
         long j = dsq_x_partner(ex, i);
         if (rc == DSQ_OK && j >= 0 && dot) {

@@ -98,7 +98,7 @@ static int check(dsq_export *ex, dsq_diag *d)
                             "fused pair differs: %s is %s but %s is %s; vLLM fuses them and wants one "
                             "scheme", ex->src[i].name, a, ex->src[j].name, b);
     }
-    return DSQ_OK;
+    return dsq_x_check_experts(ex, "vLLM", d);
 }
 
 static json_object *args(int bits, int sym, const char *strategy, int group, int dynamic, int act)

@@ -121,6 +121,12 @@ int dsq_x_is_linear(const dsq_export_src *s);
 /* Fused partner of a module ("q_a_proj" <-> "kv_a_proj_with_mqa",
  * "gate_proj" <-> "up_proj"): index of the partner's weight, or -1. */
 long dsq_x_partner(const dsq_export *ex, size_t i);
+/* Every routed expert of a layer (MTP and dropped ones aside) exported
+ * alike: all float or all quantized with one type and group size. vLLM
+ * builds one FusedMoE per layer with one quant method (awq_marlin.py,
+ * compressed_tensors_moe.py), so a mixed layer does not load. engine names
+ * the loader in the message. */
+int dsq_x_check_experts(const dsq_export *ex, const char *engine, dsq_diag *d);
 /* Serialize a json object into tmpdir/name (atomic). */
 int dsq_x_write_json(dsq_export *ex, const char *name, json_object *o, int pretty, dsq_diag *d);
 

@@ -2,6 +2,7 @@
  * (formats.md 4.2-4.5): W8A8_DYNAMIC -> w8a8-dynamic, W8A8 -> w8a8 (static
  * activations, bias from quant_bias), W4A8_DYNAMIC -> w4a8 per channel. */
 #include "export_read_internal.h"
+#include "dtype.h"
 #include "kernels.h"
 
 #include <math.h>
@@ -55,8 +56,19 @@ int dsq_xr_ascend_w8a8(const rd *r, qb *b, float **bias)
     snprintf(dn, sizeof dn, "%s.deq_scale", r->module);
     dq = dsq_st_find(r->st, dn);
     /* float32 for bf16 models, int64 holding the f32 bits widened from int32
-     * for fp16 models (utils/deqscale.py) */
-    DSQ_TRY(dsq_xr_need(r, "deq_scale", dq && dq->dtype == DSQ_DTYPE_I64 ? DSQ_DTYPE_I64 : DSQ_DTYPE_F32, r->N, -1, 0, &dq));
+     * for fp16 models (utils/deqscale.py); vllm-ascend allocates the one of
+     * the model's torch_dtype (m/w8a8_static.py:80-83) and would convert the
+     * other by value, so with a known torch_dtype only that one is read */
+    const char *tdt = dsq_export_torch_dtype(r->x);
+    enum dsq_dtype want = dq && dq->dtype == DSQ_DTYPE_I64 ? DSQ_DTYPE_I64 : DSQ_DTYPE_F32;
+    if (!strcmp(tdt, "bfloat16")) want = DSQ_DTYPE_F32;
+    else if (!strcmp(tdt, "float16")) want = DSQ_DTYPE_I64;
+    if (dq && dq->dtype != want)
+        return dsq_fail(r->d, DSQ_ERR_FORMAT, dsq_xr_file_of(r, dq), dn, (int64_t)dq->file_offset,
+                        "deq_scale is %s but config.json torch_dtype %s needs %s (float32 for bfloat16, int64 "
+                        "for float16 models; formats.md 4.3)", dsq_dtype_name(dq->dtype), tdt,
+                        want == DSQ_DTYPE_I64 ? "int64" : "float32");
+    DSQ_TRY(dsq_xr_need(r, "deq_scale", want, r->N, -1, 0, &dq));
     float in_s, in_o;
     float *tmp;
     DSQ_TRY(dsq_xr_floats(r, is, &tmp)); in_s = tmp[0]; free(tmp);

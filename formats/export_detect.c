@@ -44,6 +44,7 @@ struct dsq_export_info {
     desc_entry *desc;
     size_t n_desc;
     int ascend_group_size;
+    char torch_dtype[32];    /* config.json torch_dtype (or dtype), "" if absent */
     /* awq */
     int awq_group, awq_zero_point;
     matcher *skip;           /* AWQ modules_to_not_convert (substrings) / CT ignore */
@@ -185,6 +186,19 @@ static int parse_ascend(dsq_export_info *x, json_object *root, dsq_diag *d)
         if (!strcmp(x->desc[i].name, x->desc[i - 1].name))
             return dsq_fail(d, DSQ_ERR_FORMAT, x->file, x->desc[i].name, -1, "duplicate entry");
     return DSQ_OK;
+}
+
+const char *dsq_export_torch_dtype(const dsq_export_info *x) { return x ? x->torch_dtype : ""; }
+
+/* torch_dtype (newer transformers: dtype) of config.json; a missing or
+ * non-string value leaves it "" (the model loader reports a bad config). */
+static void take_torch_dtype(dsq_export_info *x, json_object *cfg)
+{
+    json_object *v = NULL;
+    if (!json_object_is_type(cfg, json_type_object)) return;
+    if ((json_object_object_get_ex(cfg, "torch_dtype", &v) && json_object_is_type(v, json_type_string)) ||
+        (json_object_object_get_ex(cfg, "dtype", &v) && json_object_is_type(v, json_type_string)))
+        snprintf(x->torch_dtype, sizeof x->torch_dtype, "%s", json_object_get_string(v));
 }
 
 const char *dsq_export_ascend_type(const dsq_export_info *x, const char *tensor)
@@ -388,6 +402,13 @@ int dsq_export_parse(const char *desc, size_t desc_len, const char *name_desc,
         snprintf(x->file, sizeof x->file, "%s", name_desc ? name_desc : DSQ_EXPORT_ASCEND_DESC);
         rc = parse_text(desc, desc_len, x->file, &root, d);
         if (rc == DSQ_OK) rc = parse_ascend(x, root, d);
+        if (rc == DSQ_OK && config) {
+            /* its torch_dtype fixes the static W8A8 deq_scale dtype (4.3) */
+            json_object *c = NULL;
+            rc = parse_text(config, config_len, name_cfg ? name_cfg : "config.json", &c, d);
+            if (rc == DSQ_OK) take_torch_dtype(x, c);
+            json_object_put(c);
+        }
     } else if (config) {
         snprintf(x->file, sizeof x->file, "%s", name_cfg ? name_cfg : "config.json");
         rc = parse_text(config, config_len, x->file, &root, d);
@@ -427,7 +448,7 @@ int dsq_export_detect(const char *dir, dsq_export_info **out, dsq_diag *d)
     size_t ld = 0, lc = 0;
     int rc = DSQ_OK;
     if (dsq_path_exists(pd)) rc = dsq_read_file(pd, EXPORT_JSON_MAX, &desc, &ld, d);
-    else if (dsq_path_exists(pc)) rc = dsq_read_file(pc, EXPORT_JSON_MAX, &cfg, &lc, d);
+    if (rc == DSQ_OK && dsq_path_exists(pc)) rc = dsq_read_file(pc, EXPORT_JSON_MAX, &cfg, &lc, d);
     if (rc == DSQ_OK && (desc || cfg)) rc = dsq_export_parse(desc, ld, pd, cfg, lc, pc, out, d);
     free(desc);
     free(cfg);

@@ -82,5 +82,7 @@ int  dsq_export_spec_of(const dsq_export_info *x, const char *module, dsq_export
 
 /* Ascend: the description type of a tensor name, or NULL. */
 const char *dsq_export_ascend_type(const dsq_export_info *x, const char *tensor);
+/* config.json's torch_dtype ("bfloat16", ...; "" when absent or unread). */
+const char *dsq_export_torch_dtype(const dsq_export_info *x);
 
 #endif

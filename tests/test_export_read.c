@@ -33,6 +33,10 @@ typedef struct fx {
     char *dir;
 } fx;
 
+/* config.json written next to an ascend description (its torch_dtype fixes
+ * the deq_scale dtype, formats.md 4.3) */
+static const char *g_ascend_cfg = "{}";
+
 static void fx_init(fx *f)
 {
     f->w = dsq_st_writer_create();
@@ -58,7 +62,7 @@ static int fx_read(fx *f, const char *json_name, const char *json, uint8_t **blo
     dsq_test_write(p, json, strlen(json));
     if (strcmp(json_name, "config.json")) {
         snprintf(p, sizeof p, "%s/config.json", f->dir);
-        dsq_test_write(p, "{}", 2);
+        dsq_test_write(p, g_ascend_cfg, strlen(g_ascend_cfg));
     }
     snprintf(p, sizeof p, "%s/model.safetensors", f->dir);
     dsq_diag_clear(d);
@@ -217,7 +221,9 @@ static void test_ascend_w8a8_static(void **st)
         size_t size;
         float *bias;
         dsq_diag d;
+        g_ascend_cfg = variant == 0 ? "{\"torch_dtype\": \"bfloat16\"}" : "{\"torch_dtype\": \"float16\"}";
         assert_int_equal(fx_read(&f, DSQ_EXPORT_ASCEND_DESC, ASC_W8, &blob, &size, &bias, &d), 1);
+        g_ascend_cfg = "{}";
         const dsq_qblob_header *h = (const dsq_qblob_header *)blob;
         assert_int_equal(h->scheme_id, DSQ_SCHEME_W8A8);
         assert_true(h->act_scale == in_s);
@@ -244,6 +250,20 @@ static void test_ascend_w8a8_static(void **st)
     add(&f, "deq_scale", DSQ_DTYPE_F32, 1, N, 0, deq);
     add(&f, "quant_bias", DSQ_DTYPE_I32, 1, N, 0, qb);
     expect_refused(&f, DSQ_EXPORT_ASCEND_DESC, ASC_W8, "input_offset", "whole number");
+    /* deq_scale dtype unlike the model's torch_dtype: vllm-ascend allocates
+     * float32 for bf16 and int64 for fp16 (m/w8a8_static.py:80-83) and would
+     * copy the other one in by value */
+    for (int variant = 0; variant < 2; variant++) {
+        ascend_w8dyn(&f, q, s, off);
+        add(&f, "input_scale", DSQ_DTYPE_F32, 1, 1, 0, &in_s);
+        add(&f, "input_offset", DSQ_DTYPE_F32, 1, 1, 0, &in_o);
+        if (variant == 0) add(&f, "deq_scale", DSQ_DTYPE_F32, 1, N, 0, deq);
+        else add(&f, "deq_scale", DSQ_DTYPE_I64, 1, N, 0, deq_i64);
+        add(&f, "quant_bias", DSQ_DTYPE_I32, 1, N, 0, qb);
+        g_ascend_cfg = variant == 0 ? "{\"torch_dtype\": \"float16\"}" : "{\"dtype\": \"bfloat16\"}";
+        expect_refused(&f, DSQ_EXPORT_ASCEND_DESC, ASC_W8, "deq_scale", variant == 0 ? "int64" : "float32");
+        g_ascend_cfg = "{}";
+    }
 }
 
 static const char *ASC_W4 = "{\"group_size\":0,\"" MOD ".weight\":\"W4A8_DYNAMIC\"}";

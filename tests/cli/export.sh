@@ -6,7 +6,7 @@
 # no partial directory is left; FP8 sources lose their quantization_config
 # and weight_scale_inv; refusals exit 2 and write nothing; a corrupted .dsq
 # is refused by ds-export; --json summary. The tensor-level contract is
-# checked by tests/test_export.c.
+# checked by tests/test_export.c and, with python3, by tests/export_audit.py.
 set -u
 Q=${DSQ_QUANT:-./bin/ds-quant}
 X=${DSQ_EXPORT:-./bin/ds-export}
@@ -36,8 +36,17 @@ same() {
     (cd "$T/d" && sha256sum -c --quiet SHA256SUMS) || fail "$fmt $* ($model): sha256sum -c failed"
     ls -a "$T" | grep -q partial && fail "$fmt $*: partial directory left behind"
     grep -q '"weight_scale_inv\|_scale_inv"' "$T"/d/*.safetensors && fail "$fmt $*: weight_scale_inv exported"
+    # independent python reading of formats.md 1, 3-5 (tests/export_audit.py);
+    # --rtn: no calibration, so every weight is checked against the source
+    if [ -n "$PY" ]; then
+        rtn=--rtn
+        case " $* " in *" --calib "*) rtn="";; esac
+        $PY tests/export_audit.py "$fmt" "$model" "$T/d" $rtn || fail "$fmt $* ($model): tests/export_audit.py"
+    fi
     return 0
 }
+PY=$(command -v python3 || true)
+[ -n "$PY" ] || echo "export.sh: python3 absent, tests/export_audit.py checks skipped"
 
 same $M ascend --scheme w8a8-dynamic
 same $M ascend --recipe deepseek-w4a8 --shard-size 1M
@@ -83,6 +92,20 @@ $X -q --format awq "$T/w8.dsq" "$T/r" 2>/dev/null; rc=$?
 [ -e "$T/r" ] && fail "refused ds-export wrote $T/r"
 $Q -q --scheme awq-w4a16 --group-size 64 --format compressed-tensors $M "$T/r" 2>/dev/null; rc=$?
 [ $rc = 2 ] || fail "ct with K %% G != 0: exit $rc, want 2"
+# vLLM loads a layer's routed experts as one FusedMoE with one quant method
+# (awq_marlin.py / compressed_tensors_moe.py), so one kept expert among
+# quantized ones cannot load
+for f in awq compressed-tensors; do
+    out=$($Q -q --scheme awq-w4a16 --group-size 0 --keep 'layers\.1\.mlp\.experts\.1\.' --format $f $M "$T/r" 2>&1); rc=$?
+    [ $rc = 2 ] || fail "$f with one kept routed expert: exit $rc, want 2"
+    echo "$out" | grep -q 'experts' || fail "$f with one kept routed expert: message does not name the experts"
+    [ -e "$T/r" ] && { fail "$f: refused export wrote $T/r"; rm -rf "$T/r"; }
+done
+# all routed experts kept: vLLM's awq_marlin skips a FusedMoE only when an
+# entry is a substring of its prefix "model.layers.L.mlp.experts"
+$Q -q --scheme awq-w4a16 --group-size 0 --keep 'mlp\.experts\.' --format awq $M "$T/r" || fail "awq with kept experts"
+grep -q '"model.layers.1.mlp.experts"' "$T/r/config.json" || fail "awq with kept experts: no modules_to_not_convert entry for the fused MoE"
+rm -rf "$T/r"
 $Q -q --scheme w8a8-dynamic --format nope $M "$T/r" 2>/dev/null; rc=$?
 [ $rc = 2 ] || fail "unknown --format: exit $rc, want 2"
 $X -q "$T/w8.dsq" "$T/r" 2>/dev/null; rc=$?
