@@ -29,13 +29,21 @@ static int plan(dsq_export *ex, size_t i, dsq_diag *d)
         return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, s->name, -1,
                         "AutoAWQ GEMM holds W4A16 weights only; this linear is %s: convert with "
                         "--scheme awq-w4a16 (or --format ascend / compressed-tensors)", s->scheme->name);
-    int64_t N = s->qshape.rows, K = s->qshape.cols, G = s->qshape.group_size ? s->qshape.group_size : K;
+    /* group_size -1 (per channel) is legal AutoAWQ (formats.md 3.1), but
+     * vLLM's AWQ loaders size their scales as in_features // group_size
+     * without mapping -1 (awq.py, awq_marlin.py AWQMoEMethod at
+     * vllm-project/vllm@0322f292): such an export would not load there. */
+    if (!s->qshape.group_size)
+        return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, s->name, -1,
+                        "per-channel AWQ (group_size -1) does not load in vLLM, whose AWQ loaders divide by "
+                        "the group size: convert with --group-size 64 or 128 (keep float, with --keep, a "
+                        "linear whose in_features it does not divide)");
+    int64_t N = s->qshape.rows, K = s->qshape.cols, G = s->qshape.group_size;
     if (K % G || N % 8)
         return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, s->name, -1,
                         "AutoAWQ GEMM needs in_features %% group_size == 0 and out_features %% 8 == 0 "
                         "(gemm.py:132-133); [%lld, %lld] with group size %lld does not fit: convert with a "
-                        "--group-size that divides %lld, --group-size 0 (per channel), or keep this "
-                        "linear float (--keep)", (long long)N, (long long)K, (long long)G, (long long)K);
+                        "--group-size that divides %lld, or keep this linear float (--keep)", (long long)N, (long long)K, (long long)G, (long long)K);
     int32_t cfg_g = s->qshape.group_size ? s->qshape.group_size : -1;
     if (ex->awq_group != -2 && ex->awq_group != cfg_g)
         return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, s->name, -1,

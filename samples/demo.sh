@@ -100,7 +100,7 @@ row "fp8 -> w8a8-dynamic"          fp8-w8a8   --scheme w8a8-dynamic $FP8
 # serving exports (README "Serving exports"), each read back by ds-eval from its directory
 xrow "w8a8-dynamic -> ascend"       x-ascend-w8a8 ascend w8a8-dyn
 row  "deepseek-w4a8 -> ascend"      x-ascend-w4a8 --recipe deepseek-w4a8 --format ascend $MODEL
-row  "awq-w4a16 g0 -> awq"          x-awq      --scheme awq-w4a16 --group-size 0 --format awq $MODEL
+row  "awq-w4a16 g64 -> awq"         x-awq      --scheme awq-w4a16 --group-size 64 --keep q_b_proj --format awq $MODEL
 xrow "w8a8-dynamic -> compr.-tens." x-ct-w8a8  compressed-tensors w8a8-dyn
 echo
 cat $OUT/results.md

@@ -475,8 +475,7 @@ static void test_round_trips(void **state)
         { "ascend", "w8a8-dynamic", NULL, 0, NULL, 0 },
         { "ascend", NULL, "deepseek-w4a8", 0, NULL, 0 },
         { "awq", "awq-w4a16", NULL, 64, "q_b_proj", 0 },
-        { "awq", "awq-w4a16", NULL, 0, NULL, 0 },
-        { "awq", "awq-w4a16", NULL, 0, "mlp\\.experts\\.", 0 },
+        { "awq", "awq-w4a16", NULL, 64, "q_b_proj|mlp\\.experts\\.", 0 },
         { "compressed-tensors", "awq-w4a16", NULL, 64, "q_b_proj", 0 },
         { "compressed-tensors", "w8a8-dynamic", NULL, 0, NULL, 0 },
         { "compressed-tensors", "w4a8", NULL, 0, NULL, 0 },
@@ -486,7 +485,7 @@ static void test_round_trips(void **state)
     if (dsq_path_exists("samples/data/calib.txt")) {
         static const xcase cal[] = {
             { "ascend", "w8a8", NULL, 0, NULL, 1 },
-            { "awq", "awq-w4a16", NULL, 0, NULL, 1 },
+            { "awq", "awq-w4a16", NULL, 64, "q_b_proj", 1 },
         };
         for (size_t i = 0; i < 2; i++) round_trip(&cal[i]);
     }
@@ -503,9 +502,10 @@ static void test_refusals(void **state)
         { { "ascend", NULL, "deepseek-w4a8", 64, NULL, 0 }, "--group-size 0" },
         { { "awq", "w8a8-dynamic", NULL, 0, NULL, 0 }, "awq-w4a16" },
         { { "awq", "awq-w4a16", NULL, 64, NULL, 0 }, "--group-size" },
+        { { "awq", "awq-w4a16", NULL, 0, NULL, 0 }, "per-channel AWQ" },
         { { "compressed-tensors", "awq-w4a16", NULL, 64, NULL, 0 }, "group size" },
         { { "ascend", "w8a8-dynamic", NULL, 0, "kv_a_proj_with_mqa", 0 }, "fused pair" },
-        { { "awq", "awq-w4a16", NULL, 0, "self_attn.q_a_proj", 0 }, "fused pair" },
+        { { "awq", "awq-w4a16", NULL, 64, "self_attn.q_a_proj|q_b_proj", 0 }, "fused pair" },
     };
     char dir[512];
     snprintf(dir, sizeof dir, "%s/refused", g_dir);
@@ -596,7 +596,7 @@ static void test_mtp(void **state)
     static const xcase cases[] = {
         { "ascend", NULL, "deepseek-w4a8", 0, NULL, 0 },
         { "ascend", "w8a8-dynamic", NULL, 0, NULL, 0 },
-        { "awq", "awq-w4a16", NULL, 0, NULL, 0 },
+        { "awq", "awq-w4a16", NULL, 64, "q_b_proj", 0 },
         { "compressed-tensors", "w8a8-dynamic", NULL, 0, NULL, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -654,7 +654,7 @@ static void test_streamed(void **state)
     static const xcase cases[] = {
         { "compressed-tensors", "w8a8-dynamic", NULL, 0, NULL, 0 },
         { "ascend", NULL, "deepseek-w4a8", 0, NULL, 0 },
-        { "awq", "awq-w4a16", NULL, 0, NULL, 0 },
+        { "awq", "awq-w4a16", NULL, 64, "q_b_proj", 0 },
         { "compressed-tensors", "awq-w4a16", NULL, 0, NULL, 0 },
     };
     char a[512], b[512];

@@ -66,7 +66,7 @@ if [ -f "$F8/config.json" ]; then
     grep -q quantization_config "$F8/config.json" || fail "fp8 sample lacks quantization_config (test premise)"
     same $F8 ascend --scheme w8a8-dynamic
     grep -q quantization_config "$T/d/config.json" && fail "ascend export of FP8 kept quantization_config"
-    same $F8 awq --scheme awq-w4a16 --group-size 0
+    same $F8 awq --scheme awq-w4a16 --group-size 64 --keep q_b_proj
     grep -q '"quant_method": "awq"' "$T/d/config.json" || fail "awq export of FP8: quant_method"
     grep -q '"fp8"' "$T/d/config.json" && fail "awq export of FP8 kept the fp8 config"
     same $F8 compressed-tensors --scheme w8a8-dynamic
@@ -96,14 +96,14 @@ $Q -q --scheme awq-w4a16 --group-size 64 --format compressed-tensors $M "$T/r" 2
 # (awq_marlin.py / compressed_tensors_moe.py), so one kept expert among
 # quantized ones cannot load
 for f in awq compressed-tensors; do
-    out=$($Q -q --scheme awq-w4a16 --group-size 0 --keep 'layers\.1\.mlp\.experts\.1\.' --format $f $M "$T/r" 2>&1); rc=$?
+    out=$($Q -q --scheme awq-w4a16 --group-size 64 --keep 'q_b_proj|layers\.1\.mlp\.experts\.1\.' --format $f $M "$T/r" 2>&1); rc=$?
     [ $rc = 2 ] || fail "$f with one kept routed expert: exit $rc, want 2"
     echo "$out" | grep -q 'experts' || fail "$f with one kept routed expert: message does not name the experts"
     [ -e "$T/r" ] && { fail "$f: refused export wrote $T/r"; rm -rf "$T/r"; }
 done
 # all routed experts kept: vLLM's awq_marlin skips a FusedMoE only when an
 # entry is a substring of its prefix "model.layers.L.mlp.experts"
-$Q -q --scheme awq-w4a16 --group-size 0 --keep 'mlp\.experts\.' --format awq $M "$T/r" || fail "awq with kept experts"
+$Q -q --scheme awq-w4a16 --group-size 64 --keep 'q_b_proj|mlp\.experts\.' --format awq $M "$T/r" || fail "awq with kept experts"
 grep -q '"model.layers.1.mlp.experts"' "$T/r/config.json" || fail "awq with kept experts: no modules_to_not_convert entry for the fused MoE"
 rm -rf "$T/r"
 $Q -q --scheme w8a8-dynamic --format nope $M "$T/r" 2>/dev/null; rc=$?
