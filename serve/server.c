@@ -3,6 +3,7 @@
 #include "server_internal.h"
 #include "container.h"
 #include "container_set.h"
+#include "model_tokenizer.h"
 #include "dsq_file.h"
 
 #include <json-c/json.h>
@@ -23,51 +24,11 @@ void dsq_server_opts_default(dsq_server_opts *o)
     o->lim.default_max_tokens = 16;
 }
 
-/* A metadata entry as JSON text (objects serialized, strings as they are). */
-static const char *meta_text(json_object *tok, const char *key, size_t *len)
-{
-    json_object *v = NULL;
-    if (!json_object_object_get_ex(tok, key, &v) || !v) return NULL;
-    if (json_object_is_type(v, json_type_string)) {
-        *len = (size_t)json_object_get_string_len(v);
-        return json_object_get_string(v);
-    }
-    return json_object_to_json_string_length(v, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, len);
-}
-
-/* The tokenizer ds-quant embeds in a .dsq ({"tokenizer": {"tokenizer.json":
- * .., "tokenizer_config.json": ..}}, formats.md); 1 loaded, 0 none. */
-static int embedded_tokenizer(const char *path, dsq_tokenizer **tok, dsq_diag *d)
-{
-    dsq_ctr_set *set = NULL;
-    DSQ_TRY(dsq_ctr_set_open(&set, path, d));
-    size_t ml = 0;
-    const char *meta = dsq_ctr_metadata(dsq_ctr_set_shard(set, 0), &ml);
-    json_tokener *tk = json_tokener_new_ex(64);
-    json_object *root = tk && ml <= INT32_MAX ? json_tokener_parse_ex(tk, meta, (int)ml) : NULL;
-    json_tokener_free(tk);
-    dsq_ctr_set_close(set);
-    if (!root) return dsq_fail(d, DSQ_ERR_FORMAT, path, NULL, -1, "cannot parse the metadata json");
-    json_object *t = NULL;
-    size_t jl = 0, cl = 0;
-    const char *js = NULL, *cs = NULL;
-    int rc = 0;
-    if (json_object_object_get_ex(root, "tokenizer", &t) && t && json_object_is_type(t, json_type_object))
-        js = meta_text(t, "tokenizer.json", &jl);
-    if (js) {
-        cs = meta_text(t, "tokenizer_config.json", &cl);
-        rc = dsq_tokenizer_load_json(tok, js, jl, cs, d);
-        if (rc == DSQ_OK) rc = 1;
-    }
-    json_object_put(root);
-    return rc;
-}
-
 static int load_tokenizer(const dsq_server_opts *o, dsq_tokenizer **tok, dsq_diag *d)
 {
     if (o->tokenizer_path) return dsq_tokenizer_load(tok, o->tokenizer_path, d);
     if (dsq_ctr_set_is_dsq(o->model_path)) {
-        int rc = embedded_tokenizer(o->model_path, tok, d);
+        int rc = dsq_tokenizer_from_dsq(o->model_path, tok, d);
         if (rc != 0) return rc < 0 ? rc : DSQ_OK;
     }
     char *dir;
