@@ -157,6 +157,97 @@ static void test_responses(void **st)
     assert_string_equal(msg, "Bad Gateway");
 }
 
+/* vLLM's prompt_logprobs: the request field, the id-keyed response parser,
+ * and the per-position top-k KLD, which must equal dsq_logp_compare's on a
+ * topk base when every base top-k token is served, and only fall below it
+ * when one is not. */
+static void test_prompt_topk(void **st)
+{
+    (void)st;
+    dsq_srv_params p;
+    char err[256], param[64];
+    assert_int_equal(parse("{\"prompt\": [1, 2], \"prompt_logprobs\": 5}", &p, err, param), DSQ_OK);
+    assert_int_equal(p.prompt_logprobs, 5);
+    dsq_srv_params_release(&p);
+    assert_int_equal(parse("{\"prompt\": [1, 2]}", &p, err, param), DSQ_OK);
+    assert_int_equal(p.prompt_logprobs, -1);
+    dsq_srv_params_release(&p);
+    assert_int_not_equal(parse("{\"prompt\": [1, 2], \"prompt_logprobs\": 2, \"stream\": true}", &p, err, param), DSQ_OK);
+    assert_string_equal(param, "prompt_logprobs");
+    assert_int_not_equal(parse("{\"prompt\": [1, 2], \"prompt_logprobs\": 21}", &p, err, param), DSQ_OK);
+    assert_int_not_equal(parse("{\"prompt\": [1, 2], \"prompt_logprobs\": \"3\"}", &p, err, param), DSQ_OK);
+
+    const int32_t prompt[3] = { 7, 3, 9 };
+    int32_t ids[3 * 3], top1[3];
+    double lps[3 * 3];
+    int n[3], have = -1;
+    const char *ok = "{\"choices\": [{\"text\": \"\", \"prompt_logprobs\": [null,"
+                     " {\"3\": {\"logprob\": -2.5, \"rank\": 4}, \"1\": {\"logprob\": -0.5, \"rank\": 1},"
+                     "  \"2\": {\"logprob\": -1.5, \"rank\": 2}},"
+                     " {\"9\": {\"logprob\": -0.25, \"rank\": 1}}]}]}";
+    assert_int_equal(dsq_ep_parse_prompt_topk(ok, strlen(ok), prompt, 3, 50, 3, ids, lps, n, top1, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 1);
+    assert_int_equal(n[1], 3);
+    assert_int_equal(n[2], 1);
+    assert_int_equal(top1[1], 1);
+    assert_int_equal(top1[2], 9);
+    assert_true(ids[3] == 3 && lps[3] == -2.5);
+    const char *plain = "{\"choices\": [{\"text\": \"\", \"logprobs\": {\"token_logprobs\": [null, -1, -2]}}]}";
+    assert_int_equal(dsq_ep_parse_prompt_topk(plain, strlen(plain), prompt, 3, 50, 3, ids, lps, n, top1, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 0);
+    const char *bad[] = {
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"4\": {\"logprob\": -1}}, {\"9\": {\"logprob\": -1}}]}]}", /* no prompt token */
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"3\": {\"logprob\": -1}, \"50\": {\"logprob\": -1}}, {\"9\": {\"logprob\": -1}}]}]}",
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"3\": {\"logprob\": 1}}, {\"9\": {\"logprob\": -1}}]}]}",
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"3\": {\"logprob\": -1}, \"x\": {\"logprob\": -1}}, {\"9\": {\"logprob\": -1}}]}]}",
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"3\": -1}, {\"9\": {\"logprob\": -1}}]}]}",
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"3\": {\"logprob\": -1}, \"1\": {\"logprob\": -1}, \"2\": {\"logprob\": -1},"
+        " \"4\": {\"logprob\": -1}}, {\"9\": {\"logprob\": -1}}]}]}",   /* more than cap */
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"3\": {\"logprob\": -1}}]}]}",                      /* short */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_int_equal(dsq_ep_parse_prompt_topk(bad[i], strlen(bad[i]), prompt, 3, 50, 3, ids, lps, n, top1, &have, NULL),
+                         DSQ_ERR_JSON);
+
+    enum { V = 50, K = 4 };
+    dsq_logp_info info = { .vocab = V, .encoding = DSQ_LOGP_TOPK, .top_k = K };
+    info.record_size = (uint32_t)dsq_logp_record_size(DSQ_LOGP_TOPK, V, K);
+    uint8_t *rec = malloc(info.record_size), scratch[V] = { 0 };
+    float base[V], q[V];
+    uint64_t s = 12345;
+    for (int row = 0; row < 20; row++) {
+        for (int i = 0; i < V; i++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            base[i] = (float)((double)(s >> 40) / (double)(1ULL << 24) * (row % 2 ? 8 : 3));
+            q[i] = base[i] + (float)(((s >> 20) & 1023) / 1024.0 - 0.5) * 0.7f;
+        }
+        assert_int_equal(dsq_logp_encode(&info, base, row % V, rec), DSQ_OK);
+        dsq_logp_cmp cmp;
+        assert_int_equal(dsq_logp_compare(&info, rec, q, row % V, scratch, &cmp), DSQ_OK);
+        double lse = dsq_log_sum_exp(q, V), sl[V], kl;
+        int32_t si[V];
+        int exact = 0;
+        for (int i = 0; i < V; i++) { si[i] = V - 1 - i; sl[i] = (double)q[V - 1 - i] - lse; }
+        assert_int_equal(dsq_ep_kl_topk(&info, rec, si, sl, V, &kl, &exact), 0);
+        assert_int_equal(exact, 1);
+        assert_true(fabs(kl - cmp.kld) <= 1e-9 * fabs(cmp.kld) + 1e-15);
+        /* drop the base's top-1 from the served list: merged into the tail, lower */
+        uint32_t t0;
+        memcpy(&t0, rec + 16, 4);
+        int m = 0;
+        for (int i = 0; i < V; i++) if ((uint32_t)si[i] != t0) { si[m] = si[i]; sl[m] = sl[i]; m++; }
+        double kl2;
+        assert_int_equal(dsq_ep_kl_topk(&info, rec, si, sl, m, &kl2, &exact), 0);
+        assert_int_equal(exact, 0);
+        assert_true(kl2 <= kl * (1 + 1e-12) + 1e-15);
+    }
+    memset(rec + 16, 0xff, 4); /* an id >= vocab */
+    double kl;
+    int exact;
+    assert_int_equal(dsq_ep_kl_topk(&info, rec, ids, lps, 0, &kl, &exact), -1);
+    free(rec);
+}
+
 static void test_journal(void **st)
 {
     (void)st;
@@ -224,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_request_ok),
         cmocka_unit_test(test_request_errors),
         cmocka_unit_test(test_responses),
+        cmocka_unit_test(test_prompt_topk),
         cmocka_unit_test(test_journal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
