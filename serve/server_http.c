@@ -175,7 +175,8 @@ static json_object *logprobs_obj(const dsq_server *s, const srv_job *j)
     return L;
 }
 
-/* vLLM's choices[].prompt_logprobs (serving_completion.py,
+/* vLLM's choices[].prompt_logprobs (vllm/entrypoints/openai/serving_completion.py
+ * at 00463e627b4cbe549b5e9815a2bdb0100ae88ea9,
  * request_output_to_completion_response; Logprob in vllm/logprobs.py):
  * [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...], one map
  * per prompt position holding the prompt token first, then the top k by
