@@ -3,6 +3,7 @@
 #include "endpoint.h"
 #include "http_client.h"
 
+#include <ctype.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <pthread.h>
@@ -307,10 +308,11 @@ struct ep_run {
     void *user;
     /* kld */
     const dsq_logp_reader *base;
+    const dsq_ep_vocab *vocab;  /* NULL: text-keyed answers keep the two-bucket bound */
     int req_k;
     double *kl;            /* [n_chunks * per_chunk] */
     signed char *top;      /* same top-1: 1, 0, or -1 unknown */
-    unsigned char *mode;   /* 0 two buckets, 1 top-k, 2 top-k with every base top-k token served */
+    unsigned char *mode;   /* 0 two buckets, 1 top-k, 2 top-k with every base top-k token served; +2 text-keyed */
     /* ppl */
     const dsq_ppl_plan *plan;
     const int32_t *tokens;
@@ -562,7 +564,8 @@ static int kld_task(ep_run *r, dsq_http *h, size_t c, dsq_diag *d)
         json_object_object_add(b, "max_tokens", json_object_new_int(1));
         json_object_object_add(b, "temperature", json_object_new_double(0));
         json_object_object_add(b, "echo", json_object_new_boolean(1));
-        json_object_object_add(b, "logprobs", json_object_new_int(1));
+        /* 5: OpenAI's cap for the legacy completions API, enough for the text-keyed fallback */
+        json_object_object_add(b, "logprobs", json_object_new_int(r->vocab ? 5 : 1));
         json_object_object_add(b, "prompt_logprobs", json_object_new_int(r->req_k));
         size_t bl;
         const char *body = json_object_to_json_string_length(b, JSON_C_TO_STRING_PLAIN, &bl);
@@ -571,6 +574,11 @@ static int kld_task(ep_run *r, dsq_http *h, size_t c, dsq_diag *d)
     }
     if (rc == DSQ_OK)
         rc = dsq_ep_parse_prompt_topk(resp, rl, win, p->n_ctx, info->vocab, cap, ids, lps, cnt, top1, &have, d);
+    int text = 0;
+    if (rc == DSQ_OK && !have && r->vocab) {
+        rc = dsq_ep_parse_prompt_texttopk(resp, rl, win, p->n_ctx, r->vocab, cap, ids, lps, cnt, top1, &have, d);
+        text = have;
+    }
     if (rc == DSQ_OK && !have) rc = dsq_ep_parse_prompt_logprobs(resp, rl, win, p->n_ctx, lp, d);
     free(resp);
     for (size_t j = 0; j < p->per_chunk && rc == DSQ_OK; j++) {
@@ -595,7 +603,7 @@ static int kld_task(ep_run *r, dsq_http *h, size_t c, dsq_diag *d)
         }
         r->kl[at] = have || kl > 0 ? kl : 0; /* top-k: unclamped, as dsq_kld_run */
         r->nll[at] = -lq;
-        r->mode[at] = (unsigned char)(have ? 1 + exact : 0);
+        r->mode[at] = (unsigned char)(have ? 1 + exact + 2 * text : 0);
     }
     if (rc == DSQ_OK) {
         pthread_mutex_lock(&r->mu);
@@ -610,8 +618,8 @@ static int kld_task(ep_run *r, dsq_http *h, size_t c, dsq_diag *d)
 }
 
 int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp_reader *base,
-                   int top_k, const dsq_eval_hooks *h, dsq_kld_result *res, dsq_ep_kld_info *info,
-                   dsq_diag *d)
+                   int top_k, const dsq_ep_vocab *vocab, const dsq_eval_hooks *h, dsq_kld_result *res,
+                   dsq_ep_kld_info *info, dsq_diag *d)
 {
     memset(res, 0, sizeof *res);
     memset(info, 0, sizeof *info);
@@ -627,7 +635,7 @@ int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp
     }
     info->requested_k = k;
     ep_run r = { .o = o, .model = model, .task = kld_task, .n = p.n_chunks, .plan = &p, .base = base,
-                 .req_k = k, .h = h };
+                 .vocab = vocab, .req_k = k, .h = h };
     r.nll = malloc(n * sizeof *r.nll);
     r.kl = malloc(n * sizeof *r.kl);
     r.top = malloc(n);
@@ -649,7 +657,8 @@ int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp
             s_diff2 += df * df;
             s_dp2 += dp * dp;
             info->topk_positions += r.mode[i] > 0;
-            info->exact_positions += r.mode[i] == 2;
+            info->exact_positions += r.mode[i] == 2 || r.mode[i] == 4;
+            info->text_positions += r.mode[i] >= 3;
             if (r.top[i] >= 0) { info->same_top_count++; s_top += r.top[i]; }
         }
         double c = (double)n;
@@ -682,5 +691,129 @@ int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp
     }
     free(r.nll); free(r.kl); free(r.top); free(r.mode);
     free(klds);
+    return rc;
+}
+
+/* ---- text-keyed top_logprobs ----------------------------------------------------------- */
+
+typedef struct vocab_ent { const char *s; size_t len; int32_t id; } vocab_ent;
+
+struct dsq_ep_vocab {
+    char **text;          /* [n] each id decoded alone */
+    size_t *len;
+    vocab_ent *by_text;   /* sorted by (len, bytes); id -2 where ambiguous */
+    size_t n;
+};
+
+static int ent_cmp(const void *a, const void *b)
+{
+    const vocab_ent *x = a, *y = b;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return memcmp(x->s, y->s, x->len);
+}
+
+void dsq_ep_vocab_free(dsq_ep_vocab *v)
+{
+    if (!v) return;
+    for (size_t i = 0; v->text && i < v->n; i++) free(v->text[i]);
+    free(v->text);
+    free(v->len);
+    free(v->by_text);
+    free(v);
+}
+
+int dsq_ep_vocab_build(dsq_ep_vocab **out, const dsq_tokenizer *t, dsq_diag *d)
+{
+    *out = NULL;
+    size_t n = dsq_tokenizer_vocab_size(t);
+    dsq_ep_vocab *v = calloc(1, sizeof *v);
+    if (v) { v->n = n; v->text = calloc(n ? n : 1, sizeof *v->text); v->len = calloc(n ? n : 1, sizeof *v->len);
+             v->by_text = calloc(n ? n : 1, sizeof *v->by_text); }
+    if (!v || !v->text || !v->len || !v->by_text) { dsq_ep_vocab_free(v); return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory"); }
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = (int32_t)i;
+        if (dsq_tokenizer_decode(t, &id, 1, 0, &v->text[i], &v->len[i]) < 0 || !v->text[i]) {
+            free(v->text[i]);
+            v->text[i] = strdup(""); /* an id without text: never matched (ambiguous with the others) */
+            v->len[i] = 0;
+            if (!v->text[i]) { dsq_ep_vocab_free(v); return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory"); }
+        }
+        v->by_text[i] = (vocab_ent){ v->text[i], v->len[i], id };
+    }
+    qsort(v->by_text, n, sizeof *v->by_text, ent_cmp);
+    for (size_t i = 0; i + 1 < n; i++)
+        if (!ent_cmp(&v->by_text[i], &v->by_text[i + 1])) v->by_text[i].id = v->by_text[i + 1].id = -2;
+    *out = v;
+    return DSQ_OK;
+}
+
+int32_t dsq_ep_vocab_lookup(const dsq_ep_vocab *v, const char *s, size_t len)
+{
+    if (len > 9 && !memcmp(s, "token_id:", 9)) {
+        char *end;
+        long id = strtol(s + 9, &end, 10);
+        return end == s + len && id >= 0 && (size_t)id < v->n && isdigit((unsigned char)s[9]) ? (int32_t)id : -1;
+    }
+    vocab_ent key = { s, len, 0 };
+    const vocab_ent *e = bsearch(&key, v->by_text, v->n, sizeof key, ent_cmp);
+    return e ? e->id : -1;
+}
+
+int dsq_ep_parse_prompt_texttopk(const char *body, size_t len, const int32_t *prompt, size_t n_prompt,
+                                 const dsq_ep_vocab *v, int cap, int32_t *ids, double *lps, int *n,
+                                 int32_t *top1, int *have, dsq_diag *d)
+{
+    *have = 0;
+    json_object *o = parse_obj(body, len, "completion", d), *ch, *L, *toks, *tl, *tops;
+    if (!o) return DSQ_ERR_JSON;
+    int rc = DSQ_OK;
+    if (!(ch = first_choice(o, d))) rc = DSQ_ERR_JSON;
+    else if (!json_object_object_get_ex(ch, "logprobs", &L) || !json_object_is_type(L, json_type_object) ||
+             !json_object_object_get_ex(L, "tokens", &toks) || !json_object_is_type(toks, json_type_array) ||
+             !json_object_object_get_ex(L, "token_logprobs", &tl) || !json_object_is_type(tl, json_type_array) ||
+             !json_object_object_get_ex(L, "top_logprobs", &tops) || !json_object_is_type(tops, json_type_array) ||
+             json_object_array_length(toks) < n_prompt || json_object_array_length(tl) < n_prompt ||
+             json_object_array_length(tops) < n_prompt) {
+        json_object_put(o);
+        return DSQ_OK; /* nothing to map: the two-bucket bound */
+    }
+    int agree = 1;
+    for (size_t i = 1; i < n_prompt && agree; i++) {
+        json_object *t = json_object_array_get_idx(toks, i);
+        size_t id = (size_t)prompt[i];
+        agree = id < v->n && json_object_is_type(t, json_type_string) &&
+                (size_t)json_object_get_string_len(t) == v->len[id] && !memcmp(json_object_get_string(t), v->text[id], v->len[id]);
+    }
+    for (size_t i = 1; i < n_prompt && agree && rc == DSQ_OK; i++) {
+        json_object *e = json_object_array_get_idx(tops, i);
+        double lq, best = -INFINITY;
+        if (!num(json_object_array_get_idx(tl, i), &lq)) {
+            rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "token_logprobs[%zu] is not a log-prob", i);
+            break;
+        }
+        int k = 0;
+        ids[i * (size_t)cap] = prompt[i];
+        lps[i * (size_t)cap] = lq > 0 ? 0 : lq;
+        k = 1;
+        top1[i] = -1;
+        if (!json_object_is_type(e, json_type_object)) { n[i] = k; continue; }
+        json_object_object_foreach(e, key, val) {
+            double lp;
+            if (!num(val, &lp)) {
+                rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "top_logprobs[%zu]: a value is not a log-prob", i);
+                break;
+            }
+            int32_t id = dsq_ep_vocab_lookup(v, key, strlen(key));
+            if (lp > best) { best = lp; top1[i] = id >= 0 ? id : -1; }
+            if (id < 0 || id == prompt[i] || k == cap) continue;
+            ids[i * (size_t)cap + (size_t)k] = id;
+            lps[i * (size_t)cap + (size_t)k] = lp > 0 ? 0 : lp;
+            k++;
+        }
+        if (best < lq) top1[i] = -1; /* the top list left out a likelier prompt token: not a top list */
+        n[i] = k;
+    }
+    json_object_put(o);
+    if (rc == DSQ_OK) *have = agree;
     return rc;
 }

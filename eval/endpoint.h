@@ -18,6 +18,7 @@
 #include "dsq_error.h"
 #include "eval_metrics.h"
 #include "gsm8k.h"
+#include "tokenizer.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -63,6 +64,26 @@ int  dsq_ep_parse_prompt_logprobs(const char *body, size_t len, const int32_t *p
 int  dsq_ep_parse_prompt_topk(const char *body, size_t len, const int32_t *prompt, size_t n_prompt,
                               size_t vocab, int cap, int32_t *ids, double *lps, int *n, int32_t *top1,
                               int *have, dsq_diag *d);
+/* Token text -> id for text-keyed top_logprobs: each id decoded alone
+ * (dsq_tokenizer_decode, as ds-serve and vLLM's decoded_token spell it);
+ * a text that several ids decode to is ambiguous and maps to nothing. */
+typedef struct dsq_ep_vocab dsq_ep_vocab;
+int     dsq_ep_vocab_build(dsq_ep_vocab **v, const dsq_tokenizer *t, dsq_diag *d);
+void    dsq_ep_vocab_free(dsq_ep_vocab *v);
+/* The id, -1 when no id decodes to s, -2 when several do. "token_id:N"
+ * (vLLM's --return-tokens-as-token-ids) is id N. */
+int32_t dsq_ep_vocab_lookup(const dsq_ep_vocab *v, const char *s, size_t len);
+
+/* The OpenAI echo form's choices[0].logprobs.top_logprobs mapped to ids
+ * with v, into the same arrays as dsq_ep_parse_prompt_topk (the prompt
+ * token first, from token_logprobs; then each unambiguous key; top1[i] the
+ * id of the largest entry when its key maps, else -1). *have is 1 only when
+ * logprobs.tokens spells every prompt token exactly as v decodes it (the
+ * check that server and tokenizer agree on spelling; otherwise the caller
+ * keeps the two-bucket bound). */
+int  dsq_ep_parse_prompt_texttopk(const char *body, size_t len, const int32_t *prompt, size_t n_prompt,
+                                  const dsq_ep_vocab *v, int cap, int32_t *ids, double *lps, int *n,
+                                  int32_t *top1, int *have, dsq_diag *d);
 /* The "error.message" of an OpenAI error body, or a prefix of the body. */
 void dsq_ep_error_text(const char *body, size_t len, char *out, size_t n);
 
@@ -109,11 +130,16 @@ int dsq_ep_ppl_run(const dsq_endpoint_opts *o, const char *model, const dsq_ppl_
  *    log-sum inequality only lowers the value. same_top is the fraction of
  *    positions where the served rank-1 id is the base's top-1, over the
  *    positions where the server named its rank 1 (same_top_count).
- *  - text-keyed only (plain OpenAI top_logprobs): the strings are not
- *    mapped back to ids (a token's text is not unique: byte-fallback and
- *    merged pieces decode alike), so the vocabulary is merged into two
- *    buckets, {target} and the rest: a much looser lower bound, zero exactly
- *    when the two agree on every target probability; same_top is NaN.
+ *  - text-keyed only (plain OpenAI top_logprobs, logprobs = 5 asked): with
+ *    vocab (built from the served model's tokenizer) the keys are mapped
+ *    back to ids where the text is unambiguous (one id decodes to it;
+ *    dsq_ep_vocab_lookup), for windows whose echoed tokens the server
+ *    spells exactly as the tokenizer decodes them; ambiguous keys join the
+ *    tail bucket, and the same top-k formula applies (text_positions).
+ *  - otherwise (no vocab, or spellings that disagree) the vocabulary is
+ *    merged into two buckets, {target} and the rest: a much looser lower
+ *    bound, zero exactly when the two agree on every target probability;
+ *    same_top is NaN.
  * Either way the KLD reported is a LOWER BOUND of KL(base || served); PPL,
  * PPL ratio, ln ratio and RMS dp are exact. The base's data hash is
  * verified first. */
@@ -128,13 +154,14 @@ int dsq_ep_kl_topk(const dsq_logp_info *info, const uint8_t *rec, const int32_t 
 typedef struct dsq_ep_kld_info {
     uint64_t topk_positions;   /* positions computed from id-keyed top-k */
     uint64_t exact_positions;  /* ... with every base top-k token served */
+    uint64_t text_positions;   /* ... of which mapped from text-keyed top_logprobs */
     uint64_t same_top_count;   /* positions whose served top-1 is known */
     int requested_k;
 } dsq_ep_kld_info;
 
 int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp_reader *base,
-                   int top_k, const dsq_eval_hooks *h, dsq_kld_result *r, dsq_ep_kld_info *info,
-                   dsq_diag *d);
+                   int top_k, const dsq_ep_vocab *vocab, const dsq_eval_hooks *h, dsq_kld_result *r,
+                   dsq_ep_kld_info *info, dsq_diag *d);
 
 /* ---- gsm8k journal (--out) ---------------------------------------------------------
  *

@@ -248,6 +248,62 @@ static void test_prompt_topk(void **st)
     free(rec);
 }
 
+/* Text-keyed top_logprobs mapped back to ids through the tokenizer: only
+ * unambiguous texts, "token_id:N", and only when the server spells the
+ * prompt tokens as the tokenizer decodes them. */
+static void test_text_topk(void **st)
+{
+    (void)st;
+    dsq_tokenizer *tok = NULL;
+    if (dsq_tokenizer_load(&tok, "samples/tiny-dsv3", NULL) < 0) {
+        fprintf(stderr, "skip: samples/tiny-dsv3 tokenizer absent (samples/make_samples.sh)\n");
+        return;
+    }
+    dsq_ep_vocab *v = NULL;
+    assert_int_equal(dsq_ep_vocab_build(&v, tok, NULL), DSQ_OK);
+    int32_t u[4];
+    int nu = 0;
+    char *txt[4];
+    for (int32_t id = 100; id < (int32_t)dsq_tokenizer_vocab_size(tok) && nu < 4; id++) {
+        char *t = NULL;
+        size_t l = 0;
+        assert_int_equal(dsq_tokenizer_decode(tok, &id, 1, 0, &t, &l), DSQ_OK);
+        int ok = l > 0 && strlen(t) == l && !strchr(t, '"') && !strchr(t, '\\') && (unsigned char)t[0] >= 32;
+        for (size_t i = 0; ok && i < l; i++) ok = (unsigned char)t[i] >= 32 && (unsigned char)t[i] < 127;
+        if (ok && dsq_ep_vocab_lookup(v, t, l) == id) { u[nu] = id; txt[nu] = t; nu++; }
+        else free(t);
+    }
+    assert_int_equal(nu, 4);
+    assert_int_equal(dsq_ep_vocab_lookup(v, "token_id:7", 10), 7);
+    assert_int_equal(dsq_ep_vocab_lookup(v, "token_id:x", 10), -1);
+    assert_int_equal(dsq_ep_vocab_lookup(v, "\x01\x02never a token\x03", 18), -1);
+    const int32_t prompt[3] = { u[0], u[1], u[2] };
+    char body[2048];
+    snprintf(body, sizeof body, "{\"choices\": [{\"text\": \"\", \"logprobs\": {\"tokens\": [\"%s\", \"%s\", \"%s\"],"
+             " \"token_logprobs\": [null, -0.5, -2.0], \"top_logprobs\": [null, {\"%s\": -0.5, \"token_id:9\": -1.5},"
+             " {\"%s\": -0.25, \"%s\": -2.0}]}}]}", txt[0], txt[1], txt[2], txt[1], txt[3], txt[2]);
+    int32_t ids[3 * 4], top1[3];
+    double lps[3 * 4];
+    int n[3], have = -1;
+    assert_int_equal(dsq_ep_parse_prompt_texttopk(body, strlen(body), prompt, 3, v, 4, ids, lps, n, top1, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 1);
+    assert_int_equal(n[1], 2);                       /* the prompt token, then token_id:9 */
+    assert_true(ids[4] == u[1] && lps[4] == -0.5 && ids[5] == 9 && lps[5] == -1.5);
+    assert_int_equal(top1[1], u[1]);
+    assert_int_equal(n[2], 2);
+    assert_true(ids[8] == u[2] && ids[9] == u[3] && lps[9] == -0.25);
+    assert_int_equal(top1[2], u[3]);
+    /* a server that spells a prompt token otherwise: no mapping at all */
+    snprintf(body, sizeof body, "{\"choices\": [{\"text\": \"\", \"logprobs\": {\"tokens\": [\"%s\", \"%sX\", \"%s\"],"
+             " \"token_logprobs\": [null, -0.5, -2.0], \"top_logprobs\": [null, {\"%s\": -0.5}, {\"%s\": -2.0}]}}]}",
+             txt[0], txt[1], txt[2], txt[1], txt[2]);
+    assert_int_equal(dsq_ep_parse_prompt_texttopk(body, strlen(body), prompt, 3, v, 4, ids, lps, n, top1, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 0);
+    for (int i = 0; i < 4; i++) free(txt[i]);
+    dsq_ep_vocab_free(v);
+    dsq_tokenizer_free(tok);
+}
+
 static void test_journal(void **st)
 {
     (void)st;
@@ -316,6 +372,7 @@ int main(void)
         cmocka_unit_test(test_request_errors),
         cmocka_unit_test(test_responses),
         cmocka_unit_test(test_prompt_topk),
+        cmocka_unit_test(test_text_topk),
         cmocka_unit_test(test_journal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

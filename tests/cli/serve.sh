@@ -261,6 +261,8 @@ if [ -f $M8/config.json ]; then
   M=$M8 start_server || exit 1
   $EVAL kld --endpoint "$URL" --base "$T/base.logp" --json >"$T/ekld.json" 2>"$T/err" || fail "kld --endpoint: $(head -c 300 "$T/err")"
   $EVAL kld --endpoint "$URL" --base "$T/topk.logp" --json >"$T/etk.json" 2>"$T/err" || fail "kld --endpoint topk: $(head -c 300 "$T/err")"
+  # with --tokenizer (text-keyed fallback available) the id-keyed answer still wins: the same figure
+  $EVAL kld --endpoint "$URL" --base "$T/topk.logp" --tokenizer $M8 --json >"$T/etk2.json" 2>"$T/err" || fail "kld --endpoint --tokenizer: $(head -c 300 "$T/err")"
   # the vLLM response shape: position 0 null, then {"<id>": {logprob, rank, decoded_token}}
   curl -s -m 30 -H 'Content-Type: application/json' -d '{"prompt":[1,2,3],"max_tokens":1,"temperature":0,"prompt_logprobs":2}' \
     "$URL/completions" >"$T/plp.json"
@@ -290,6 +292,7 @@ if [ -f $M8/config.json ]; then
     awk -v a="$a" -v b="$b" -v t="${f#*:}" 'BEGIN { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; exit !(a != "" && d <= t * m) }' ||
       fail "kld --endpoint (topk base) ${f%%:*} $b != local $a"
   done
+  [ "$(num kld_mean "$T/etk2.json")" = "$(num kld_mean "$T/etk.json")" ] || fail "kld --endpoint --tokenizer changed the id-keyed figure"
   tk=$(num kld_mean "$T/etk.json")
   awk -v l="$lk" -v e="$tk" 'BEGIN { exit !(l > 0 && e > 0 && e <= l * 1.0001) }' || fail "kld --endpoint topk $tk is above the full KLD $lk"
 fi
