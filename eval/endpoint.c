@@ -3,6 +3,7 @@
 #include "endpoint.h"
 #include "http_client.h"
 
+#include <ctype.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <pthread.h>
@@ -159,6 +160,66 @@ int dsq_ep_parse_prompt_logprobs(const char *body, size_t len, const int32_t *pr
     return rc;
 }
 
+int dsq_ep_parse_prompt_topk(const char *body, size_t len, const int32_t *prompt, size_t n_prompt,
+                             size_t vocab, int cap, int32_t *ids, double *lps, int *n, int32_t *top1,
+                             int *have, dsq_diag *d)
+{
+    *have = 0;
+    json_object *o = parse_obj(body, len, "completion", d), *ch, *arr;
+    if (!o) return DSQ_ERR_JSON;
+    int rc = DSQ_OK;
+    if (!(ch = first_choice(o, d))) rc = DSQ_ERR_JSON;
+    else if (!json_object_object_get_ex(ch, "prompt_logprobs", &arr) || !json_object_is_type(arr, json_type_array)) {
+        json_object_put(o);
+        return DSQ_OK; /* not vLLM-style: the caller uses token_logprobs */
+    } else if (json_object_array_length(arr) < n_prompt) {
+        rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "prompt_logprobs has %zu entries for %zu prompt tokens",
+                      json_object_array_length(arr), n_prompt);
+    }
+    for (size_t i = 1; i < n_prompt && rc == DSQ_OK; i++) {
+        json_object *e = json_object_array_get_idx(arr, i);
+        int k = 0, seen = 0;
+        top1[i] = -1;
+        if (!json_object_is_type(e, json_type_object)) {
+            rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "prompt_logprobs[%zu] is not an object", i);
+            break;
+        }
+        json_object_object_foreach(e, key, val) {
+            char *end;
+            long id = strtol(key, &end, 10);
+            json_object *v, *rk;
+            double lp;
+            if (!key[0] || *end || id < 0 || (size_t)id >= vocab) {
+                rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "prompt_logprobs[%zu]: key '%.20s' is not a token id "
+                              "below %zu", i, key, vocab);
+                break;
+            }
+            if (!json_object_is_type(val, json_type_object) || !json_object_object_get_ex(val, "logprob", &v) || !num(v, &lp)) {
+                rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "prompt_logprobs[%zu][%ld] has no log-prob", i, id);
+                break;
+            }
+            if (k == cap) {
+                rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "prompt_logprobs[%zu] has more than the %d entries asked for",
+                              i, cap);
+                break;
+            }
+            ids[i * (size_t)cap + (size_t)k] = (int32_t)id;
+            lps[i * (size_t)cap + (size_t)k] = lp > 0 ? 0 : lp;
+            k++;
+            seen |= id == prompt[i];
+            if (json_object_object_get_ex(val, "rank", &rk) && json_object_is_type(rk, json_type_int) &&
+                json_object_get_int64(rk) == 1 && top1[i] < 0)
+                top1[i] = (int32_t)id;
+        }
+        if (rc == DSQ_OK && !seen)
+            rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "prompt_logprobs[%zu] has no log-prob for token %d", i, (int)prompt[i]);
+        n[i] = k;
+    }
+    json_object_put(o);
+    if (rc == DSQ_OK) *have = 1;
+    return rc;
+}
+
 /* ---- requests --------------------------------------------------------------------------- */
 
 static int make_http(const dsq_endpoint_opts *o, dsq_http **h, dsq_diag *d)
@@ -245,6 +306,13 @@ struct ep_run {
     size_t n_stops;
     dsq_ep_done_fn done;
     void *user;
+    /* kld */
+    const dsq_logp_reader *base;
+    const dsq_ep_vocab *vocab;  /* NULL: text-keyed answers keep the two-bucket bound */
+    int req_k;
+    double *kl;            /* [n_chunks * per_chunk] */
+    signed char *top;      /* same top-1: 1, 0, or -1 unknown */
+    unsigned char *mode;   /* 0 two buckets, 1 top-k, 2 top-k with every base top-k token served; +2 text-keyed */
     /* ppl */
     const dsq_ppl_plan *plan;
     const int32_t *tokens;
@@ -418,45 +486,181 @@ static int cmp_flt(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+
+static float rec_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
+static uint32_t rec_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+/* Two buckets, {target} and the rest (endpoint.h): the bound left when the
+ * server names its alternatives by text only. */
+static double kl_two_bucket(double lp, double lq)
+{
+    double pt = exp(lp), kl = pt * (lp - lq);
+    if (pt < 1) {
+        double lpr = log1mexp(lp), lqr = lq < 0 ? log1mexp(lq) : -690.8; /* served rest mass 0: clamp at 1e-300 */
+        kl += exp(lpr) * (lpr - lqr);
+    }
+    return kl;
+}
+
+/* (endpoint.h) */
+int dsq_ep_kl_topk(const dsq_logp_info *info, const uint8_t *rec, const int32_t *ids, const double *lps, int n,
+                   double *out, int *exact)
+{
+    int K = (int)info->top_k;
+    const uint8_t *kp = rec + 16;
+    float tail_lp = rec_f32(rec + 4);
+    if (isnan(tail_lp) || tail_lp > 0) return -1;
+    double A = 0, S = 0, Sk = 0, Su = 0, Qk = 0;
+    for (int i = 0; i < K; i++) {
+        uint32_t id = rec_u32(kp + 8 * i);
+        double lp = rec_f32(kp + 8 * i + 4), p = exp(lp);
+        if (id >= info->vocab || isnan(lp)) return -1;
+        int at = -1;
+        for (int m = 0; m < n && at < 0; m++) if ((uint32_t)ids[m] == id) at = m;
+        S += p;
+        if (at >= 0) { A += p * (lp - lps[at]); Sk += p; Qk += exp(lps[at]); }
+        else Su += p;
+    }
+    *exact = Su == 0;
+    if (info->encoding == DSQ_LOGP_U16) {
+        /* u16: tail_lp is the mass below the codes, not outside the top-k;
+         * the coded tokens are not served, so everything outside the top-k
+         * is one bucket (still a lower bound) */
+        tail_lp = S < 1 ? (float)log1p(-S) : -INFINITY;
+    }
+    /* rescale the base top-k to sum to 1 - P_T, exactly as dsq_logp_compare:
+     * sum over the known ones of r p (lp + log r - lq) = r A + r Sk log r */
+    double pt = isfinite(tail_lp) ? exp((double)tail_lp) : 0, r = 1, kl = A;
+    if (S > 0 && pt < 1) {
+        r = (1 - pt) / S;
+        kl = r * A + r * Sk * log(r);
+    }
+    double PT = pt + r * Su, logPT = Su == 0 || PT <= 0 ? (double)tail_lp : log(PT);
+    if (PT > 0) {
+        double QT = 1 - Qk, logQT = QT > 0 ? log(QT) : -690.8; /* served mass outside: clamp at 1e-300 */
+        kl += PT * (logPT - logQT);
+    }
+    *out = kl;
+    return 0;
+}
+
+static int kld_task(ep_run *r, dsq_http *h, size_t c, dsq_diag *d)
+{
+    const dsq_ppl_plan *p = r->plan;
+    const dsq_logp_info *info = &r->base->info;
+    int cap = r->req_k + 1; /* vLLM: the top k plus the prompt token */
+    const int32_t *win = r->base->tokens + c * p->n_ctx;
+    double *lp = malloc(p->n_ctx * sizeof *lp), *lps = malloc(p->n_ctx * (size_t)cap * sizeof *lps);
+    int32_t *ids = malloc(p->n_ctx * (size_t)cap * sizeof *ids), *top1 = malloc(p->n_ctx * sizeof *top1);
+    int *cnt = malloc(p->n_ctx * sizeof *cnt), have = 0, rc = DSQ_OK;
+    if (!lp || !lps || !ids || !top1 || !cnt) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    char *resp = NULL;
+    size_t rl = 0;
+    if (rc == DSQ_OK) {
+        json_object *b = json_object_new_object(), *pr = json_object_new_array();
+        for (size_t i = 0; i < p->n_ctx; i++) json_object_array_add(pr, json_object_new_int(win[i]));
+        json_object_object_add(b, "model", json_object_new_string(r->model));
+        json_object_object_add(b, "prompt", pr);
+        json_object_object_add(b, "max_tokens", json_object_new_int(1));
+        json_object_object_add(b, "temperature", json_object_new_double(0));
+        json_object_object_add(b, "echo", json_object_new_boolean(1));
+        /* 5: OpenAI's cap for the legacy completions API, enough for the text-keyed fallback */
+        json_object_object_add(b, "logprobs", json_object_new_int(r->vocab ? 5 : 1));
+        json_object_object_add(b, "prompt_logprobs", json_object_new_int(r->req_k));
+        size_t bl;
+        const char *body = json_object_to_json_string_length(b, JSON_C_TO_STRING_PLAIN, &bl);
+        rc = call_ok(r->o, h, "/completions", body, bl, &resp, &rl, d);
+        json_object_put(b);
+    }
+    if (rc == DSQ_OK)
+        rc = dsq_ep_parse_prompt_topk(resp, rl, win, p->n_ctx, info->vocab, cap, ids, lps, cnt, top1, &have, d);
+    int text = 0;
+    if (rc == DSQ_OK && !have && r->vocab) {
+        rc = dsq_ep_parse_prompt_texttopk(resp, rl, win, p->n_ctx, r->vocab, cap, ids, lps, cnt, top1, &have, d);
+        text = have;
+    }
+    if (rc == DSQ_OK && !have) rc = dsq_ep_parse_prompt_logprobs(resp, rl, win, p->n_ctx, lp, d);
+    free(resp);
+    for (size_t j = 0; j < p->per_chunk && rc == DSQ_OK; j++) {
+        size_t pos = p->first + 1 + j, at = c * p->per_chunk + j;
+        const uint8_t *rec = r->base->records + at * info->record_size;
+        double lpb = rec_f32(rec), lq = 0;
+        if (!isfinite(lpb) || lpb > 0) { rc = dsq_fail(d, DSQ_ERR_FORMAT, r->base->path, NULL, -1, "record %zu: bad target log-prob", at); break; }
+        double kl;
+        int exact = 0;
+        if (have) {
+            for (int m = 0; m < cnt[pos]; m++)
+                if (ids[pos * (size_t)cap + (size_t)m] == win[pos]) { lq = lps[pos * (size_t)cap + (size_t)m]; break; }
+            if (dsq_ep_kl_topk(info, rec, ids + pos * (size_t)cap, lps + pos * (size_t)cap, cnt[pos], &kl, &exact) < 0) {
+                rc = dsq_fail(d, DSQ_ERR_FORMAT, r->base->path, NULL, -1, "record %zu: malformed top-k", at);
+                break;
+            }
+            r->top[at] = top1[pos] < 0 ? -1 : (uint32_t)top1[pos] == rec_u32(rec + 16);
+        } else {
+            lq = lp[pos] > 0 ? 0 : lp[pos];
+            kl = kl_two_bucket(lpb, lq);
+            r->top[at] = -1;
+        }
+        r->kl[at] = have || kl > 0 ? kl : 0; /* top-k: unclamped, as dsq_kld_run */
+        r->nll[at] = -lq;
+        r->mode[at] = (unsigned char)(have ? 1 + exact + 2 * text : 0);
+    }
+    if (rc == DSQ_OK) {
+        pthread_mutex_lock(&r->mu);
+        r->n_done++;
+        if (r->h && r->h->progress) r->h->progress(r->h->progress_user, r->n_done, p->n_chunks);
+        pthread_mutex_unlock(&r->mu);
+    } else {
+        dsq_fail(d, rc, NULL, NULL, -1, "window %zu", c);
+    }
+    free(lp); free(lps); free(ids); free(top1); free(cnt);
+    return rc;
+}
+
 int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp_reader *base,
-                   const dsq_eval_hooks *h, dsq_kld_result *res, dsq_diag *d)
+                   int top_k, const dsq_ep_vocab *vocab, const dsq_eval_hooks *h, dsq_kld_result *res,
+                   dsq_ep_kld_info *info, dsq_diag *d)
 {
     memset(res, 0, sizeof *res);
+    memset(info, 0, sizeof *info);
     DSQ_TRY(dsq_logp_reader_verify(base, d));
     dsq_ppl_plan p;
     dsq_logp_reader_plan(base, &p);
     if (!p.n_chunks) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "empty base");
     size_t n = p.n_chunks * p.per_chunk;
-    ep_run r = { .o = o, .model = model, .task = ppl_task, .n = p.n_chunks, .plan = &p, .tokens = base->tokens, .h = h };
-    r.nll = malloc(n * sizeof *r.nll);
-    float *klds = malloc(n * sizeof *klds);
-    int rc = r.nll && klds ? run_all(&r, d) : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    double s_kld = 0, s_kld2 = 0, s_nll = 0, s_nllb = 0, s_diff = 0, s_diff2 = 0, s_dp2 = 0;
-    for (size_t i = 0; i < n && rc == DSQ_OK; i++) {
-        float tl;
-        memcpy(&tl, base->records + i * base->info.record_size, sizeof tl); /* target_lp, record offset 0 */
-        double lp = tl, lq = -r.nll[i];
-        if (!isfinite(lp) || lp > 0) { rc = dsq_fail(d, DSQ_ERR_FORMAT, base->path, NULL, -1, "record %zu: bad target log-prob", i); break; }
-        if (lq > 0) lq = 0;
-        /* two buckets, {target} and the rest: the log-sum inequality makes
-         * this a lower bound of KL(base || served) (see endpoint.h) */
-        double pt = exp(lp), kl = pt * (lp - lq);
-        if (pt < 1) {
-            double lpr = log1mexp(lp), lqr = lq < 0 ? log1mexp(lq) : -690.8; /* served rest mass 0: clamp at 1e-300 */
-            kl += exp(lpr) * (lpr - lqr);
-        }
-        if (kl < 0) kl = 0; /* rounding */
-        klds[i] = (float)kl;
-        s_kld += kl;
-        s_kld2 += kl * kl;
-        s_nll += -lq;
-        s_nllb += -lp;
-        double df = -lq + lp, dp = exp(lq) - pt;
-        s_diff += df;
-        s_diff2 += df * df;
-        s_dp2 += dp * dp;
+    int k = top_k;
+    if (k <= 0) { /* vLLM's default --max-logprobs: the more ids served, the more base top-k tokens matched */
+        k = (int)base->info.top_k;
+        if (k < 20) k = 20;
     }
+    info->requested_k = k;
+    ep_run r = { .o = o, .model = model, .task = kld_task, .n = p.n_chunks, .plan = &p, .base = base,
+                 .vocab = vocab, .req_k = k, .h = h };
+    r.nll = malloc(n * sizeof *r.nll);
+    r.kl = malloc(n * sizeof *r.kl);
+    r.top = malloc(n);
+    r.mode = malloc(n);
+    float *klds = malloc(n * sizeof *klds);
+    int rc = r.nll && r.kl && r.top && r.mode && klds ? run_all(&r, d) : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     if (rc == DSQ_OK) {
+        /* summed in position order, as dsq_kld_run */
+        double s_kld = 0, s_kld2 = 0, s_nll = 0, s_nllb = 0, s_diff = 0, s_diff2 = 0, s_dp2 = 0, s_top = 0;
+        for (size_t i = 0; i < n; i++) {
+            double lp = rec_f32(base->records + i * base->info.record_size), lq = -r.nll[i], kl = r.kl[i];
+            klds[i] = (float)kl;
+            s_kld += kl;
+            s_kld2 += kl * kl;
+            s_nll += -lq;
+            s_nllb += -lp;
+            double df = -lq + lp, dp = exp(lq) - exp(lp);
+            s_diff += df;
+            s_diff2 += df * df;
+            s_dp2 += dp * dp;
+            info->topk_positions += r.mode[i] > 0;
+            info->exact_positions += r.mode[i] == 2 || r.mode[i] == 4;
+            info->text_positions += r.mode[i] >= 3;
+            if (r.top[i] >= 0) { info->same_top_count++; s_top += r.top[i]; }
+        }
         double c = (double)n;
         res->count = n;
         res->kld_mean = s_kld / c;
@@ -473,8 +677,9 @@ int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp
         res->kld_p95 = dsq_percentile_sorted(klds, n, 0.95);
         res->kld_p99 = dsq_percentile_sorted(klds, n, 0.99);
         res->kld_p999 = dsq_percentile_sorted(klds, n, 0.999);
-        res->same_top = NAN; /* the served argmax is not known by id */
-        res->same_top_stderr = NAN;
+        double m = (double)info->same_top_count;
+        res->same_top = m > 0 ? s_top / m : NAN;
+        res->same_top_stderr = m > 1 ? sqrt(res->same_top * (1 - res->same_top) / (m - 1)) : NAN;
         res->ppl = exp(s_nll / c);
         res->ppl_base = exp(s_nllb / c);
         res->ppl_ratio = res->ppl / res->ppl_base;
@@ -484,7 +689,131 @@ int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp
         res->ln_ratio_stderr = n > 1 && var > 0 ? sqrt(var / (c - 1)) : 0;
         res->dp_rms = sqrt(s_dp2 / c);
     }
-    free(r.nll);
+    free(r.nll); free(r.kl); free(r.top); free(r.mode);
     free(klds);
+    return rc;
+}
+
+/* ---- text-keyed top_logprobs ----------------------------------------------------------- */
+
+typedef struct vocab_ent { const char *s; size_t len; int32_t id; } vocab_ent;
+
+struct dsq_ep_vocab {
+    char **text;          /* [n] each id decoded alone */
+    size_t *len;
+    vocab_ent *by_text;   /* sorted by (len, bytes); id -2 where ambiguous */
+    size_t n;
+};
+
+static int ent_cmp(const void *a, const void *b)
+{
+    const vocab_ent *x = a, *y = b;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return memcmp(x->s, y->s, x->len);
+}
+
+void dsq_ep_vocab_free(dsq_ep_vocab *v)
+{
+    if (!v) return;
+    for (size_t i = 0; v->text && i < v->n; i++) free(v->text[i]);
+    free(v->text);
+    free(v->len);
+    free(v->by_text);
+    free(v);
+}
+
+int dsq_ep_vocab_build(dsq_ep_vocab **out, const dsq_tokenizer *t, dsq_diag *d)
+{
+    *out = NULL;
+    size_t n = dsq_tokenizer_vocab_size(t);
+    dsq_ep_vocab *v = calloc(1, sizeof *v);
+    if (v) { v->n = n; v->text = calloc(n ? n : 1, sizeof *v->text); v->len = calloc(n ? n : 1, sizeof *v->len);
+             v->by_text = calloc(n ? n : 1, sizeof *v->by_text); }
+    if (!v || !v->text || !v->len || !v->by_text) { dsq_ep_vocab_free(v); return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory"); }
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = (int32_t)i;
+        if (dsq_tokenizer_decode(t, &id, 1, 0, &v->text[i], &v->len[i]) < 0 || !v->text[i]) {
+            free(v->text[i]);
+            v->text[i] = strdup(""); /* an id without text: never matched (ambiguous with the others) */
+            v->len[i] = 0;
+            if (!v->text[i]) { dsq_ep_vocab_free(v); return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory"); }
+        }
+        v->by_text[i] = (vocab_ent){ v->text[i], v->len[i], id };
+    }
+    qsort(v->by_text, n, sizeof *v->by_text, ent_cmp);
+    for (size_t i = 0; i + 1 < n; i++)
+        if (!ent_cmp(&v->by_text[i], &v->by_text[i + 1])) v->by_text[i].id = v->by_text[i + 1].id = -2;
+    *out = v;
+    return DSQ_OK;
+}
+
+int32_t dsq_ep_vocab_lookup(const dsq_ep_vocab *v, const char *s, size_t len)
+{
+    if (len > 9 && !memcmp(s, "token_id:", 9)) {
+        char *end;
+        long id = strtol(s + 9, &end, 10);
+        return end == s + len && id >= 0 && (size_t)id < v->n && isdigit((unsigned char)s[9]) ? (int32_t)id : -1;
+    }
+    vocab_ent key = { s, len, 0 };
+    const vocab_ent *e = bsearch(&key, v->by_text, v->n, sizeof key, ent_cmp);
+    return e ? e->id : -1;
+}
+
+int dsq_ep_parse_prompt_texttopk(const char *body, size_t len, const int32_t *prompt, size_t n_prompt,
+                                 const dsq_ep_vocab *v, int cap, int32_t *ids, double *lps, int *n,
+                                 int32_t *top1, int *have, dsq_diag *d)
+{
+    *have = 0;
+    json_object *o = parse_obj(body, len, "completion", d), *ch, *L, *toks, *tl, *tops;
+    if (!o) return DSQ_ERR_JSON;
+    int rc = DSQ_OK;
+    if (!(ch = first_choice(o, d))) rc = DSQ_ERR_JSON;
+    else if (!json_object_object_get_ex(ch, "logprobs", &L) || !json_object_is_type(L, json_type_object) ||
+             !json_object_object_get_ex(L, "tokens", &toks) || !json_object_is_type(toks, json_type_array) ||
+             !json_object_object_get_ex(L, "token_logprobs", &tl) || !json_object_is_type(tl, json_type_array) ||
+             !json_object_object_get_ex(L, "top_logprobs", &tops) || !json_object_is_type(tops, json_type_array) ||
+             json_object_array_length(toks) < n_prompt || json_object_array_length(tl) < n_prompt ||
+             json_object_array_length(tops) < n_prompt) {
+        json_object_put(o);
+        return DSQ_OK; /* nothing to map: the two-bucket bound */
+    }
+    int agree = 1;
+    for (size_t i = 1; i < n_prompt && agree; i++) {
+        json_object *t = json_object_array_get_idx(toks, i);
+        size_t id = (size_t)prompt[i];
+        agree = id < v->n && json_object_is_type(t, json_type_string) &&
+                (size_t)json_object_get_string_len(t) == v->len[id] && !memcmp(json_object_get_string(t), v->text[id], v->len[id]);
+    }
+    for (size_t i = 1; i < n_prompt && agree && rc == DSQ_OK; i++) {
+        json_object *e = json_object_array_get_idx(tops, i);
+        double lq, best = -INFINITY;
+        if (!num(json_object_array_get_idx(tl, i), &lq)) {
+            rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "token_logprobs[%zu] is not a log-prob", i);
+            break;
+        }
+        int k = 0;
+        ids[i * (size_t)cap] = prompt[i];
+        lps[i * (size_t)cap] = lq > 0 ? 0 : lq;
+        k = 1;
+        top1[i] = -1;
+        if (!json_object_is_type(e, json_type_object)) { n[i] = k; continue; }
+        json_object_object_foreach(e, key, val) {
+            double lp;
+            if (!num(val, &lp)) {
+                rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "top_logprobs[%zu]: a value is not a log-prob", i);
+                break;
+            }
+            int32_t id = dsq_ep_vocab_lookup(v, key, strlen(key));
+            if (lp > best) { best = lp; top1[i] = id >= 0 ? id : -1; }
+            if (id < 0 || id == prompt[i] || k == cap) continue;
+            ids[i * (size_t)cap + (size_t)k] = id;
+            lps[i * (size_t)cap + (size_t)k] = lp > 0 ? 0 : lp;
+            k++;
+        }
+        if (best < lq) top1[i] = -1; /* the top list left out a likelier prompt token: not a top list */
+        n[i] = k;
+    }
+    json_object_put(o);
+    if (rc == DSQ_OK) *have = agree;
     return rc;
 }

@@ -18,6 +18,7 @@
 #include "dsq_error.h"
 #include "eval_metrics.h"
 #include "gsm8k.h"
+#include "tokenizer.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -52,6 +53,37 @@ int  dsq_ep_parse_completion(const char *body, size_t len, dsq_ep_completion *c,
  * ([null, {"id": {"logprob": x}}, ...]) given token ids. */
 int  dsq_ep_parse_prompt_logprobs(const char *body, size_t len, const int32_t *prompt, size_t n_prompt,
                                   double *lp, dsq_diag *d);
+/* vLLM's id-keyed choices[0].prompt_logprobs, position by position:
+ * [null, {"<id>": {"logprob": x, "rank": r, "decoded_token": s}, ...}, ...].
+ * For each position i in [1, n_prompt) up to cap (id, log-prob) pairs go to
+ * ids / lps[i * cap ..], their count to n[i] and the id of rank 1 to
+ * top1[i] (-1 when no entry says rank 1). The prompt token must be there
+ * (that is what vLLM guarantees); ids must be < vocab. *have is 0 and the
+ * rest untouched when the response has no prompt_logprobs list (a server
+ * that ignores the field): the caller falls back to token_logprobs. */
+int  dsq_ep_parse_prompt_topk(const char *body, size_t len, const int32_t *prompt, size_t n_prompt,
+                              size_t vocab, int cap, int32_t *ids, double *lps, int *n, int32_t *top1,
+                              int *have, dsq_diag *d);
+/* Token text -> id for text-keyed top_logprobs: each id decoded alone
+ * (dsq_tokenizer_decode, as ds-serve and vLLM's decoded_token spell it);
+ * a text that several ids decode to is ambiguous and maps to nothing. */
+typedef struct dsq_ep_vocab dsq_ep_vocab;
+int     dsq_ep_vocab_build(dsq_ep_vocab **v, const dsq_tokenizer *t, dsq_diag *d);
+void    dsq_ep_vocab_free(dsq_ep_vocab *v);
+/* The id, -1 when no id decodes to s, -2 when several do. "token_id:N"
+ * (vLLM's --return-tokens-as-token-ids) is id N. */
+int32_t dsq_ep_vocab_lookup(const dsq_ep_vocab *v, const char *s, size_t len);
+
+/* The OpenAI echo form's choices[0].logprobs.top_logprobs mapped to ids
+ * with v, into the same arrays as dsq_ep_parse_prompt_topk (the prompt
+ * token first, from token_logprobs; then each unambiguous key; top1[i] the
+ * id of the largest entry when its key maps, else -1). *have is 1 only when
+ * logprobs.tokens spells every prompt token exactly as v decodes it (the
+ * check that server and tokenizer agree on spelling; otherwise the caller
+ * keeps the two-bucket bound). */
+int  dsq_ep_parse_prompt_texttopk(const char *body, size_t len, const int32_t *prompt, size_t n_prompt,
+                                  const dsq_ep_vocab *v, int cap, int32_t *ids, double *lps, int *n,
+                                  int32_t *top1, int *have, dsq_diag *d);
 /* The "error.message" of an OpenAI error body, or a prefix of the body. */
 void dsq_ep_error_text(const char *body, size_t len, char *out, size_t n);
 
@@ -81,16 +113,55 @@ int dsq_ep_ppl_run(const dsq_endpoint_opts *o, const char *model, const dsq_ppl_
 
 
 /* KL divergence against a base saved by `ppl --save-logits`, from what an
- * OpenAI-style server gives: the served log-prob of each scored token
- * (echo + logprobs) over the base file's windows. The vocabulary is merged
- * into two buckets, {target} and the rest, so by the log-sum inequality the
- * KLD reported is a LOWER BOUND of the true KL(base || served): zero exactly
- * when the two agree on every target probability, and far below the true
- * value where they differ only in how they spread the rest. PPL, PPL
- * ratio, ln ratio and RMS dp are exact. same_top is NaN (the served argmax
- * is not known by id). The base's data hash is verified first. */
+ * OpenAI-style server gives, over the base file's windows. Each window is
+ * one request with echo + logprobs (OpenAI) and vLLM's prompt_logprobs = k
+ * (k = top_k of the request; 0: 20, vLLM's default --max-logprobs, or the
+ * base's top_k when that is larger).
+ *
+ *  - id-keyed (the server answered prompt_logprobs: vLLM, ds-serve): the
+ *    base top-k formula of eval_metrics.h, with the served log-prob of each
+ *    base top-k token and the served mass outside them as 1 - their sum.
+ *    Where every base top-k token is among the served ones (counted in
+ *    exact_positions) the value is the one `ds-eval kld` computes locally
+ *    from the same base when that is a topk base (its lower bound). A
+ *    u16 base is used through its top-k only (everything else one bucket),
+ *    so that too is a lower bound, looser than the local u16 value. A base top-k token the server
+ *    did not list is merged into the tail bucket on both sides, which by the
+ *    log-sum inequality only lowers the value. same_top is the fraction of
+ *    positions where the served rank-1 id is the base's top-1, over the
+ *    positions where the server named its rank 1 (same_top_count).
+ *  - text-keyed only (plain OpenAI top_logprobs, logprobs = 5 asked): with
+ *    vocab (built from the served model's tokenizer) the keys are mapped
+ *    back to ids where the text is unambiguous (one id decodes to it;
+ *    dsq_ep_vocab_lookup), for windows whose echoed tokens the server
+ *    spells exactly as the tokenizer decodes them; ambiguous keys join the
+ *    tail bucket, and the same top-k formula applies (text_positions).
+ *  - otherwise (no vocab, or spellings that disagree) the vocabulary is
+ *    merged into two buckets, {target} and the rest: a much looser lower
+ *    bound, zero exactly when the two agree on every target probability;
+ *    same_top is NaN.
+ * Either way the KLD reported is a LOWER BOUND of KL(base || served); PPL,
+ * PPL ratio, ln ratio and RMS dp are exact. The base's data hash is
+ * verified first. */
+/* One position: the base top-k formula of dsq_logp_compare (eval_metrics.h)
+ * for base record rec with the served log-probs lps of ids[0..n). Base
+ * top-k tokens the server did not list join the tail bucket (a lower bound
+ * by the log-sum inequality); *exact: all were listed, so on a topk base
+ * the value is dsq_logp_compare's. -1 on a malformed record. */
+int dsq_ep_kl_topk(const dsq_logp_info *info, const uint8_t *rec, const int32_t *ids, const double *lps, int n,
+                   double *kl, int *exact);
+
+typedef struct dsq_ep_kld_info {
+    uint64_t topk_positions;   /* positions computed from id-keyed top-k */
+    uint64_t exact_positions;  /* ... with every base top-k token served */
+    uint64_t text_positions;   /* ... of which mapped from text-keyed top_logprobs */
+    uint64_t same_top_count;   /* positions whose served top-1 is known */
+    int requested_k;
+} dsq_ep_kld_info;
+
 int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp_reader *base,
-                   const dsq_eval_hooks *h, dsq_kld_result *r, dsq_diag *d);
+                   int top_k, const dsq_ep_vocab *vocab, const dsq_eval_hooks *h, dsq_kld_result *r,
+                   dsq_ep_kld_info *info, dsq_diag *d);
 
 /* ---- gsm8k journal (--out) ---------------------------------------------------------
  *

@@ -697,20 +697,27 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
     if (rc == DSQ_OK && o->endpoint && endpoint_opts(cli, o, &eo) < 0) rc = dsq_fail(&d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no API key");
     if (rc == DSQ_OK && o->endpoint) rc = dsq_ep_resolve_model(&eo, &served, &d);
     else if (rc == DSQ_OK) rc = open_model(cli, o, &r, 1, plan.n_ctx, &d);
+    /* with the served model's tokenizer, text-keyed top_logprobs map back to ids */
+    dsq_ep_vocab *vocab = NULL;
+    if (rc == DSQ_OK && o->endpoint && o->tokenizer && !r.tok) rc = load_tokenizer(cli, o, &r.tok, &d);
+    if (rc == DSQ_OK && o->endpoint && r.tok) rc = dsq_ep_vocab_build(&vocab, r.tok, &d);
     dsq_kld_result k;
+    dsq_ep_kld_info ki = { 0 };
     double t0 = dsq_now();
     if (rc == DSQ_OK) {
         dsq_progress_begin(&r.prog, cli, "kld", "windows", plan.n_chunks);
         dsq_eval_hooks h = { .cancel = &dsq_cli_interrupted, .progress = window_progress,
                              .progress_user = &r, .pool = r.m ? dsq_model_pool(r.m) : NULL };
-        /* served: the target-token bound of endpoint.h (a lower bound of KL) */
-        rc = o->endpoint ? dsq_ep_kld_run(&eo, served, &base, &h, &k, &d)
+        /* served: the top-k or target-token bound of endpoint.h (a lower bound of KL) */
+        rc = o->endpoint ? dsq_ep_kld_run(&eo, served, &base, 0, vocab, &h, &k, &ki, &d)
                          : dsq_kld_run(&base, r.vocab, model_window, &r, &h, &k, &d);
         if (!o->endpoint) name_model(rc, o->model, &d);
         dsq_progress_end(&r.prog);
     }
     free(served);
+    dsq_ep_vocab_free(vocab);
     double secs = dsq_now() - t0;
+    unsigned base_topk = base.info.top_k;
     dsq_logp_reader_close(&base);
     runner_close(&r);
     if (rc < 0) return dsq_cli_fail(cli, rc, &d);
@@ -723,7 +730,16 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         json_object_object_add(j, "bos", o->bos_arg ? json_object_new_string(ppl_bos_names[o->ppl_bos])
                                          : plan.bos >= 0 ? json_object_new_string("window") : NULL);
         json_object_object_add(j, "base_window_bos_id", plan.bos >= 0 ? json_object_new_int(plan.bos) : NULL);
-        if (o->endpoint) json_object_object_add(j, "kld_lower_bound", json_object_new_boolean(1));
+        if (o->endpoint) {
+            json_object_object_add(j, "kld_lower_bound", json_object_new_boolean(1));
+            json_object_object_add(j, "kld_served_form", json_object_new_string(
+                ki.topk_positions == k.count ? "topk" : ki.topk_positions ? "mixed" : "target_vs_rest"));
+            json_object_object_add(j, "prompt_logprobs_k", json_object_new_int(ki.requested_k));
+            json_object_object_add(j, "topk_positions", json_object_new_int64((int64_t)ki.topk_positions));
+            json_object_object_add(j, "topk_exact_positions", json_object_new_int64((int64_t)ki.exact_positions));
+            json_object_object_add(j, "topk_text_mapped_positions", json_object_new_int64((int64_t)ki.text_positions));
+            json_object_object_add(j, "same_top1_positions", json_object_new_int64((int64_t)ki.same_top_count));
+        }
         json_object_object_add(j, "tokens_scored", json_object_new_int64((int64_t)k.count));
         json_object_object_add(j, "kld_mean", jnum(k.kld_mean));
         json_object_object_add(j, "kld_stderr", jnum(k.kld_stderr));
@@ -755,9 +771,18 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         printf("99.0%%   KLD    : %.6f\n", k.kld_p99);
         printf("99.9%%   KLD    : %.6f\n", k.kld_p999);
         printf("Maximum KLD    : %.6f\n", k.kld_max);
-        if (o->endpoint) printf("(served model: KLD over {target token, rest} only, a LOWER BOUND of the true KLD; "
-                                "same top-1 unknown)\n");
-        else printf("Same top-1     : %.3f +/- %.3f %%\n", 100 * k.same_top, 100 * k.same_top_stderr);
+        if (o->endpoint && ki.topk_positions)
+            printf("(served model: KLD over the base's top-%u from the served top log-probs (prompt_logprobs k=%d; %llu "
+                   "mapped from text) at %llu of %llu positions, %llu with every base top-k token served; a LOWER BOUND "
+                   "of the true KLD)\n", base_topk, ki.requested_k, (unsigned long long)ki.text_positions,
+                   (unsigned long long)ki.topk_positions, (unsigned long long)k.count, (unsigned long long)ki.exact_positions);
+        if (o->endpoint && ki.topk_positions < k.count)
+            printf("(served model: KLD over {target token, rest} only at %llu positions (no id-keyed prompt_logprobs; no --tokenizer or spellings differ), "
+                   "a LOWER BOUND of the true KLD)\n", (unsigned long long)(k.count - ki.topk_positions));
+        if (!o->endpoint || ki.same_top_count)
+            printf("Same top-1     : %.3f +/- %.3f %%%s\n", 100 * k.same_top, 100 * k.same_top_stderr,
+                   o->endpoint && ki.same_top_count < k.count ? " (over the positions the server ranked)" : "");
+        else printf("Same top-1     : unknown (the server named no token ids)\n");
         printf("RMS dp         : %.3f %%\n", 100 * k.dp_rms);
     }
     return DSQ_EXIT_OK;

@@ -25,7 +25,7 @@ static const char usage_text[] =
 "Serves MODEL (.dsq, safetensors file/index/directory) over an OpenAI-compatible\n"
 "HTTP API: GET /health, GET /v1/models, POST /v1/completions (prompt as text or\n"
 "token ids, one or a list; max_tokens, temperature (0 = greedy), top_p, seed,\n"
-"stop, logprobs, echo, stream). Concurrent requests are decoded together.\n"
+"stop, logprobs, echo, stream, vLLM's prompt_logprobs). Concurrent requests are decoded together.\n"
 "\n"
 "  -m, --model PATH          the model\n"
 "      --tokenizer PATH      tokenizer (default: the .dsq metadata or the\n"

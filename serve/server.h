@@ -59,6 +59,8 @@ typedef struct dsq_srv_params {
     int n_stop;
     int logprobs;          /* -1: none; else top alternatives per token (0..20) */
     int echo;
+    int prompt_logprobs;   /* vLLM's extension: -1 none; else top alternatives per prompt
+                            * position, id-keyed (0..20; vLLM's default --max-logprobs) */
     int stream;
     int include_usage;     /* stream_options.include_usage */
     int ignore_eos;        /* vLLM's extension: EOS ids do not end the sequence */

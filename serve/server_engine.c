@@ -42,7 +42,7 @@ static void request_free(srv_request *r)
     for (int i = 0; i < r->n_jobs && r->jobs; i++) {
         srv_job *j = &r->jobs[i];
         free(j->prompt); free(j->gen); free(j->gen_lp); free(j->gen_top_id); free(j->gen_top_lp);
-        free(j->prompt_lp); free(j->prompt_top_id); free(j->prompt_top_lp);
+        free(j->prompt_lp); free(j->prompt_rank); free(j->prompt_top_id); free(j->prompt_top_lp);
         free(j->text); free(j->pub_text);
     }
     free(r->jobs);
@@ -135,6 +135,16 @@ static void top_k(const float *row, size_t vocab, int k, int32_t *ids, double *l
         ids[at] = (int32_t)i;
     }
     for (int i = 0; i < have; i++) lps[i] = (double)row[ids[i]] - lse;
+}
+
+/* vLLM's rank of a token (vllm/v1/sample/ops/logprobs.py
+ * batched_count_greater_than: the count of log-probs >= the token's, itself
+ * included), so tied tokens share the worse rank. */
+static int64_t rank_of(const float *row, size_t vocab, int32_t t)
+{
+    int64_t r = 0;
+    for (size_t i = 0; i < vocab; i++) r += row[i] >= row[t];
+    return r;
 }
 
 /* ---- job life ------------------------------------------------------------------ */
@@ -252,11 +262,15 @@ static int alloc_job(dsq_server *s, srv_job *j)
     j->gen_lp = malloc(mt * sizeof *j->gen_lp);
     j->gen_top_id = malloc((mt * k + 1) * sizeof *j->gen_top_id);
     j->gen_top_lp = malloc((mt * k + 1) * sizeof *j->gen_top_lp);
-    if (p->echo && p->logprobs >= 0) {
+    if (srv_scores_prompt(p)) {
+        size_t pk = p->echo && p->logprobs > 0 ? (size_t)p->logprobs : 0;
+        if (p->prompt_logprobs > 0 && (size_t)p->prompt_logprobs > pk) pk = (size_t)p->prompt_logprobs;
+        j->prompt_k = pk;
         j->prompt_lp = calloc(j->n_prompt, sizeof *j->prompt_lp);
-        j->prompt_top_id = calloc(j->n_prompt * k + 1, sizeof *j->prompt_top_id);
-        j->prompt_top_lp = calloc(j->n_prompt * k + 1, sizeof *j->prompt_top_lp);
-        if (!j->prompt_lp || !j->prompt_top_id || !j->prompt_top_lp) return DSQ_ERR_NOMEM;
+        j->prompt_rank = calloc(j->n_prompt, sizeof *j->prompt_rank);
+        j->prompt_top_id = calloc(j->n_prompt * pk + 1, sizeof *j->prompt_top_id);
+        j->prompt_top_lp = calloc(j->n_prompt * pk + 1, sizeof *j->prompt_top_lp);
+        if (!j->prompt_lp || !j->prompt_rank || !j->prompt_top_id || !j->prompt_top_lp) return DSQ_ERR_NOMEM;
     }
     (void)s;
     return j->gen && j->gen_lp && j->gen_top_id && j->gen_top_lp ? DSQ_OK : DSQ_ERR_NOMEM;
@@ -269,9 +283,9 @@ static int prefill(dsq_server *s, srv_job *j, float *row, float *rows, dsq_diag 
 {
     const dsq_srv_params *p = &j->req->p;
     dsq_state_reset(s->st, j->slot);
-    if (!(p->echo && p->logprobs >= 0))
+    if (!srv_scores_prompt(p))
         return dsq_forward(s->m, s->st, j->slot, j->prompt, (int)j->n_prompt, row, DSQ_FWD_LAST_LOGITS, d);
-    size_t k = p->logprobs > 0 ? (size_t)p->logprobs : 0;
+    size_t k = j->prompt_k;
     for (size_t at = 0; at < j->n_prompt; at += PREFILL_ROWS) {
         size_t n = j->n_prompt - at < PREFILL_ROWS ? j->n_prompt - at : PREFILL_ROWS;
         DSQ_TRY(dsq_forward(s->m, s->st, j->slot, j->prompt + at, (int)n, rows, 0, d));
@@ -280,6 +294,7 @@ static int prefill(dsq_server *s, srv_job *j, float *row, float *rows, dsq_diag 
             const float *x = rows + r * s->vocab;
             if (pos < j->n_prompt) {
                 j->prompt_lp[pos] = -dsq_token_nll(x, s->vocab, j->prompt[pos]);
+                j->prompt_rank[pos] = rank_of(x, s->vocab, j->prompt[pos]);
                 if (k) top_k(x, s->vocab, (int)k, j->prompt_top_id + pos * k, j->prompt_top_lp + pos * k);
             } else {
                 memcpy(row, x, s->vocab * sizeof *row);

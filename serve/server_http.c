@@ -161,7 +161,7 @@ static json_object *logprobs_obj(const dsq_server *s, const srv_job *j)
             json_object_array_add(tops, NULL);
         } else if (in_prompt) {
             json_object_array_add(lps, json_object_new_double(j->prompt_lp[i]));
-            json_object_array_add(tops, k > 0 ? top_obj(s, j->prompt_top_id + i * (size_t)k, j->prompt_top_lp + i * (size_t)k, k) : NULL);
+            json_object_array_add(tops, k > 0 ? top_obj(s, j->prompt_top_id + i * j->prompt_k, j->prompt_top_lp + i * j->prompt_k, k) : NULL);
         } else {
             json_object_array_add(lps, json_object_new_double(j->gen_lp[g]));
             json_object_array_add(tops, k > 0 ? top_obj(s, j->gen_top_id + g * (size_t)k, j->gen_top_lp + g * (size_t)k, k) : NULL);
@@ -173,6 +173,43 @@ static json_object *logprobs_obj(const dsq_server *s, const srv_job *j)
     json_object_object_add(L, "text_offset", offs);
     json_object_object_add(L, "token_ids", tids);
     return L;
+}
+
+/* vLLM's choices[].prompt_logprobs (vllm/entrypoints/openai/serving_completion.py
+ * at 00463e627b4cbe549b5e9815a2bdb0100ae88ea9,
+ * request_output_to_completion_response; Logprob in vllm/logprobs.py):
+ * [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...], one map
+ * per prompt position holding the prompt token first, then the top k by
+ * rank 1..k (the prompt token once when it is among them). */
+static json_object *lp_entry(const dsq_server *s, int32_t id, double lp, int64_t rank)
+{
+    json_object *e = json_object_new_object();
+    json_object_object_add(e, "logprob", json_object_new_double(lp));
+    json_object_object_add(e, "rank", json_object_new_int64(rank));
+    json_object_object_add(e, "decoded_token", token_text(s, id));
+    return e;
+}
+
+static json_object *prompt_logprobs_obj(const dsq_server *s, const srv_job *j)
+{
+    int k = srv_prompt_logprobs_k(&j->req->p);
+    if (k < 0) return NULL;
+    json_object *a = json_object_new_array();
+    json_object_array_add(a, NULL);
+    for (size_t i = 1; i < j->n_prompt; i++) {
+        json_object *m = json_object_new_object();
+        char key[16];
+        snprintf(key, sizeof key, "%d", (int)j->prompt[i]);
+        json_object_object_add(m, key, lp_entry(s, j->prompt[i], j->prompt_lp[i], j->prompt_rank[i]));
+        for (int r = 0; r < k; r++) {
+            int32_t id = j->prompt_top_id[i * j->prompt_k + (size_t)r];
+            snprintf(key, sizeof key, "%d", (int)id);
+            if (!json_object_object_get_ex(m, key, NULL))
+                json_object_object_add(m, key, lp_entry(s, id, j->prompt_top_lp[i * j->prompt_k + (size_t)r], r + 1));
+        }
+        json_object_array_add(a, m);
+    }
+    return a;
 }
 
 static json_object *head_obj(const dsq_server *s, const srv_request *r)
@@ -230,6 +267,7 @@ static json_object *completion_obj(const dsq_server *s, const srv_request *r)
         json_object_object_add(c, "text", text);
         json_object_object_add(c, "logprobs", r->p.logprobs >= 0 ? logprobs_obj(s, jb) : NULL);
         json_object_object_add(c, "finish_reason", json_object_new_string(finish_name(jb->finished)));
+        json_object_object_add(c, "prompt_logprobs", prompt_logprobs_obj(s, jb));
         json_object_array_add(ch, c);
     }
     json_object_object_add(j, "choices", ch);

@@ -30,9 +30,11 @@ typedef struct srv_job {
     int32_t *gen_top_id;       /* [n_gen * k] top alternatives (logprobs > 0) */
     double *gen_top_lp;
     size_t n_gen;
-    double *prompt_lp;         /* [n_prompt] echo + logprobs; [0] unused */
-    int32_t *prompt_top_id;    /* [n_prompt * k] */
+    double *prompt_lp;         /* [n_prompt] echo + logprobs or prompt_logprobs; [0] unused */
+    int64_t *prompt_rank;      /* [n_prompt] 1 + ids with a larger logit (vLLM's rank) */
+    int32_t *prompt_top_id;    /* [n_prompt * prompt_k] */
     double *prompt_top_lp;
+    size_t prompt_k;           /* stride of prompt_top_*: the larger of the two asks */
     char *text;                /* decoded completion (cut at a stop when finished) */
     size_t len;
     uint64_t rng;
@@ -100,5 +102,18 @@ int  srv_detok(const dsq_server *s, const int32_t *ids, size_t n, char **text, s
 /* server_http.c */
 int  srv_http_start(dsq_server *s, dsq_diag *d);
 void srv_http_stop(dsq_server *s);
+
+/* The prompt is scored (every position's log-prob) for echo + logprobs and
+ * for vLLM's prompt_logprobs; vLLM derives prompt_logprobs from logprobs
+ * when echo is set (protocol.py to_sampling_params), and so does the
+ * response here. */
+static inline int srv_scores_prompt(const dsq_srv_params *p)
+{
+    return (p->echo && p->logprobs >= 0) || p->prompt_logprobs >= 0;
+}
+static inline int srv_prompt_logprobs_k(const dsq_srv_params *p)
+{
+    return p->prompt_logprobs >= 0 ? p->prompt_logprobs : p->echo ? p->logprobs : -1;
+}
 
 #endif

@@ -186,7 +186,15 @@ static int parse_fields(json_object *o, const dsq_srv_limits *lim, dsq_srv_param
     DSQ_TRY(get_int(o, "logprobs", 0, DSQ_SRV_MAX_LOGPROBS, &lp, &has_lp, e));
     p->logprobs = has_lp ? (int)lp : -1;
     DSQ_TRY(get_bool(o, "echo", &p->echo, e));
+    /* vLLM (protocol.py CompletionRequest): id-keyed prompt log-probs; it
+     * refuses them with stream, and so do we */
+    int64_t plp = -1;
+    int has_plp = 0;
+    DSQ_TRY(get_int(o, "prompt_logprobs", 0, DSQ_SRV_MAX_LOGPROBS, &plp, &has_plp, e));
+    p->prompt_logprobs = has_plp ? (int)plp : -1;
     DSQ_TRY(get_bool(o, "stream", &p->stream, e));
+    if (p->stream && p->prompt_logprobs >= 0)
+        return bad(e, DSQ_ERR_INVALID_ARG, "prompt_logprobs", "'prompt_logprobs' is not available when 'stream' is true");
     DSQ_TRY(get_bool(o, "ignore_eos", &p->ignore_eos, e));
     if (json_object_object_get_ex(o, "stream_options", &v) && v) {
         if (!json_object_is_type(v, json_type_object)) return bad(e, DSQ_ERR_JSON, "stream_options", "'stream_options' must be an object");
@@ -224,6 +232,7 @@ int dsq_srv_parse_completion(const char *body, size_t len, const dsq_srv_limits 
     p->temperature = 1.0; /* OpenAI's default; clients that want greedy say 0 */
     p->top_p = 1.0;
     p->logprobs = -1;
+    p->prompt_logprobs = -1;
     if (errn) err[0] = 0;
     if (paramn) param[0] = 0;
     if (len > (size_t)INT32_MAX || (lim->max_body && len > lim->max_body))

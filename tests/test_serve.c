@@ -157,6 +157,153 @@ static void test_responses(void **st)
     assert_string_equal(msg, "Bad Gateway");
 }
 
+/* vLLM's prompt_logprobs: the request field, the id-keyed response parser,
+ * and the per-position top-k KLD, which must equal dsq_logp_compare's on a
+ * topk base when every base top-k token is served, and only fall below it
+ * when one is not. */
+static void test_prompt_topk(void **st)
+{
+    (void)st;
+    dsq_srv_params p;
+    char err[256], param[64];
+    assert_int_equal(parse("{\"prompt\": [1, 2], \"prompt_logprobs\": 5}", &p, err, param), DSQ_OK);
+    assert_int_equal(p.prompt_logprobs, 5);
+    dsq_srv_params_release(&p);
+    assert_int_equal(parse("{\"prompt\": [1, 2]}", &p, err, param), DSQ_OK);
+    assert_int_equal(p.prompt_logprobs, -1);
+    dsq_srv_params_release(&p);
+    assert_int_not_equal(parse("{\"prompt\": [1, 2], \"prompt_logprobs\": 2, \"stream\": true}", &p, err, param), DSQ_OK);
+    assert_string_equal(param, "prompt_logprobs");
+    assert_int_not_equal(parse("{\"prompt\": [1, 2], \"prompt_logprobs\": 21}", &p, err, param), DSQ_OK);
+    assert_int_not_equal(parse("{\"prompt\": [1, 2], \"prompt_logprobs\": \"3\"}", &p, err, param), DSQ_OK);
+
+    const int32_t prompt[3] = { 7, 3, 9 };
+    int32_t ids[3 * 3], top1[3];
+    double lps[3 * 3];
+    int n[3], have = -1;
+    const char *ok = "{\"choices\": [{\"text\": \"\", \"prompt_logprobs\": [null,"
+                     " {\"3\": {\"logprob\": -2.5, \"rank\": 4}, \"1\": {\"logprob\": -0.5, \"rank\": 1},"
+                     "  \"2\": {\"logprob\": -1.5, \"rank\": 2}},"
+                     " {\"9\": {\"logprob\": -0.25, \"rank\": 1}}]}]}";
+    assert_int_equal(dsq_ep_parse_prompt_topk(ok, strlen(ok), prompt, 3, 50, 3, ids, lps, n, top1, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 1);
+    assert_int_equal(n[1], 3);
+    assert_int_equal(n[2], 1);
+    assert_int_equal(top1[1], 1);
+    assert_int_equal(top1[2], 9);
+    assert_true(ids[3] == 3 && lps[3] == -2.5);
+    const char *plain = "{\"choices\": [{\"text\": \"\", \"logprobs\": {\"token_logprobs\": [null, -1, -2]}}]}";
+    assert_int_equal(dsq_ep_parse_prompt_topk(plain, strlen(plain), prompt, 3, 50, 3, ids, lps, n, top1, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 0);
+    const char *bad[] = {
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"4\": {\"logprob\": -1}}, {\"9\": {\"logprob\": -1}}]}]}", /* no prompt token */
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"3\": {\"logprob\": -1}, \"50\": {\"logprob\": -1}}, {\"9\": {\"logprob\": -1}}]}]}",
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"3\": {\"logprob\": 1}}, {\"9\": {\"logprob\": -1}}]}]}",
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"3\": {\"logprob\": -1}, \"x\": {\"logprob\": -1}}, {\"9\": {\"logprob\": -1}}]}]}",
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"3\": -1}, {\"9\": {\"logprob\": -1}}]}]}",
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"3\": {\"logprob\": -1}, \"1\": {\"logprob\": -1}, \"2\": {\"logprob\": -1},"
+        " \"4\": {\"logprob\": -1}}, {\"9\": {\"logprob\": -1}}]}]}",   /* more than cap */
+        "{\"choices\": [{\"prompt_logprobs\": [null, {\"3\": {\"logprob\": -1}}]}]}",                      /* short */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_int_equal(dsq_ep_parse_prompt_topk(bad[i], strlen(bad[i]), prompt, 3, 50, 3, ids, lps, n, top1, &have, NULL),
+                         DSQ_ERR_JSON);
+
+    enum { V = 50, K = 4 };
+    dsq_logp_info info = { .vocab = V, .encoding = DSQ_LOGP_TOPK, .top_k = K };
+    info.record_size = (uint32_t)dsq_logp_record_size(DSQ_LOGP_TOPK, V, K);
+    uint8_t *rec = malloc(info.record_size), scratch[V] = { 0 };
+    float base[V], q[V];
+    uint64_t s = 12345;
+    for (int row = 0; row < 20; row++) {
+        for (int i = 0; i < V; i++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            base[i] = (float)((double)(s >> 40) / (double)(1ULL << 24) * (row % 2 ? 8 : 3));
+            q[i] = base[i] + (float)(((s >> 20) & 1023) / 1024.0 - 0.5) * 0.7f;
+        }
+        assert_int_equal(dsq_logp_encode(&info, base, row % V, rec), DSQ_OK);
+        dsq_logp_cmp cmp;
+        assert_int_equal(dsq_logp_compare(&info, rec, q, row % V, scratch, &cmp), DSQ_OK);
+        double lse = dsq_log_sum_exp(q, V), sl[V], kl;
+        int32_t si[V];
+        int exact = 0;
+        for (int i = 0; i < V; i++) { si[i] = V - 1 - i; sl[i] = (double)q[V - 1 - i] - lse; }
+        assert_int_equal(dsq_ep_kl_topk(&info, rec, si, sl, V, &kl, &exact), 0);
+        assert_int_equal(exact, 1);
+        assert_true(fabs(kl - cmp.kld) <= 1e-9 * fabs(cmp.kld) + 1e-15);
+        /* drop the base's top-1 from the served list: merged into the tail, lower */
+        uint32_t t0;
+        memcpy(&t0, rec + 16, 4);
+        int m = 0;
+        for (int i = 0; i < V; i++) if ((uint32_t)si[i] != t0) { si[m] = si[i]; sl[m] = sl[i]; m++; }
+        double kl2;
+        assert_int_equal(dsq_ep_kl_topk(&info, rec, si, sl, m, &kl2, &exact), 0);
+        assert_int_equal(exact, 0);
+        assert_true(kl2 <= kl * (1 + 1e-12) + 1e-15);
+    }
+    memset(rec + 16, 0xff, 4); /* an id >= vocab */
+    double kl;
+    int exact;
+    assert_int_equal(dsq_ep_kl_topk(&info, rec, ids, lps, 0, &kl, &exact), -1);
+    free(rec);
+}
+
+/* Text-keyed top_logprobs mapped back to ids through the tokenizer: only
+ * unambiguous texts, "token_id:N", and only when the server spells the
+ * prompt tokens as the tokenizer decodes them. */
+static void test_text_topk(void **st)
+{
+    (void)st;
+    dsq_tokenizer *tok = NULL;
+    if (dsq_tokenizer_load(&tok, "samples/tiny-dsv3", NULL) < 0) {
+        fprintf(stderr, "skip: samples/tiny-dsv3 tokenizer absent (samples/make_samples.sh)\n");
+        return;
+    }
+    dsq_ep_vocab *v = NULL;
+    assert_int_equal(dsq_ep_vocab_build(&v, tok, NULL), DSQ_OK);
+    int32_t u[4];
+    int nu = 0;
+    char *txt[4];
+    for (int32_t id = 100; id < (int32_t)dsq_tokenizer_vocab_size(tok) && nu < 4; id++) {
+        char *t = NULL;
+        size_t l = 0;
+        assert_int_equal(dsq_tokenizer_decode(tok, &id, 1, 0, &t, &l), DSQ_OK);
+        int ok = l > 0 && strlen(t) == l && !strchr(t, '"') && !strchr(t, '\\') && (unsigned char)t[0] >= 32;
+        for (size_t i = 0; ok && i < l; i++) ok = (unsigned char)t[i] >= 32 && (unsigned char)t[i] < 127;
+        if (ok && dsq_ep_vocab_lookup(v, t, l) == id) { u[nu] = id; txt[nu] = t; nu++; }
+        else free(t);
+    }
+    assert_int_equal(nu, 4);
+    assert_int_equal(dsq_ep_vocab_lookup(v, "token_id:7", 10), 7);
+    assert_int_equal(dsq_ep_vocab_lookup(v, "token_id:x", 10), -1);
+    assert_int_equal(dsq_ep_vocab_lookup(v, "\x01\x02never a token\x03", 18), -1);
+    const int32_t prompt[3] = { u[0], u[1], u[2] };
+    char body[2048];
+    snprintf(body, sizeof body, "{\"choices\": [{\"text\": \"\", \"logprobs\": {\"tokens\": [\"%s\", \"%s\", \"%s\"],"
+             " \"token_logprobs\": [null, -0.5, -2.0], \"top_logprobs\": [null, {\"%s\": -0.5, \"token_id:9\": -1.5},"
+             " {\"%s\": -0.25, \"%s\": -2.0}]}}]}", txt[0], txt[1], txt[2], txt[1], txt[3], txt[2]);
+    int32_t ids[3 * 4], top1[3];
+    double lps[3 * 4];
+    int n[3], have = -1;
+    assert_int_equal(dsq_ep_parse_prompt_texttopk(body, strlen(body), prompt, 3, v, 4, ids, lps, n, top1, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 1);
+    assert_int_equal(n[1], 2);                       /* the prompt token, then token_id:9 */
+    assert_true(ids[4] == u[1] && lps[4] == -0.5 && ids[5] == 9 && lps[5] == -1.5);
+    assert_int_equal(top1[1], u[1]);
+    assert_int_equal(n[2], 2);
+    assert_true(ids[8] == u[2] && ids[9] == u[3] && lps[9] == -0.25);
+    assert_int_equal(top1[2], u[3]);
+    /* a server that spells a prompt token otherwise: no mapping at all */
+    snprintf(body, sizeof body, "{\"choices\": [{\"text\": \"\", \"logprobs\": {\"tokens\": [\"%s\", \"%sX\", \"%s\"],"
+             " \"token_logprobs\": [null, -0.5, -2.0], \"top_logprobs\": [null, {\"%s\": -0.5}, {\"%s\": -2.0}]}}]}",
+             txt[0], txt[1], txt[2], txt[1], txt[2]);
+    assert_int_equal(dsq_ep_parse_prompt_texttopk(body, strlen(body), prompt, 3, v, 4, ids, lps, n, top1, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 0);
+    for (int i = 0; i < 4; i++) free(txt[i]);
+    dsq_ep_vocab_free(v);
+    dsq_tokenizer_free(tok);
+}
+
 static void test_journal(void **st)
 {
     (void)st;
@@ -224,6 +371,8 @@ int main(void)
         cmocka_unit_test(test_request_ok),
         cmocka_unit_test(test_request_errors),
         cmocka_unit_test(test_responses),
+        cmocka_unit_test(test_prompt_topk),
+        cmocka_unit_test(test_text_topk),
         cmocka_unit_test(test_journal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

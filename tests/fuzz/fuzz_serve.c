@@ -57,6 +57,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t np = 0; np <= 6; np += 3)
         if (dsq_ep_parse_prompt_logprobs(body, size, prompt, np, lp, NULL) == DSQ_OK)
             for (size_t i = 1; i < np; i++) CHECK(isfinite(lp[i]) && lp[i] <= 1e-6);
+    /* vLLM's id-keyed prompt_logprobs: at most cap entries, ids < vocab, the prompt token present */
+    int32_t tid[6 * 3], top1[6];
+    double tlp[6 * 3];
+    int tn[6], have;
+    if (dsq_ep_parse_prompt_topk(body, size, prompt, 6, 8, 3, tid, tlp, tn, top1, &have, NULL) == DSQ_OK && have)
+        for (size_t i = 1; i < 6; i++) {
+            CHECK(tn[i] >= 1 && tn[i] <= 3 && top1[i] >= -1 && top1[i] < 8);
+            int seen = 0;
+            for (int k = 0; k < tn[i]; k++) {
+                CHECK(tid[i * 3 + (size_t)k] >= 0 && tid[i * 3 + (size_t)k] < 8 && tlp[i * 3 + (size_t)k] <= 0);
+                seen |= tid[i * 3 + (size_t)k] == prompt[i];
+            }
+            CHECK(seen);
+        }
     char msg[64];
     dsq_ep_error_text(body, size, msg, sizeof msg);
     CHECK(strlen(msg) < sizeof msg);
