@@ -160,6 +160,14 @@ badcfg() {
     $Q --dry-run --scheme w8a8-dynamic $T/bad > /dev/null 2> $T/err && fail "config $1=$2 contradicting the tensors: exit 0"
     grep -q "$1" $T/err || fail "config $1=$2: message does not name the key: $(cat $T/err)"
     grep -q "tensor '" $T/err || fail "config $1=$2: message does not name a tensor: $(cat $T/err)"
+    # with --calib the same refusal comes before calibration: no
+    # "calibrating" progress, no OUT.calib.dsq checkpoint left behind
+    $Q -v --calib samples/data/calib.txt --calib-samples 2 --calib-seqlen 32 --scheme w8a8 $T/bad $T/bad.dsq \
+        > /dev/null 2> $T/err && fail "--calib, config $1=$2 contradicting the tensors: exit 0"
+    grep -q "$1" $T/err || fail "--calib, config $1=$2: message does not name the key: $(tail -3 $T/err)"
+    grep -qi "calibrat" $T/err && fail "--calib, config $1=$2: calibration ran before the refusal: $(tail -3 $T/err)"
+    [ -e $T/bad.dsq.calib.dsq ] && fail "--calib, config $1=$2: $T/bad.dsq.calib.dsq left behind"
+    rm -f $T/bad.dsq.calib.dsq
 }
 if [ -f samples/tiny-dsv3/config.json ]; then
     badcfg n_routed_experts 0
