@@ -772,8 +772,9 @@ int main(int argc, char **argv)
         }
         return dsq_cli_fail(&cli, rc, &d);
     }
-    if (!dsq_convert_have_config(c) && !cli.json)
-        dsq_cli_warn(&cli, "no config.json next to '%s': the MTP layer is found by tensor names only", o.input);
+    if (!dsq_convert_have_config(c) && !cli.json)   /* only a single .safetensors file gets here */
+        dsq_cli_warn(&cli, "no config.json next to '%s': a tensor-only conversion (shapes unchecked, the MTP "
+                           "layer found by tensor names only); ds-eval cannot run the output", o.input);
     int exit_code = DSQ_EXIT_OK;
     if (!dry) {
         const dsq_plan *pl = dsq_convert_plan(c);

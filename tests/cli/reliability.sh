@@ -222,6 +222,22 @@ if [ -f samples/tiny-dsv3/config.json ]; then
     badcfg num_hidden_layers 5
 fi
 
+# ---- 14.7: no config.json: a model directory or shard index is refused (its
+# shapes cannot be checked and ds-eval could not run the output); one
+# .safetensors file named on purpose is a tensor-only conversion, said so ----
+rm -rf $T/nocfg; cp -r $S $T/nocfg; rm $T/nocfg/config.json
+for in in $T/nocfg $T/nocfg/model.safetensors.index.json; do
+    $Q --scheme w8a8-dynamic $in $T/nocfg.dsq > /dev/null 2> $T/err && fail "no config.json, input $in: exit 0"
+    grep -q "no config.json" $T/err || fail "no config.json, input $in: message was: $(cat $T/err)"
+    [ -e $T/nocfg.dsq ] && fail "no config.json, input $in: output written"
+    rm -f $T/nocfg.dsq
+    $Q --dry-run --scheme w8a8-dynamic $in > /dev/null 2> $T/err && fail "no config.json, --dry-run $in: exit 0"
+done
+$Q --scheme w8a8-dynamic $T/nocfg/model-00001-of-00002.safetensors $T/nocfg.dsq > /dev/null 2> $T/err \
+    || fail "one .safetensors file without config.json refused: $(cat $T/err)"
+grep -q "tensor-only" $T/err && grep -q "ds-eval cannot run" $T/err \
+    || fail "tensor-only conversion: the warning does not say so: $(cat $T/err)"
+
 # ---- 14.14: a 0- or 1-byte .dsq is "truncated", not "no tokenizer.json" ----
 : > $T/empty.dsq
 printf 'D' > $T/one.dsq
