@@ -292,6 +292,7 @@ static void test_synth_routing_any_experts(void **state)
     assert_true(plan_synth(dir, 8, 0, &d) < 0);   /* the unfitted config is refused */
     assert_non_null(strstr(d.msg, "group"));
     dsq_test_rmtree(dir);
+    free(dir);
 }
 
 int main(void)
