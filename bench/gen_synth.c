@@ -105,17 +105,7 @@ int main(int argc, char **argv)
             return dsq_cli_usage_error(&cli, "bad dtype '%s' (BF16, F16, F32)", dtype);
     }
     if (o.dense_layers > o.layers) o.dense_layers = o.layers;
-    /* Any --experts must still give a routing config ds-quant accepts
-     * (issue 14.14: --experts 8 kept n_group 8 / topk_group 4, so only 4
-     * experts were reachable for top-8): n_group divides the expert count
-     * and the selected groups hold at least num_experts_per_tok experts. */
-    if (o.experts > 0) {
-        if (o.experts_per_tok > o.experts) o.experts_per_tok = o.experts;
-        while (o.n_group > 1 && (o.experts % o.n_group ||
-                                 o.topk_group * (o.experts / o.n_group) < o.experts_per_tok))
-            o.n_group--;
-        if (o.topk_group > o.n_group) o.topk_group = o.n_group;
-    }
+    if (o.experts > 0) dsq_synth_fit_routing(&o);   /* any --experts gives a config ds-quant accepts */
     dsq_diag d;
     dsq_diag_clear(&d);
     uint64_t total = 0;

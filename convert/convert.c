@@ -618,6 +618,23 @@ int dsq_conv_run_items(dsq_convert *c, size_t from, dsq_conv_item_fn fn, void *c
     return rc;
 }
 
+/* A full disk is not the input's fault: the partial file, its journal, the
+ * ledger and the committed shards are what --resume continues from once
+ * space is freed (issue 14.12), so keep them and say so. */
+static int keep_for_resume(dsq_conv_sink *k, int rc, dsq_diag *d)
+{
+    if (k->w) dsq_ctr_writer_detach(k->w, NULL);
+    k->w = NULL;
+    dsq_ledger_close(k->ledger, 0);
+    k->ledger = NULL;
+    if (d) {
+        size_t l = strlen(d->msg);
+        snprintf(d->msg + l, sizeof d->msg - l, "; the partial output and its journal are kept: "
+                 "free some space and run again with --resume to continue");
+    }
+    return rc;
+}
+
 int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
 {
     memset(s, 0, sizeof *s);
@@ -657,6 +674,16 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
     if (c->o.resume && c->nshards) {
         /* Shards committed by the earlier run are complete files. */
         int done = state_read(c);
+        if (done < c->nshards) {
+            /* The disk filled between renaming the next shard into place and
+             * recording it in the state file: a complete shard with no
+             * partial beside it, checked below like the others. */
+            char *p = shard_path(c, done);
+            char *tmp = p ? dsq_outfile_tmp_name(p) : NULL;
+            if (p && tmp && dsq_path_exists(p) && !dsq_path_exists(tmp)) done++;
+            free(tmp);
+            free(p);
+        }
         for (int sh = 0; sh < done && rc == DSQ_OK; sh++) {
             char *p = shard_path(c, sh);
             dsq_ctr *r = NULL;
@@ -698,20 +725,7 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
     free(k.acc);
     k.acc = NULL;
 
-    if (rc == DSQ_ERR_NOSPC && !c->o.no_journal && k.w) {
-        /* A full disk is not the input's fault: the partial file and its
-         * journal are what --resume continues from once space is freed
-         * (issue 14.12), so keep them and say so. */
-        dsq_ctr_writer_detach(k.w, NULL);
-        k.w = NULL;
-        dsq_ledger_close(k.ledger, 0);
-        if (d) {
-            size_t l = strlen(d->msg);
-            snprintf(d->msg + l, sizeof d->msg - l, "; the partial output and its journal are kept: "
-                     "free some space and run again with --resume to continue");
-        }
-        return rc;
-    }
+    if (rc == DSQ_ERR_NOSPC && !c->o.no_journal && k.w) return keep_for_resume(&k, rc, d);
     if (rc == DSQ_ERR_INTERRUPTED) {
         if (c->o.no_journal) {          /* nothing could resume it: leave nothing */
             cleanup_failed(c, &k);
@@ -726,6 +740,10 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
     if (rc == DSQ_OK) rc = sink_finish(&k, d);
     /* Sharded output whose last shards were all resumed: nothing to finish. */
     if (rc == DSQ_OK && c->nshards) rc = write_index(c, d);
+    /* The disk filled while the last tensors' index / metadata (the writer
+     * kept its temporary and journal then), the resume state or the shard
+     * index were written: every committed shard stays too. */
+    if (rc == DSQ_ERR_NOSPC && !c->o.no_journal) return keep_for_resume(&k, rc, d);
     if (rc < 0) {
         cleanup_failed(c, &k);
         return rc;

@@ -167,7 +167,9 @@ typedef struct dsq_convert dsq_convert;
 int dsq_convert_check_output(const dsq_convert_opts *o, dsq_diag *d);
 
 /* Open the input, read config.json and the tokenizer files, build the plan.
- * Fails on a missing shard, an unreadable or malformed config.json /
+ * Fails on a missing shard, a model directory or shard index without
+ * config.json (one .safetensors file may lack it: tensor-only), a config.json
+ * that contradicts the tensor shapes, an unreadable or malformed config.json /
  * tokenizer file, an unsupported tensor (see dsq_recipe_decide). Nothing is
  * written. */
 int dsq_convert_prepare(dsq_convert **out, const dsq_convert_opts *o, dsq_diag *d);

@@ -111,6 +111,15 @@ static int parse_json(const char *path, const char *text, size_t len, json_objec
 }
 
 /* Append `"key": <file content>` if dir/name exists. */
+int dsq_conv_input_is_tensor_file(const char *input)
+{
+    struct stat st;
+    if (!input || stat(input, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    size_t n = strlen(input);
+    static const char suf[] = ".index.json";
+    return !(n >= sizeof suf - 1 && strcmp(input + n - (sizeof suf - 1), suf) == 0);
+}
+
 static int embed_file(sb *b, const char *dir, const char *name, const char *key, int *first,
                       json_object **keep, dsq_diag *d)
 {
@@ -245,6 +254,19 @@ int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
         int got = embed_file(&b, dir, "config.json", "config", &first, &cfg, d);
         if (got < 0) rc = got;
         c->have_config = got == 1;
+        /* A model directory or shard index without config.json cannot be
+         * checked against its shapes, and ds-eval could not run what came
+         * out (issue 14.7): refused. A single .safetensors file named on
+         * purpose is a tensor-only conversion and stays allowed (the CLI
+         * says what it gives). */
+        if (rc == DSQ_OK && !c->have_config && !dsq_conv_input_is_tensor_file(c->o.input)) {
+            char *cp = dsq_path_join(dir, "config.json");
+            rc = dsq_fail(d, DSQ_ERR_NOT_FOUND, cp ? cp : "config.json", NULL, -1,
+                          "the model has no config.json: without it the tensors cannot be checked and "
+                          "ds-eval cannot run the output; put the model's config.json beside the shards, "
+                          "or name one .safetensors file for a tensor-only conversion");
+            free(cp);
+        }
     }
     if (rc == DSQ_OK && cfg) {
         json_object *v;

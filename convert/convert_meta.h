@@ -8,8 +8,12 @@
 
 /* Read config.json and tokenizer / generation files next to the input,
  * set c->have_config and c->num_hidden_layers, build c->meta. A present but
- * unreadable or malformed file is an error naming it. */
+ * unreadable or malformed file is an error naming it; a missing config.json
+ * is DSQ_ERR_NOT_FOUND unless the input is a single .safetensors file. */
 int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d);
+/* The input is one .safetensors file (a regular file, not a shard index):
+ * the only input that may come without config.json (tensor-only). */
+int dsq_conv_input_is_tensor_file(const char *input);
 
 /* c->fingerprint: SHA-256 (hex) of everything that determines the tensor
  * payload bytes: tool version, each input file's name, size, mtime and

@@ -694,9 +694,11 @@ int main(int argc, char **argv)
      * a finished one is reused as is. */
     dsq_calib_result *cres = NULL;
     char *cjson = NULL, *cjson_t = NULL, *ckpt = NULL;
-    if (calibrating && !dry && o.export_format) {
-        /* Refuse what the export format cannot hold before calibrating
-         * (which can take hours and writes its checkpoint). */
+    if (calibrating && !dry) {
+        /* Open the input and build the plan before calibrating (which can
+         * take hours and writes its checkpoint): a config.json that
+         * contradicts the tensors (or is missing), a missing shard and what
+         * an export format cannot hold are refused now. */
         dsq_convert *chk = NULL;
         rc = dsq_convert_prepare(&chk, &o, &d);
         dsq_convert_free(chk);
@@ -704,7 +706,7 @@ int main(int argc, char **argv)
             json_error(&cli, rc, &d);
             dsq_recipe_release(&recipe);
             int code = dsq_cli_fail(&cli, rc, &d);
-            return rc == DSQ_ERR_UNSUPPORTED ? DSQ_EXIT_USAGE : code;
+            return o.export_format && rc == DSQ_ERR_UNSUPPORTED ? DSQ_EXIT_USAGE : code;
         }
     }
     if (calibrating && !dry) {
@@ -770,8 +772,9 @@ int main(int argc, char **argv)
         }
         return dsq_cli_fail(&cli, rc, &d);
     }
-    if (!dsq_convert_have_config(c) && !cli.json)
-        dsq_cli_warn(&cli, "no config.json next to '%s': the MTP layer is found by tensor names only", o.input);
+    if (!dsq_convert_have_config(c) && !cli.json)   /* only a single .safetensors file gets here */
+        dsq_cli_warn(&cli, "no config.json next to '%s': a tensor-only conversion (shapes unchecked, the MTP "
+                           "layer found by tensor names only); ds-eval cannot run the output", o.input);
     int exit_code = DSQ_EXIT_OK;
     if (!dry) {
         const dsq_plan *pl = dsq_convert_plan(c);

@@ -227,7 +227,10 @@ int  dsq_ctr_writer_checkpoint(dsq_ctr_writer *w, dsq_diag *d);
 /* Write index, metadata and footer, then commit atomically (fsync, rename
  * to the final path, fsync the directory) and remove the journal.
  * Always frees w, also on failure (then the temporary and journal are
- * removed, so a failed finish does not leave resumable state).
+ * removed, so a failed finish does not leave resumable state), except a
+ * full disk (DSQ_ERR_NOSPC) while the tail is written with DSQ_CTR_RESUME:
+ * then the temporary (cut back to its tensors) and the journal are kept, as
+ * dsq_ctr_writer_detach keeps them, for a resume once space is freed.
  * Fails with DSQ_ERR_INVALID_ARG if a streamed tensor is still open. */
 int  dsq_ctr_writer_finish(dsq_ctr_writer *w, dsq_diag *d);
 /* Give up: remove the temporary and the journal, free w. NULL is a no-op. */

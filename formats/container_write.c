@@ -637,6 +637,18 @@ int dsq_ctr_writer_finish(dsq_ctr_writer *w, dsq_diag *d)
     if (!w) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no writer");
     int rc = w_usable(w, d);
     if (rc == DSQ_OK) rc = write_tail(w, d);
+    if (rc == DSQ_ERR_NOSPC && resuming(w)) {
+        /* The disk filled while the index / metadata were written: every
+         * tensor is in the temporary, so keep it for --resume (issue 14.12):
+         * cut the tail off (which frees the space the journal needs), record
+         * every tensor in the journal (best effort: the previous journal
+         * stays valid if even that does not fit), keep both. */
+        w->failed = 0;
+        if (w_truncate(w, entries_end(w), NULL) == DSQ_OK) (void)dsq_ctr_writer_checkpoint(w, NULL);
+        dsq_outfile_detach(&w->f);
+        writer_free(w);
+        return rc;
+    }
     if (rc == DSQ_OK) rc = dsq_outfile_commit(&w->f, d);  /* removes tmp on failure */
     else dsq_outfile_abort(&w->f);
     unlink(w->journal);

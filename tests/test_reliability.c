@@ -9,6 +9,9 @@
 #include "tokenizer.h"
 #include "stats_file.h"
 #include "dsq_sha256.h"
+#include "convert.h"
+#include "recipe.h"
+#include "synth_ckpt.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -238,6 +241,60 @@ static void test_calib_long_document_prefix(void **state)
     dsq_tokenizer_free(tok);
 }
 
+/* 14.14: gen_synth --experts E (E = 8 was the failing case) writes a
+ * routing config ds-quant accepts: the plan (config.json checked against the
+ * tensors, dsq_model_config_load's routing checks) builds. Tiny dimensions
+ * with the real DeepSeek-V3 routing (n_group 8, topk_group 4, top-8), as
+ * gen_synth has before its --experts is applied; without the fit, E = 8 is
+ * refused, so the check can fail. */
+static int plan_synth(const char *dir, int64_t experts, int fit, dsq_diag *d)
+{
+    dsq_synth_opts o, t;
+    dsq_synth_defaults_v3(&o);
+    dsq_synth_defaults_tiny(&t);
+    t.experts_per_tok = o.experts_per_tok;
+    t.n_group = o.n_group;
+    t.topk_group = o.topk_group;
+    t.mtp = 0;
+    t.layers = 1;
+    t.dense_layers = 0;
+    t.experts = experts;
+    if (fit) dsq_synth_fit_routing(&t);
+    int rc = dsq_synth_write(&t, dir, DSQ_OUT_OVERWRITE, NULL, d);
+    if (rc < 0) return rc;
+    dsq_recipe r;
+    rc = dsq_recipe_init(&r, "w8a8-dynamic", d);
+    if (rc < 0) return rc;
+    dsq_convert_opts co;
+    dsq_convert_opts_init(&co);
+    co.input = dir;
+    co.recipe = &r;
+    co.threads = 1;
+    dsq_convert *c = NULL;
+    rc = dsq_convert_prepare(&c, &co, d);
+    dsq_convert_free(c);
+    dsq_recipe_release(&r);
+    return rc;
+}
+
+static void test_synth_routing_any_experts(void **state)
+{
+    (void)state;
+    char *dir = dsq_test_tmpdir();
+    dsq_diag d;
+    static const int64_t counts[] = { 1, 2, 3, 6, 8, 12, 16, 20, 64 };
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        dsq_diag_clear(&d);
+        int rc = plan_synth(dir, counts[i], 1, &d);
+        if (rc != DSQ_OK) fail_msg("--experts %lld: %s", (long long)counts[i], d.msg);
+    }
+    dsq_diag_clear(&d);
+    assert_true(plan_synth(dir, 8, 0, &d) < 0);   /* the unfitted config is refused */
+    assert_non_null(strstr(d.msg, "group"));
+    dsq_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +303,7 @@ int main(void)
         cmocka_unit_test(test_dir_and_symlink_outputs),
         cmocka_unit_test(test_stats_meta_types),
         cmocka_unit_test(test_calib_long_document_prefix),
+        cmocka_unit_test(test_synth_routing_any_experts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

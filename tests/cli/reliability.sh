@@ -150,6 +150,49 @@ else
     echo "reliability.sh: note: cannot mount a small tmpfs here, ENOSPC check skipped"
 fi
 
+# ---- 14.12: a full disk while the last tensors' index / metadata, the last
+# shard or model.dsq.index.json is written keeps what --resume needs ----
+# Disk sizes swept over the end of the run (the tail holds the 113 KB
+# tokenizer.json): every failing size must keep its state, say --resume, and
+# resume to the bytes of a clean run; some size must fail in the tail.
+cat > $T/sweep.sh <<'SHEOF'
+# sweep.sh Q IN T MODE(file|shards) FROM_KB TO_KB STEP_KB; in a private mount namespace
+Q=$1 IN=$2 T=$3 MODE=$4 kb=$5
+mkdir -p $T/sw
+if [ $MODE = file ]; then out=$T/sw/o.dsq; ref=$T/sw-ref.dsq; xo=
+else out=$T/sw/o; ref=$T/sw-ref; xo="--shard-size 1M"; fi
+while [ $kb -le $6 ]; do
+    mount -t tmpfs -o size=${kb}k tmpfs $T/sw || { echo "FAIL: cannot mount ${kb}k"; exit 1; }
+    $Q -q --zstd-level 0 $xo --scheme w8a8-dynamic $IN $out 2> $T/sw-err
+    rc=$?
+    echo "size $MODE ${kb}k: exit $rc $(head -c 300 $T/sw-err)"
+    if [ $rc != 0 ]; then
+        grep -q "tensor '" $T/sw-err || echo "TAIL $MODE $kb"
+        grep -q "resume" $T/sw-err || echo "FAIL: $MODE ${kb}k: ENOSPC message does not say --resume: $(cat $T/sw-err)"
+        ls -aR $T/sw | grep -q "partial\|dsq-resume" || echo "FAIL: $MODE ${kb}k: nothing kept for --resume: $(cat $T/sw-err)"
+        mount -o remount,size=64m $T/sw
+        $Q -q --resume --zstd-level 0 $xo --scheme w8a8-dynamic $IN $out 2> $T/sw-err \
+            || echo "FAIL: $MODE ${kb}k: --resume after freeing space: $(cat $T/sw-err)"
+    fi
+    if [ $MODE = file ]; then cmp -s $out $ref || echo "FAIL: $MODE ${kb}k: output differs from a clean run"
+    else diff -r -x '.*' $out $ref > /dev/null || echo "FAIL: $MODE ${kb}k: output differs from a clean run"; fi
+    ls -aR $T/sw | grep -q "partial\|journal\|dsq-resume\|dsq-sources" && echo "FAIL: $MODE ${kb}k: state left after success: $(ls -aR $T/sw | tr '\n' ' ')"
+    umount $T/sw
+    kb=$((kb + $7))
+done
+SHEOF
+if unshare -m sh -c "mount -t tmpfs -o size=2m tmpfs $T/small" 2>/dev/null; then
+    $Q -q --zstd-level 0 --scheme w8a8-dynamic $T/in $T/sw-ref.dsq || fail "clean zstd-0 run"
+    $Q -q --zstd-level 0 --shard-size 1M --scheme w8a8-dynamic $T/in $T/sw-ref || fail "clean sharded zstd-0 run"
+    f=$(( $(stat -c %s $T/sw-ref.dsq) / 1024 ))
+    unshare -m sh $T/sweep.sh $Q $T/in $T file $((f - 128)) $((f + 16)) 8 > $T/sw-log 2>&1
+    f=$(( $(cat $T/sw-ref/* | wc -c) / 1024 ))
+    unshare -m sh $T/sweep.sh $Q $T/in $T shards $((f - 48)) $((f + 28)) 4 >> $T/sw-log 2>&1
+    grep "FAIL" $T/sw-log | while read -r l; do echo "$l"; done
+    grep -q "FAIL" $T/sw-log && fails=$((fails+1))
+    grep -q "TAIL" $T/sw-log || fail "the disk-size sweep never filled the disk in the tail: $(cat $T/sw-log)"
+fi
+
 # ---- 14.7: config.json that contradicts the tensors is refused at plan time ----
 # badcfg KEY VALUE: tiny-dsv3 with one config key changed; the plan (--dry-run)
 # must fail and name the key and a tensor.
@@ -160,6 +203,14 @@ badcfg() {
     $Q --dry-run --scheme w8a8-dynamic $T/bad > /dev/null 2> $T/err && fail "config $1=$2 contradicting the tensors: exit 0"
     grep -q "$1" $T/err || fail "config $1=$2: message does not name the key: $(cat $T/err)"
     grep -q "tensor '" $T/err || fail "config $1=$2: message does not name a tensor: $(cat $T/err)"
+    # with --calib the same refusal comes before calibration: no
+    # "calibrating" progress, no OUT.calib.dsq checkpoint left behind
+    $Q -v --calib samples/data/calib.txt --calib-samples 2 --calib-seqlen 32 --scheme w8a8 $T/bad $T/bad.dsq \
+        > /dev/null 2> $T/err && fail "--calib, config $1=$2 contradicting the tensors: exit 0"
+    grep -q "$1" $T/err || fail "--calib, config $1=$2: message does not name the key: $(tail -3 $T/err)"
+    grep -qi "calibrat" $T/err && fail "--calib, config $1=$2: calibration ran before the refusal: $(tail -3 $T/err)"
+    [ -e $T/bad.dsq.calib.dsq ] && fail "--calib, config $1=$2: $T/bad.dsq.calib.dsq left behind"
+    rm -f $T/bad.dsq.calib.dsq
 }
 if [ -f samples/tiny-dsv3/config.json ]; then
     badcfg n_routed_experts 0
@@ -170,6 +221,22 @@ if [ -f samples/tiny-dsv3/config.json ]; then
     badcfg moe_intermediate_size 32
     badcfg num_hidden_layers 5
 fi
+
+# ---- 14.7: no config.json: a model directory or shard index is refused (its
+# shapes cannot be checked and ds-eval could not run the output); one
+# .safetensors file named on purpose is a tensor-only conversion, said so ----
+rm -rf $T/nocfg; cp -r $S $T/nocfg; rm $T/nocfg/config.json
+for in in $T/nocfg $T/nocfg/model.safetensors.index.json; do
+    $Q --scheme w8a8-dynamic $in $T/nocfg.dsq > /dev/null 2> $T/err && fail "no config.json, input $in: exit 0"
+    grep -q "no config.json" $T/err || fail "no config.json, input $in: message was: $(cat $T/err)"
+    [ -e $T/nocfg.dsq ] && fail "no config.json, input $in: output written"
+    rm -f $T/nocfg.dsq
+    $Q --dry-run --scheme w8a8-dynamic $in > /dev/null 2> $T/err && fail "no config.json, --dry-run $in: exit 0"
+done
+$Q --scheme w8a8-dynamic $T/nocfg/model-00001-of-00002.safetensors $T/nocfg.dsq > /dev/null 2> $T/err \
+    || fail "one .safetensors file without config.json refused: $(cat $T/err)"
+grep -q "tensor-only" $T/err && grep -q "ds-eval cannot run" $T/err \
+    || fail "tensor-only conversion: the warning does not say so: $(cat $T/err)"
 
 # ---- 14.14: a 0- or 1-byte .dsq is "truncated", not "no tokenizer.json" ----
 : > $T/empty.dsq
