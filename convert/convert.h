@@ -165,6 +165,10 @@ typedef struct dsq_convert dsq_convert;
  * --shard-size). Called by dsq_convert_run; callers with an expensive step
  * before it (calibration) call it first. */
 int dsq_convert_check_output(const dsq_convert_opts *o, dsq_diag *d);
+/* The same for a serving export directory (ds-quant --format, ds-export):
+ * OUT must not be, or contain, the input; it may exist only as a directory
+ * and with -f or --resume. */
+int dsq_export_check_output(const char *out, const char *in, int overwrite, int resume, dsq_diag *d);
 
 /* Open the input, read config.json and the tokenizer files, build the plan.
  * Fails on a missing shard, a model directory or shard index without

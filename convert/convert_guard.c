@@ -119,10 +119,38 @@ static int check_sharded(const dsq_convert_opts *o, dsq_diag *d)
     return rc;
 }
 
+/* An export directory replaced with -f is removed whole: it must not be,
+ * or contain, the input (`ds-quant --format F model/ model/`, or OUT a
+ * parent of IN, would delete the source weights). Compared by real path:
+ * names lie through links and "./". */
+int dsq_export_check_output(const char *out, const char *in, int overwrite, int resume, dsq_diag *d)
+{
+    if (!out || !*out) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no output path");
+    if (!in) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no input path");
+    DSQ_TRY(check_not_input(out, in, d));
+    char *ro = realpath(out, NULL), *ri = realpath(in, NULL);
+    int rc = DSQ_OK;
+    if (ro && ri) {
+        size_t n = strlen(ro);
+        if (!strcmp(ro, ri) || (!strncmp(ro, ri, n) && (ri[n] == '/' || !strcmp(ro, "/"))))
+            rc = dsq_fail(d, DSQ_ERR_INVALID_ARG, out, NULL, -1,
+                          "output is an input: the export directory holds '%s'; refusing to replace the source", in);
+    }
+    free(ro);
+    free(ri);
+    if (rc == DSQ_OK && dsq_path_exists(out) && !dsq_path_is_dir(out))
+        rc = dsq_fail(d, DSQ_ERR_EXISTS, out, NULL, -1, "output exists and is not a directory");
+    else if (rc == DSQ_OK && dsq_path_exists(out) && !overwrite && !resume)
+        rc = dsq_fail(d, DSQ_ERR_EXISTS, out, NULL, -1, "output exists (use -f to overwrite)");
+    return rc;
+}
+
 int dsq_convert_check_output(const dsq_convert_opts *o, dsq_diag *d)
 {
     if (!o || !o->output || !*o->output)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no output path");
     if (!o->input) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no input path");
+    if (o->export_format && strcmp(o->export_format, "dsq") != 0)   /* a serving export: a directory */
+        return dsq_export_check_output(o->output, o->input, o->overwrite, o->resume, d);
     return o->shard_bytes ? check_sharded(o, d) : check_single(o, d);
 }

@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "container.h"
 #include "container_set.h"
+#include "convert.h"
 #include "dsq_sha256.h"
 #include "dsq_version.h"
 #include "export.h"
@@ -177,8 +178,10 @@ int main(int argc, char **argv)
 
     dsq_diag d;
     dsq_diag_clear(&d);
+    int rc = dsq_export_check_output(o.output, in, o.overwrite, o.resume, &d);
+    if (rc < 0) return dsq_cli_fail(&cli, rc, &d);
     dsq_ctr_set *set = NULL;
-    int rc = dsq_ctr_set_open(&set, in, &d);
+    rc = dsq_ctr_set_open(&set, in, &d);
     if (rc < 0) return dsq_cli_fail(&cli, rc, &d);
     const char *meta = dsq_ctr_metadata(dsq_ctr_set_shard(set, 0), NULL);
     /* Resume fingerprint: the .dsq's identity (every tensor's hash). */

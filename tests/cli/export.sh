@@ -142,5 +142,21 @@ $X -q --format ascend "$T/bad.dsq" "$T/b" 2>/dev/null; rc=$?
 [ $rc = 1 ] || fail "corrupted .dsq: exit $rc, want 1"
 [ -e "$T/b" ] && fail "corrupted .dsq: output written"
 
+# -f replaces an earlier export directory; never the input, nor a directory
+# that holds the input (it would be removed whole)
+mkdir -p "$T/src" && cp $M/* "$T/src/"
+$Q -q --scheme w8a8-dynamic --format ascend "$T/src" "$T/src/x" || fail "export into a subdirectory of the input"
+$Q -q -f --scheme w8a8-dynamic --format ascend "$T/src" "$T/src/x" || fail "-f over an earlier export directory"
+$Q -q -f --scheme w8a8-dynamic --format ascend "$T/src" "$T/src" 2>"$T/err"; rc=$?
+[ $rc = 1 ] && grep -q 'output is an input' "$T/err" || fail "export onto its input directory: exit $rc, $(cat "$T/err")"
+[ -f "$T/src/config.json" ] || fail "export onto its input directory removed the source"
+mkdir -p "$T/par/in" && cp $M/* "$T/par/in/"
+$Q -q -f --scheme w8a8-dynamic --format ascend "$T/par/in" "$T/par" 2>"$T/err"; rc=$?
+[ $rc = 1 ] && grep -q 'output is an input' "$T/err" || fail "export onto a parent of its input: exit $rc"
+[ -f "$T/par/in/config.json" ] || fail "export onto a parent of its input removed the source"
+cp "$T/w8.dsq" "$T/par/w8.dsq"
+$X -q -f --format ascend "$T/par/w8.dsq" "$T/par" 2>"$T/err"; rc=$?
+[ $rc = 1 ] && [ -f "$T/par/w8.dsq" ] || fail "ds-export onto the directory holding its .dsq: exit $rc"
+
 [ $fails = 0 ] && echo "export.sh: all passed"
 exit $fails
