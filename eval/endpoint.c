@@ -480,13 +480,6 @@ static double log1mexp(double x)
     return x > -0.693147 ? log(-expm1(x)) : log1p(-exp(x));
 }
 
-static int cmp_flt(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-
 static float rec_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
 static uint32_t rec_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
@@ -644,50 +637,21 @@ int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp
     int rc = r.nll && r.kl && r.top && r.mode && klds ? run_all(&r, d) : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     if (rc == DSQ_OK) {
         /* summed in position order, as dsq_kld_run */
-        double s_kld = 0, s_kld2 = 0, s_nll = 0, s_nllb = 0, s_diff = 0, s_diff2 = 0, s_dp2 = 0, s_top = 0;
+        dsq_kld_sums sums = { 0 };
+        double s_top = 0;
         for (size_t i = 0; i < n; i++) {
-            double lp = rec_f32(base->records + i * base->info.record_size), lq = -r.nll[i], kl = r.kl[i];
+            double lp = rec_f32(base->records + i * base->info.record_size), kl = r.kl[i];
             klds[i] = (float)kl;
-            s_kld += kl;
-            s_kld2 += kl * kl;
-            s_nll += -lq;
-            s_nllb += -lp;
-            double df = -lq + lp, dp = exp(lq) - exp(lp);
-            s_diff += df;
-            s_diff2 += df * df;
-            s_dp2 += dp * dp;
+            dsq_kld_sums_add(&sums, kl, r.nll[i], -lp);
             info->topk_positions += r.mode[i] > 0;
             info->exact_positions += r.mode[i] == 2 || r.mode[i] == 4;
             info->text_positions += r.mode[i] >= 3;
             if (r.top[i] >= 0) { info->same_top_count++; s_top += r.top[i]; }
         }
-        double c = (double)n;
-        res->count = n;
-        res->kld_mean = s_kld / c;
-        double var = s_kld2 / c - res->kld_mean * res->kld_mean;
-        res->kld_stderr = n > 1 && var > 0 ? sqrt(var / (c - 1)) : 0;
-        qsort(klds, n, sizeof *klds, cmp_flt);
-        res->kld_min = klds[0];
-        res->kld_max = klds[n - 1];
-        res->kld_p01 = dsq_percentile_sorted(klds, n, 0.01);
-        res->kld_p05 = dsq_percentile_sorted(klds, n, 0.05);
-        res->kld_p10 = dsq_percentile_sorted(klds, n, 0.10);
-        res->kld_median = dsq_percentile_sorted(klds, n, 0.50);
-        res->kld_p90 = dsq_percentile_sorted(klds, n, 0.90);
-        res->kld_p95 = dsq_percentile_sorted(klds, n, 0.95);
-        res->kld_p99 = dsq_percentile_sorted(klds, n, 0.99);
-        res->kld_p999 = dsq_percentile_sorted(klds, n, 0.999);
+        dsq_kld_finish(res, &sums, klds, n);
         double m = (double)info->same_top_count;
         res->same_top = m > 0 ? s_top / m : NAN;
         res->same_top_stderr = m > 1 ? sqrt(res->same_top * (1 - res->same_top) / (m - 1)) : NAN;
-        res->ppl = exp(s_nll / c);
-        res->ppl_base = exp(s_nllb / c);
-        res->ppl_ratio = res->ppl / res->ppl_base;
-        res->ppl_delta = res->ppl - res->ppl_base;
-        res->ln_ratio_mean = s_diff / c;
-        var = s_diff2 / c - res->ln_ratio_mean * res->ln_ratio_mean;
-        res->ln_ratio_stderr = n > 1 && var > 0 ? sqrt(var / (c - 1)) : 0;
-        res->dp_rms = sqrt(s_dp2 / c);
     }
     free(r.nll); free(r.kl); free(r.top); free(r.mode);
     free(klds);

@@ -661,6 +661,46 @@ static void kld_pos(void *ctx, size_t j, int tid)
                                      jb->scratch + (size_t)tid * jb->vocab, &jb->cmp[j]);
 }
 
+void dsq_kld_sums_add(dsq_kld_sums *s, double kld, double nll, double nll_base)
+{
+    s->kld += kld;
+    s->kld2 += kld * kld;
+    s->nll += nll;
+    s->nll_base += nll_base;
+    double df = nll - nll_base, dp = exp(-nll) - exp(-nll_base);
+    s->diff += df;
+    s->diff2 += df * df;
+    s->dp2 += dp * dp;
+}
+
+void dsq_kld_finish(dsq_kld_result *r, const dsq_kld_sums *s, float *klds, uint64_t count)
+{
+    double n = (double)count;
+    r->count = count;
+    r->kld_mean = s->kld / n;
+    double var = s->kld2 / n - r->kld_mean * r->kld_mean;
+    r->kld_stderr = count > 1 && var > 0 ? sqrt(var / (n - 1)) : 0;
+    qsort(klds, count, sizeof *klds, cmp_float);
+    r->kld_min = klds[0];
+    r->kld_max = klds[count - 1];
+    r->kld_p01 = dsq_percentile_sorted(klds, count, 0.01);
+    r->kld_p05 = dsq_percentile_sorted(klds, count, 0.05);
+    r->kld_p10 = dsq_percentile_sorted(klds, count, 0.10);
+    r->kld_median = dsq_percentile_sorted(klds, count, 0.50);
+    r->kld_p90 = dsq_percentile_sorted(klds, count, 0.90);
+    r->kld_p95 = dsq_percentile_sorted(klds, count, 0.95);
+    r->kld_p99 = dsq_percentile_sorted(klds, count, 0.99);
+    r->kld_p999 = dsq_percentile_sorted(klds, count, 0.999);
+    r->ppl = exp(s->nll / n);
+    r->ppl_base = exp(s->nll_base / n);
+    r->ppl_ratio = r->ppl / r->ppl_base;
+    r->ppl_delta = r->ppl - r->ppl_base;
+    r->ln_ratio_mean = s->diff / n;
+    var = s->diff2 / n - r->ln_ratio_mean * r->ln_ratio_mean;
+    r->ln_ratio_stderr = count > 1 && var > 0 ? sqrt(var / (n - 1)) : 0;
+    r->dp_rms = sqrt(s->dp2 / n);
+}
+
 int dsq_kld_run(const dsq_logp_reader *base, size_t vocab, dsq_window_logits_fn fn,
                 void *user, const dsq_eval_hooks *h, dsq_kld_result *r, dsq_diag *d)
 {
@@ -689,7 +729,7 @@ int dsq_kld_run(const dsq_logp_reader *base, size_t vocab, dsq_window_logits_fn 
         rc = dsq_sha256_init(&hs);
         hashing = rc == DSQ_OK;
     }
-    double s_kld = 0, s_kld2 = 0, s_nll = 0, s_nllb = 0, s_diff = 0, s_diff2 = 0, s_dp2 = 0;
+    dsq_kld_sums sums = { 0 };
     uint64_t count = 0, same = 0;
     for (size_t c = 0; c < p.n_chunks && rc == DSQ_OK; c++) {
         if (h->cancel && *h->cancel) { rc = DSQ_ERR_INTERRUPTED; break; }
@@ -715,14 +755,7 @@ int dsq_kld_run(const dsq_logp_reader *base, size_t vocab, dsq_window_logits_fn 
                 break;
             }
             klds[count++] = (float)x->kld;
-            s_kld += x->kld;
-            s_kld2 += x->kld * x->kld;
-            s_nll += x->nll;
-            s_nllb += x->nll_base;
-            double df = x->nll - x->nll_base, dp = exp(-x->nll) - exp(-x->nll_base);
-            s_diff += df;
-            s_diff2 += df * df;
-            s_dp2 += dp * dp;
+            dsq_kld_sums_add(&sums, x->kld, x->nll, x->nll_base);
             same += (uint64_t)x->same_top;
         }
         if (rc == DSQ_OK && h->progress) h->progress(h->progress_user, c + 1, p.n_chunks);
@@ -736,32 +769,10 @@ int dsq_kld_run(const dsq_logp_reader *base, size_t vocab, dsq_window_logits_fn 
                           "log-prob data hash mismatch: the base file is corrupt");
     }
     if (rc == DSQ_OK) {
+        dsq_kld_finish(r, &sums, klds, count);
         double n = (double)count;
-        r->count = count;
-        r->kld_mean = s_kld / n;
-        double var = s_kld2 / n - r->kld_mean * r->kld_mean;
-        r->kld_stderr = count > 1 && var > 0 ? sqrt(var / (n - 1)) : 0;
-        qsort(klds, count, sizeof *klds, cmp_float);
-        r->kld_min = klds[0];
-        r->kld_max = klds[count - 1];
-        r->kld_p01 = dsq_percentile_sorted(klds, count, 0.01);
-        r->kld_p05 = dsq_percentile_sorted(klds, count, 0.05);
-        r->kld_p10 = dsq_percentile_sorted(klds, count, 0.10);
-        r->kld_median = dsq_percentile_sorted(klds, count, 0.50);
-        r->kld_p90 = dsq_percentile_sorted(klds, count, 0.90);
-        r->kld_p95 = dsq_percentile_sorted(klds, count, 0.95);
-        r->kld_p99 = dsq_percentile_sorted(klds, count, 0.99);
-        r->kld_p999 = dsq_percentile_sorted(klds, count, 0.999);
         r->same_top = (double)same / n;
         r->same_top_stderr = count > 1 ? sqrt(r->same_top * (1 - r->same_top) / (n - 1)) : 0;
-        r->ppl = exp(s_nll / n);
-        r->ppl_base = exp(s_nllb / n);
-        r->ppl_ratio = r->ppl / r->ppl_base;
-        r->ppl_delta = r->ppl - r->ppl_base;
-        r->ln_ratio_mean = s_diff / n;
-        var = s_diff2 / n - r->ln_ratio_mean * r->ln_ratio_mean;
-        r->ln_ratio_stderr = count > 1 && var > 0 ? sqrt(var / (n - 1)) : 0;
-        r->dp_rms = sqrt(s_dp2 / n);
     }
     free(logits);
     free(klds);

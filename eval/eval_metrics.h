@@ -258,6 +258,19 @@ typedef struct dsq_kld_result {
 int dsq_kld_run(const dsq_logp_reader *base, size_t vocab, dsq_window_logits_fn fn,
                 void *user, const dsq_eval_hooks *h, dsq_kld_result *r, dsq_diag *d);
 
+/* Running sums of a KL comparison, added in position order; shared by
+ * dsq_kld_run and the served-model path (endpoint.h) so both report the
+ * same statistics the same way. */
+typedef struct dsq_kld_sums {
+    double kld, kld2, nll, nll_base, diff, diff2, dp2;
+} dsq_kld_sums;
+/* One scored position: its KL, and the new and base negative log-probs of
+ * the target token. */
+void dsq_kld_sums_add(dsq_kld_sums *s, double kld, double nll, double nll_base);
+/* Fill every field of r but same_top / same_top_stderr from count positions:
+ * the sums and the per-position KLs klds[count] (sorted in place, count > 0). */
+void dsq_kld_finish(dsq_kld_result *r, const dsq_kld_sums *s, float *klds, uint64_t count);
+
 /* Linear-interpolated percentile of sorted v[n] (numpy's default and
  * llama.cpp's), q in [0, 1]. */
 double dsq_percentile_sorted(const float *v, size_t n, double q);
