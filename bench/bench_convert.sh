@@ -23,19 +23,8 @@ EXPERTS=${1:-128}
 [ $# -gt 0 ] && shift
 # An entry is SCHEME or SCHEME:EXTRA-OPTION (e.g. w4a8:--no-journal).
 SCHEMES=${*:-w8a8-dynamic w8a8-dynamic:--no-journal w4a8 w4a8:--no-journal awq-w4a16 bf16}
-OUT=bench/out
-DST=${BENCH_DST:-$OUT}
-GEN=${BUILD:-build}/bench/gen_synth
-QUANT=bin/ds-quant
-mkdir -p $OUT
-[ -x $GEN ] || make -s $GEN
-[ -x $QUANT ] || make -s $QUANT
-MODEL=$OUT/ds-v3-1moe-e$EXPERTS
-if [ ! -f $MODEL/model.safetensors.index.json ]; then
-    echo "generating $MODEL ..."
-    nice $GEN --layers 1 --dense 0 --experts $EXPERTS --vocab 8192 --shard-size 4G -f $MODEL
-fi
-BYTES=$(cat $MODEL/*.safetensors | wc -c)
+. bench/synth_layer.sh
+synth_layer $EXPERTS
 NCPU=$(nproc)
 
 now() { date +%s.%N; }

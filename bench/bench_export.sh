@@ -22,19 +22,8 @@ EXPERTS=${1:-16}
 ENTRIES=${*:-dsq:--scheme=w8a8-dynamic ascend:--scheme=w8a8-dynamic compressed-tensors:--scheme=w8a8-dynamic \
 dsq:--recipe=deepseek-w4a8 ascend:--recipe=deepseek-w4a8 \
 dsq:--scheme=awq-w4a16 awq:--scheme=awq-w4a16 compressed-tensors:--scheme=awq-w4a16}
-OUT=bench/out
-DST=${BENCH_DST:-$OUT}
-GEN=${BUILD:-build}/bench/gen_synth
-QUANT=bin/ds-quant
-mkdir -p $OUT
-[ -x $GEN ] || make -s $GEN
-[ -x $QUANT ] || make -s $QUANT
-MODEL=$OUT/ds-v3-1moe-e$EXPERTS
-if [ ! -f $MODEL/model.safetensors.index.json ]; then
-    echo "generating $MODEL ..."
-    nice $GEN --layers 1 --dense 0 --experts $EXPERTS --vocab 8192 --shard-size 4G -f $MODEL
-fi
-BYTES=$(cat $MODEL/*.safetensors | wc -c)
+. bench/synth_layer.sh
+synth_layer $EXPERTS
 echo "input: $MODEL, $(echo $BYTES | awk '{printf "%.2f GB", $1/1e9}'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-20s %-24s %8s %7s %8s %10s %10s\n' format recipe seconds "GB/s" cpu-s "peak RSS" "out GB"
 for entry in $ENTRIES; do

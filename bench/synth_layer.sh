@@ -1,0 +1,20 @@
+# synth_layer.sh - sourced by bench_convert.sh and bench_export.sh so both
+# measure the same input: builds gen_synth and ds-quant when missing and
+# makes, once, the real-shape one-layer DeepSeek-V3 checkpoint with $1 routed
+# experts in bench/out/ (kept for later runs; delete it by hand).
+# Sets OUT, DST (BENCH_DST or OUT), GEN, QUANT, MODEL and BYTES (input size).
+synth_layer() {
+    OUT=bench/out
+    DST=${BENCH_DST:-$OUT}
+    GEN=${BUILD:-build}/bench/gen_synth
+    QUANT=bin/ds-quant
+    mkdir -p $OUT
+    [ -x $GEN ] || make -s $GEN
+    [ -x $QUANT ] || make -s $QUANT
+    MODEL=$OUT/ds-v3-1moe-e$1
+    if [ ! -f $MODEL/model.safetensors.index.json ]; then
+        echo "generating $MODEL ..."
+        nice $GEN --layers 1 --dense 0 --experts $1 --vocab 8192 --shard-size 4G -f $MODEL
+    fi
+    BYTES=$(cat $MODEL/*.safetensors | wc -c)
+}
