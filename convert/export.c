@@ -1,6 +1,7 @@
 /* export.c - the export format table, planning, shard layout, resume and the
  * finished directory (see export.h). Tensor bytes: export_fill.c. */
 #include "export_internal.h"
+#include "st_writer.h"
 #include "dsq_file.h"
 #include "dsq_sha256.h"
 
@@ -194,71 +195,38 @@ static char *shard_name(const dsq_export *ex, int s)
     return strdup(buf);
 }
 
-static int cmp_layout(const void *a, const void *b)
+/* The export places every tensor's bytes itself (pwrite at its offset), so
+ * the safetensors writer is asked only for the layout, never for data. */
+static int no_fill(void *ctx, const char *name, void *dst, uint64_t nbytes, dsq_diag *d)
 {
-    const dsq_xtensor *x = *(const dsq_xtensor *const *)a, *y = *(const dsq_xtensor *const *)b;
-    if (x->dtype != y->dtype) return x->dtype > y->dtype ? -1 : 1;
-    return strcmp(x->name, y->name);
+    (void)ctx; (void)dst; (void)nbytes;
+    return dsq_fail(d, DSQ_ERR_STATE, NULL, name, -1, "export tensors are written at their offsets");
 }
 
-/* Sorted target tensors of shard s (malloc'd array of pointers). */
-static dsq_xtensor **shard_list(dsq_export *ex, int s, size_t *n)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < ex->nxt; i++) k += ex->xt[i].shard == s;
-    dsq_xtensor **v = malloc((k ? k : 1) * sizeof *v);
-    if (!v) return NULL;
-    k = 0;
-    for (size_t i = 0; i < ex->nxt; i++)
-        if (ex->xt[i].shard == s) v[k++] = &ex->xt[i];
-    qsort(v, k, sizeof *v, cmp_layout);
-    *n = k;
-    return v;
-}
-
-static void json_escape(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-/* Offsets of shard s, and its padded header (safetensors section 1). */
+/* Offsets of shard s, and its padded header (safetensors section 1): the
+ * layout formats/st_writer.c gives any safetensors file dsq writes. */
 static int shard_header(dsq_export *ex, int s, char **out, size_t *len, dsq_diag *d)
 {
-    size_t n;
-    dsq_xtensor **v = shard_list(ex, s, &n);
-    char *buf = NULL;
-    size_t blen = 0;
-    FILE *f = v ? open_memstream(&buf, &blen) : NULL;
-    if (!f) {
-        free(v);
-        return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < ex->nxt; i++) n += ex->xt[i].shard == s;
+    dsq_st_writer *w = dsq_st_writer_create();
+    size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+    uint64_t *begin = malloc((n ? n : 1) * sizeof *begin);
+    int rc = w && idx && begin ? dsq_st_writer_set_meta(w, "format", "pt") : DSQ_ERR_NOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < ex->nxt && rc == DSQ_OK; i++) {
+        dsq_xtensor *x = &ex->xt[i];
+        if (x->shard != s) continue;
+        idx[k++] = i;
+        rc = dsq_st_writer_add_lazy(w, x->name, x->dtype, x->ndim, x->shape, no_fill, NULL);
     }
-    fputs("{\"__metadata__\":{\"format\":\"pt\"}", f);
-    uint64_t off = 0;
-    for (size_t k = 0; k < n; k++) {
-        dsq_xtensor *x = v[k];
-        x->off = off;
-        fputc(',', f);
-        json_escape(f, x->name);
-        fprintf(f, ":{\"dtype\":\"%s\",\"shape\":[", dsq_dtype_name(x->dtype));
-        for (int j = 0; j < x->ndim; j++) fprintf(f, "%s%lld", j ? "," : "", (long long)x->shape[j]);
-        fprintf(f, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-                (unsigned long long)(off + x->nbytes));
-        off += x->nbytes;
-    }
-    fputc('}', f);
-    while ((blen = (size_t)ftell(f)) % 8) fputc(' ', f);
-    fclose(f);
-    free(v);
-    *out = buf;
-    *len = blen;
-    return DSQ_OK;
+    if (rc == DSQ_OK) rc = dsq_st_writer_layout(w, out, len, begin, d);
+    else rc = dsq_fail(d, rc, NULL, NULL, -1, "cannot lay out shard %d", s + 1);
+    for (size_t j = 0; rc == DSQ_OK && j < k; j++) ex->xt[idx[j]].off = begin[j];
+    dsq_st_writer_free(w);
+    free(idx);
+    free(begin);
+    return rc;
 }
 
 static char *tmp_file(const dsq_export *ex, const char *name)

@@ -352,6 +352,11 @@ static int check_names(dsq_st_writer *w, struct w_ent **v, dsq_diag *d, const ch
 
 int dsq_st_writer_header(dsq_st_writer *w, char **out, size_t *len, dsq_diag *d)
 {
+    return dsq_st_writer_layout(w, out, len, NULL, d);
+}
+
+int dsq_st_writer_layout(dsq_st_writer *w, char **out, size_t *len, uint64_t *begin, dsq_diag *d)
+{
     if (!w || !out || !len) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "bad arguments");
     *out = NULL;
     *len = 0;
@@ -364,6 +369,7 @@ int dsq_st_writer_header(dsq_st_writer *w, char **out, size_t *len, dsq_diag *d)
         assign_offsets(v, w->n);
         rc = build_header(w, v, w->n, &b);
         if (rc < 0) rc = dsq_fail(d, rc, NULL, NULL, -1, "out of memory");
+        for (size_t i = 0; begin && rc == DSQ_OK && i < w->n; i++) begin[i] = w->e[i].begin;
     }
     free(v);
     if (rc < 0) { free(b.p); return rc; }

@@ -83,5 +83,10 @@ int dsq_st_writer_write(dsq_st_writer *w, const char *path_or_dir,
  * tools). *out is malloc'd, *len is a multiple of 8, the u64 prefix is not
  * included. */
 int dsq_st_writer_header(dsq_st_writer *w, char **out, size_t *len, dsq_diag *d);
+/* The same header, and where each tensor's bytes begin in the byte buffer
+ * (begin[i] for the i-th tensor added; begin may be NULL), for writers that
+ * place the bytes themselves (the serving exports stream each tensor into
+ * its offset). */
+int dsq_st_writer_layout(dsq_st_writer *w, char **out, size_t *len, uint64_t *begin, dsq_diag *d);
 
 #endif
