@@ -31,8 +31,25 @@ typedef struct dsq_actbuf {
     const int32_t *gsum;     /* [ngroups][T] code sums per group (w4a8) */
 } dsq_actbuf;
 
+/* Activations of one bf16-weight gemm call (prefill, T > 4): x itself and
+ * its split into two bf16 terms, xh = bf16(x), xl = bf16(x - xh) (split_bf16),
+ * so xh + xl equals x within 2^-16 |x| (scheme.h). Levels with a native bf16
+ * dot product (AVX-512 BF16) multiply the bf16 weights by xh and by xl; the
+ * others widen the weights on the fly and use x. */
+typedef struct dsq_bfact {
+    int64_t         T;
+    const float    *x;       /* [T][cols] */
+    int64_t         kpad;    /* xh / xl row stride: align(cols, 32), zero padded */
+    const uint16_t *xh, *xl; /* [T][kpad] */
+} dsq_bfact;
+
+#define DSQ_BF16_KALIGN 32   /* xh / xl rows are padded to this many columns */
+
 typedef struct dsq_kernels {
-    const char *name;        /* "ref", "avx2", "avx512", "neon" */
+    const char *name;        /* "ref", "avx2", "avx512", "avx512bf16", "neon" */
+    /* 1: gemm_bf16 reads the split activations a->xh / a->xl (native bf16
+     * dot product); 0: it reads a->x and the driver skips the split. */
+    int bf16_split;
 
     /* max over i < n of (bits(x[i]) & 0x7fffffff): the bits of max|x| for
      * finite data; a result >= 0x7f800000 means an Inf/NaN is present. */
@@ -57,6 +74,16 @@ typedef struct dsq_kernels {
     /* Same for w4a8 (codes u = q + 8; needs a->gsum). */
     void (*gemm_w4)(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y);
 
+    /* hi[i] = bf16(x[i]) (round to nearest even, dsq_f32_to_bf16), lo[i] =
+     * bf16(x[i] - hi[i]) (the difference is exact in f32), lo = 0 where hi
+     * is not finite. Bit-identical across levels. */
+    void (*split_bf16)(const float *x, int64_t n, uint16_t *hi, uint16_t *lo);
+    /* bf16 weights, T > 4 tokens: y[t*rows + n] for rows [n0, n1), every
+     * token of a. Blocked: a block of rows is read from memory once for all
+     * tokens. Within split error (scheme.h) plus the float dot bound of the
+     * reference; order not pinned. NULL in the ref level (gemv_f serves). */
+    void (*gemm_bf16)(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y);
+
     /* Float schemes (f32, bf16, awq): y[t*rows+n] = dot(deq(W[n,:]), x[t,:])
      * for rows [n0, n1), small T (decode). Order not pinned. */
     void (*gemv_f)(const dsq_qview *v, const float *x, int64_t T, int64_t n0, int64_t n1,
@@ -71,6 +98,8 @@ extern const dsq_kernels dsq_kernels_ref_impl;
 #if defined(__x86_64__) || defined(__i386__)
 extern const dsq_kernels dsq_kernels_avx2_impl;
 extern const dsq_kernels dsq_kernels_avx512_impl;
+extern const dsq_kernels dsq_kernels_avx512bf16_impl;  /* avx512 + AVX512_BF16 */
+void dsq_avx512bf16_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y);
 #endif
 #if defined(__aarch64__)
 extern const dsq_kernels dsq_kernels_neon_impl;
@@ -94,6 +123,9 @@ static inline dsq_pool *dsq_gemm_pool(dsq_pool *pool, int64_t rows, int64_t cols
 {
     return (double)rows * (double)cols * (double)T < (double)DSQ_GEMM_SERIAL_MACS ? NULL : pool;
 }
+
+/* The reference split_bf16 (levels without a faster one use it). */
+void dsq_split_bf16_scalar(const float *x, int64_t n, uint16_t *hi, uint16_t *lo);
 
 /* Codes row stride of activation buffers for a view. */
 int64_t dsq_act_kpad(int64_t cols);

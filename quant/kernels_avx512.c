@@ -108,22 +108,45 @@ static int32_t z_sum_i8(const int8_t *q, int64_t n)
     return s;
 }
 
-static void z_f32_to_bf16(const float *x, int64_t n, uint16_t *out)
+/* dsq_f32_to_bf16 of 16 floats (as bits), result in the low half of each
+ * 32-bit lane. Integer rounding, not vcvtneps2bf16: that one flushes
+ * subnormals, the reference does not. */
+AI __m512i bf16_rne(__m512i u)
 {
     const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
     const __m512i r7 = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1),
                   qnan = _mm512_set1_epi32(0x40);
+    __mmask16 isnan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, absm), inf);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(r7, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    r = _mm512_srli_epi32(r, 16);
+    __m512i nanv = _mm512_or_si512(_mm512_srli_epi32(u, 16), qnan);
+    return _mm512_mask_blend_epi32(isnan, r, nanv);
+}
+
+static void z_f32_to_bf16(const float *x, int64_t n, uint16_t *out)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(out + i), _mm512_cvtepi32_epi16(bf16_rne(_mm512_loadu_si512(x + i))));
+    for (; i < n; i++) out[i] = dsq_f32_to_bf16(x[i]);
+}
+
+/* dsq_split_bf16_scalar, 16 at a time (same operations). */
+static void z_split_bf16(const float *x, int64_t n, uint16_t *hi, uint16_t *lo)
+{
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m512i u = _mm512_loadu_si512(x + i);
-        __mmask16 isnan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, absm), inf);
-        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(r7, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-        r = _mm512_srli_epi32(r, 16);
-        __m512i nanv = _mm512_or_si512(_mm512_srli_epi32(u, 16), qnan);
-        r = _mm512_mask_blend_epi32(isnan, r, nanv);
-        _mm256_storeu_si256((__m256i *)(out + i), _mm512_cvtepi32_epi16(r));
+        __m512 xv = _mm512_loadu_ps(x + i);
+        __m512i h = bf16_rne(_mm512_castps_si512(xv));
+        __m512i hb = _mm512_slli_epi32(h, 16);
+        __mmask16 fin = _mm512_cmplt_epi32_mask(_mm512_and_si512(hb, absm), inf);
+        __m512 r = _mm512_sub_ps(xv, _mm512_castsi512_ps(hb));
+        __m512i l = _mm512_maskz_mov_epi32(fin, bf16_rne(_mm512_castps_si512(r)));
+        _mm256_storeu_si256((__m256i *)(hi + i), _mm512_cvtepi32_epi16(h));
+        _mm256_storeu_si256((__m256i *)(lo + i), _mm512_cvtepi32_epi16(l));
     }
-    for (; i < n; i++) out[i] = dsq_f32_to_bf16(x[i]);
+    dsq_split_bf16_scalar(x + i, n - i, hi + i, lo + i);
 }
 
 /* ---- w8 gemm ------------------------------------------------------------- */
@@ -573,18 +596,28 @@ static void z_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k
     }
 }
 
-const dsq_kernels dsq_kernels_avx512_impl = {
-    .name = "avx512",
-    .absmax_bits = z_absmax_bits,
-    .minmax = z_minmax,
-    .quant_i8 = z_quant_i8,
-    .sum_i8 = z_sum_i8,
-    .f32_to_bf16 = z_f32_to_bf16,
-    .gemm_w8 = z_gemm_w8,
-    .gemm_w4 = z_gemm_w4,
-    .gemv_f = z_gemv_f,
-    .dequant_tile = z_dequant_tile,
-};
+/* bf16 prefill without a bf16 dot product: blocks of 8 rows (about 112 KB
+ * at 7168 columns, L2 resident) through gemv_f's 4-row x 2-token tiles,
+ * widening the weights on the fly; the block is read from memory once for
+ * all tokens. */
+static void z_gemm_bf16(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y)
+{
+    for (int64_t n = n0; n < n1; n += 8) z_gemv_f(v, a->x, a->T, n, n + 8 < n1 ? n + 8 : n1, y);
+}
+
+#define Z_LEVEL(NAME, SPLIT, GEMM_BF16)                                             \
+    {                                                                               \
+        .name = NAME, .bf16_split = SPLIT, .absmax_bits = z_absmax_bits,            \
+        .minmax = z_minmax, .quant_i8 = z_quant_i8, .sum_i8 = z_sum_i8,             \
+        .f32_to_bf16 = z_f32_to_bf16, .split_bf16 = z_split_bf16,                   \
+        .gemm_bf16 = GEMM_BF16, .gemm_w8 = z_gemm_w8, .gemm_w4 = z_gemm_w4,         \
+        .gemv_f = z_gemv_f, .dequant_tile = z_dequant_tile,                         \
+    }
+
+const dsq_kernels dsq_kernels_avx512_impl = Z_LEVEL("avx512", 0, z_gemm_bf16);
+/* the same level with the vdpbf16ps prefill (kernels_avx512bf16.c) */
+const dsq_kernels dsq_kernels_avx512bf16_impl = Z_LEVEL("avx512bf16", 1, dsq_avx512bf16_gemm);
+#undef Z_LEVEL
 
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -142,6 +142,20 @@ static void ref_gemm_w4(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int
 
 /* ---- float schemes -------------------------------------------------------- */
 
+void dsq_split_bf16_scalar(const float *x, int64_t n, uint16_t *hi, uint16_t *lo)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = dsq_f32_to_bf16(x[i]);
+        float hf = dsq_bf16_to_f32(h);
+        hi[i] = h;
+        /* x - hf is exact in f32 (hf is x rounded to 8 significant bits,
+         * so the difference lies on x's own grid and has at most 16
+         * significant bits); a non-finite hi (NaN, Inf, or a finite x past
+         * the bf16 range) keeps its value alone */
+        lo[i] = isfinite(hf) ? dsq_f32_to_bf16(x[i] - hf) : 0;
+    }
+}
+
 /* Reference dot: double accumulation, so it is (nearly) the exact dot of the
  * dequantized row with x; fast kernels are tested against it with the float
  * dot error bound. */
@@ -172,6 +186,8 @@ const dsq_kernels dsq_kernels_ref_impl = {
     .quant_i8 = ref_quant_i8,
     .sum_i8 = ref_sum_i8,
     .f32_to_bf16 = ref_f32_to_bf16,
+    .split_bf16 = dsq_split_bf16_scalar,
+    .gemm_bf16 = NULL,
     .gemm_w8 = ref_gemm_w8,
     .gemm_w4 = ref_gemm_w4,
     .gemv_f = ref_gemv_f,
@@ -189,6 +205,8 @@ static int level_supported(const dsq_kernels *k)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
                __builtin_cpu_supports("fma");
+    if (k == &dsq_kernels_avx512bf16_impl)
+        return level_supported(&dsq_kernels_avx512_impl) && __builtin_cpu_supports("avx512bf16");
 #endif
 #if defined(__aarch64__)
     if (k == &dsq_kernels_neon_impl) {
@@ -209,6 +227,7 @@ static const dsq_kernels *const g_levels[] = {
 #if defined(__x86_64__) || defined(__i386__)
     &dsq_kernels_avx2_impl,
     &dsq_kernels_avx512_impl,
+    &dsq_kernels_avx512bf16_impl,
 #endif
 #if defined(__aarch64__)
     &dsq_kernels_neon_impl,

@@ -3,7 +3,11 @@
  *
  * Float gemm: decode-sized T (<= FLT_GEMV_MAX_T) runs the kernel level's
  * gemv_f over row blocks split across the pool (weights are streamed once,
- * which is what decode is bound by). Larger T gives each pool task a block
+ * which is what decode is bound by). bf16 weights with larger T go to the
+ * level's gemm_bf16 (blocked over rows and tokens, weights read once per
+ * call; AVX-512 BF16 dot products on split activations where the CPU has
+ * them, else weights widened on the fly), FLT_BF16_RB rows per pool task.
+ * f32 and awq with larger T: each pool task gets a block
  * of FLT_RB output rows: it dequantizes [FLT_RB x FLT_KB] tiles (L2 sized)
  * into its own buffer and accumulates them with OpenBLAS cblas_sgemm (beta
  * = 1 after the first K tile); f32 blobs go to sgemm directly. The calls'
@@ -28,6 +32,7 @@
 #define FLT_ROW_BLOCK  32     /* rows per pool task in gemv */
 #define FLT_RB         128    /* output rows per pool task (sgemm path) */
 #define FLT_KB         512    /* dequantized tile columns (multiple of 128); 256 KB tiles */
+#define FLT_BF16_RB    64     /* output rows per pool task (bf16 prefill) */
 
 /* ---- passthrough rows ---------------------------------------------------- */
 
@@ -140,12 +145,22 @@ double dsq_bf16_error_bound(const dsq_qview *v, int64_t row, int64_t col, float 
 
 /* ---- float gemm driver --------------------------------------------------- */
 
+/* bf16 prefill: split activations, two u16 planes of T x kpad */
+static size_t bf16_split_bytes(const dsq_qview *v, int64_t T)
+{
+    int64_t kpad = (v->shape.cols + DSQ_BF16_KALIGN - 1) / DSQ_BF16_KALIGN * DSQ_BF16_KALIGN;
+    return (size_t)T * (size_t)kpad * 2 * sizeof(uint16_t);
+}
+
 size_t dsq_float_gemm_scratch(const dsq_qview *v, int64_t T, int nthreads)
 {
     if (!v || T <= FLT_GEMV_MAX_T || v->scheme->id == DSQ_SCHEME_F32) return 0;
     if (nthreads < 1) nthreads = 1;
-    /* one dequantized [FLT_RB x FLT_KB] tile per thread */
-    return (size_t)nthreads * FLT_RB * FLT_KB * sizeof(float);
+    /* one dequantized [FLT_RB x FLT_KB] tile per thread (sgemm path) */
+    size_t tiles = (size_t)nthreads * FLT_RB * FLT_KB * sizeof(float);
+    if (v->scheme->id != DSQ_SCHEME_BF16) return tiles;
+    size_t split = bf16_split_bytes(v, T);
+    return split > tiles ? split : tiles;
 }
 
 struct gemv_job {
@@ -201,6 +216,63 @@ static void sgemm_task(void *ctx, size_t item, int tid)
     }
 }
 
+struct bf16_job {
+    const dsq_kernels *k;
+    const dsq_qview *v;
+    dsq_bfact a;
+    uint16_t *xh, *xl;
+    float *y;
+};
+
+static void split_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    struct bf16_job *j = ctx;
+    const int64_t cols = j->v->shape.cols, kp = j->a.kpad;
+    uint16_t *h = j->xh + (int64_t)item * kp, *l = j->xl + (int64_t)item * kp;
+    j->k->split_bf16(j->a.x + (int64_t)item * cols, cols, h, l);
+    for (int64_t c = cols; c < kp; c++) h[c] = l[c] = 0;
+}
+
+static void bf16_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    struct bf16_job *j = ctx;
+    int64_t n0 = (int64_t)item * FLT_BF16_RB, n1 = n0 + FLT_BF16_RB;
+    if (n1 > j->v->shape.rows) n1 = j->v->shape.rows;
+    j->k->gemm_bf16(j->v, &j->a, n0, n1, j->y);
+}
+
+/* bf16 weights, T > FLT_GEMV_MAX_T, a level with gemm_bf16: split the
+ * activations once (one token per pool task) when the level uses the
+ * split, then FLT_BF16_RB-row blocks over the pool. */
+static int bf16_gemm(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T, float *y,
+                     dsq_pool *pool, void *scratch, size_t scratch_size)
+{
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    struct bf16_job j = { k, v, { T, x, 0, NULL, NULL }, NULL, NULL, y };
+    void *own = NULL;
+    if (k->bf16_split) {
+        size_t need = bf16_split_bytes(v, T);
+        if (!scratch) {
+            scratch = own = dsq_aligned_alloc(need);
+            if (!own) return DSQ_ERR_NOMEM;
+        } else if (scratch_size < need) {
+            return DSQ_ERR_INVALID_ARG;
+        }
+        j.a.kpad = (cols + DSQ_BF16_KALIGN - 1) / DSQ_BF16_KALIGN * DSQ_BF16_KALIGN;
+        j.xh = scratch;
+        j.xl = j.xh + (size_t)T * (size_t)j.a.kpad;
+        j.a.xh = j.xh;
+        j.a.xl = j.xl;
+        dsq_pool_run(dsq_gemm_pool(pool, 1, cols, T * 64), (size_t)T, split_task, &j);
+    }
+    dsq_pool_run(dsq_gemm_pool(pool, rows, cols, T), (size_t)((rows + FLT_BF16_RB - 1) / FLT_BF16_RB),
+                 bf16_task, &j);
+    free(own);
+    return DSQ_OK;
+}
+
 int dsq_float_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
                         float *y, dsq_pool *pool, void *scratch, size_t scratch_size)
 {
@@ -212,6 +284,8 @@ int dsq_float_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x
         dsq_pool_run(dsq_gemm_pool(pool, rows, cols, T), (size_t)((rows + FLT_ROW_BLOCK - 1) / FLT_ROW_BLOCK), gemv_task, &j);
         return DSQ_OK;
     }
+    if (v->scheme->id == DSQ_SCHEME_BF16 && k->gemm_bf16)
+        return bf16_gemm(k, v, x, T, y, pool, scratch, scratch_size);
     if (T > INT32_MAX || rows > INT32_MAX || cols > INT32_MAX) return DSQ_ERR_UNSUPPORTED;
     size_t need = dsq_float_gemm_scratch(v, T, dsq_pool_size(pool));
     void *own = NULL;

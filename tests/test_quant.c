@@ -231,8 +231,8 @@ static void check_scheme_roundtrip(const dsq_scheme *sc, const shp *s)
     /* zero row (row 1 when rows > 2) dequantizes to zeros with finite scales */
     if (sh.rows > 2)
         for (int64_t c = 0; c < sh.cols; c++) assert_true(deq[sh.cols + c] == 0.0f);
-    const dsq_kernels *lv[4];
-    int nl = dsq_kernels_list(lv, 4);
+    const dsq_kernels *lv[8];
+    int nl = dsq_kernels_list(lv, 8);
     for (int l = 0; l < nl; l++) {
         if (!lv[l]->dequant_tile) continue;
         lv[l]->dequant_tile(&v, 0, sh.rows, 0, sh.cols, tile, sh.cols);
@@ -274,8 +274,8 @@ static void test_roundtrip_bounds(void **state)
 static void test_primitives_match_ref(void **state)
 {
     (void)state;
-    const dsq_kernels *lv[4], *ref = dsq_kernels_ref();
-    int nl = dsq_kernels_list(lv, 4);
+    const dsq_kernels *lv[8], *ref = dsq_kernels_ref();
+    int nl = dsq_kernels_list(lv, 8);
     assert_true(nl >= 1);
     assert_ptr_equal(lv[0], ref);
     fprintf(stderr, "kernel levels on this CPU:");
@@ -294,10 +294,28 @@ static void test_primitives_match_ref(void **state)
         x[rnd() % n] = 1.00390625f;            /* bf16 ties */
         x[rnd() % n] = -3.3895314e38f;         /* rounds to -inf in bf16 */
         if (iter % 3 == 0) x[rnd() % n] = 1e30f;
+        x[rnd() % n] = 1.5e-39f * sc;          /* subnormal */
+        x[rnd() % n] = -3e-36f * sc;           /* normal, lo subnormal */
         int nonfinite = iter % 4 == 1;
         if (nonfinite) {
             x[rnd() % n] = NAN;
             x[rnd() % n] = -INFINITY;
+        }
+        /* the bf16 split: hi is bf16(x), hi + lo = x within 2^-16 |x| (plus
+         * half the smallest bf16 subnormal), lo = 0 when hi is not finite */
+        {
+            uint16_t hs[N], ls[N];
+            ref->split_bf16(x, n, hs, ls);
+            for (int64_t i = 0; i < n; i++) {
+                assert_int_equal(hs[i], dsq_f32_to_bf16(x[i]));
+                float hf = dsq_bf16_to_f32(hs[i]);
+                if (!isfinite(hf)) {
+                    assert_int_equal(ls[i], 0);
+                    continue;
+                }
+                double e = fabs((double)x[i] - (double)hf - (double)dsq_bf16_to_f32(ls[i]));
+                assert_true(e <= 0x1p-16 * fabs((double)x[i]) + 0x1p-134);
+            }
         }
         int32_t add = iter % 2 ? 8 : (int32_t)(rnd() % 20) - 10;
         int32_t lo = iter % 2 ? 0 : -128, hi = iter % 2 ? 15 : 127;
@@ -315,6 +333,11 @@ static void test_primitives_match_ref(void **state)
             ref->f32_to_bf16(x, n, h0);
             lv[l]->f32_to_bf16(x, n, h1);
             assert_memory_equal(h0, h1, (size_t)n * 2);
+            uint16_t l0[N], l1[N];
+            ref->split_bf16(x, n, h0, l0);
+            lv[l]->split_bf16(x, n, h1, l1);
+            assert_memory_equal(h0, h1, (size_t)n * 2);
+            assert_memory_equal(l0, l1, (size_t)n * 2);
             if (!nonfinite) {
                 lv[l]->minmax(x, n, &mn1, &mx1);
                 assert_true(mn0 == mn1 && mx0 == mx1);
@@ -378,8 +401,8 @@ static void check_gemm(const dsq_scheme *sc, const shp *s)
     assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, nb, NULL), 0);
     float *deq = malloc((size_t)(sh.rows * sh.cols) * sizeof *deq);
     sc->dequantize(&v, 0, sh.rows, deq);
-    const dsq_kernels *lv[4];
-    int nl = dsq_kernels_list(lv, 4);
+    const dsq_kernels *lv[8];
+    int nl = dsq_kernels_list(lv, 8);
     dsq_pool *pools[3] = { NULL, dsq_pool_create(2), dsq_pool_create(3) };
     int is_int = sc->act != DSQ_ACT_FLOAT;
     for (size_t ti = 0; ti < sizeof g_T / sizeof g_T[0]; ti++) {
@@ -414,7 +437,10 @@ static void check_gemm(const dsq_scheme *sc, const shp *s)
                     }
                 } else {
                     for (size_t i = 0; i < ny; i++) {
-                        double tol = 2.0 * sh.cols * 0x1p-24 * ya[i] + 1e-30;
+                        /* + the activation split of bf16 prefill (scheme.h) */
+                        double split = lv[l]->bf16_split && sc->id == DSQ_SCHEME_BF16 && T > 4
+                                           ? 0x1p-16 : 0.0;
+                        double tol = (2.0 * sh.cols * 0x1p-24 + split) * ya[i] + 1e-30;
                         if (!(fabs((double)y1[i] - y0[i]) <= tol)) {
                             fprintf(stderr, "%s/%s T=%lld i=%zu: %g vs ref %g\n", lv[l]->name,
                                     sc->name, (long long)T, i, y1[i], y0[i]);
@@ -708,8 +734,8 @@ static void test_clip_search(void **state)
 static void test_actq(void **state)
 {
     (void)state;
-    const dsq_kernels *lv[4];
-    int nl = dsq_kernels_list(lv, 4);
+    const dsq_kernels *lv[8];
+    int nl = dsq_kernels_list(lv, 8);
     enum { T = 3, C = 300, KP = 384 };
     float x[T * C];
     for (int i = 0; i < T * C; i++) x[i] = nrand();
@@ -850,8 +876,8 @@ static void test_hostile_blobs(void **state)
         }
         /* random corruption anywhere (codes, scales, zeros, sums): rejected,
          * or every kernel level runs without touching memory it should not */
-        const dsq_kernels *lv[4];
-        int nl = dsq_kernels_list(lv, 4);
+        const dsq_kernels *lv[8];
+        int nl = dsq_kernels_list(lv, 8);
         float x[2 * 200], y[2 * 5];
         for (int j = 0; j < 400; j++) x[j] = nrand();
         for (int it = 0; it < 60; it++) {
@@ -867,6 +893,46 @@ static void test_hostile_blobs(void **state)
     }
 }
 
+/* bf16 prefill keeps f32 activations' precision: x = 1 + 2^-10 is not a
+ * bf16 (it rounds to 1), so a kernel that rounded activations to one bf16
+ * would be 2^-10 off on every term of an all-positive dot; the split keeps
+ * it within the f32 accumulation error. Every level, every token count. */
+static void test_bf16_prefill_precision(void **state)
+{
+    (void)state;
+    const dsq_scheme *sc = dsq_scheme_by_id(DSQ_SCHEME_BF16);
+    dsq_qshape sh = { 37, 3000, 0 };
+    float *w = malloc((size_t)(sh.rows * sh.cols) * sizeof *w);
+    for (int64_t i = 0; i < sh.rows * sh.cols; i++) w[i] = 1.0f + (float)(i % 7) * 0.125f;
+    size_t nb;
+    uint8_t *blob = make_blob(sc, &sh, w, NULL, &nb, 0);
+    dsq_qview v;
+    assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, nb, NULL), 0);
+    enum { T = 9 };
+    float *x = malloc((size_t)(T * sh.cols) * sizeof *x), y[T * 37];
+    for (int64_t i = 0; i < T * sh.cols; i++) x[i] = 1.0f + 0x1p-10f + (float)(i % 3) * 0x1p-12f;
+    const dsq_kernels *lv[8];
+    int nl = dsq_kernels_list(lv, 8);
+    for (int l = 0; l < nl; l++) {
+        assert_int_equal(dsq_qgemm_with(lv[l], &v, x, T, y, NULL, NULL, 0), 0);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t n = 0; n < sh.rows; n++) {
+                double ref = 0.0;
+                for (int64_t k = 0; k < sh.cols; k++)
+                    ref += (double)w[n * sh.cols + k] * x[t * sh.cols + k];
+                double rel = fabs(y[t * sh.rows + n] - ref) / ref;
+                if (!(rel < 0x1p-16)) {
+                    fprintf(stderr, "%s bf16 prefill t=%lld n=%lld rel err %g\n", lv[l]->name,
+                            (long long)t, (long long)n, rel);
+                    fail();
+                }
+            }
+    }
+    free(x);
+    free(blob);
+    free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -876,6 +942,7 @@ int main(void)
         cmocka_unit_test(test_primitives_match_ref),
         cmocka_unit_test(test_actq),
         cmocka_unit_test(test_roundtrip_bounds),
+        cmocka_unit_test(test_bf16_prefill_precision),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_large),
         cmocka_unit_test(test_nonfinite),
