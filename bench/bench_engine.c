@@ -20,6 +20,15 @@
  * as a fraction of the memory bandwidth. Small models cannot approach
  * either limit (per-token overheads dominate); the fractions say how far.
  *
+ * With more than one thread, prefill is measured again on a 1-thread model
+ * (process CPU time), so one run gives the scaling.
+ *
+ * Output: the human-readable lines, then per model one stable line
+ *   result: model=NAME threads=N prefill_tokens=P prefill_tok_s=X
+ *     prefill_t1_tok_s=X decode_tok_s=X decode_mb_per_tok=X decode_gbs=X
+ *     read_bw_gbs=X decode_bw_pct=X batch_tok_s=X
+ * (one line, space-separated key=value; scripts parse these).
+ *
  * Timing: best of reps; with one thread, process CPU time (other jobs on a
  * shared machine do not count), else wall time. Speed only: correctness
  * lives in tests/test_engine.c. */
@@ -335,6 +344,38 @@ static void active_weights(const dsq_model *m, double *el, double *by, double *h
     lin_add(&w->lm_head, 1.0, head_el, head_by);
 }
 
+/* Prefill tok/s of P tokens with a 1-thread model (process CPU time: the
+ * single-thread figure that multi-core scaling is judged against). */
+static double prefill_1thread(const char *path, int P, int reps)
+{
+    dsq_model_opts o;
+    dsq_model_opts_default(&o);
+    o.threads = 1;
+    dsq_model *m;
+    if (dsq_model_open(&m, path, &o, NULL) != 0) return 0.0;
+    const int V = (int)dsq_model_get_config(m)->vocab_size;
+    int32_t *toks = malloc((size_t)P * sizeof *toks);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    dsq_state *s = dsq_state_create(m, 1, P + 8);
+    double best = 1e30;
+    int saved = g_cpu_clock, rc = (!toks || !lg || !s) ? -1 : 0;
+    g_cpu_clock = 1;
+    for (int i = 0; i < P && toks; i++) toks[i] = (int32_t)((i * 7919 + 13) % V);
+    for (int r = 0; r < reps && rc == 0; r++) {
+        dsq_state_truncate(s, 0, 0);
+        double t0 = now();
+        rc = dsq_forward(m, s, 0, toks, P, lg, DSQ_FWD_LAST_LOGITS, NULL);
+        double dt = now() - t0;
+        best = dt < best ? dt : best;
+    }
+    g_cpu_clock = saved;
+    free(toks);
+    free(lg);
+    dsq_state_free(s);
+    dsq_model_free(m);
+    return rc == 0 ? P / best : 0.0;
+}
+
 static int bench_one(const char *path, int threads, int P, int N, int reps)
 {
     dsq_model_opts o;
@@ -401,6 +442,16 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
            "  batch%d %7.1f tok/s\n    [%s; open %.2fs]\n",
            base ? base + 1 : path, pre, pre_gf, 100.0 * pre_gf / g_gf, dec, (by + hby) / 1e6,
            100.0 * dec_gbs / bw, in_llc ? "cache" : "DRAM", B, bat, info, t_open);
+    /* one stable, parseable line per model (bench/bench_speed.sh): keys never
+     * change meaning; decode_gbs = active weight bytes per token x tok/s,
+     * decode_bw_pct = that over the read bandwidth measured in this run */
+    const int nt = threads > 0 ? threads : dsq_cpu_count();
+    const double pre1 = nt > 1 ? prefill_1thread(path, P, reps) : pre;
+    printf("result: model=%s threads=%d prefill_tokens=%d prefill_tok_s=%.2f prefill_t1_tok_s=%.2f "
+           "decode_tok_s=%.2f decode_mb_per_tok=%.3f decode_gbs=%.3f read_bw_gbs=%.3f decode_bw_pct=%.1f "
+           "batch_tok_s=%.2f\n",
+           base ? base + 1 : path, nt, P, pre, pre1, dec, (by + hby) / 1e6, dec_gbs, bw,
+           100.0 * dec_gbs / bw, bat);
     fflush(stdout);
     free(toks);
     free(lg);

@@ -21,8 +21,20 @@
 
 #include <string.h>
 
+/* The absorbed path's q' = q_nope W_UK[h] is a transposed product (rows
+ * scaled and summed), which no gemm kernel offers. The library builds
+ * without -march flags, so the loop is compiled for AVX-512 and AVX2 as
+ * well and picked at load time (ifunc); each lane does the same mul and add
+ * as the scalar loop (no contraction under -std=c11), so every clone gives
+ * the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
+#else
+#define ROW_CLONES
+#endif
+
 /* y[0..n) += a * row, row stored as BF16 or F32 */
-static void row_axpy(float *y, float a, const uint8_t *row, int bf16, int64_t n)
+ROW_CLONES static void row_axpy(float *y, float a, const uint8_t *row, int bf16, int64_t n)
 {
     if (bf16) {
         const uint16_t *r = (const uint16_t *)(const void *)row;
@@ -31,28 +43,6 @@ static void row_axpy(float *y, float a, const uint8_t *row, int bf16, int64_t n)
         const float *r = (const float *)(const void *)row;
         for (int64_t i = 0; i < n; i++) y[i] += a * r[i];
     }
-}
-
-static float row_dot(const uint8_t *row, int bf16, const float *x, int64_t n)
-{
-    float s0 = 0, s1 = 0;
-    int64_t i = 0;
-    if (bf16) {
-        const uint16_t *r = (const uint16_t *)(const void *)row;
-        for (; i + 2 <= n; i += 2) {
-            s0 += dsq_bf16_to_f32(r[i]) * x[i];
-            s1 += dsq_bf16_to_f32(r[i + 1]) * x[i + 1];
-        }
-        for (; i < n; i++) s0 += dsq_bf16_to_f32(r[i]) * x[i];
-    } else {
-        const float *r = (const float *)(const void *)row;
-        for (; i + 2 <= n; i += 2) {
-            s0 += r[i] * x[i];
-            s1 += r[i + 1] * x[i + 1];
-        }
-        for (; i < n; i++) s0 += r[i] * x[i];
-    }
-    return s0 + s1;
 }
 
 /* Jobs below this many multiply-adds run on the caller's thread: waking the
@@ -97,8 +87,13 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
     const int64_t h = (int64_t)(item % (size_t)j->H), hw = j->nope + j->vd, R = j->R;
     const float *cv = r->sc->qabs + ((size_t)t * j->H + h) * R;
     float *out = r->sc->att + (size_t)t * r->m->attn_out_dim + h * j->vd;
-    const uint8_t *w0 = ly->kvb_rows + (size_t)(h * hw + j->nope) * ly->kvb_stride;
-    for (int64_t e = 0; e < j->vd; e++) out[e] = row_dot(w0 + (size_t)e * ly->kvb_stride, ly->kvb_bf16, cv, R);
+    /* the v rows of head h as a view of their own: a [vd x R] matrix
+     * times ctx through the scheme's gemm (its SIMD gemv) */
+    dsq_qview sub = ly->kv_b_run.w;
+    sub.w = ly->kvb_rows + (size_t)(h * hw + j->nope) * ly->kvb_stride;
+    sub.shape.rows = j->vd;
+    (void)R;
+    (void)sub.scheme->gemm(&sub, cv, 1, out, NULL, NULL, 0);   /* T = 1, no scratch: cannot fail */
 }
 
 int dsq_mla_forward(dsq_run *r, const float *x)

@@ -8,7 +8,7 @@
  * dequant_tile, and agree within float-dot rounding for gemv_f.
  * dsq_kernels_get() picks the best level the CPU supports at run time
  * (__builtin_cpu_supports / HWCAP), so the files build without -march flags;
- * DSQ_SIMD=ref|avx2|avx512|neon in the environment overrides the choice
+ * DSQ_SIMD=ref|avx2|avx512|avx512bf16|neon in the environment overrides the choice
  * (debugging, benchmarks; a name the CPU cannot run selects ref).
  *
  * Not a public API: the engine uses scheme.h / actq.h; tests use this file to

@@ -61,8 +61,20 @@
  *                 sum = 0; for g in order: sum = fmaf((float)acc_g, s_w[n,g], sum)
  *                 y   = sum * s_x[t]
  *   awq-w4a16, bf16, f32: float dot of deq(W) row with x. Summation order is
- *     NOT pinned (prefill uses OpenBLAS sgemm); fast vs ref agree within the
- *     float dot error bound 2*cols*2^-24*sum|w x| (tested).
+ *     NOT pinned (prefill uses OpenBLAS sgemm or the blocked bf16 kernel);
+ *     fast vs ref agree within the float dot error bound
+ *     2*cols*2^-24*sum|w x| (tested).
+ *   bf16 prefill (T > 4) on a CPU with a bf16 dot product (AVX-512 BF16,
+ *     kernel level "avx512bf16"): each activation is split into two bf16
+ *     terms, xh = bf16(x) and xl = bf16(x - xh) (x - xh is exact), so
+ *     |x - xh - xl| <= 2^-16 |x| (+ 2^-134 for subnormals); the kernel adds
+ *     w*xh + w*xl, each product exact, in f32 (vdpbf16ps: round to nearest
+ *     even, subnormal inputs and results flushed to zero). Bound: the float
+ *     dot bound + 2^-16 sum|w x|. One term (what a plain bf16 gemm does)
+ *     would be 2^-9 |x| per element, enough to break the engine's parity
+ *     with PyTorch; three terms would reach f32 but cost 1.5x. A bf16 x
+ *     that overflows (|x| >= 2^128 (1 - 2^-9)) gives Inf. Decode (T <= 4)
+ *     and the other levels widen the bf16 weights to f32 and use x as is.
  * Int accumulators cannot overflow: int schemes require cols <= 65536
  * (DSQ_QMAX_INT_COLS); 65536*255*127 < 2^31.
  *
@@ -125,8 +137,9 @@
  * runs on the caller's thread (OpenBLAS may still use its own threads).
  *
  * Kernels: the gemm picks the best level the CPU supports at run time (ref,
- * avx2, avx512 = AVX-512 F/BW/VL + VNNI, neon = AArch64 + dotprod); the
- * environment variable DSQ_SIMD=ref|avx2|avx512|neon forces one (debugging,
+ * avx2, avx512 = AVX-512 F/BW/VL + VNNI, avx512bf16 = avx512 + AVX512_BF16,
+ * neon = AArch64 + dotprod); the environment variable
+ * DSQ_SIMD=ref|avx2|avx512|avx512bf16|neon forces one (debugging,
  * benchmarks). quant/kernels.h documents the kernel contract.
  */
 #ifndef DSQ_SCHEME_H
