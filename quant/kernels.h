@@ -32,15 +32,17 @@ typedef struct dsq_actbuf {
 } dsq_actbuf;
 
 /* Activations of one bf16-weight gemm call (prefill, T > 4): x itself and
- * its split into two bf16 terms, xh = bf16(x), xl = bf16(x - xh) (split_bf16),
- * so xh + xl equals x within 2^-16 |x| (scheme.h). Levels with a native bf16
- * dot product (AVX-512 BF16) multiply the bf16 weights by xh and by xl; the
- * others widen the weights on the fly and use x. */
+ * its split into bf16 terms, xh = bf16(x), xl = bf16(x - xh) (split_bf16)
+ * and optionally xl2 = bf16(x - xh - xl): xh + xl equals x within
+ * 2^-16 |x|, with xl2 within 2^-24 |x| (scheme.h). Levels with a native
+ * bf16 dot product (AVX-512 BF16) multiply the bf16 weights by each term;
+ * the others widen the weights on the fly and use x. */
 typedef struct dsq_bfact {
     int64_t         T;
     const float    *x;       /* [T][cols] */
-    int64_t         kpad;    /* xh / xl row stride: align(cols, 32), zero padded */
+    int64_t         kpad;    /* xh / xl / xl2 row stride: align(cols, 32), zero padded */
     const uint16_t *xh, *xl; /* [T][kpad] */
+    const uint16_t *xl2;     /* [T][kpad] third term bf16(x - xh - xl), or NULL (two terms) */
 } dsq_bfact;
 
 #define DSQ_BF16_KALIGN 32   /* xh / xl rows are padded to this many columns */

@@ -6,16 +6,16 @@
  * exactly and adds in f32 (round to nearest even, subnormals flushed).
  * Rounding the activations to one bf16 would cost 2^-9 relative per
  * element, far from the f32 engine's parity with PyTorch, so each f32
- * activation comes split in two bf16 terms (xh + xl = x within 2^-16 |x|,
- * kernels.h split_bf16) and every weight pair is multiplied by both: twice
- * the dot products of a one-term kernel, each 32 multiply-adds, which is
- * still twice an f32 FMA's 16 and needs no widening of the weights.
+ * activation comes split in three bf16 terms (two with DSQ_BF16_TERMS=2;
+ * scheme_float.c, kernels.h split_bf16) and every weight pair is
+ * multiplied by each: 3x the dot products of a one-term kernel, each 32
+ * multiply-adds (an f32 FMA does 16), and no widening of the weights.
  *
  * Blocking: the driver gives a block of rows (scheme_float.c). Columns are
  * walked in BK chunks; within a chunk, tokens in blocks of TT = 6 and rows
  * in blocks of R = 4 make a 4 x 6 tile of 16-lane accumulators (24 zmm,
- * plus 4 weight and 2 activation registers): per 32 columns, 4 weight
- * loads and 12 activation loads feed 48 dot products. The chunk's rows
+ * plus 4 weight and up to 3 activation registers): per 32 columns, 4
+ * weight loads and 12 (18) activation loads feed 48 (72) dot products. The chunk's rows
  * (64 x 4 KB at BK = 2048) stay in L2 while every token block passes over
  * them, so each weight byte comes from memory once per call. Each tile's
  * lanes are summed at the end of a chunk and added to y (y = partial of the
@@ -45,12 +45,13 @@
  * row padding, which is not validated, is never read). first: store, else
  * add to y. */
 AI void tile(const dsq_qview *v, const dsq_bfact *a, int64_t n, const int R, int64_t t0,
-             const int NT, int64_t k0, int64_t k1, int first, float *y)
+             const int NT, const int TERMS, int64_t k0, int64_t k1, int first, float *y)
 {
     const int64_t cols = v->shape.cols, rows = v->shape.rows, kp = a->kpad;
     const size_t ws = v->layout.row_bytes;
     const uint16_t *w = (const uint16_t *)(const void *)(v->w + (size_t)n * ws);
     const uint16_t *xh = a->xh + t0 * kp, *xl = a->xl + t0 * kp;
+    const uint16_t *x2 = TERMS == 3 ? a->xl2 + t0 * kp : NULL;
     __m512 acc[4][TT];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -72,6 +73,11 @@ AI void tile(const dsq_qview *v, const dsq_bfact *a, int64_t n, const int R, int
                 acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], h);
                 acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], l);
             }
+            if (TERMS == 3) {
+                __m512bh l2 = (__m512bh)_mm512_loadu_si512(x2 + t * kp + k);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], l2);
+            }
         }
     }
     if (k < k1) {
@@ -89,6 +95,11 @@ AI void tile(const dsq_qview *v, const dsq_bfact *a, int64_t n, const int R, int
                 acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], h);
                 acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], l);
             }
+            if (TERMS == 3) {
+                __m512bh l2 = (__m512bh)_mm512_loadu_si512(x2 + t * kp + k);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], l2);
+            }
         }
     }
 #pragma GCC unroll 4
@@ -103,30 +114,37 @@ AI void tile(const dsq_qview *v, const dsq_bfact *a, int64_t n, const int R, int
 
 /* All rows of [n0, n1) against tokens [t0, t0 + NT) for one chunk. */
 AI void rows_tile(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, int64_t t0,
-                  const int NT, int64_t k0, int64_t k1, int first, float *y)
+                  const int NT, const int TERMS, int64_t k0, int64_t k1, int first, float *y)
 {
     int64_t n = n0;
-    for (; n + 4 <= n1; n += 4) tile(v, a, n, 4, t0, NT, k0, k1, first, y);
-    for (; n < n1; n++) tile(v, a, n, 1, t0, NT, k0, k1, first, y);
+    for (; n + 4 <= n1; n += 4) tile(v, a, n, 4, t0, NT, TERMS, k0, k1, first, y);
+    for (; n < n1; n++) tile(v, a, n, 1, t0, NT, TERMS, k0, k1, first, y);
 }
 
-void dsq_avx512bf16_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y)
+AI void gemm_terms(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, const int TERMS,
+                   float *y)
 {
     const int64_t cols = v->shape.cols, kend = (cols + 31) & ~(int64_t)31;
     for (int64_t k0 = 0; k0 < kend; k0 += BK) {
         const int64_t k1 = k0 + BK < kend ? k0 + BK : kend;
         const int first = k0 == 0;
         int64_t t = 0;
-        for (; t + TT <= a->T; t += TT) rows_tile(v, a, n0, n1, t, TT, k0, k1, first, y);
+        for (; t + TT <= a->T; t += TT) rows_tile(v, a, n0, n1, t, TT, TERMS, k0, k1, first, y);
         switch (a->T - t) {
-        case 5: rows_tile(v, a, n0, n1, t, 5, k0, k1, first, y); break;
-        case 4: rows_tile(v, a, n0, n1, t, 4, k0, k1, first, y); break;
-        case 3: rows_tile(v, a, n0, n1, t, 3, k0, k1, first, y); break;
-        case 2: rows_tile(v, a, n0, n1, t, 2, k0, k1, first, y); break;
-        case 1: rows_tile(v, a, n0, n1, t, 1, k0, k1, first, y); break;
+        case 5: rows_tile(v, a, n0, n1, t, 5, TERMS, k0, k1, first, y); break;
+        case 4: rows_tile(v, a, n0, n1, t, 4, TERMS, k0, k1, first, y); break;
+        case 3: rows_tile(v, a, n0, n1, t, 3, TERMS, k0, k1, first, y); break;
+        case 2: rows_tile(v, a, n0, n1, t, 2, TERMS, k0, k1, first, y); break;
+        case 1: rows_tile(v, a, n0, n1, t, 1, TERMS, k0, k1, first, y); break;
         default: break;
         }
     }
+}
+
+void dsq_avx512bf16_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y)
+{
+    if (a->xl2) gemm_terms(v, a, n0, n1, 3, y);
+    else gemm_terms(v, a, n0, n1, 2, y);
 }
 
 #if defined(__clang__)

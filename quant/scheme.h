@@ -65,16 +65,20 @@
  *     fast vs ref agree within the float dot error bound
  *     2*cols*2^-24*sum|w x| (tested).
  *   bf16 prefill (T > 4) on a CPU with a bf16 dot product (AVX-512 BF16,
- *     kernel level "avx512bf16"): each activation is split into two bf16
- *     terms, xh = bf16(x) and xl = bf16(x - xh) (x - xh is exact), so
- *     |x - xh - xl| <= 2^-16 |x| (+ 2^-134 for subnormals); the kernel adds
- *     w*xh + w*xl, each product exact, in f32 (vdpbf16ps: round to nearest
- *     even, subnormal inputs and results flushed to zero). Bound: the float
- *     dot bound + 2^-16 sum|w x|. One term (what a plain bf16 gemm does)
- *     would be 2^-9 |x| per element, enough to break the engine's parity
- *     with PyTorch; three terms would reach f32 but cost 1.5x. A bf16 x
- *     that overflows (|x| >= 2^128 (1 - 2^-9)) gives Inf. Decode (T <= 4)
- *     and the other levels widen the bf16 weights to f32 and use x as is.
+ *     kernel level "avx512bf16"): each activation is split into bf16 terms,
+ *     xh = bf16(x), xl = bf16(x - xh), xl2 = bf16(x - xh - xl) (each
+ *     difference exact in f32), and the kernel adds w*xh + w*xl (+ w*xl2),
+ *     each product exact, in f32 (vdpbf16ps: round to nearest even,
+ *     subnormal inputs and results flushed to zero). Three terms (the
+ *     default) leave |x - xh - xl - xl2| <= 2^-24 |x|: the f32 dot bound
+ *     holds as for the other levels, and the engine's parity with PyTorch
+ *     is unchanged (tiny-dsv3 max |dlogit| 7.6e-6 with three terms, 3.9e-5
+ *     with two). DSQ_BF16_TERMS=2 in the environment drops xl2: 2^-16 |x|
+ *     per element (bound: float dot bound + 2^-16 sum|w x|) for 1.5x fewer
+ *     dot products. One term, what a plain bf16 gemm does, would be 2^-9.
+ *     A bf16 x that overflows (|x| >= 2^128 (1 - 2^-9)) gives Inf. Decode
+ *     (T <= 4) and the other levels widen the bf16 weights to f32 and use
+ *     x as is.
  * Int accumulators cannot overflow: int schemes require cols <= 65536
  * (DSQ_QMAX_INT_COLS); 65536*255*127 < 2^31.
  *

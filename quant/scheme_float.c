@@ -145,11 +145,26 @@ double dsq_bf16_error_bound(const dsq_qview *v, int64_t row, int64_t col, float 
 
 /* ---- float gemm driver --------------------------------------------------- */
 
-/* bf16 prefill: split activations, two u16 planes of T x kpad */
+/* bf16 prefill: split activations, up to three u16 planes of T x kpad */
 static size_t bf16_split_bytes(const dsq_qview *v, int64_t T)
 {
     int64_t kpad = (v->shape.cols + DSQ_BF16_KALIGN - 1) / DSQ_BF16_KALIGN * DSQ_BF16_KALIGN;
-    return (size_t)T * (size_t)kpad * 2 * sizeof(uint16_t);
+    return (size_t)T * (size_t)kpad * 3 * sizeof(uint16_t);
+}
+
+/* Terms of the activation split (scheme.h, "bf16 prefill"): 3 (default)
+ * keeps f32 accuracy; DSQ_BF16_TERMS=2 in the environment trades 2^-16
+ * relative error per activation for 1.5x fewer dot products. */
+static int bf16_terms(void)
+{
+    static _Atomic int cached;
+    int t = cached;
+    if (!t) {
+        const char *e = getenv("DSQ_BF16_TERMS");
+        t = e && e[0] == '2' && e[1] == 0 ? 2 : 3;
+        cached = t;
+    }
+    return t;
 }
 
 size_t dsq_float_gemm_scratch(const dsq_qview *v, int64_t T, int nthreads)
@@ -220,18 +235,35 @@ struct bf16_job {
     const dsq_kernels *k;
     const dsq_qview *v;
     dsq_bfact a;
-    uint16_t *xh, *xl;
+    uint16_t *xh, *xl, *xl2;
     float *y;
 };
 
+/* One token's split. Three terms: split x into (hi, lo), then the residual
+ * x - hi (exact in f32; 0 where hi is not finite) into (lo, lo2), in
+ * stack-sized chunks; bf16(x - hi) is lo both times. */
 static void split_task(void *ctx, size_t item, int tid)
 {
     (void)tid;
     struct bf16_job *j = ctx;
     const int64_t cols = j->v->shape.cols, kp = j->a.kpad;
+    const float *x = j->a.x + (int64_t)item * cols;
     uint16_t *h = j->xh + (int64_t)item * kp, *l = j->xl + (int64_t)item * kp;
-    j->k->split_bf16(j->a.x + (int64_t)item * cols, cols, h, l);
+    j->k->split_bf16(x, cols, h, l);
     for (int64_t c = cols; c < kp; c++) h[c] = l[c] = 0;
+    if (!j->xl2) return;
+    uint16_t *l2 = j->xl2 + (int64_t)item * kp;
+    enum { CH = 512 };
+    float r[CH];
+    for (int64_t c0 = 0; c0 < cols; c0 += CH) {
+        const int64_t n = cols - c0 < CH ? cols - c0 : CH;
+        for (int64_t i = 0; i < n; i++) {
+            float hf = dsq_bf16_to_f32(h[c0 + i]);
+            r[i] = isfinite(hf) ? x[c0 + i] - hf : 0.0f;
+        }
+        j->k->split_bf16(r, n, l + c0, l2 + c0);
+    }
+    for (int64_t c = cols; c < kp; c++) l2[c] = 0;
 }
 
 static void bf16_task(void *ctx, size_t item, int tid)
@@ -250,7 +282,7 @@ static int bf16_gemm(const dsq_kernels *k, const dsq_qview *v, const float *x, i
                      dsq_pool *pool, void *scratch, size_t scratch_size)
 {
     const int64_t rows = v->shape.rows, cols = v->shape.cols;
-    struct bf16_job j = { k, v, { T, x, 0, NULL, NULL }, NULL, NULL, y };
+    struct bf16_job j = { k, v, { T, x, 0, NULL, NULL, NULL }, NULL, NULL, NULL, y };
     void *own = NULL;
     if (k->bf16_split) {
         size_t need = bf16_split_bytes(v, T);
@@ -263,8 +295,10 @@ static int bf16_gemm(const dsq_kernels *k, const dsq_qview *v, const float *x, i
         j.a.kpad = (cols + DSQ_BF16_KALIGN - 1) / DSQ_BF16_KALIGN * DSQ_BF16_KALIGN;
         j.xh = scratch;
         j.xl = j.xh + (size_t)T * (size_t)j.a.kpad;
+        if (bf16_terms() == 3) j.xl2 = j.xl + (size_t)T * (size_t)j.a.kpad;
         j.a.xh = j.xh;
         j.a.xl = j.xl;
+        j.a.xl2 = j.xl2;
         dsq_pool_run(dsq_gemm_pool(pool, 1, cols, T * 64), (size_t)T, split_task, &j);
     }
     dsq_pool_run(dsq_gemm_pool(pool, rows, cols, T), (size_t)((rows + FLT_BF16_RB - 1) / FLT_BF16_RB),

@@ -933,6 +933,104 @@ static void test_bf16_prefill_precision(void **state)
     free(w);
 }
 
+/* gemm_bf16 of every level called directly, with two and with three split
+ * terms (the driver picks one, from DSQ_BF16_TERMS): within the float dot
+ * bound plus 2^-16 (two terms) or 2^-23 (three) of sum|w x| of the exact
+ * dot; rows, tokens and columns with tails of every tile and chunk size. */
+static void test_bf16_kernel_terms(void **state)
+{
+    (void)state;
+    const dsq_scheme *sc = dsq_scheme_by_id(DSQ_SCHEME_BF16);
+    dsq_qshape sh = { 13, 2100, 0 };   /* > one 2048-column chunk, ragged 32-column tail */
+    float *w = rand_matrix(sh.rows, sh.cols, 0.05f);
+    size_t nb;
+    uint8_t *blob = make_blob(sc, &sh, w, NULL, &nb, 0);
+    dsq_qview v;
+    assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, nb, NULL), 0);
+    float *deq = malloc((size_t)(sh.rows * sh.cols) * sizeof *deq);
+    sc->dequantize(&v, 0, sh.rows, deq);
+    enum { T = 11 };
+    const int64_t kp = (sh.cols + DSQ_BF16_KALIGN - 1) / DSQ_BF16_KALIGN * DSQ_BF16_KALIGN;
+    float *x = rand_x(T, sh.cols), *r = malloc((size_t)sh.cols * sizeof *r), y[T * 13];
+    uint16_t *pl[3];
+    for (int i = 0; i < 3; i++) pl[i] = calloc((size_t)(T * kp), sizeof(uint16_t));
+    for (int64_t t = 0; t < T; t++) {
+        dsq_split_bf16_scalar(x + t * sh.cols, sh.cols, pl[0] + t * kp, pl[1] + t * kp);
+        for (int64_t c = 0; c < sh.cols; c++)
+            r[c] = x[t * sh.cols + c] - dsq_bf16_to_f32(pl[0][t * kp + c]);
+        dsq_split_bf16_scalar(r, sh.cols, pl[1] + t * kp, pl[2] + t * kp);
+    }
+    const dsq_kernels *lv[8];
+    int nl = dsq_kernels_list(lv, 8);
+    for (int l = 0; l < nl; l++) {
+        if (!lv[l]->gemm_bf16) continue;
+        for (int terms = 2; terms <= 3; terms++) {
+            dsq_bfact a = { T, x, kp, pl[0], pl[1], terms == 3 ? pl[2] : NULL };
+            memset(y, 0xff, sizeof y);
+            lv[l]->gemm_bf16(&v, &a, 0, 5, y);     /* two calls: row ranges as the pool gives */
+            lv[l]->gemm_bf16(&v, &a, 5, sh.rows, y);
+            double rel = lv[l]->bf16_split ? (terms == 2 ? 0x1p-16 : 0x1p-23) : 0.0;
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t n = 0; n < sh.rows; n++) {
+                    double ex = 0, ab = 0;
+                    for (int64_t k = 0; k < sh.cols; k++) {
+                        double p = (double)deq[n * sh.cols + k] * x[t * sh.cols + k];
+                        ex += p;
+                        ab += fabs(p);
+                    }
+                    double tol = (2.0 * sh.cols * 0x1p-24 + rel) * ab + 1e-30;
+                    if (!(fabs(y[t * sh.rows + n] - ex) <= tol)) {
+                        fprintf(stderr, "%s gemm_bf16 terms=%d t=%lld n=%lld: %g vs %g\n", lv[l]->name,
+                                terms, (long long)t, (long long)n, y[t * sh.rows + n], ex);
+                        fail();
+                    }
+                }
+        }
+    }
+    /* the terms really count: w = 1 and x = 1 + 2^-10 + 2^-18 (hi = 1,
+     * lo = 2^-10, lo2 = 2^-18; every partial sum of 64 columns exact):
+     * three terms give the exact dot, two lose 2^-18 of it, one 2^-10 */
+    {
+        dsq_qshape s2 = { 4, 64, 0 };
+        float w1[4 * 64], x1[5 * 64], y1[5 * 4];
+        for (int i = 0; i < 4 * 64; i++) w1[i] = 1.0f;
+        for (int i = 0; i < 5 * 64; i++) x1[i] = 1.0f + 0x1p-10f + 0x1p-18f;
+        size_t nb2;
+        uint8_t *b2 = make_blob(sc, &s2, w1, NULL, &nb2, 0);
+        dsq_qview v2;
+        assert_int_equal(dsq_qview_init(&v2, sc, &s2, b2, nb2, NULL), 0);
+        uint16_t q[3][5 * 64];
+        for (int i = 0; i < 5 * 64; i++) {
+            q[0][i] = 0x3f80;   /* 1 */
+            q[1][i] = 0x3a80;   /* 2^-10 */
+            q[2][i] = 0x3680;   /* 2^-18 */
+        }
+        uint16_t hs[64], ls[64];
+        dsq_split_bf16_scalar(x1, 64, hs, ls);
+        assert_int_equal(hs[0], q[0][0]);
+        assert_int_equal(ls[0], q[1][0]);
+        const double exact = 64.0 * (1.0 + 0x1p-10 + 0x1p-18);
+        for (int l = 0; l < nl; l++) {
+            if (!lv[l]->gemm_bf16 || !lv[l]->bf16_split) continue;
+            for (int terms = 2; terms <= 3; terms++) {
+                dsq_bfact a = { 5, x1, 64, q[0], q[1], terms == 3 ? q[2] : NULL };
+                lv[l]->gemm_bf16(&v2, &a, 0, 4, y1);
+                for (int i = 0; i < 5 * 4; i++) {
+                    if (terms == 3) assert_true(y1[i] == (float)exact);
+                    else assert_true(fabs(y1[i] - exact) >= 0.5 * 64.0 * 0x1p-18);
+                }
+            }
+        }
+        free(b2);
+    }
+    for (int i = 0; i < 3; i++) free(pl[i]);
+    free(r);
+    free(x);
+    free(deq);
+    free(blob);
+    free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -943,6 +1041,7 @@ int main(void)
         cmocka_unit_test(test_actq),
         cmocka_unit_test(test_roundtrip_bounds),
         cmocka_unit_test(test_bf16_prefill_precision),
+        cmocka_unit_test(test_bf16_kernel_terms),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_large),
         cmocka_unit_test(test_nonfinite),
