@@ -44,19 +44,48 @@
  * weight load of the last 32 is masked to the row's real columns, so the
  * row padding, which is not validated, is never read). first: store, else
  * add to y. */
-AI void tile(const dsq_qview *v, const dsq_bfact *a, int64_t n, const int R, int64_t t0,
-             const int NT, const int TERMS, int64_t k0, int64_t k1, int first, float *y)
+/* One 32-column step of a tile: weights wv[R] against NT tokens' terms.
+ * With few tokens (decode) each term has its own accumulator (S = TERMS),
+ * so 4 rows x 1 token still make 12 independent dot chains; with more
+ * tokens the 4 x NT tile has enough chains and the registers are full. */
+AI void step(__m512 acc[4][TT][3], const __m512bh wv[4], const int R, const uint16_t *xh,
+             const uint16_t *xl, const uint16_t *x2, int64_t kp, int64_t k, const int NT,
+             const int TERMS, const int S)
 {
+#pragma GCC unroll 6
+    for (int t = 0; t < NT; t++) {
+        __m512bh h = (__m512bh)_mm512_loadu_si512(xh + t * kp + k);
+        __m512bh l = (__m512bh)_mm512_loadu_si512(xl + t * kp + k);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            acc[r][t][0] = _mm512_dpbf16_ps(acc[r][t][0], wv[r], h);
+            acc[r][t][S > 1 ? 1 : 0] = _mm512_dpbf16_ps(acc[r][t][S > 1 ? 1 : 0], wv[r], l);
+        }
+        if (TERMS == 3) {
+            __m512bh l2 = (__m512bh)_mm512_loadu_si512(x2 + t * kp + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t][S > 2 ? 2 : 0] = _mm512_dpbf16_ps(acc[r][t][S > 2 ? 2 : 0], wv[r], l2);
+        }
+    }
+}
+
+AI void tile(const dsq_qview *v, const dsq_bfact *a, int64_t n, const int R, int64_t t0,
+             const int NT, const int TERMS, int64_t k0, int64_t k1, int first, int npf, float *y)
+{
+    const int S = NT <= 2 ? TERMS : 1;
     const int64_t cols = v->shape.cols, rows = v->shape.rows, kp = a->kpad;
     const size_t ws = v->layout.row_bytes;
     const uint16_t *w = (const uint16_t *)(const void *)(v->w + (size_t)n * ws);
     const uint16_t *xh = a->xh + t0 * kp, *xl = a->xl + t0 * kp;
     const uint16_t *x2 = TERMS == 3 ? a->xl2 + t0 * kp : NULL;
-    __m512 acc[4][TT];
+    __m512 acc[4][TT][3];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 6
-        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+        for (int t = 0; t < NT; t++)
+#pragma GCC unroll 3
+            for (int i = 0; i < S; i++) acc[r][t][i] = _mm512_setzero_ps();
     const int64_t kfull = k1 <= cols ? k1 : k1 - 32;   /* last chunk may need a mask */
     int64_t k = k0;
     for (; k < kfull; k += 32) {
@@ -64,21 +93,11 @@ AI void tile(const dsq_qview *v, const dsq_bfact *a, int64_t n, const int R, int
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
             wv[r] = (__m512bh)_mm512_loadu_si512(w + (size_t)r * (ws / 2) + k);
-#pragma GCC unroll 6
-        for (int t = 0; t < NT; t++) {
-            __m512bh h = (__m512bh)_mm512_loadu_si512(xh + t * kp + k);
-            __m512bh l = (__m512bh)_mm512_loadu_si512(xl + t * kp + k);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], h);
-                acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], l);
-            }
-            if (TERMS == 3) {
-                __m512bh l2 = (__m512bh)_mm512_loadu_si512(x2 + t * kp + k);
-#pragma GCC unroll 4
-                for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], l2);
-            }
-        }
+        /* decode streams each row once: fetch the next tile's rows (same
+         * columns) while this one computes, so a new tile does not start
+         * with cold streams that the hardware prefetcher has to learn */
+        for (int r = 0; r < npf; r++) _mm_prefetch((const char *)(w + (size_t)(R + r) * (ws / 2) + k), _MM_HINT_T0);
+        step(acc, wv, R, xh, xl, x2, kp, k, NT, TERMS, S);
     }
     if (k < k1) {
         const __mmask32 m = (__mmask32)((1ull << (cols - k)) - 1);
@@ -86,27 +105,16 @@ AI void tile(const dsq_qview *v, const dsq_bfact *a, int64_t n, const int R, int
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
             wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + (size_t)r * (ws / 2) + k);
-#pragma GCC unroll 6
-        for (int t = 0; t < NT; t++) {
-            __m512bh h = (__m512bh)_mm512_loadu_si512(xh + t * kp + k);
-            __m512bh l = (__m512bh)_mm512_loadu_si512(xl + t * kp + k);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], h);
-                acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], l);
-            }
-            if (TERMS == 3) {
-                __m512bh l2 = (__m512bh)_mm512_loadu_si512(x2 + t * kp + k);
-#pragma GCC unroll 4
-                for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], l2);
-            }
-        }
+        step(acc, wv, R, xh, xl, x2, kp, k, NT, TERMS, S);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 6
         for (int t = 0; t < NT; t++) {
-            float s = _mm512_reduce_add_ps(acc[r][t]);
+            __m512 sum = acc[r][t][0];
+#pragma GCC unroll 3
+            for (int i = 1; i < S; i++) sum = _mm512_add_ps(sum, acc[r][t][i]);
+            float s = _mm512_reduce_add_ps(sum);
             float *o = y + (t0 + t) * rows + n + r;
             *o = first ? s : *o + s;
         }
@@ -117,8 +125,11 @@ AI void rows_tile(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1
                   const int NT, const int TERMS, int64_t k0, int64_t k1, int first, float *y)
 {
     int64_t n = n0;
-    for (; n + 4 <= n1; n += 4) tile(v, a, n, 4, t0, NT, TERMS, k0, k1, first, y);
-    for (; n < n1; n++) tile(v, a, n, 1, t0, NT, TERMS, k0, k1, first, y);
+    for (; n + 4 <= n1; n += 4) {
+        const int npf = NT > 2 ? 0 : n1 - (n + 4) < 4 ? (int)(n1 - (n + 4)) : 4;
+        tile(v, a, n, 4, t0, NT, TERMS, k0, k1, first, npf, y);
+    }
+    for (; n < n1; n++) tile(v, a, n, 1, t0, NT, TERMS, k0, k1, first, 0, y);
 }
 
 AI void gemm_terms(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, const int TERMS,

@@ -169,7 +169,10 @@ static int bf16_terms(void)
 
 size_t dsq_float_gemm_scratch(const dsq_qview *v, int64_t T, int nthreads)
 {
-    if (!v || T <= FLT_GEMV_MAX_T || v->scheme->id == DSQ_SCHEME_F32) return 0;
+    if (!v || T < 1 || v->scheme->id == DSQ_SCHEME_F32) return 0;
+    /* bf16 on a native-bf16 level splits activations for every T */
+    if (v->scheme->id == DSQ_SCHEME_BF16 && T <= FLT_GEMV_MAX_T) return bf16_split_bytes(v, T);
+    if (T <= FLT_GEMV_MAX_T) return 0;
     if (nthreads < 1) nthreads = 1;
     /* one dequantized [FLT_RB x FLT_KB] tile per thread (sgemm path) */
     size_t tiles = (size_t)nthreads * FLT_RB * FLT_KB * sizeof(float);
@@ -286,7 +289,12 @@ static int bf16_gemm(const dsq_kernels *k, const dsq_qview *v, const float *x, i
     void *own = NULL;
     if (k->bf16_split) {
         size_t need = bf16_split_bytes(v, T);
-        if (!scratch) {
+        /* decode-sized calls without scratch (small sub-views) split on
+         * the stack instead of calling malloc per call */
+        _Alignas(64) uint16_t local[24576];   /* 48 KB: one token of up to 8192 columns */
+        if (!scratch && need <= sizeof local) {
+            scratch = local;
+        } else if (!scratch) {
             scratch = own = dsq_aligned_alloc(need);
             if (!own) return DSQ_ERR_NOMEM;
         } else if (scratch_size < need) {
@@ -313,6 +321,10 @@ int dsq_float_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x
     if (!v || !v->scheme || T < 0 || (T > 0 && (!x || !y))) return DSQ_ERR_INVALID_ARG;
     if (T == 0) return DSQ_OK;
     const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    /* bf16 on a level with a bf16 dot product: that kernel for every T
+     * (decode too: its dot product needs no widening of the weights) */
+    if (v->scheme->id == DSQ_SCHEME_BF16 && k->gemm_bf16 && k->bf16_split)
+        return bf16_gemm(k, v, x, T, y, pool, scratch, scratch_size);
     if (T <= FLT_GEMV_MAX_T || k == dsq_kernels_ref()) {
         struct gemv_job j = { k, v, x, T, y };
         dsq_pool_run(dsq_gemm_pool(pool, rows, cols, T), (size_t)((rows + FLT_ROW_BLOCK - 1) / FLT_ROW_BLOCK), gemv_task, &j);
