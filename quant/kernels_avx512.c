@@ -168,8 +168,11 @@ AI void w8_store(const dsq_qview *v, const dsq_actbuf *a, int64_t n, int64_t t, 
     y[t * v->shape.rows + n] = out;
 }
 
+/* npf: rows after this tile whose same columns are prefetched as it runs
+ * (decode: every row is streamed once, and a tile of short int rows would
+ * otherwise start on streams the hardware prefetcher has not yet learnt). */
 AI void w8_block(const dsq_qview *v, const dsq_actbuf *a, int64_t n, int64_t t0, const int R,
-                 const int TT, float *y)
+                 const int TT, int npf, float *y)
 {
     const size_t ws = v->layout.row_bytes;
     const int64_t klen = (int64_t)ws, kpad = a->kpad;
@@ -185,6 +188,7 @@ AI void w8_block(const dsq_qview *v, const dsq_actbuf *a, int64_t n, int64_t t0,
         __m512i wv[8];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_si512(w + (size_t)r * ws + k);
+        for (int r = 0; r < npf; r++) _mm_prefetch((const char *)(w + (size_t)(R + r) * ws + k), _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) {
             __m512i xu = _mm512_xor_si512(_mm512_loadu_si512(x + t * kpad + k), flip);
@@ -204,19 +208,21 @@ static void z_gemm_w8(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64
     if (T >= 4) {
         for (; n + 4 <= n1; n += 4) {
             int64_t t = 0;
-            for (; t + 4 <= T; t += 4) w8_block(v, a, n, t, 4, 4, y);
-            for (; t < T; t++) w8_block(v, a, n, t, 4, 1, y);
+            for (; t + 4 <= T; t += 4) w8_block(v, a, n, t, 4, 4, 0, y);
+            for (; t < T; t++) w8_block(v, a, n, t, 4, 1, 0, y);
         }
         for (; n < n1; n++) {
             int64_t t = 0;
-            for (; t + 4 <= T; t += 4) w8_block(v, a, n, t, 1, 4, y);
-            for (; t < T; t++) w8_block(v, a, n, t, 1, 1, y);
+            for (; t + 4 <= T; t += 4) w8_block(v, a, n, t, 1, 4, 0, y);
+            for (; t < T; t++) w8_block(v, a, n, t, 1, 1, 0, y);
         }
     } else {
-        for (; n + 8 <= n1; n += 8)
-            for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 8, 1, y);
+        for (; n + 8 <= n1; n += 8) {
+            const int npf = T > 1 ? 0 : n1 - (n + 8) < 8 ? (int)(n1 - (n + 8)) : 8;
+            for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 8, 1, npf, y);
+        }
         for (; n < n1; n++)
-            for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 1, 1, y);
+            for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 1, 1, 0, y);
     }
 }
 
@@ -259,7 +265,7 @@ AI __m256i reduce8_epi32(const __m512i A[8])
  * of x, then fsum = fma((float)acc, scale, fsum) per output, done lane-wise
  * for the 4x4 and 8x1 tiles (vector FMA rounds like fmaf), scalar for edges. */
 AI void w4_block(const dsq_qview *v, const dsq_actbuf *a, int64_t n, int64_t t0, const int R,
-                 const int TT, float *y)
+                 const int TT, int npf, float *y)   /* npf: as w8_block */
 {
     const int64_t ng = v->layout.ngroups, gs = v->layout.gsize, kpad = a->kpad, T = a->T;
     const int64_t rows = v->shape.rows;
@@ -288,6 +294,9 @@ AI void w4_block(const dsq_qview *v, const dsq_actbuf *a, int64_t n, int64_t t0,
                 c[r] = _mm512_and_si512(
                     _mm512_srl_epi16(_mm512_loadu_si512(wr + (size_t)r * ws + boff),
                                      _mm_cvtsi32_si128((int)shift)), m4);
+            if (!shift)
+                for (int r = 0; r < npf; r++)
+                    _mm_prefetch((const char *)(wr + (size_t)(R + r) * ws + boff), _MM_HINT_T0);
 #pragma GCC unroll 4
             for (int t = 0; t < TT; t++) {
                 __m512i xv = _mm512_loadu_si512(a->q + (t0 + t) * kpad + k);
@@ -345,19 +354,21 @@ static void z_gemm_w4(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64
     if (T >= 4) {
         for (; n + 4 <= n1; n += 4) {
             int64_t t = 0;
-            for (; t + 4 <= T; t += 4) w4_block(v, a, n, t, 4, 4, y);
-            for (; t < T; t++) w4_block(v, a, n, t, 4, 1, y);
+            for (; t + 4 <= T; t += 4) w4_block(v, a, n, t, 4, 4, 0, y);
+            for (; t < T; t++) w4_block(v, a, n, t, 4, 1, 0, y);
         }
         for (; n < n1; n++) {
             int64_t t = 0;
-            for (; t + 4 <= T; t += 4) w4_block(v, a, n, t, 1, 4, y);
-            for (; t < T; t++) w4_block(v, a, n, t, 1, 1, y);
+            for (; t + 4 <= T; t += 4) w4_block(v, a, n, t, 1, 4, 0, y);
+            for (; t < T; t++) w4_block(v, a, n, t, 1, 1, 0, y);
         }
     } else {
-        for (; n + 8 <= n1; n += 8)
-            for (int64_t t = 0; t < T; t++) w4_block(v, a, n, t, 8, 1, y);
+        for (; n + 8 <= n1; n += 8) {
+            const int npf = T > 1 ? 0 : n1 - (n + 8) < 8 ? (int)(n1 - (n + 8)) : 8;
+            for (int64_t t = 0; t < T; t++) w4_block(v, a, n, t, 8, 1, npf, y);
+        }
         for (; n < n1; n++)
-            for (int64_t t = 0; t < T; t++) w4_block(v, a, n, t, 1, 1, y);
+            for (int64_t t = 0; t < T; t++) w4_block(v, a, n, t, 1, 1, 0, y);
     }
 }
 
