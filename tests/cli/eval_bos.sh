@@ -46,13 +46,17 @@ if [ ! -f "$M/config.json" ] || [ ! -f "$D" ]; then
   echo "eval_bos.sh: $M or $D absent, model part skipped"
 else
   ppl() { sed -n 's/.*"ppl":\([0-9.e+-]*\).*/\1/p' "$T/out"; }
+  # within 1e-6 relative: the bf16 gemm's float summation order is not
+  # pinned (quant/scheme.h), so kernel changes move the last digits; a
+  # BOS policy change moves ppl by far more
+  near() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6 * b) }'; }
   P="-m $M --data $D --ctx 128 --limit-tokens 4096 --json"
   expect 0 $EVAL ppl $P;              def=$(ppl); has out '"bos":"window"'; has out '"bos_id":0'
   expect 0 $EVAL ppl $P --bos window; win=$(ppl)
   expect 0 $EVAL ppl $P --bos first;  first=$(ppl); has out '"bos":"first"'
   expect 0 $EVAL ppl $P --bos no;     no=$(ppl); has out '"bos":"no"'; has out '"bos_id":null'
   # today's numbers (before --bos existed): 32 windows of 128, ppl 3.694484165
-  [ "$def" = "3.694484165" ] || fail "default ppl $def, was 3.694484165 before --bos"
+  near "$def" 3.694484165 || fail "default ppl $def, was 3.694484165 before --bos"
   [ "$win" = "$def" ] || fail "--bos window ($win) differs from the default ($def)"
   [ "$first" != "$win" ] || fail "--bos first equals window ($first) over 32 windows"
   [ "$no" != "$first" ] && [ "$no" != "$win" ] || fail "--bos no ($no) equals another policy"
@@ -65,7 +69,7 @@ else
   [ "$n1" != "$w1" ] || fail "one window: no equals window ($n1)"
   # the whole held-out text under window is the README's 7.1130
   expect 0 $EVAL ppl -m $M --data $D --json
-  has out '"ppl":7.112986712'
+  near "$(ppl)" 7.112986712 || fail "whole held-out ppl $(ppl), README says 7.1130"
   # kld: the base fixes the windows; --data checks them under a policy
   expect 0 $EVAL ppl $P --bos first --save-logits "$T/first.logp"
   expect 0 $EVAL kld -m $M --base "$T/first.logp" --data $D --bos first --json
