@@ -6,7 +6,7 @@
  * exactly and adds in f32 (round to nearest even, subnormals flushed).
  * Rounding the activations to one bf16 would cost 2^-9 relative per
  * element, far from the f32 engine's parity with PyTorch, so each f32
- * activation comes split in three bf16 terms (two with DSQ_BF16_TERMS=2;
+ * activation comes split in three bf16 terms (two with DSQ_BF16_TERMS=2, one with =1;
  * scheme_float.c, kernels.h split_bf16) and every weight pair is
  * multiplied by each: 3x the dot products of a one-term kernel, each 32
  * multiply-adds (an f32 FMA does 16), and no widening of the weights.
@@ -55,11 +55,13 @@ AI void step(__m512 acc[4][TT][3], const __m512bh wv[4], const int R, const uint
 #pragma GCC unroll 6
     for (int t = 0; t < NT; t++) {
         __m512bh h = (__m512bh)_mm512_loadu_si512(xh + t * kp + k);
-        __m512bh l = (__m512bh)_mm512_loadu_si512(xl + t * kp + k);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            acc[r][t][0] = _mm512_dpbf16_ps(acc[r][t][0], wv[r], h);
-            acc[r][t][S > 1 ? 1 : 0] = _mm512_dpbf16_ps(acc[r][t][S > 1 ? 1 : 0], wv[r], l);
+        for (int r = 0; r < R; r++) acc[r][t][0] = _mm512_dpbf16_ps(acc[r][t][0], wv[r], h);
+        if (TERMS >= 2) {
+            __m512bh l = (__m512bh)_mm512_loadu_si512(xl + t * kp + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t][S > 1 ? 1 : 0] = _mm512_dpbf16_ps(acc[r][t][S > 1 ? 1 : 0], wv[r], l);
         }
         if (TERMS == 3) {
             __m512bh l2 = (__m512bh)_mm512_loadu_si512(x2 + t * kp + k);
@@ -77,7 +79,7 @@ AI void tile(const dsq_qview *v, const dsq_bfact *a, int64_t n, const int R, int
     const int64_t cols = v->shape.cols, rows = v->shape.rows, kp = a->kpad;
     const size_t ws = v->layout.row_bytes;
     const uint16_t *w = (const uint16_t *)(const void *)(v->w + (size_t)n * ws);
-    const uint16_t *xh = a->xh + t0 * kp, *xl = a->xl + t0 * kp;
+    const uint16_t *xh = a->xh + t0 * kp, *xl = TERMS >= 2 ? a->xl + t0 * kp : NULL;
     const uint16_t *x2 = TERMS == 3 ? a->xl2 + t0 * kp : NULL;
     __m512 acc[4][TT][3];
 #pragma GCC unroll 4
@@ -154,7 +156,8 @@ AI void gemm_terms(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n
 
 void dsq_avx512bf16_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y)
 {
-    if (a->xl2) gemm_terms(v, a, n0, n1, 3, y);
+    if (!a->xl) gemm_terms(v, a, n0, n1, 1, y);
+    else if (a->xl2) gemm_terms(v, a, n0, n1, 3, y);
     else gemm_terms(v, a, n0, n1, 2, y);
 }
 

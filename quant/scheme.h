@@ -75,7 +75,9 @@
  *     is unchanged (tiny-dsv3 max |dlogit| 7.6e-6 with three terms, 3.9e-5
  *     with two). DSQ_BF16_TERMS=2 in the environment drops xl2: 2^-16 |x|
  *     per element (bound: float dot bound + 2^-16 sum|w x|) for 1.5x fewer
- *     dot products. One term, what a plain bf16 gemm does, would be 2^-9.
+ *     dot products. DSQ_BF16_TERMS=1 is one term, what llama.cpp's and
+ *     vLLM's bf16 gemms do: 2^-9 |x| per element (speed comparisons at
+ *     equal numerics; never the default, never a KLD baseline).
  *     A bf16 x that overflows (|x| >= 2^128 (1 - 2^-9)) gives Inf. Decode
  *     (T <= 4) and the other levels widen the bf16 weights to f32 and use
  *     x as is.

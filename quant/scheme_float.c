@@ -154,14 +154,16 @@ static size_t bf16_split_bytes(const dsq_qview *v, int64_t T)
 
 /* Terms of the activation split (scheme.h, "bf16 prefill"): 3 (default)
  * keeps f32 accuracy; DSQ_BF16_TERMS=2 in the environment trades 2^-16
- * relative error per activation for 1.5x fewer dot products. */
+ * relative error per activation for 1.5x fewer dot products, =1 rounds
+ * activations to bf16 as llama.cpp's and vLLM's bf16 paths do (2^-9, 3x
+ * fewer; for speed comparisons at equal numerics, not for KLD baselines). */
 static int bf16_terms(void)
 {
     static _Atomic int cached;
     int t = cached;
     if (!t) {
         const char *e = getenv("DSQ_BF16_TERMS");
-        t = e && e[0] == '2' && e[1] == 0 ? 2 : 3;
+        t = e && (e[0] == '1' || e[0] == '2') && e[1] == 0 ? e[0] - '0' : 3;
         cached = t;
     }
     return t;
@@ -251,7 +253,12 @@ static void split_task(void *ctx, size_t item, int tid)
     struct bf16_job *j = ctx;
     const int64_t cols = j->v->shape.cols, kp = j->a.kpad;
     const float *x = j->a.x + (int64_t)item * cols;
-    uint16_t *h = j->xh + (int64_t)item * kp, *l = j->xl + (int64_t)item * kp;
+    uint16_t *h = j->xh + (int64_t)item * kp, *l = j->xl ? j->xl + (int64_t)item * kp : NULL;
+    if (!l) {   /* one term: plain rounding */
+        j->k->f32_to_bf16(x, cols, h);
+        for (int64_t c = cols; c < kp; c++) h[c] = 0;
+        return;
+    }
     j->k->split_bf16(x, cols, h, l);
     for (int64_t c = cols; c < kp; c++) h[c] = l[c] = 0;
     if (!j->xl2) return;
@@ -302,8 +309,9 @@ static int bf16_gemm(const dsq_kernels *k, const dsq_qview *v, const float *x, i
         }
         j.a.kpad = (cols + DSQ_BF16_KALIGN - 1) / DSQ_BF16_KALIGN * DSQ_BF16_KALIGN;
         j.xh = scratch;
-        j.xl = j.xh + (size_t)T * (size_t)j.a.kpad;
-        if (bf16_terms() == 3) j.xl2 = j.xl + (size_t)T * (size_t)j.a.kpad;
+        const int terms = bf16_terms();
+        if (terms >= 2) j.xl = j.xh + (size_t)T * (size_t)j.a.kpad;
+        if (terms == 3) j.xl2 = j.xl + (size_t)T * (size_t)j.a.kpad;
         j.a.xh = j.xh;
         j.a.xl = j.xl;
         j.a.xl2 = j.xl2;
