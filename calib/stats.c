@@ -533,6 +533,8 @@ static int hook(void *ctx, int layer, const char *name, const float *x, int T, i
         return dsq_fail(c->d, rc, NULL, name, -1, "layer %d: input of this linear has a non-finite value at "
                         "row %lld column %lld", layer, (long long)(bad / in), (long long)(bad % in));
     if (rc < 0) return dsq_fail(c->d, rc, NULL, name, -1, "cannot record statistics");
+    if (c->o->tap && (rc = c->o->tap(c->o->tap_ctx, site, x, T, in)) < 0)
+        return dsq_fail(c->d, rc, NULL, name, -1, "cannot accumulate the GPTQ Hessian");
     return DSQ_OK;
 }
 
