@@ -1283,6 +1283,7 @@ int dsq_calib_run(const char *model_path, const dsq_calib_opts *o, dsq_calib_res
     dsq_model_opts_default(&mo);
     mo.lazy = 1;
     mo.threads = o->threads;
+    mo.fp8_as_f32 = o->gptq != 0;   /* GPTQ rounds the weights the converter reads (exact fp8 * scale) */
     int rc = dsq_model_open(&c.m, model_path, &mo, d);
     if (rc == DSQ_OK) {
         c.cfg = dsq_model_get_config(c.m);
