@@ -3,7 +3,7 @@
  * 128 heads, moe_intermediate 2048, top-8 routing, 1 shared expert).
  *
  *   build/bench/bench_calib [--experts E] [--samples N] [--seqlen L]
- *                           [--scheme S] [-T threads] [--moe-all] [--dir D]
+ *                           [--scheme S] [-T threads] [--moe-all] [--gptq] [--dir D]
  *
  * Defaults: 32 of the 256 experts and 8 samples x 512 tokens, so it runs in
  * minutes on a small box; --experts 256 --samples 128 is the full case
@@ -24,7 +24,12 @@
  *     MLP = 9 x 2048 experts per token), so 61 x one layer is the estimate.
  * cpu_share = CPU seconds / (wall seconds x threads): below 1 when other
  * processes competed for the cores (then wall times overstate the cost).
- * Speed only; correctness is tests/test_calib.c. */
+ * --gptq adds GPTQ (calib/gptq.h): X^T X of every linear input during the
+ * forward, one solve per integer linear; "gptq" seconds are both, also
+ * counted inside forward_stats / search. The layer's Hessians (double) are
+ * all held until the layer is done, and each solve takes its linear's H copy,
+ * the f32 factor and the weights: peak RSS grows with experts (444 MiB each).
+ * Speed only; correctness is tests/test_calib.c and tests/test_gptq.c. */
 #include "calib.h"
 #include "cli.h"
 #include "dsq_file.h"
@@ -63,7 +68,7 @@ static void on_progress(void *ctx, const dsq_calib_progress *p)
 
 int main(int argc, char **argv)
 {
-    int experts = 32, samples = 8, seqlen = 512, threads = 0, all = 0;
+    int experts = 32, samples = 8, seqlen = 512, threads = 0, all = 0, gptq = 0;
     const char *scheme = "awq-w4a16", *dir = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -74,9 +79,10 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "-T") && v) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--dir") && v) dir = argv[++i];
         else if (!strcmp(a, "--moe-all")) all = 1;
+        else if (!strcmp(a, "--gptq")) gptq = 1;
         else {
             fprintf(stderr, "usage: bench_calib [--experts E] [--samples N] [--seqlen L] [--scheme S] [-T threads] "
-                            "[--moe-all] [--dir D]\n");
+                            "[--moe-all] [--gptq] [--dir D]\n");
             return 2;
         }
     }
@@ -125,6 +131,7 @@ int main(int argc, char **argv)
     o.data.seqlen = seqlen;
     o.threads = threads;
     o.moe_calib_all = all;
+    o.gptq = gptq;
     prog g = { 0, 0 };
     dsq_calib_result *r = NULL;
     double t0 = now(), c0 = cpu_seconds();
@@ -145,10 +152,12 @@ int main(int argc, char **argv)
     printf("{\"bench\": \"calib\", \"scheme\": \"%s\", \"experts\": %d, \"samples\": %d, \"seqlen\": %d, "
            "\"tokens\": %zu, \"threads\": %d, \"moe_calib_all\": %s, \"seconds\": {\"total\": %.2f, "
            "\"forward_stats\": %.2f, \"search\": %.2f, \"search_moe\": %.2f, \"other\": %.2f}, "
-           "\"cpu_seconds\": %.1f, \"cpu_share\": %.2f, \"groups_searched\": %d, \"peak_rss_bytes\": %llu}\n",
+           "\"cpu_seconds\": %.1f, \"cpu_share\": %.2f, \"groups_searched\": %d, \"peak_rss_bytes\": %llu, "
+           "\"gptq\": %s, \"gptq_seconds\": %.2f, \"gptq_tensors\": %zu, \"gptq_hessian_bytes\": %llu}\n",
            scheme, experts, samples, seqlen, ntok, nthr, all ? "true" : "false", secs, t.seconds_forward,
            t.seconds_search, t.seconds_search_moe, other, cpu, cpu / (secs * nthr), t.groups_searched,
-           (unsigned long long)rss);
+           (unsigned long long)rss, gptq ? "true" : "false", t.seconds_gptq, t.gptq_tensors,
+           (unsigned long long)t.gptq_hess_peak);
 
     /* extrapolation (see the top comment) */
     const double full_tok = 128.0 * 512.0, full_e = 256.0;

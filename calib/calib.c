@@ -248,7 +248,17 @@ typedef struct run {
     uint64_t data_seed;
     dsq_diag *d;
     dsq_gptq_hset hs;             /* --gptq: this layer's X^T X per site */
+    dsq_gptq_factor fac;          /* the last factor (gate/up and q_a/kv_a share one) */
+    char fac_site[512];
+    float *fac_scale;             /* its in_scale, or NULL */
 } run;
+
+static void gptq_forget(run *c)
+{
+    dsq_gptq_factor_release(&c->fac);
+    free(c->fac_scale);
+    c->fac_scale = NULL;
+}
 
 static double now_s(void)
 {
@@ -581,23 +591,36 @@ static int gptq_entry(lin_ctx *x, const dsq_linear *l, dsq_calib_tensor *t, cons
         if (!h0 || rows == 0) return DSQ_OK;   /* saw no tokens: RTN */
         double t0 = now_s();
         size_t nw = (size_t)l->out * (size_t)l->in, nh = (size_t)l->in * (size_t)l->in;
-        float *w = malloc(nw * sizeof *w);
-        double *h = malloc(nh * sizeof *h);
-        if (!w || !h) rc = dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for GPTQ");
-        if (rc == DSQ_OK) {
-            l->w.scheme->dequantize(&l->w, 0, l->out, w);
-            rc = dsq_calib_apply_rows(t, 0, l->out, l->in, w);
+        int same = c->fac.u && c->fac.cols == l->in && strcmp(c->fac_site, site) == 0 &&
+                   (c->fac_scale ? t->in_scale && !memcmp(c->fac_scale, t->in_scale, (size_t)l->in * sizeof(float))
+                                 : !t->in_scale);
+        if (!same) {
+            gptq_forget(c);
+            double *h = malloc(nh * sizeof *h);
+            if (!h) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for GPTQ");
             memcpy(h, h0, nh * sizeof *h);
             dsq_gptq_hess_scale(h, l->in, t->in_scale);
+            rc = dsq_gptq_factor_init(&c->fac, h, l->in, c->o->gptq_damp, c->d);
+            free(h);
+            if (rc < 0) return dsq_fail(c->d, rc, NULL, l->name, -1, "GPTQ failed");
+            snprintf(c->fac_site, sizeof c->fac_site, "%s", site);
+            if (t->in_scale) {
+                c->fac_scale = malloc((size_t)l->in * sizeof(float));
+                if (!c->fac_scale) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory");
+                memcpy(c->fac_scale, t->in_scale, (size_t)l->in * sizeof(float));
+            }
         }
+        float *w = malloc(nw * sizeof *w);
+        if (!w) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for GPTQ");
+        l->w.scheme->dequantize(&l->w, 0, l->out, w);
+        rc = dsq_calib_apply_rows(t, 0, l->out, l->in, w);
         dsq_gptq_opts go = { c->o->gptq_damp, 0, t->clip, t->importance };
         dsq_qparams qp;
         dsq_qparams_init(&qp);
         dsq_calib_qparams(t, &qp);
         dsq_gptq_report rep;
-        if (rc == DSQ_OK) rc = dsq_gptq_quantize(sc, &sh, w, h, &go, &qp, blob, &rep, c->d);
+        if (rc == DSQ_OK) rc = dsq_gptq_quantize_f(sc, &sh, w, &c->fac, &go, &qp, blob, &rep, c->d);
         free(w);
-        free(h);
         if (rc < 0) return dsq_fail(c->d, rc, NULL, l->name, -1, "GPTQ failed");
         c->r->tot.gptq_rtn += (size_t)rep.rtn_fallback;
         c->r->tot.seconds_gptq += now_s() - t0;
@@ -1186,6 +1209,7 @@ static int forward_run(run *c, const char *model_path, int *interrupted)
         if (rc == DSQ_OK) rc = do_layer(c, l, &ls, 1);
         if (c->hs.bytes > c->r->tot.gptq_hess_peak) c->r->tot.gptq_hess_peak = c->hs.bytes;
         dsq_gptq_hset_release(&c->hs);
+        gptq_forget(c);
         if (rc == DSQ_OK && !last) rc = dsq_hstore_swap(h, c->d);
         if (rc == DSQ_OK && c->w) rc = write_layer_stats(c, &ls);
         if (rc == DSQ_OK && c->w) {
@@ -1312,6 +1336,7 @@ int dsq_calib_run(const char *model_path, const dsq_calib_opts *o, dsq_calib_res
     dsq_model_free(c.m);
     free(c.data_file);
     dsq_gptq_hset_release(&c.hs);
+    gptq_forget(&c);
     r->tot.seconds = now_s() - c.t0;
     if (rc < 0) {
         dsq_calib_result_free(r);

@@ -69,63 +69,36 @@ static void group_params(const dsq_kernels *k, const dsq_scheme *sc, const float
     }
 }
 
-/* ---- the solver ----------------------------------------------------------- */
+/* ---- the factor ----------------------------------------------------------- */
 
-int dsq_gptq_solve(const dsq_scheme *sc, const dsq_qshape *shape, float *w, double *h,
-                   const dsq_gptq_opts *o, float *scales, uint8_t *zeros, dsq_gptq_report *rep,
-                   dsq_diag *d)
+int dsq_gptq_factor_init(dsq_gptq_factor *f, double *h, int64_t cols, double damp, dsq_diag *d)
 {
-    dsq_gptq_report rdummy;
-    if (!rep) rep = &rdummy;
-    memset(rep, 0, sizeof *rep);
-    if (!sc || !shape || !w || !h || !scales)
-        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: null argument");
-    if (!sc->has_scales || sc->weight_bits > 8)
-        return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, NULL, -1, "gptq: %s is not an integer scheme", sc->name);
-    if (sc->has_zeros && !zeros) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: zeros needed");
-    dsq_qlayout L;
-    int rc = dsq_qlayout_get(sc, shape, &L);
-    if (rc < 0) return dsq_fail(d, rc, NULL, NULL, -1, "gptq: unsupported shape for %s", sc->name);
-    const int64_t rows = shape->rows, cols = shape->cols, gs = L.gsize, ng = L.ngroups;
+    memset(f, 0, sizeof *f);
+    if (!h || cols <= 0) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: null argument");
     if (cols > 65536) return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, NULL, -1, "gptq: %lld columns", (long long)cols);
-    double damp = o && o->damp > 0.0 ? o->damp : DSQ_GPTQ_DAMP;
-    int64_t B = o && o->block > 0 ? o->block : (shape->group_size > 0 ? gs : 128);
-    if (shape->group_size > 0 && B % gs != 0)
-        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: block %lld not a multiple of group %lld",
-                        (long long)B, (long long)gs);
-    const int clip = o ? o->clip : 0;
-    const float *imp = o ? o->importance : NULL;
-    const grid gr = { !sc->symmetric, (float)sc->qmin, (float)sc->qmax };
-    const dsq_kernels *k = dsq_kernels_get();
-
-    for (int64_t i = 0; i < rows * cols; i++)
-        if (!isfinite(w[i])) return dsq_fail(d, DSQ_ERR_NONFINITE, NULL, NULL, -1, "gptq: non-finite weight");
-    double mean = 0.0;
-    for (int64_t j = 0; j < cols; j++) {
+    if (!(damp > 0.0)) damp = DSQ_GPTQ_DAMP;
+    for (int64_t j = 0; j < cols; j++)
         if (!isfinite(h[j * cols + j]) || h[j * cols + j] < 0.0)
             return dsq_fail(d, DSQ_ERR_NONFINITE, NULL, NULL, -1, "gptq: bad Hessian diagonal at %lld", (long long)j);
+    f->cols = cols;
+    f->u = malloc((size_t)cols * (size_t)cols * sizeof *f->u);
+    f->dead = calloc((size_t)cols, 1);
+    double *hc = malloc((size_t)cols * (size_t)cols * sizeof *hc);
+    if (!f->u || !f->dead || !hc) {
+        free(hc);
+        dsq_gptq_factor_release(f);
+        return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "gptq: out of memory (%lld columns)", (long long)cols);
+    }
+    /* dead inputs: H_jj = 1 (their weights are zeroed by the solve) */
+    double mean = 0.0;
+    for (int64_t j = 0; j < cols; j++) {
+        if (h[j * cols + j] == 0.0) {
+            f->dead[j] = 1;
+            f->ndead++;
+            h[j * cols + j] = 1.0;
+        }
         mean += h[j * cols + j];
     }
-    int8_t *codes = malloc((size_t)cols);
-    float *u = malloc((size_t)cols * (size_t)cols * sizeof *u);
-    float *err = malloc((size_t)rows * (size_t)B * sizeof *err);
-    double *hc = malloc((size_t)cols * (size_t)cols * sizeof *hc);
-    if (!codes || !u || !err || !hc) {
-        rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "gptq: out of memory (%lld columns)", (long long)cols);
-        goto out;
-    }
-    /* per channel: the scale comes from the whole original row */
-    if (shape->group_size <= 0)
-        for (int64_t r = 0; r < rows; r++)
-            group_params(k, sc, w + r * cols, cols, clip, imp, codes, &scales[r], zeros ? &zeros[r] : &(uint8_t){ 0 });
-    for (int64_t j = 0; j < cols; j++) {
-        if (h[j * cols + j] != 0.0) continue;
-        rep->dead++;
-        h[j * cols + j] = 1.0;
-        for (int64_t r = 0; r < rows; r++) w[r * cols + j] = 0.0f;
-    }
-    mean = 0.0;
-    for (int64_t j = 0; j < cols; j++) mean += h[j * cols + j];
     mean /= (double)cols;
     int ok = 0;
     for (int t = 0; t < 4 && !ok; t++) {
@@ -138,19 +111,78 @@ int dsq_gptq_solve(const dsq_scheme *sc, const dsq_qshape *shape, float *w, doub
         }
         if (!ok && t < 3) {
             damp *= 10.0;
-            rep->damp_raised++;
+            f->damp_raised++;
         }
     }
     if (ok) {
-        for (int64_t i = 0; i < cols * cols; i++) u[i] = (float)hc[i];
+        for (int64_t i = 0; i < cols * cols; i++) f->u[i] = (float)hc[i];
     } else {
         /* U = I: no error feedback, i.e. round-to-nearest */
-        rep->rtn_fallback = 1;
-        memset(u, 0, (size_t)cols * (size_t)cols * sizeof *u);
-        for (int64_t j = 0; j < cols; j++) u[j * cols + j] = 1.0f;
+        f->rtn_fallback = 1;
+        memset(f->u, 0, (size_t)cols * (size_t)cols * sizeof *f->u);
+        for (int64_t j = 0; j < cols; j++) f->u[j * cols + j] = 1.0f;
     }
     free(hc);
-    hc = NULL;
+    return DSQ_OK;
+}
+
+void dsq_gptq_factor_release(dsq_gptq_factor *f)
+{
+    free(f->u);
+    free(f->dead);
+    memset(f, 0, sizeof *f);
+}
+
+/* ---- the solver ----------------------------------------------------------- */
+
+int dsq_gptq_solve_f(const dsq_scheme *sc, const dsq_qshape *shape, float *w, const dsq_gptq_factor *f,
+                     const dsq_gptq_opts *o, float *scales, uint8_t *zeros, dsq_gptq_report *rep, dsq_diag *d)
+{
+    dsq_gptq_report rdummy;
+    if (!rep) rep = &rdummy;
+    memset(rep, 0, sizeof *rep);
+    if (!sc || !shape || !w || !f || !f->u || !scales)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: null argument");
+    if (!sc->has_scales || sc->weight_bits > 8)
+        return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, NULL, -1, "gptq: %s is not an integer scheme", sc->name);
+    if (sc->has_zeros && !zeros) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: zeros needed");
+    dsq_qlayout L;
+    int rc = dsq_qlayout_get(sc, shape, &L);
+    if (rc < 0) return dsq_fail(d, rc, NULL, NULL, -1, "gptq: unsupported shape for %s", sc->name);
+    const int64_t rows = shape->rows, cols = shape->cols, gs = L.gsize, ng = L.ngroups;
+    if (f->cols != cols) return dsq_fail(d, DSQ_ERR_SHAPE, NULL, NULL, -1, "gptq: factor of another width");
+    int64_t B = o && o->block > 0 ? o->block : (shape->group_size > 0 ? gs : 128);
+    if (shape->group_size > 0 && B % gs != 0)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: block %lld not a multiple of group %lld",
+                        (long long)B, (long long)gs);
+    const int clip = o ? o->clip : 0;
+    const float *imp = o ? o->importance : NULL;
+    const grid gr = { !sc->symmetric, (float)sc->qmin, (float)sc->qmax };
+    const dsq_kernels *k = dsq_kernels_get();
+    const float *u = f->u;
+    rep->dead = f->ndead;
+    rep->damp_raised = f->damp_raised;
+    rep->rtn_fallback = f->rtn_fallback;
+
+    for (int64_t i = 0; i < rows * cols; i++)
+        if (!isfinite(w[i])) return dsq_fail(d, DSQ_ERR_NONFINITE, NULL, NULL, -1, "gptq: non-finite weight");
+    int8_t *codes = malloc((size_t)cols);
+    float *err = malloc((size_t)rows * (size_t)B * sizeof *err);
+    if (!codes || !err) {
+        free(codes);
+        free(err);
+        return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "gptq: out of memory");
+    }
+    /* per channel: the scale comes from the whole original row (before the
+     * dead columns are zeroed, as GPTQ does) */
+    if (shape->group_size <= 0)
+        for (int64_t r = 0; r < rows; r++) {
+            uint8_t z0 = 0;
+            group_params(k, sc, w + r * cols, cols, clip, imp, codes, &scales[r], zeros ? &zeros[r] : &z0);
+        }
+    for (int64_t j = 0; j < cols; j++)
+        if (f->dead[j])
+            for (int64_t r = 0; r < rows; r++) w[r * cols + j] = 0.0f;
 
     for (int64_t i1 = 0; i1 < cols; i1 += B) {
         int64_t i2 = i1 + B < cols ? i1 + B : cols, cnt = i2 - i1;
@@ -182,38 +214,46 @@ int dsq_gptq_solve(const dsq_scheme *sc, const dsq_qshape *shape, float *w, doub
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)(cols - i2), (int)cnt, -1.0f, err,
                         (int)B, u + i1 * cols + i2, (int)cols, 1.0f, w + i2, (int)cols);
     }
-    rc = DSQ_OK;
-out:
     free(codes);
-    free(u);
     free(err);
-    free(hc);
+    return DSQ_OK;
+}
+
+int dsq_gptq_solve(const dsq_scheme *sc, const dsq_qshape *shape, float *w, double *h,
+                   const dsq_gptq_opts *o, float *scales, uint8_t *zeros, dsq_gptq_report *rep,
+                   dsq_diag *d)
+{
+    if (!sc || !shape || !w || !h || !scales)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: null argument");
+    if (!sc->has_scales || sc->weight_bits > 8)
+        return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, NULL, -1, "gptq: %s is not an integer scheme", sc->name);
+    dsq_gptq_factor f;
+    DSQ_TRY(dsq_gptq_factor_init(&f, h, shape->cols, o ? o->damp : 0.0, d));
+    int rc = dsq_gptq_solve_f(sc, shape, w, &f, o, scales, zeros, rep, d);
+    dsq_gptq_factor_release(&f);
     return rc;
 }
 
-int dsq_gptq_quantize(const dsq_scheme *sc, const dsq_qshape *shape, const float *w, const double *xtx,
-                      const dsq_gptq_opts *o, const dsq_qparams *base, uint8_t *blob,
-                      dsq_gptq_report *rep, dsq_diag *d)
+int dsq_gptq_quantize_f(const dsq_scheme *sc, const dsq_qshape *shape, const float *w, const dsq_gptq_factor *f,
+                        const dsq_gptq_opts *o, const dsq_qparams *base, uint8_t *blob, dsq_gptq_report *rep,
+                        dsq_diag *d)
 {
-    if (!sc || !shape || !w || !xtx || !blob)
+    if (!sc || !shape || !w || !f || !blob)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: null argument");
     if (base && base->in_scale)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: fold in_scale into the weights first");
     dsq_qlayout L;
     int rc = dsq_qlayout_get(sc, shape, &L);
     if (rc < 0) return dsq_fail(d, rc, NULL, NULL, -1, "gptq: unsupported shape for %s", sc->name);
-    size_t nw = (size_t)shape->rows * (size_t)shape->cols, nh = (size_t)shape->cols * (size_t)shape->cols;
-    size_t ns = (size_t)shape->rows * (size_t)L.ngroups;
+    size_t nw = (size_t)shape->rows * (size_t)shape->cols, ns = (size_t)shape->rows * (size_t)L.ngroups;
     float *q = malloc(nw * sizeof *q), *s = malloc(ns * sizeof *s);
-    double *h = malloc(nh * sizeof *h);
     uint8_t *z = sc->has_zeros ? malloc(ns) : NULL;
-    if (!q || !s || !h || (sc->has_zeros && !z)) {
+    if (!q || !s || (sc->has_zeros && !z)) {
         rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "gptq: out of memory");
-        goto out;
+    } else {
+        memcpy(q, w, nw * sizeof *q);
+        rc = dsq_gptq_solve_f(sc, shape, q, f, o, s, z, rep, d);
     }
-    memcpy(q, w, nw * sizeof *q);
-    memcpy(h, xtx, nh * sizeof *h);
-    rc = dsq_gptq_solve(sc, shape, q, h, o, s, z, rep, d);
     if (rc == DSQ_OK) {
         dsq_qparams qp;
         if (base) qp = *base;
@@ -224,11 +264,30 @@ int dsq_gptq_quantize(const dsq_scheme *sc, const dsq_qshape *shape, const float
         qp.importance = NULL;
         rc = sc->quantize(q, 0, shape->rows, shape, &qp, blob, d);
     }
-out:
     free(q);
     free(s);
-    free(h);
     free(z);
+    return rc;
+}
+
+int dsq_gptq_quantize(const dsq_scheme *sc, const dsq_qshape *shape, const float *w, const double *xtx,
+                      const dsq_gptq_opts *o, const dsq_qparams *base, uint8_t *blob,
+                      dsq_gptq_report *rep, dsq_diag *d)
+{
+    if (!sc || !shape || !w || !xtx || !blob)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: null argument");
+    if (!sc->has_scales || sc->weight_bits > 8)
+        return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, NULL, -1, "gptq: %s is not an integer scheme", sc->name);
+    size_t nh = (size_t)shape->cols * (size_t)shape->cols;
+    double *h = malloc(nh * sizeof *h);
+    if (!h) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "gptq: out of memory");
+    memcpy(h, xtx, nh * sizeof *h);
+    dsq_gptq_factor f;
+    int rc = dsq_gptq_factor_init(&f, h, shape->cols, o ? o->damp : 0.0, d);
+    free(h);
+    if (rc < 0) return rc;
+    rc = dsq_gptq_quantize_f(sc, shape, w, &f, o, base, blob, rep, d);
+    dsq_gptq_factor_release(&f);
     return rc;
 }
 

@@ -65,6 +65,28 @@ typedef struct dsq_gptq_report {
     double loss;              /* sum over weights of (w - q)^2 / U_jj^2 / 2 */
 } dsq_gptq_report;
 
+/* The inverse-Hessian factor of one input (dampened, dead columns marked):
+ * what every linear reading the same (scaled) input shares, so gate/up and
+ * q_a/kv_a factor once. */
+typedef struct dsq_gptq_factor {
+    int64_t cols;
+    float *u;                 /* [cols][cols] upper Cholesky factor of H^-1 */
+    uint8_t *dead;            /* [cols] H_jj was 0 */
+    int64_t ndead;
+    int damp_raised, rtn_fallback;
+} dsq_gptq_factor;
+
+/* Build f from h [cols][cols] (X^T X, destroyed). damp <= 0: default. */
+int dsq_gptq_factor_init(dsq_gptq_factor *f, double *h, int64_t cols, double damp, dsq_diag *d);
+void dsq_gptq_factor_release(dsq_gptq_factor *f);
+/* dsq_gptq_solve with a prepared factor (f->cols == shape->cols). */
+int dsq_gptq_solve_f(const dsq_scheme *sc, const dsq_qshape *shape, float *w, const dsq_gptq_factor *f,
+                     const dsq_gptq_opts *o, float *scales, uint8_t *zeros, dsq_gptq_report *rep, dsq_diag *d);
+/* Solve + pack (as dsq_gptq_quantize) with a prepared factor. */
+int dsq_gptq_quantize_f(const dsq_scheme *sc, const dsq_qshape *shape, const float *w, const dsq_gptq_factor *f,
+                        const dsq_gptq_opts *o, const dsq_qparams *base, uint8_t *blob, dsq_gptq_report *rep,
+                        dsq_diag *d);
+
 /* Run GPTQ on w [rows][cols] (in: float weights; out: the quantized values
  * (q - zero) * scale, i.e. what the blob dequantizes to). h [cols][cols] is
  * X^T X (symmetric, both halves); it is used as scratch and destroyed.

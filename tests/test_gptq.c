@@ -319,8 +319,9 @@ static void test_bad_args(void **st)
     w[7] = INFINITY;
     assert_int_equal(dsq_gptq_solve(w4, &sh, w, h, NULL, s, NULL, NULL, &d), DSQ_ERR_NONFINITE);
     w[7] = 0.0f;
-    /* all dead: H becomes I, the zero matrix quantizes to zeros */
-    h[0] = 0.0;
+    /* all dead: H becomes I, the zero matrix quantizes to zeros (h was
+     * used as scratch by the calls above) */
+    memset(h, 0, sizeof h);
     dsq_gptq_report rep;
     assert_int_equal(dsq_gptq_solve(w4, &sh, w, h, NULL, s, NULL, &rep, &d), DSQ_OK);
     assert_int_equal(rep.dead, 64);
