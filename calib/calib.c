@@ -247,7 +247,8 @@ typedef struct run {
     int data_samples, data_seqlen;
     uint64_t data_seed;
     dsq_diag *d;
-    dsq_gptq_hset hs;             /* --gptq: this layer's X^T X per site */
+    dsq_gptq_hset hs;             /* --gptq: this layer's X^T X per non-expert site */
+    dsq_gptq_moe moe;             /* --gptq: the layer's MoE input rows + routing */
     dsq_gptq_factor fac;          /* the last factor (gate/up and q_a/kv_a share one) */
     char fac_site[512];
     float *fac_scale;             /* its in_scale, or NULL */
@@ -586,9 +587,6 @@ static int gptq_entry(lin_ctx *x, const dsq_linear *l, dsq_calib_tensor *t, cons
     if (!blob) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     int rc = DSQ_OK;
     if (x->fresh) {
-        uint64_t rows = 0;
-        const double *h0 = dsq_gptq_hset_find(&c->hs, site, l->in, &rows);
-        if (!h0 || rows == 0) return DSQ_OK;   /* saw no tokens: RTN */
         double t0 = now_s();
         size_t nw = (size_t)l->out * (size_t)l->in, nh = (size_t)l->in * (size_t)l->in;
         int same = c->fac.u && c->fac.cols == l->in && strcmp(c->fac_site, site) == 0 &&
@@ -596,9 +594,22 @@ static int gptq_entry(lin_ctx *x, const dsq_linear *l, dsq_calib_tensor *t, cons
                                  : !t->in_scale);
         if (!same) {
             gptq_forget(c);
+            /* routed experts: built now from the kept rows (gptq.h); others: collected */
+            int e = dsq_calib_expert_of(l->name);
+            uint64_t rows = 0;
+            const double *h0 = e >= 0 && c->moe.idx ? NULL : dsq_gptq_hset_find(&c->hs, site, l->in, &rows);
+            if (!(e >= 0 && c->moe.idx) && (!h0 || rows == 0)) return DSQ_OK;   /* saw no tokens: RTN */
             double *h = malloc(nh * sizeof *h);
             if (!h) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for GPTQ");
-            memcpy(h, h0, nh * sizeof *h);
+            if (h0) memcpy(h, h0, nh * sizeof *h);
+            else if (l == &x->ly->experts[e].down)
+                rc = dsq_gptq_moe_hessian_down(&c->moe, e, &x->ly->experts[e].gate, &x->ly->experts[e].up,
+                                               dsq_model_pool(c->m), h, &rows);
+            else rc = dsq_gptq_moe_hessian_in(&c->moe, e, h, &rows);
+            if (rc < 0 || rows == 0) {
+                free(h);
+                return rc < 0 ? dsq_fail(c->d, rc, NULL, l->name, -1, "cannot build the GPTQ Hessian") : DSQ_OK;
+            }
             dsq_gptq_hess_scale(h, l->in, t->in_scale);
             rc = dsq_gptq_factor_init(&c->fac, h, l->in, c->o->gptq_damp, c->d);
             free(h);
@@ -1079,11 +1090,19 @@ static int embed_all(run *c, dsq_hstore *h, const dsq_calib_data *cd)
     return dsq_hstore_swap(h, c->d);
 }
 
-static int gptq_tap(void *ctx, const char *site, const float *x, int64_t T, int64_t in)
+static int gptq_tap(void *ctx, const char *site, const float *x, int64_t T, int64_t in, const int32_t *token_index)
 {
     run *c = ctx;
     double t0 = now_s();
-    int rc = dsq_gptq_hset_add(&c->hs, site, x, T, in);
+    int rc = DSQ_OK, e = dsq_calib_expert_of(site);
+    size_t n = strlen(site);
+    if (e >= 0 && c->moe.idx) { /* routed expert: remember which rows (down_proj's input is recomputed) */
+        if (n > 16 && !strcmp(site + n - 16, "gate_proj.weight")) rc = dsq_gptq_moe_add_routed(&c->moe, e, token_index, T);
+    } else {
+        rc = dsq_gptq_hset_add(&c->hs, site, x, T, in);
+        if (rc == DSQ_OK && c->moe.idx && n > 16 && !strcmp(site + n - 16, ".mlp.gate.weight"))
+            rc = dsq_gptq_moe_add_rows(&c->moe, x, T);
+    }
     c->r->tot.seconds_gptq += now_s() - t0;
     return rc;
 }
@@ -1203,12 +1222,16 @@ static int forward_run(run *c, const char *model_path, int *interrupted)
         int last = l == L - 1;
         dsq_stats_done mk;
         memset(&mk, 0, sizeof mk);
+        if (o->gptq && ls.n_experts > 0 && dsq_gptq_moe_init(&c->moe, c->cfg->hidden_size, ls.n_experts) < 0)
+            rc = dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
         double tf = now_s();
-        rc = dsq_collect_layer(c->m, l, h, !last, &co, &ls, mk.hidden_sha256, c->d);
+        if (rc == DSQ_OK) rc = dsq_collect_layer(c->m, l, h, !last, &co, &ls, mk.hidden_sha256, c->d);
         c->r->tot.seconds_forward += now_s() - tf;
         if (rc == DSQ_OK) rc = do_layer(c, l, &ls, 1);
-        if (c->hs.bytes > c->r->tot.gptq_hess_peak) c->r->tot.gptq_hess_peak = c->hs.bytes;
+        if (c->hs.bytes + c->moe.caprows * (uint64_t)c->moe.in * 4 > c->r->tot.gptq_hess_peak)
+            c->r->tot.gptq_hess_peak = c->hs.bytes + c->moe.caprows * (uint64_t)c->moe.in * 4;
         dsq_gptq_hset_release(&c->hs);
+        dsq_gptq_moe_release(&c->moe);
         gptq_forget(c);
         if (rc == DSQ_OK && !last) rc = dsq_hstore_swap(h, c->d);
         if (rc == DSQ_OK && c->w) rc = write_layer_stats(c, &ls);
@@ -1336,6 +1359,7 @@ int dsq_calib_run(const char *model_path, const dsq_calib_opts *o, dsq_calib_res
     dsq_model_free(c.m);
     free(c.data_file);
     dsq_gptq_hset_release(&c.hs);
+    dsq_gptq_moe_release(&c.moe);
     gptq_forget(&c);
     r->tot.seconds = now_s() - c.t0;
     if (rc < 0) {

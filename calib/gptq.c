@@ -1,6 +1,8 @@
 /* gptq.c - GPTQ solver and per-layer Hessians (see gptq.h). */
 #include "gptq.h"
 #include "kernels.h"
+#include "model.h"
+#include "ops.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -378,4 +380,120 @@ void dsq_gptq_hset_release(dsq_gptq_hset *hs)
     free(hs->xtx);
     free(hs->rows);
     memset(hs, 0, sizeof *hs);
+}
+
+/* ---- routed experts --------------------------------------------------------- */
+
+int dsq_gptq_moe_init(dsq_gptq_moe *m, int64_t in, int n_experts)
+{
+    memset(m, 0, sizeof *m);
+    if (in <= 0 || n_experts <= 0) return DSQ_ERR_INVALID_ARG;
+    m->in = in;
+    m->n_experts = n_experts;
+    m->idx = calloc((size_t)n_experts, sizeof *m->idx);
+    m->n = calloc((size_t)n_experts, sizeof *m->n);
+    m->cap = calloc((size_t)n_experts, sizeof *m->cap);
+    if (!m->idx || !m->n || !m->cap) {
+        dsq_gptq_moe_release(m);
+        return DSQ_ERR_NOMEM;
+    }
+    return DSQ_OK;
+}
+
+void dsq_gptq_moe_release(dsq_gptq_moe *m)
+{
+    if (m->idx)
+        for (int e = 0; e < m->n_experts; e++) free(m->idx[e]);
+    free(m->idx);
+    free(m->n);
+    free(m->cap);
+    free(m->rows);
+    memset(m, 0, sizeof *m);
+}
+
+int dsq_gptq_moe_add_rows(dsq_gptq_moe *m, const float *x, int64_t T)
+{
+    if (T < 0 || m->nrows + (uint64_t)T > UINT32_MAX) return DSQ_ERR_OVERFLOW;
+    if (m->nrows + (uint64_t)T > m->caprows) {
+        uint64_t nc = m->caprows ? m->caprows : 1024;
+        while (nc < m->nrows + (uint64_t)T) nc *= 2;
+        float *nr = realloc(m->rows, (size_t)nc * (size_t)m->in * sizeof *nr);
+        if (!nr) return DSQ_ERR_NOMEM;
+        m->rows = nr;
+        m->caprows = nc;
+    }
+    memcpy(m->rows + (size_t)m->nrows * (size_t)m->in, x, (size_t)T * (size_t)m->in * sizeof *x);
+    m->base = m->nrows;
+    m->nrows += (uint64_t)T;
+    return DSQ_OK;
+}
+
+int dsq_gptq_moe_add_routed(dsq_gptq_moe *m, int e, const int32_t *token_index, int64_t T)
+{
+    if (e < 0 || e >= m->n_experts || T < 0) return DSQ_ERR_INVALID_ARG;
+    if (m->n[e] + (uint64_t)T > m->cap[e]) {
+        uint64_t nc = m->cap[e] ? m->cap[e] : 64;
+        while (nc < m->n[e] + (uint64_t)T) nc *= 2;
+        uint32_t *ni = realloc(m->idx[e], (size_t)nc * sizeof *ni);
+        if (!ni) return DSQ_ERR_NOMEM;
+        m->idx[e] = ni;
+        m->cap[e] = nc;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        uint64_t r = m->base + (uint64_t)(token_index ? token_index[t] : t);
+        if (r >= m->nrows) return DSQ_ERR_INVALID_ARG;   /* routed rows come from this sample */
+        m->idx[e][m->n[e]++] = (uint32_t)r;
+    }
+    return DSQ_OK;
+}
+
+/* Gather up to C rows of e starting at its k-th into buf [C][in]. */
+static int64_t gather(const dsq_gptq_moe *m, int e, uint64_t k, int64_t C, float *buf)
+{
+    int64_t n = 0;
+    for (; n < C && k + (uint64_t)n < m->n[e]; n++)
+        memcpy(buf + (size_t)n * (size_t)m->in, m->rows + (size_t)m->idx[e][k + (uint64_t)n] * (size_t)m->in,
+               (size_t)m->in * sizeof *buf);
+    return n;
+}
+
+int dsq_gptq_moe_hessian_in(const dsq_gptq_moe *m, int e, double *h, uint64_t *rows)
+{
+    if (e < 0 || e >= m->n_experts) return DSQ_ERR_INVALID_ARG;
+    const int64_t C = 256;
+    memset(h, 0, (size_t)m->in * (size_t)m->in * sizeof *h);
+    float *buf = malloc((size_t)C * (size_t)m->in * sizeof *buf);
+    if (!buf) return DSQ_ERR_NOMEM;
+    int rc = DSQ_OK;
+    for (uint64_t k = 0; k < m->n[e] && rc == DSQ_OK; k += (uint64_t)C)
+        rc = dsq_gptq_hess_add(h, m->in, buf, gather(m, e, k, C, buf));
+    free(buf);
+    *rows = m->n[e];
+    return rc;
+}
+
+int dsq_gptq_moe_hessian_down(const dsq_gptq_moe *m, int e, const dsq_linear *gate, const dsq_linear *up,
+                              dsq_pool *pool, double *h, uint64_t *rows)
+{
+    if (e < 0 || e >= m->n_experts || gate->in != m->in || up->in != m->in || up->out != gate->out)
+        return DSQ_ERR_INVALID_ARG;
+    const int64_t C = 256, F = gate->out;
+    memset(h, 0, (size_t)F * (size_t)F * sizeof *h);
+    float *buf = malloc((size_t)C * (size_t)m->in * sizeof *buf), *g = malloc((size_t)C * (size_t)F * sizeof *g),
+          *u = malloc((size_t)C * (size_t)F * sizeof *u);
+    int rc = buf && g && u ? DSQ_OK : DSQ_ERR_NOMEM;
+    for (uint64_t k = 0; k < m->n[e] && rc == DSQ_OK; k += (uint64_t)C) {
+        int64_t n = gather(m, e, k, C, buf);
+        rc = gate->w.scheme->gemm(&gate->w, buf, n, g, pool, NULL, 0);
+        if (rc == DSQ_OK) rc = up->w.scheme->gemm(&up->w, buf, n, u, pool, NULL, 0);
+        if (rc == DSQ_OK) {
+            dsq_silu_mul(g, u, (size_t)n * (size_t)F);   /* as engine/moe.c */
+            rc = dsq_gptq_hess_add(h, F, g, n);
+        }
+    }
+    free(buf);
+    free(g);
+    free(u);
+    *rows = m->n[e];
+    return rc;
 }

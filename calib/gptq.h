@@ -127,4 +127,36 @@ int dsq_gptq_hset_add(dsq_gptq_hset *hs, const char *site, const float *x, int64
 const double *dsq_gptq_hset_find(const dsq_gptq_hset *hs, const char *site, int64_t in, uint64_t *rows);
 void dsq_gptq_hset_release(dsq_gptq_hset *hs);
 
+/* ---- routed experts: rows kept, Hessians built one expert at a time ---- */
+/* Holding every routed expert's X^T X at once would take 256 x (7168^2 +
+ * 2048^2) doubles = 106 GiB per DeepSeek-V3 layer. Instead the layer's MoE
+ * input (post_attention_layernorm output, what the router reads: T x hidden
+ * floats) is kept once with, per expert, the indices of the rows routed to
+ * it; an expert's gate/up Hessian is built from its rows when it is
+ * quantized, and its down_proj Hessian from silu(gate x) * up x of the same
+ * rows (the engine's own linears and activation). At 671B with 128 x 512
+ * calibration tokens: 1.9 GB of rows + 2 MB of indices + one expert's H. */
+typedef struct dsq_gptq_moe {
+    int64_t in;               /* hidden */
+    float *rows;              /* [nrows][in] */
+    uint64_t nrows, caprows;
+    uint64_t base;            /* first row of the sample being collected */
+    int n_experts;
+    uint32_t **idx;           /* [e][n[e]] rows routed to expert e */
+    uint64_t *n, *cap;
+} dsq_gptq_moe;
+
+int  dsq_gptq_moe_init(dsq_gptq_moe *m, int64_t in, int n_experts);
+void dsq_gptq_moe_release(dsq_gptq_moe *m);
+/* The router's input of one sample (all its T tokens). */
+int  dsq_gptq_moe_add_rows(dsq_gptq_moe *m, const float *x, int64_t T);
+/* Expert e's routed tokens of that sample (token_index NULL: 0..T-1). */
+int  dsq_gptq_moe_add_routed(dsq_gptq_moe *m, int e, const int32_t *token_index, int64_t T);
+/* h [in][in] = X_e^T X_e (zeroed first); rows routed to e in *rows. */
+int  dsq_gptq_moe_hessian_in(const dsq_gptq_moe *m, int e, double *h, uint64_t *rows);
+/* h [ffn][ffn] of down_proj's input silu(gate x) * up x over e's rows. */
+struct dsq_linear;
+int  dsq_gptq_moe_hessian_down(const dsq_gptq_moe *m, int e, const struct dsq_linear *gate,
+                               const struct dsq_linear *up, dsq_pool *pool, double *h, uint64_t *rows);
+
 #endif

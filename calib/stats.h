@@ -135,7 +135,8 @@ typedef struct dsq_collect_opts {
     void *ctx;
     /* optional: also called with every site's input rows, after the
      * statistics took them (GPTQ Hessians, calib/gptq.h); nonzero stops */
-    int (*tap)(void *tap_ctx, const char *site, const float *x, int64_t T, int64_t in);
+    int (*tap)(void *tap_ctx, const char *site, const float *x, int64_t T, int64_t in,
+               const int32_t *token_index);
     void *tap_ctx;
 } dsq_collect_opts;
 

@@ -1251,6 +1251,17 @@ static void test_gptq_driver(void **state)
         dsq_calib_result_free(b);
         dsq_calib_result_free(a);
         if (k == 0) {
+            /* every token through every expert: each expert is GPTQ'd */
+            o.moe_calib_all = 1;
+            o.save_stats = NULL;
+            o.resume = 0;
+            b = calibrate(m, &o);
+            dsq_calib_get_totals(b, &tt);
+            assert_int_equal(tt.fallback_experts, 0);
+            assert_true(tt.gptq_tensors >= withblob);
+            dsq_calib_result_free(b);
+            o.moe_calib_all = 0;
+            o.save_stats = sp;
             /* statistics made without GPTQ cannot give GPTQ results */
             o.gptq = 0;
             o.resume = 0;
