@@ -25,10 +25,10 @@
  * cpu_share = CPU seconds / (wall seconds x threads): below 1 when other
  * processes competed for the cores (then wall times overstate the cost).
  * --gptq adds GPTQ (calib/gptq.h): X^T X of every linear input during the
- * forward, one solve per integer linear; "gptq" seconds are both, also
- * counted inside forward_stats / search. The layer's Hessians (double) are
- * all held until the layer is done, and each solve takes its linear's H copy,
- * the f32 factor and the weights: peak RSS grows with experts (444 MiB each).
+ * forward (non-expert inputs; routed experts keep their rows and build H
+ * when quantized), one solve per integer linear; "gptq" seconds are both,
+ * also counted inside forward_stats / search. gptq_hessian_bytes: the
+ * layer's Hessians + kept MoE rows (calib.h gives the 671B figures).
  * Speed only; correctness is tests/test_calib.c and tests/test_gptq.c. */
 #include "calib.h"
 #include "cli.h"

@@ -45,23 +45,25 @@
  * every expert for statistics. A w8a8 expert without its own range takes the
  * union of the layer's calibrated ranges of the same input (status fallback).
  *
- * GPTQ (opts.gptq, calib/gptq.h): the collection pass also accumulates
- * X^T X of every linear input site (the same rows the statistics see: an
- * expert's routed tokens, every token with moe_calib_all); after the layer's
- * scales and clip decisions, each integer-scheme linear is quantized by GPTQ
- * on its scaled (folded) weights with the Hessian of the scaled input
- * (h_ij / (s_i s_j)), and the entry keeps the resulting blob (gptq_blob),
- * which the converter packs instead of re-quantizing. Fallback experts and
- * inputs that saw no tokens stay RTN. Memory: one layer's Hessians in double
- * at once (released after the layer): the tiny sample ~1 MiB; at DeepSeek-V3
- * 671B a MoE layer holds q_a/kv_a 7168^2, q_b 1536^2, kv_b 512^2, o_proj
- * 16384^2, router/shared 7168^2 and per routed expert 7168^2 + 2048^2 doubles:
- * 2.4 GiB for the attention + shared sites plus 444 MiB per expert, i.e.
- * 114 GiB with 256 experts; that bound is not met yet (building each
- * expert's H from kept routed rows when it is quantized would make it one
- * linear's: 392 MiB + the rows). Blobs stay in RAM (the size of the
- * quantized layer; all of them for the whole model) and go into the
- * statistics checkpoint ("L<l>/gptq/<tensor>") so resume and --stats reuse them.
+ * GPTQ (opts.gptq, calib/gptq.h): during the collection pass the X^T X of
+ * every non-expert linear input site is accumulated (double), and for MoE
+ * layers the router's input rows are kept once with, per routed expert, the
+ * indices of its routed rows (every row with moe_calib_all). After the
+ * layer's scales and clip decisions each integer-scheme linear is quantized
+ * by GPTQ on its scaled (folded) weights with the Hessian of the scaled input
+ * (h_ij / (s_i s_j)); an expert's gate/up Hessian is built from its rows
+ * when it is quantized, its down_proj's from silu(gate x) * up x of the same
+ * rows. The entry keeps the blob (gptq_blob), which the converter packs
+ * instead of re-quantizing. Fallback experts and inputs that saw no tokens
+ * stay RTN. Memory at DeepSeek-V3 671B, per MoE layer, released after it:
+ * non-expert Hessians q_a/kv_a 7168^2, q_b 1536^2, kv_b 512^2, o_proj
+ * 16384^2, router/shared gate+up 7168^2, shared down 2048^2 doubles = 2.8 GiB;
+ * the MoE input rows 4 x 7168 bytes per calibration token (1.9 GB at 128 x
+ * 512 tokens) + 4 bytes per routed token; one solve at a time: its H (at most
+ * o_proj's 2 GiB), the f32 factor (1 GiB) and the weights. Holding every
+ * expert's Hessian instead would take 106 GiB. Blobs stay in RAM (the
+ * quantized model's size in total) and go into the statistics checkpoint
+ * ("L<l>/gptq/<tensor>") so resume and --stats reuse them.
  *
  * Statistics files: save_stats writes the statistics (stats_file.h) and is
  * also the checkpoint: after each layer the statistics, searched scales and
@@ -210,7 +212,7 @@ typedef struct dsq_calib_totals {
     double seconds_search_moe;         /* of seconds_search: MoE and per-expert groups */
     size_t gptq_tensors, gptq_rtn;     /* GPTQ'd; of those, factorization failed: RTN */
     double seconds_gptq;               /* Hessians + solves */
-    uint64_t gptq_hess_peak;           /* largest layer's Hessian bytes */
+    uint64_t gptq_hess_peak;           /* largest layer's Hessians + kept MoE rows, bytes */
 } dsq_calib_totals;
 void dsq_calib_get_totals(const dsq_calib_result *r, dsq_calib_totals *t);
 
