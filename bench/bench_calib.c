@@ -29,8 +29,15 @@
  * when quantized), one solve per integer linear; "gptq" seconds are both,
  * also counted inside forward_stats / search. gptq_hessian_bytes: the
  * layer's Hessians + kept MoE rows (calib.h gives the 671B figures).
+ * --gptq-solve ROWS COLS [GROUP] times one GPTQ solve of a random problem of
+ * that shape (scheme --scheme, OpenBLAS single-threaded as in calibration):
+ * CPU seconds of the factorization and of the column loop, the per-linear
+ * cost at scale without the forward (e.g. 2048 7168: an expert's gate;
+ * give --scheme before it).
  * Speed only; correctness is tests/test_calib.c and tests/test_gptq.c. */
 #include "calib.h"
+#include <cblas.h>
+#include "gptq.h"
 #include "cli.h"
 #include "dsq_file.h"
 #include "synth_ckpt.h"
@@ -66,6 +73,62 @@ static void on_progress(void *ctx, const dsq_calib_progress *p)
     fprintf(stderr, "  [%6.0f s] layer %d %s %d/%d\n", p->seconds, p->layer, p->phase, p->sample + 1, p->n_samples);
 }
 
+static int solve_bench(const char *scheme, int64_t rows, int64_t cols, int32_t group)
+{
+    const dsq_scheme *sc = dsq_scheme_by_name(scheme);
+    dsq_qshape sh;
+    if (!sc || dsq_qshape_init(&sh, sc, rows, cols, group) < 0) {
+        fprintf(stderr, "bench_calib: bad scheme / shape\n");
+        return 2;
+    }
+    openblas_set_num_threads(1);
+    const int64_t T = 2048;   /* about an expert's routed rows at 128 x 512 tokens (dampening keeps H definite) */
+    float *x = malloc((size_t)(T * cols) * sizeof *x), *w = malloc((size_t)(rows * cols) * sizeof *w);
+    double *h = calloc((size_t)(cols * cols), sizeof *h);
+    size_t bs = 0;
+    sc->blob_size(&sh, &bs);
+    uint8_t *blob = malloc(bs);
+    if (!x || !w || !h || !blob) return 1;
+    uint64_t st = 7;
+    for (int64_t i = 0; i < T * cols; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(st >> 11) / 9007199254740992.0 - 0.5);
+    }
+    for (int64_t i = 0; i < rows * cols; i++) w[i] = x[i] * 0.1f;
+    double c0 = cpu_seconds(), t0 = now();
+    dsq_gptq_hess_add(h, cols, x, T);
+    double ch = cpu_seconds() - c0;
+    dsq_gptq_factor f;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    c0 = cpu_seconds();
+    int rc = dsq_gptq_factor_init(&f, h, cols, 0.0, &d);
+    double cf = cpu_seconds() - c0;
+    dsq_qparams qp;
+    dsq_qparams_init(&qp);
+    if (sc->act == DSQ_ACT_INT8_STATIC) {
+        qp.has_act_static = 1;
+        qp.act_scale = 0.01f;
+    }
+    c0 = cpu_seconds();
+    if (rc == DSQ_OK) rc = dsq_gptq_quantize_f(sc, &sh, w, &f, NULL, &qp, blob, NULL, &d);
+    double cs = cpu_seconds() - c0;
+    if (rc < 0) {
+        fprintf(stderr, "bench_calib: %s\n", d.msg);
+        return 1;
+    }
+    printf("{\"bench\": \"gptq_solve\", \"scheme\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"group\": %d, "
+           "\"cpu_seconds\": {\"hessian_%lld_rows\": %.2f, \"factor\": %.2f, \"solve_pack\": %.2f}, "
+           "\"wall_seconds\": %.2f}\n",
+           scheme, (long long)rows, (long long)cols, (int)sh.group_size, (long long)T, ch, cf, cs, now() - t0);
+    dsq_gptq_factor_release(&f);
+    free(x);
+    free(w);
+    free(h);
+    free(blob);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int experts = 32, samples = 8, seqlen = 512, threads = 0, all = 0, gptq = 0;
@@ -80,6 +143,11 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--dir") && v) dir = argv[++i];
         else if (!strcmp(a, "--moe-all")) all = 1;
         else if (!strcmp(a, "--gptq")) gptq = 1;
+        else if (!strcmp(a, "--gptq-solve") && i + 2 < argc) {
+            int64_t r = atoll(argv[i + 1]), c = atoll(argv[i + 2]);
+            int32_t g = i + 3 < argc && argv[i + 3][0] != '-' ? atoi(argv[i + 3]) : 0;
+            return solve_bench(scheme, r, c, g);
+        }
         else {
             fprintf(stderr, "usage: bench_calib [--experts E] [--samples N] [--seqlen L] [--scheme S] [-T threads] "
                             "[--moe-all] [--gptq] [--dir D]\n");

@@ -36,9 +36,13 @@
  * o_proj (16384 inputs) 2 GiB + 1 GiB, an expert's gate/up (7168) 392 MiB +
  * 196 MiB, down (2048) 32 + 16 MiB.
  *
- * Determinism: a pure function of (W, H, options); serial apart from
- * OpenBLAS' factorization and GEMM, whose results do not depend on its
- * thread count for a given build. */
+ * Determinism: a pure function of (W, H, options) for a given OpenBLAS
+ * thread count. Calibration runs OpenBLAS single-threaded (the engine sets
+ * it), so results do not depend on --threads; with more OpenBLAS threads
+ * dpotrf/dpotri change in the last bits (measured), which is why the
+ * factorization is not spread over the cores. Cost: about 1.3 cols^3 flops
+ * per factorization (o_proj at 671B: 6e12, single-threaded), rows * cols^2
+ * for the lazy updates; gate/up and q_a/kv_a share one factorization. */
 #ifndef DSQ_GPTQ_H
 #define DSQ_GPTQ_H
 
