@@ -3,7 +3,7 @@
  * 128 heads, moe_intermediate 2048, top-8 routing, 1 shared expert).
  *
  *   build/bench/bench_calib [--experts E] [--samples N] [--seqlen L]
- *                           [--scheme S] [-T threads] [--moe-all] [--dir D]
+ *                           [--scheme S] [-T threads] [--moe-all] [--gptq] [--dir D]
  *
  * Defaults: 32 of the 256 experts and 8 samples x 512 tokens, so it runs in
  * minutes on a small box; --experts 256 --samples 128 is the full case
@@ -24,8 +24,20 @@
  *     MLP = 9 x 2048 experts per token), so 61 x one layer is the estimate.
  * cpu_share = CPU seconds / (wall seconds x threads): below 1 when other
  * processes competed for the cores (then wall times overstate the cost).
- * Speed only; correctness is tests/test_calib.c. */
+ * --gptq adds GPTQ (calib/gptq.h): X^T X of every linear input during the
+ * forward (non-expert inputs; routed experts keep their rows and build H
+ * when quantized), one solve per integer linear; "gptq" seconds are both,
+ * also counted inside forward_stats / search. gptq_hessian_bytes: the
+ * layer's Hessians + kept MoE rows (calib.h gives the 671B figures).
+ * --gptq-solve ROWS COLS [GROUP] times one GPTQ solve of a random problem of
+ * that shape (scheme --scheme, OpenBLAS single-threaded as in calibration):
+ * CPU seconds of the factorization and of the column loop, the per-linear
+ * cost at scale without the forward (e.g. 2048 7168: an expert's gate;
+ * give --scheme before it).
+ * Speed only; correctness is tests/test_calib.c and tests/test_gptq.c. */
 #include "calib.h"
+#include <cblas.h>
+#include "gptq.h"
 #include "cli.h"
 #include "dsq_file.h"
 #include "synth_ckpt.h"
@@ -61,9 +73,65 @@ static void on_progress(void *ctx, const dsq_calib_progress *p)
     fprintf(stderr, "  [%6.0f s] layer %d %s %d/%d\n", p->seconds, p->layer, p->phase, p->sample + 1, p->n_samples);
 }
 
+static int solve_bench(const char *scheme, int64_t rows, int64_t cols, int32_t group)
+{
+    const dsq_scheme *sc = dsq_scheme_by_name(scheme);
+    dsq_qshape sh;
+    if (!sc || dsq_qshape_init(&sh, sc, rows, cols, group) < 0) {
+        fprintf(stderr, "bench_calib: bad scheme / shape\n");
+        return 2;
+    }
+    openblas_set_num_threads(1);
+    const int64_t T = 2048;   /* about an expert's routed rows at 128 x 512 tokens (dampening keeps H definite) */
+    float *x = malloc((size_t)(T * cols) * sizeof *x), *w = malloc((size_t)(rows * cols) * sizeof *w);
+    double *h = calloc((size_t)(cols * cols), sizeof *h);
+    size_t bs = 0;
+    sc->blob_size(&sh, &bs);
+    uint8_t *blob = malloc(bs);
+    if (!x || !w || !h || !blob) return 1;
+    uint64_t st = 7;
+    for (int64_t i = 0; i < T * cols; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(st >> 11) / 9007199254740992.0 - 0.5);
+    }
+    for (int64_t i = 0; i < rows * cols; i++) w[i] = x[i] * 0.1f;
+    double c0 = cpu_seconds(), t0 = now();
+    dsq_gptq_hess_add(h, cols, x, T);
+    double ch = cpu_seconds() - c0;
+    dsq_gptq_factor f;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    c0 = cpu_seconds();
+    int rc = dsq_gptq_factor_init(&f, h, cols, 0.0, &d);
+    double cf = cpu_seconds() - c0;
+    dsq_qparams qp;
+    dsq_qparams_init(&qp);
+    if (sc->act == DSQ_ACT_INT8_STATIC) {
+        qp.has_act_static = 1;
+        qp.act_scale = 0.01f;
+    }
+    c0 = cpu_seconds();
+    if (rc == DSQ_OK) rc = dsq_gptq_quantize_f(sc, &sh, w, &f, NULL, &qp, blob, NULL, &d);
+    double cs = cpu_seconds() - c0;
+    if (rc < 0) {
+        fprintf(stderr, "bench_calib: %s\n", d.msg);
+        return 1;
+    }
+    printf("{\"bench\": \"gptq_solve\", \"scheme\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"group\": %d, "
+           "\"cpu_seconds\": {\"hessian_%lld_rows\": %.2f, \"factor\": %.2f, \"solve_pack\": %.2f}, "
+           "\"wall_seconds\": %.2f}\n",
+           scheme, (long long)rows, (long long)cols, (int)sh.group_size, (long long)T, ch, cf, cs, now() - t0);
+    dsq_gptq_factor_release(&f);
+    free(x);
+    free(w);
+    free(h);
+    free(blob);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int experts = 32, samples = 8, seqlen = 512, threads = 0, all = 0;
+    int experts = 32, samples = 8, seqlen = 512, threads = 0, all = 0, gptq = 0;
     const char *scheme = "awq-w4a16", *dir = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -74,9 +142,15 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "-T") && v) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--dir") && v) dir = argv[++i];
         else if (!strcmp(a, "--moe-all")) all = 1;
+        else if (!strcmp(a, "--gptq")) gptq = 1;
+        else if (!strcmp(a, "--gptq-solve") && i + 2 < argc) {
+            int64_t r = atoll(argv[i + 1]), c = atoll(argv[i + 2]);
+            int32_t g = i + 3 < argc && argv[i + 3][0] != '-' ? atoi(argv[i + 3]) : 0;
+            return solve_bench(scheme, r, c, g);
+        }
         else {
             fprintf(stderr, "usage: bench_calib [--experts E] [--samples N] [--seqlen L] [--scheme S] [-T threads] "
-                            "[--moe-all] [--dir D]\n");
+                            "[--moe-all] [--gptq] [--dir D]\n");
             return 2;
         }
     }
@@ -125,6 +199,7 @@ int main(int argc, char **argv)
     o.data.seqlen = seqlen;
     o.threads = threads;
     o.moe_calib_all = all;
+    o.gptq = gptq;
     prog g = { 0, 0 };
     dsq_calib_result *r = NULL;
     double t0 = now(), c0 = cpu_seconds();
@@ -145,10 +220,12 @@ int main(int argc, char **argv)
     printf("{\"bench\": \"calib\", \"scheme\": \"%s\", \"experts\": %d, \"samples\": %d, \"seqlen\": %d, "
            "\"tokens\": %zu, \"threads\": %d, \"moe_calib_all\": %s, \"seconds\": {\"total\": %.2f, "
            "\"forward_stats\": %.2f, \"search\": %.2f, \"search_moe\": %.2f, \"other\": %.2f}, "
-           "\"cpu_seconds\": %.1f, \"cpu_share\": %.2f, \"groups_searched\": %d, \"peak_rss_bytes\": %llu}\n",
+           "\"cpu_seconds\": %.1f, \"cpu_share\": %.2f, \"groups_searched\": %d, \"peak_rss_bytes\": %llu, "
+           "\"gptq\": %s, \"gptq_seconds\": %.2f, \"gptq_tensors\": %zu, \"gptq_hessian_bytes\": %llu}\n",
            scheme, experts, samples, seqlen, ntok, nthr, all ? "true" : "false", secs, t.seconds_forward,
            t.seconds_search, t.seconds_search_moe, other, cpu, cpu / (secs * nthr), t.groups_searched,
-           (unsigned long long)rss);
+           (unsigned long long)rss, gptq ? "true" : "false", t.seconds_gptq, t.gptq_tensors,
+           (unsigned long long)t.gptq_hess_peak);
 
     /* extrapolation (see the top comment) */
     const double full_tok = 128.0 * 512.0, full_e = 256.0;

@@ -1,5 +1,6 @@
 /* calib.c - the calibration driver (see calib.h). */
 #include "calib.h"
+#include "gptq.h"
 #include "dsq_file.h"
 #include "dsq_json.h"
 #include "smooth.h"
@@ -24,6 +25,7 @@ void dsq_calib_opts_init(dsq_calib_opts *o)
     o->alpha = DSQ_SMOOTH_ALPHA_DEFAULT;
     o->smooth = 1;
     o->clip = 1;
+    o->gptq_damp = DSQ_GPTQ_DAMP;
     o->min_expert_tokens = DSQ_CALIB_MIN_EXPERT_TOKENS;
     o->n_grid = DSQ_AWQ_GRID_DEFAULT;
     o->awq_tokens = DSQ_CALIB_AWQ_TOKENS;
@@ -245,7 +247,19 @@ typedef struct run {
     int data_samples, data_seqlen;
     uint64_t data_seed;
     dsq_diag *d;
+    dsq_gptq_hset hs;             /* --gptq: this layer's X^T X per non-expert site */
+    dsq_gptq_moe moe;             /* --gptq: the layer's MoE input rows + routing */
+    dsq_gptq_factor fac;          /* the last factor (gate/up and q_a/kv_a share one) */
+    char fac_site[512];
+    float *fac_scale;             /* its in_scale, or NULL */
 } run;
+
+static void gptq_forget(run *c)
+{
+    dsq_gptq_factor_release(&c->fac);
+    free(c->fac_scale);
+    c->fac_scale = NULL;
+}
 
 static double now_s(void)
 {
@@ -313,7 +327,7 @@ static int group_method(run *c, const dsq_scale_group *g, int *method)
     }
     *method = awq ? M_AWQ : w4a8 ? (c->o->alpha_set ? M_SMOOTH_FIXED : M_SMOOTH_SEARCH) : w8s ? M_SMOOTH_FIXED
                                                                                             : M_NONE;
-    if (*method != M_AWQ && !c->o->smooth) *method = M_NONE;
+    if ((*method != M_AWQ || c->o->gptq) && !c->o->smooth) *method = M_NONE;   /* awq: GPTQ alone */
     return DSQ_OK;
 }
 
@@ -486,6 +500,9 @@ static int fallback_range(lin_ctx *x, const dsq_linear *l, const float **mn, con
     return DSQ_OK;
 }
 
+static int gptq_entry(lin_ctx *x, const dsq_linear *l, dsq_calib_tensor *t, const dsq_scheme *sc, int32_t gs,
+                      const char *site);
+
 static int linear_entry(lin_ctx *x, const dsq_linear *l)
 {
     run *c = x->c;
@@ -550,6 +567,98 @@ static int linear_entry(lin_ctx *x, const dsq_linear *l)
             return dsq_fail(c->d, DSQ_ERR_NONFINITE, NULL, l->name, -1, "activation range is not finite");
         t->has_act_static = 1;
     }
+    if (c->o->gptq && have && sc->has_scales && sc->weight_bits <= 8) DSQ_TRY(gptq_entry(x, l, t, sc, gs, sn));
+    return DSQ_OK;
+}
+
+/* GPTQ of one linear (calib.h): fresh runs solve on the folded weights with
+ * the folded Hessian and checkpoint the blob; later runs read it back. */
+static int gptq_entry(lin_ctx *x, const dsq_linear *l, dsq_calib_tensor *t, const dsq_scheme *sc, int32_t gs,
+                      const char *site)
+{
+    run *c = x->c;
+    dsq_qshape sh;
+    size_t bs;
+    DSQ_TRY(dsq_qshape_init(&sh, sc, l->out, l->in, gs));
+    DSQ_TRY(sc->blob_size(&sh, &bs));
+    char name[600];
+    dsq_stats_name(name, sizeof name, x->ls->layer, "gptq", l->name);
+    uint8_t *blob = own(c->r, bs);
+    if (!blob) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    int rc = DSQ_OK;
+    if (x->fresh) {
+        double t0 = now_s();
+        size_t nw = (size_t)l->out * (size_t)l->in, nh = (size_t)l->in * (size_t)l->in;
+        int same = c->fac.u && c->fac.cols == l->in && strcmp(c->fac_site, site) == 0 &&
+                   (c->fac_scale ? t->in_scale && !memcmp(c->fac_scale, t->in_scale, (size_t)l->in * sizeof(float))
+                                 : !t->in_scale);
+        if (!same) {
+            gptq_forget(c);
+            /* routed experts: built now from the kept rows (gptq.h); others: collected */
+            int e = dsq_calib_expert_of(l->name);
+            uint64_t rows = 0;
+            const double *h0 = e >= 0 && c->moe.idx ? NULL : dsq_gptq_hset_find(&c->hs, site, l->in, &rows);
+            if (!(e >= 0 && c->moe.idx) && (!h0 || rows == 0)) return DSQ_OK;   /* saw no tokens: RTN */
+            double *h = malloc(nh * sizeof *h);
+            if (!h) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for GPTQ");
+            if (h0) memcpy(h, h0, nh * sizeof *h);
+            else if (l == &x->ly->experts[e].down)
+                rc = dsq_gptq_moe_hessian_down(&c->moe, e, &x->ly->experts[e].gate, &x->ly->experts[e].up,
+                                               dsq_model_pool(c->m), h, &rows);
+            else rc = dsq_gptq_moe_hessian_in(&c->moe, e, h, &rows);
+            if (rc < 0 || rows == 0) {
+                free(h);
+                return rc < 0 ? dsq_fail(c->d, rc, NULL, l->name, -1, "cannot build the GPTQ Hessian") : DSQ_OK;
+            }
+            dsq_gptq_hess_scale(h, l->in, t->in_scale);
+            rc = dsq_gptq_factor_init(&c->fac, h, l->in, c->o->gptq_damp, c->d);
+            free(h);
+            if (rc < 0) return dsq_fail(c->d, rc, NULL, l->name, -1, "GPTQ failed");
+            snprintf(c->fac_site, sizeof c->fac_site, "%s", site);
+            if (t->in_scale) {
+                c->fac_scale = malloc((size_t)l->in * sizeof(float));
+                if (!c->fac_scale) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory");
+                memcpy(c->fac_scale, t->in_scale, (size_t)l->in * sizeof(float));
+            }
+        }
+        float *w = malloc(nw * sizeof *w);
+        if (!w) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for GPTQ");
+        l->w.scheme->dequantize(&l->w, 0, l->out, w);
+        rc = dsq_calib_apply_rows(t, 0, l->out, l->in, w);
+        dsq_gptq_opts go = { c->o->gptq_damp, 0, t->clip, t->importance };
+        dsq_qparams qp;
+        dsq_qparams_init(&qp);
+        dsq_calib_qparams(t, &qp);
+        dsq_gptq_report rep;
+        if (rc == DSQ_OK) rc = dsq_gptq_quantize_f(sc, &sh, w, &c->fac, &go, &qp, blob, &rep, c->d);
+        free(w);
+        if (rc < 0) return dsq_fail(c->d, rc, NULL, l->name, -1, "GPTQ failed");
+        c->r->tot.gptq_rtn += (size_t)rep.rtn_fallback;
+        c->r->tot.seconds_gptq += now_s() - t0;
+        if (c->w) DSQ_TRY(dsq_stats_writer_put(c->w, name, blob, bs, 1, 0, c->d));
+    } else {
+        void *buf = NULL;
+        size_t n = 0;
+        rc = c->rd ? dsq_stats_reader_get(c->rd, name, &buf, &n, NULL, c->d)
+                   : dsq_stats_writer_get(c->w, name, &buf, &n, NULL, c->d);
+        if (rc == DSQ_ERR_NOT_FOUND || (rc == DSQ_OK && n != bs)) {
+            free(buf);
+            dsq_diag_clear(c->d);
+            return dsq_fail(c->d, DSQ_ERR_STATE, NULL, l->name, -1,
+                            "the statistics file has no GPTQ result of this shape for this tensor "
+                            "(made without --gptq or for another scheme): recompute it");
+        }
+        if (rc < 0) return rc;
+        memcpy(blob, buf, bs);
+        free(buf);
+        dsq_qview v;   /* hostile file: the blob must be a valid one of this scheme and shape */
+        DSQ_TRY(dsq_qview_init(&v, sc, &sh, blob, bs, c->d));
+    }
+    t->gptq_blob = blob;
+    t->gptq_blob_size = bs;
+    t->gptq_scheme = sc->id;
+    t->gptq_group = sh.group_size;
+    c->r->tot.gptq_tensors++;
     return DSQ_OK;
 }
 
@@ -859,6 +968,8 @@ static int fingerprint(run *c, const dsq_calib_data *cd, char *out)
              cfg_hex, tok_hex, cd->n_samples, cd->seqlen, o->moe_calib_all, o->min_expert_tokens, c->scheme->name,
              (int)o->group_size, o->n_grid, o->awq_tokens, o->awq_expert_tokens, (unsigned long long)o->data.seed,
              o->target_id ? o->target_id : "", o->smooth, (double)o->alpha, o->alpha_set);
+    if (o->gptq) /* only then: fingerprints of runs without GPTQ stay as they were */
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "|gptq=%.9g", o->gptq_damp);
     DSQ_TRY(dsq_sha256_buf(buf, strlen(buf), h));
     hex(h, out);
     return DSQ_OK;
@@ -979,6 +1090,23 @@ static int embed_all(run *c, dsq_hstore *h, const dsq_calib_data *cd)
     return dsq_hstore_swap(h, c->d);
 }
 
+static int gptq_tap(void *ctx, const char *site, const float *x, int64_t T, int64_t in, const int32_t *token_index)
+{
+    run *c = ctx;
+    double t0 = now_s();
+    int rc = DSQ_OK, e = dsq_calib_expert_of(site);
+    size_t n = strlen(site);
+    if (e >= 0 && c->moe.idx) { /* routed expert: remember which rows (down_proj's input is recomputed) */
+        if (n > 16 && !strcmp(site + n - 16, "gate_proj.weight")) rc = dsq_gptq_moe_add_routed(&c->moe, e, token_index, T);
+    } else {
+        rc = dsq_gptq_hset_add(&c->hs, site, x, T, in);
+        if (rc == DSQ_OK && c->moe.idx && n > 16 && !strcmp(site + n - 16, ".mlp.gate.weight"))
+            rc = dsq_gptq_moe_add_rows(&c->moe, x, T);
+    }
+    c->r->tot.seconds_gptq += now_s() - t0;
+    return rc;
+}
+
 static void on_sample(void *ctx, int layer, int sample)
 {
     report(ctx, layer, sample, "forward");
@@ -1083,6 +1211,10 @@ static int forward_run(run *c, const char *model_path, int *interrupted)
     co.cancel = c->cancel;
     co.on_sample = on_sample;
     co.ctx = c;
+    if (o->gptq) {
+        co.tap = gptq_tap;
+        co.tap_ctx = c;
+    }
     for (int l = done; l < L && rc == DSQ_OK; l++) {
         dsq_layer_stats ls;
         rc = dsq_layer_stats_init(&ls, l, n_experts_of(c, l));
@@ -1090,10 +1222,17 @@ static int forward_run(run *c, const char *model_path, int *interrupted)
         int last = l == L - 1;
         dsq_stats_done mk;
         memset(&mk, 0, sizeof mk);
+        if (o->gptq && ls.n_experts > 0 && dsq_gptq_moe_init(&c->moe, c->cfg->hidden_size, ls.n_experts) < 0)
+            rc = dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
         double tf = now_s();
-        rc = dsq_collect_layer(c->m, l, h, !last, &co, &ls, mk.hidden_sha256, c->d);
+        if (rc == DSQ_OK) rc = dsq_collect_layer(c->m, l, h, !last, &co, &ls, mk.hidden_sha256, c->d);
         c->r->tot.seconds_forward += now_s() - tf;
         if (rc == DSQ_OK) rc = do_layer(c, l, &ls, 1);
+        if (c->hs.bytes + c->moe.caprows * (uint64_t)c->moe.in * 4 > c->r->tot.gptq_hess_peak)
+            c->r->tot.gptq_hess_peak = c->hs.bytes + c->moe.caprows * (uint64_t)c->moe.in * 4;
+        dsq_gptq_hset_release(&c->hs);
+        dsq_gptq_moe_release(&c->moe);
+        gptq_forget(c);
         if (rc == DSQ_OK && !last) rc = dsq_hstore_swap(h, c->d);
         if (rc == DSQ_OK && c->w) rc = write_layer_stats(c, &ls);
         if (rc == DSQ_OK && c->w) {
@@ -1191,6 +1330,7 @@ int dsq_calib_run(const char *model_path, const dsq_calib_opts *o, dsq_calib_res
     dsq_model_opts_default(&mo);
     mo.lazy = 1;
     mo.threads = o->threads;
+    mo.fp8_as_f32 = o->gptq != 0;   /* GPTQ rounds the weights the converter reads (exact fp8 * scale) */
     int rc = dsq_model_open(&c.m, model_path, &mo, d);
     if (rc == DSQ_OK) {
         c.cfg = dsq_model_get_config(c.m);
@@ -1218,6 +1358,9 @@ int dsq_calib_run(const char *model_path, const dsq_calib_opts *o, dsq_calib_res
     }
     dsq_model_free(c.m);
     free(c.data_file);
+    dsq_gptq_hset_release(&c.hs);
+    dsq_gptq_moe_release(&c.moe);
+    gptq_forget(&c);
     r->tot.seconds = now_s() - c.t0;
     if (rc < 0) {
         dsq_calib_result_free(r);
@@ -1245,6 +1388,7 @@ int dsq_calib_fingerprint(const dsq_calib_result *r, char hex[65])
         }
         float act[3] = { (float)t->has_act_static, t->act_scale, t->act_offset };
         dsq_sha256_update(&h, act, sizeof act);
+        if (t->gptq_blob) dsq_sha256_update(&h, t->gptq_blob, t->gptq_blob_size);
     }
     uint8_t out[DSQ_SHA256_LEN];
     dsq_sha256_final(&h, out);
@@ -1275,6 +1419,12 @@ int dsq_calib_summary_json(const dsq_calib_result *r, int timing, char **json)
     json_object *fb = json_object_new_array();
     for (size_t i = 0; i < r->nfb; i++) json_object_array_add(fb, json_object_new_string(r->fb_name[i]));
     json_object_object_add(root, "fallback_rtn_experts", fb);
+    if (r->tot.gptq_tensors) {
+        json_object *gq = json_object_new_object();
+        json_object_object_add(gq, "tensors", json_object_new_int64((int64_t)r->tot.gptq_tensors));
+        json_object_object_add(gq, "rtn_fallback", json_object_new_int64((int64_t)r->tot.gptq_rtn));
+        json_object_object_add(root, "gptq", gq);
+    }
     char hx[65];
     if (dsq_calib_fingerprint(r, hx) == DSQ_OK) json_object_object_add(root, "sha256", json_object_new_string(hx));
     if (timing) {
@@ -1282,6 +1432,7 @@ int dsq_calib_summary_json(const dsq_calib_result *r, int timing, char **json)
         json_object_object_add(t, "total", json_object_new_double(r->tot.seconds));
         json_object_object_add(t, "forward", json_object_new_double(r->tot.seconds_forward));
         json_object_object_add(t, "search", json_object_new_double(r->tot.seconds_search));
+        if (r->tot.gptq_tensors) json_object_object_add(t, "gptq", json_object_new_double(r->tot.seconds_gptq));
         json_object_object_add(root, "seconds", t);
     }
     *json = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));

@@ -45,6 +45,26 @@
  * every expert for statistics. A w8a8 expert without its own range takes the
  * union of the layer's calibrated ranges of the same input (status fallback).
  *
+ * GPTQ (opts.gptq, calib/gptq.h): during the collection pass the X^T X of
+ * every non-expert linear input site is accumulated (double), and for MoE
+ * layers the router's input rows are kept once with, per routed expert, the
+ * indices of its routed rows (every row with moe_calib_all). After the
+ * layer's scales and clip decisions each integer-scheme linear is quantized
+ * by GPTQ on its scaled (folded) weights with the Hessian of the scaled input
+ * (h_ij / (s_i s_j)); an expert's gate/up Hessian is built from its rows
+ * when it is quantized, its down_proj's from silu(gate x) * up x of the same
+ * rows. The entry keeps the blob (gptq_blob), which the converter packs
+ * instead of re-quantizing. Fallback experts and inputs that saw no tokens
+ * stay RTN. Memory at DeepSeek-V3 671B, per MoE layer, released after it:
+ * non-expert Hessians q_a/kv_a 7168^2, q_b 1536^2, kv_b 512^2, o_proj
+ * 16384^2, router/shared gate+up 7168^2, shared down 2048^2 doubles = 2.8 GiB;
+ * the MoE input rows 4 x 7168 bytes per calibration token (1.9 GB at 128 x
+ * 512 tokens) + 4 bytes per routed token; one solve at a time: its H (at most
+ * o_proj's 2 GiB), the f32 factor (1 GiB) and the weights. Holding every
+ * expert's Hessian instead would take 106 GiB. Blobs stay in RAM (the
+ * quantized model's size in total) and go into the statistics checkpoint
+ * ("L<l>/gptq/<tensor>") so resume and --stats reuse them.
+ *
  * Statistics files: save_stats writes the statistics (stats_file.h) and is
  * also the checkpoint: after each layer the statistics, searched scales and
  * the hidden states are made durable, so resume continues after a crash or
@@ -97,6 +117,8 @@ typedef struct dsq_calib_opts {
     int alpha_set;                /* alpha given explicitly: w4a8 uses it instead of searching */
     int smooth;                   /* 0: no smoothing for w8a8/w4a8 (static ranges only); default 1 */
     int clip;                     /* clip search for awq-w4a16 / w4a8; default 1 */
+    int gptq;                     /* --gptq: GPTQ rounding of every integer-scheme linear */
+    double gptq_damp;             /* --gptq-damp (percdamp); default 0.01 */
     int moe_calib_all;            /* --moe-calib all */
     int min_expert_tokens;        /* below: fallback to RTN; default 16 */
     int n_grid;                   /* search grid; default 20 */
@@ -131,6 +153,12 @@ typedef struct dsq_calib_tensor {
     int clip;                     /* dsq_qparams.clip_search */
     int has_act_static;           /* w8a8: static activation params below */
     float act_scale, act_offset;
+    /* GPTQ: the whole quantized blob (scheme gptq_scheme, group size
+     * gptq_group, scales already folded), or NULL */
+    const uint8_t *gptq_blob;
+    size_t gptq_blob_size;
+    uint32_t gptq_scheme;
+    int32_t gptq_group;
 } dsq_calib_tensor;
 
 typedef struct dsq_calib_result dsq_calib_result;
@@ -182,6 +210,9 @@ typedef struct dsq_calib_totals {
     int samples_requested;             /* asked for; > samples when the data was short */
     double seconds, seconds_forward, seconds_search;
     double seconds_search_moe;         /* of seconds_search: MoE and per-expert groups */
+    size_t gptq_tensors, gptq_rtn;     /* GPTQ'd; of those, factorization failed: RTN */
+    double seconds_gptq;               /* Hessians + solves */
+    uint64_t gptq_hess_peak;           /* largest layer's Hessians + kept MoE rows, bytes */
 } dsq_calib_totals;
 void dsq_calib_get_totals(const dsq_calib_result *r, dsq_calib_totals *t);
 

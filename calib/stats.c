@@ -511,7 +511,6 @@ static int count_routes(collector *c, const float *x, int T)
 static int hook(void *ctx, int layer, const char *name, const float *x, int T, int in, const int32_t *token_index)
 {
     collector *c = ctx;
-    (void)token_index;
     if (layer != c->ls->layer) return DSQ_OK;
     char site[512];
     dsq_calib_site_of(name, c->q_lora, site, sizeof site);
@@ -533,6 +532,8 @@ static int hook(void *ctx, int layer, const char *name, const float *x, int T, i
         return dsq_fail(c->d, rc, NULL, name, -1, "layer %d: input of this linear has a non-finite value at "
                         "row %lld column %lld", layer, (long long)(bad / in), (long long)(bad % in));
     if (rc < 0) return dsq_fail(c->d, rc, NULL, name, -1, "cannot record statistics");
+    if (c->o->tap && (rc = c->o->tap(c->o->tap_ctx, site, x, T, in, token_index)) < 0)
+        return dsq_fail(c->d, rc, NULL, name, -1, "cannot accumulate the GPTQ Hessian");
     return DSQ_OK;
 }
 

@@ -133,6 +133,11 @@ typedef struct dsq_collect_opts {
     const volatile int *cancel;
     void (*on_sample)(void *ctx, int layer, int sample);
     void *ctx;
+    /* optional: also called with every site's input rows, after the
+     * statistics took them (GPTQ Hessians, calib/gptq.h); nonzero stops */
+    int (*tap)(void *tap_ctx, const char *site, const float *x, int64_t T, int64_t in,
+               const int32_t *token_index);
+    void *tap_ctx;
 } dsq_collect_opts;
 
 /* Run layer `layer` on every sample of h (current state), collecting into ls

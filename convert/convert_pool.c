@@ -76,6 +76,22 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
      * clip search and static activation parameters go to the quantizer. */
     const dsq_calib_tensor *cal = c->o.calib ? dsq_calib_lookup(c->o.calib, e->name) : NULL;
     dsq_calib_qparams(cal, &qp);
+    /* GPTQ: calibration already holds this tensor's blob. Its rows are
+     * dequantized and packed again with its own scales/zeros, which gives
+     * back exactly its codes (given-scale packing, quant/scheme.h), so the
+     * streaming, measuring and export paths below stay as they are. */
+    dsq_qview gq;
+    const int gptq = cal && cal->gptq_blob;
+    if (gptq) {
+        int grc = cal->gptq_scheme != sc->id || cal->gptq_group != e->qshape.group_size
+                      ? DSQ_ERR_STATE
+                      : dsq_qview_init(&gq, sc, &e->qshape, cal->gptq_blob, cal->gptq_blob_size, d);
+        if (grc < 0)
+            return r->status = dsq_fail(d, DSQ_ERR_STATE, NULL, e->name, -1,
+                                        "the GPTQ result was made for another scheme or group size");
+        qp.clip_search = 0;
+        qp.importance = NULL;
+    }
 
     /* Output of this item: the whole blob, or a blob of the piece's rows. */
     dsq_qshape oshape = e->qshape;
@@ -116,9 +132,15 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
     for (int64_t s = it->row0; s < it->row0 + it->nrows; s += ct->block_rows) {
         int64_t n = it->row0 + it->nrows - s;
         if (n > ct->block_rows) n = ct->block_rows;
-        rc = dsq_st_read_rows_f32(c->m, e->t, s, n, fbuf, d);
+        if (gptq) {
+            sc->dequantize(&gq, s, n, fbuf);
+            qp.given_scale = gq.scales + (size_t)base * (size_t)gq.layout.ngroups;
+            qp.given_zero = gq.zeros ? gq.zeros + (size_t)base * (size_t)gq.layout.ngroups : NULL;
+        } else {
+            rc = dsq_st_read_rows_f32(c->m, e->t, s, n, fbuf, d);
+        }
         if (rc < 0) goto fail;
-        if (cal && (rc = dsq_calib_apply_rows(cal, s, n, cols, fbuf)) < 0) {
+        if (cal && !gptq && (rc = dsq_calib_apply_rows(cal, s, n, cols, fbuf)) < 0) {
             dsq_fail(d, rc, NULL, e->name, -1, "calibration entry [%lld, %lld] does not fit the tensor",
                      (long long)cal->rows, (long long)cal->cols);
             goto fail;
@@ -136,8 +158,17 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
             dsq_qlayout kl;
             dsq_qview v;
             rc = dsq_qlayout_get(sc, &ks, &kl);
-            if (rc == DSQ_OK) rc = sc->quantize(fbuf, 0, ks.rows, &ks, &qp, bbuf, d);
+            dsq_qparams kp = qp;   /* given scales are indexed by row: this piece starts at s */
+            if (gptq) {
+                kp.given_scale = gq.scales + (size_t)s * (size_t)gq.layout.ngroups;
+                kp.given_zero = gq.zeros ? gq.zeros + (size_t)s * (size_t)gq.layout.ngroups : NULL;
+            }
+            if (rc == DSQ_OK) rc = sc->quantize(fbuf, 0, ks.rows, &ks, &kp, bbuf, d);
             if (rc == DSQ_OK) rc = dsq_qview_init(&v, sc, &ks, bbuf, kl.total, d);
+            if (rc == DSQ_OK && gptq) { /* GPTQ's error is against the source weights */
+                rc = dsq_st_read_rows_f32(c->m, e->t, s, ks.rows, fbuf, d);
+                if (rc == DSQ_OK) rc = dsq_calib_apply_rows(cal, s, ks.rows, cols, fbuf);
+            }
             if (rc == DSQ_OK) rc = dsq_qrel_error(&v, fbuf, 0, ks.rows, NULL, &r->err2, &r->ref2);
             if (rc < 0) { dsq_fail(d, rc, NULL, e->name, -1, "error measurement failed"); goto fail; }
         }

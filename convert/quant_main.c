@@ -77,8 +77,17 @@ static void usage(void)
 "  --min-expert-tokens N    (default 16)\n"
 "  --alpha A                SmoothQuant migration strength 0..1 (default 0.5; for\n"
 "                           w4a8 it fixes alpha instead of searching it)\n"
-"  --no-smooth              w8a8/w4a8: static ranges / clipping only, no smoothing\n"
+"  --no-smooth              w8a8/w4a8: static ranges / clipping only, no smoothing;\n"
+"                           with --gptq also awq-w4a16: GPTQ without AWQ scales\n"
 "  --no-clip                calibrated int4: skip the clip search\n"
+"  --gptq                   GPTQ rounding of every int8/int4 linear (all integer\n"
+"                           schemes, w8a8-dynamic included; the format is unchanged):\n"
+"                           error compensation from each input's Hessian X^T X,\n"
+"                           on the AWQ/SmoothQuant-scaled weights after the clip\n"
+"                           choice; columns in order (no act-order: dsq, AutoAWQ\n"
+"                           GEMM, Ascend and compressed-tensors outputs hold no\n"
+"                           permutation); needs --calib (or --stats of a --gptq run)\n"
+"  --gptq-damp D            GPTQ dampening, fraction of mean diag(H) (default 0.01)\n"
 "  --save-stats F           keep the statistics (and searched scales) in F; F is\n"
 "                           also the per-layer checkpoint that --resume continues\n"
 "                           (default: OUT.calib.dsq, removed after success)\n"
@@ -122,7 +131,7 @@ enum {
     OPT_NONFINITE, OPT_RESUME, OPT_CLIP, OPT_SHARD, OPT_JSON, OPT_NOPROG, OPT_MEM,
     OPT_SAMPLE, OPT_CHECKPOINT, OPT_NOJOURNAL, OPT_CALIB, OPT_CSAMPLES, OPT_CSEQLEN, OPT_SEED,
     OPT_MOECALIB, OPT_MINTOK, OPT_ALPHA, OPT_NOSMOOTH, OPT_NOCLIP, OPT_SAVESTATS, OPT_STATS,
-    OPT_FORMAT
+    OPT_FORMAT, OPT_GPTQ, OPT_GPTQDAMP
 };
 
 typedef struct rule_arg { int keep; const char *s; } rule_arg;
@@ -144,6 +153,7 @@ static const char *unused_option(unsigned long long seen, const char *scheme, in
         { OPT_SAVESTATS, "--save-stats" }, { OPT_MOECALIB, "--moe-calib" }, { OPT_MINTOK, "--min-expert-tokens" },
         { OPT_ALPHA, "--alpha" }, { OPT_NOSMOOTH, "--no-smooth" }, { OPT_NOCLIP, "--no-clip" },
         { OPT_RESUME, "--resume" }, { OPT_NOJOURNAL, "--no-journal" }, { OPT_CHECKPOINT, "--checkpoint-interval" },
+        { OPT_GPTQ, "--gptq" }, { OPT_GPTQDAMP, "--gptq-damp" },
     };
     const dsq_scheme *sc = dsq_scheme_by_name(scheme ? scheme : "w4a8"); /* a preset: its routed experts */
     for (size_t i = 0; i < sizeof nm / sizeof nm[0]; i++) {
@@ -152,15 +162,19 @@ static const char *unused_option(unsigned long long seen, const char *scheme, in
         const char *why = NULL;
         if ((o == OPT_CSAMPLES || o == OPT_CSEQLEN || o == OPT_SEED || o == OPT_SAVESTATS) && !calib)
             why = "shapes the calibration data: it needs --calib";
-        else if ((o == OPT_MOECALIB || o == OPT_MINTOK || o == OPT_ALPHA || o == OPT_NOSMOOTH || o == OPT_NOCLIP) &&
+        else if ((o == OPT_MOECALIB || o == OPT_MINTOK || o == OPT_ALPHA || o == OPT_NOSMOOTH || o == OPT_NOCLIP ||
+                  o == OPT_GPTQ) &&
                  !calib && !stats)
             why = "is a calibration option: it needs --calib (or --stats)";
-        else if ((o == OPT_ALPHA || o == OPT_NOSMOOTH) && sc && sc->id == DSQ_SCHEME_AWQ_W4A16)
+        else if ((o == OPT_ALPHA || (o == OPT_NOSMOOTH && !(seen & SEEN(OPT_GPTQ)))) && sc &&
+                 sc->id == DSQ_SCHEME_AWQ_W4A16)
             why = "is for SmoothQuant (w8a8, w4a8); awq-w4a16 searches AWQ scales";
         else if (o == OPT_NOCLIP && sc && sc->id == DSQ_SCHEME_W8A8)
             why = "is for int4 schemes (the clip search); w8a8 has none";
         else if ((o == OPT_RESUME || o == OPT_NOJOURNAL || o == OPT_CHECKPOINT || o == OPT_SAVESTATS) && dry)
             why = "has nothing to do in a --dry-run (nothing is written)";
+        else if (o == OPT_GPTQDAMP && !(seen & SEEN(OPT_GPTQ)))
+            why = "sets GPTQ's dampening: it needs --gptq";
         else if (o == OPT_CHECKPOINT && no_journal)
             why = "sets the resume journal's interval: not with --no-journal";
         if (why) {
@@ -508,6 +522,8 @@ int main(int argc, char **argv)
         { "save-stats", required_argument, NULL, OPT_SAVESTATS },
         { "stats", required_argument, NULL, OPT_STATS },
         { "format", required_argument, NULL, OPT_FORMAT },
+        { "gptq", no_argument, NULL, OPT_GPTQ },
+        { "gptq-damp", required_argument, NULL, OPT_GPTQDAMP },
         { NULL, 0, NULL, 0 }
     };
     dsq_convert_opts o;
@@ -600,6 +616,12 @@ int main(int argc, char **argv)
             break;
         case OPT_NOSMOOTH: co.smooth = 0; break;
         case OPT_NOCLIP: co.clip = 0; break;
+        case OPT_GPTQ: co.gptq = 1; break;
+        case OPT_GPTQDAMP:
+            if (dsq_cli_parse_float(optarg, 1e-6, 10, &dv) < 0)
+                return free(rules), dsq_cli_usage_error(&cli, "bad GPTQ dampening '%s' (1e-6..10)", optarg);
+            co.gptq_damp = dv;
+            break;
         case OPT_SAVESTATS: co.save_stats = optarg; break;
         case OPT_STATS: co.load_stats = optarg; break;
         case OPT_FORMAT:

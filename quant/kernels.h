@@ -154,10 +154,15 @@ int dsq_qrow_prepare(const dsq_kernels *k, const float *w, int64_t cols, const f
 /* Symmetric group quantization of one prepared row: for each group, find the
  * scale (amax/qmax, with optional clip search), write codes[k] = q + add
  * with q = clamp(rint(w/scale), qlo, qmax), and scales[g]. gsize = columns
- * per group. importance may be NULL. */
+ * per group. importance may be NULL. given: NULL, or the row's [groups]
+ * scales to use as they are (no search; copied to scales). */
 void dsq_qrow_sym(const dsq_kernels *k, const float *w, int64_t cols, int64_t gsize,
                   int32_t qlo, int32_t qmax, int32_t add, int clip_search,
-                  const float *importance, int8_t *codes, float *scales);
+                  const float *importance, const float *given, int8_t *codes, float *scales);
+/* AutoAWQ asymmetric params + codes (0..15) of one group of n finite values
+ * (scheme_awq.c), with the optional clip search; used by quantize and GPTQ. */
+void dsq_qgroup_awq(const dsq_kernels *k, const float *w, int64_t n, int clip_search,
+                    const float *importance, int8_t *codes, float *scale, uint8_t *zero);
 
 /* Activation quantization with an explicit kernel level (actq.c). */
 void dsq_actq_token_k(const dsq_kernels *k, const float *x, int64_t T, int64_t cols, int8_t *q,

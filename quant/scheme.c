@@ -223,6 +223,16 @@ int dsq_quantize_check(const dsq_scheme *sc, int64_t row0, int64_t nrows,
                                 "%s: in_scale[%lld] = %g is not finite and positive", sc->name,
                                 (long long)j, (double)p->in_scale[j]);
     }
+    if (p && p->given_scale) {
+        if (!sc->has_scales || (sc->has_zeros && !p->given_zero))
+            return dsq_fail(diag, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "%s: given scales%s not supported",
+                            sc->name, sc->has_scales ? " without zeros" : "");
+        for (int64_t i = row0 * lay->ngroups; i < (row0 + nrows) * lay->ngroups; i++)
+            if (!(p->given_scale[i] > 0.0f) || !isfinite(p->given_scale[i]) ||
+                (sc->has_zeros && p->given_zero[i] > (uint8_t)sc->qmax))
+                return dsq_fail(diag, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "%s: given scale/zero %lld out of range",
+                                sc->name, (long long)i);
+    }
     return DSQ_OK;
 }
 

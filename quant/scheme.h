@@ -240,6 +240,15 @@ typedef struct dsq_qparams {
      * finite values, NaN encodes as 0, +-Inf saturate. Default: refuse with
      * DSQ_ERR_NONFINITE. */
     int allow_nonfinite;
+    /* optional, int schemes: the scales [rows][groups] (and, awq-w4a16, the
+     * zeros [rows][groups]) of the WHOLE tensor, indexed by absolute row, used
+     * instead of computing them (clip_search is then ignored). Codes are still
+     * clamp(rint(w / scale) (+ zero)); a weight that already equals
+     * (q - zero) * scale in float packs back to exactly q, which is how GPTQ
+     * (calib/gptq.h) hands its codes to the blob. Scales must be finite and
+     * > 0, zeros <= 15 (DSQ_ERR_INVALID_ARG). */
+    const float *given_scale;
+    const uint8_t *given_zero;
 
     /* ---- static activation quantization (w8a8 only; one of these) ------ */
     /* (a) explicit per-tensor params (msModelSlim input_scale/input_offset) */

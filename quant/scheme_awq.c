@@ -60,6 +60,38 @@ static double awq_group(const dsq_kernels *k, const float *w, int64_t n, float s
     return err;
 }
 
+void dsq_qgroup_awq(const dsq_kernels *k, const float *wg, int64_t len, int clip_search,
+                    const float *imp, int8_t *codes, float *scale, uint8_t *zero)
+{
+    float mn, mx, s;
+    uint8_t z;
+    k->minmax(wg, len, &mn, &mx);
+    awq_params(mn, mx, &s, &z);
+    if (clip_search) {
+        float amax = fmaxf(fabsf(mn), fabsf(mx));
+        double best = INFINITY;
+        float bs = s;
+        uint8_t bz = z;
+        for (int it = 0; it < 10; it++) {
+            float mv = amax * (1.0f - (float)it / 20.0f);
+            float cs;
+            uint8_t cz;
+            awq_params(fmaxf(mn, -mv), fminf(mx, mv), &cs, &cz);
+            double e = awq_group(k, wg, len, cs, cz, imp, codes, 1);
+            if (e < best) {
+                best = e;
+                bs = cs;
+                bz = cz;
+            }
+        }
+        s = bs;
+        z = bz;
+    }
+    awq_group(k, wg, len, s, z, NULL, codes, 0);
+    *scale = s;
+    *zero = z;
+}
+
 int dsq_awq_quantize(const float *w, int64_t row0, int64_t nrows, const dsq_qshape *shape,
                      const dsq_qparams *p, uint8_t *blob, dsq_diag *diag)
 {
@@ -101,31 +133,15 @@ int dsq_awq_quantize(const float *w, int64_t row0, int64_t nrows, const dsq_qsha
             int64_t k0 = g * gs, len = cols - k0 < gs ? cols - k0 : gs;
             const float *wg = row + k0;
             const float *imp = p->importance ? p->importance + k0 : NULL;
-            float mn, mx, s;
+            float s;
             uint8_t z;
-            k->minmax(wg, len, &mn, &mx);
-            awq_params(mn, mx, &s, &z);
-            if (p->clip_search) {
-                float amax = fmaxf(fabsf(mn), fabsf(mx));
-                double best = INFINITY;
-                float bs = s;
-                uint8_t bz = z;
-                for (int it = 0; it < 10; it++) {
-                    float mv = amax * (1.0f - (float)it / 20.0f);
-                    float cs;
-                    uint8_t cz;
-                    awq_params(fmaxf(mn, -mv), fminf(mx, mv), &cs, &cz);
-                    double e = awq_group(k, wg, len, cs, cz, imp, codes + k0, 1);
-                    if (e < best) {
-                        best = e;
-                        bs = cs;
-                        bz = cz;
-                    }
-                }
-                s = bs;
-                z = bz;
+            if (p->given_scale) {
+                s = p->given_scale[n * ng + g];
+                z = p->given_zero[n * ng + g];
+                awq_group(k, wg, len, s, z, NULL, codes + k0, 0);
+            } else {
+                dsq_qgroup_awq(k, wg, len, p->clip_search, imp, codes + k0, &s, &z);
             }
-            awq_group(k, wg, len, s, z, NULL, codes + k0, 0);
             scales[n * ng + g] = s;
             zeros[n * ng + g] = z;
         }

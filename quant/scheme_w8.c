@@ -20,15 +20,15 @@ static float sym_scale(float amax, int32_t qmax)
 
 void dsq_qrow_sym(const dsq_kernels *k, const float *w, int64_t cols, int64_t gsize,
                   int32_t qlo, int32_t qmax, int32_t add, int clip_search,
-                  const float *importance, int8_t *codes, float *scales)
+                  const float *importance, const float *given, int8_t *codes, float *scales)
 {
     int64_t ng = (cols + gsize - 1) / gsize;
     for (int64_t g = 0; g < ng; g++) {
         int64_t k0 = g * gsize, n = cols - k0 < gsize ? cols - k0 : gsize;
         const float *wg = w + k0;
         float amax = dsq_bits_f32(k->absmax_bits(wg, n));
-        float s = sym_scale(amax, qmax);
-        if (clip_search && amax > 0.0f) {
+        float s = given ? given[g] : sym_scale(amax, qmax);
+        if (clip_search && !given && amax > 0.0f) {
             /* AutoAWQ _compute_best_clip grid: max_val = amax * (1 - i/20),
              * i < 10; keep the least (importance-weighted) squared error. The
              * codes of the trial land in the output row and are redone below. */
@@ -100,8 +100,8 @@ static int w8_quantize(const dsq_scheme *sc, const float *w, int64_t row0, int64
                             (long long)n, (long long)bad);
         }
         int8_t *q = (int8_t *)(blob + L.w_off + (size_t)n * L.row_bytes);
-        dsq_qrow_sym(k, row, cols, cols, -127, 127, 0, p->clip_search, p->importance, q,
-                     scales + n);
+        dsq_qrow_sym(k, row, cols, cols, -127, 127, 0, p->clip_search, p->importance,
+                     p->given_scale ? p->given_scale + n : NULL, q, scales + n);
         memset(q + cols, 0, L.row_bytes - (size_t)cols);
         rowsum[n] = k->sum_i8(q, cols);
     }

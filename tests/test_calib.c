@@ -13,12 +13,17 @@
  *   - w8a8 static activation params are finite and sane;
  *   - stats file round trip (reuse == original) and corruption detected;
  *   - resume after a layer checkpoint == a straight run; mismatched resume
- *     refused; determinism across thread counts. */
+ *     refused; determinism across thread counts;
+ *   - GPTQ through the driver (every integer row): a blob per calibrated
+ *     linear, thread-count independent, equal after resume and from --stats,
+ *     refused from a file without it, and the converter writes exactly it
+ *     (whole and streamed in pieces). */
 #include "dsq_test.h"
 #include "awq.h"
 #include "calib.h"
 #include "calib_data.h"
 #include "container.h"
+#include "convert.h"
 #include "dsq_file.h"
 #include "dsq_mem.h"
 #include "eval_metrics.h"
@@ -198,6 +203,11 @@ static void assert_same_result(const dsq_calib_result *a, const dsq_calib_result
         assert_true(arr_eq(x->importance, y->importance, x->cols));
         assert_int_equal(x->has_act_static, y->has_act_static);
         assert_true(x->act_scale == y->act_scale && x->act_offset == y->act_offset);
+        assert_true((x->gptq_blob == NULL) == (y->gptq_blob == NULL));
+        if (x->gptq_blob) {
+            assert_true(x->gptq_blob_size == y->gptq_blob_size && x->gptq_scheme == y->gptq_scheme);
+            assert_memory_equal(x->gptq_blob, y->gptq_blob, x->gptq_blob_size);
+        }
     }
     assert_true(nent > 0);
     dsq_st_close(st);
@@ -1113,6 +1123,164 @@ static void test_resume(void **state)
     free(m);
 }
 
+/* ---- GPTQ through the driver and the converter -------------------------------------------- */
+
+static int recipe_target_t(void *ctx, const char *name, int64_t rows, int64_t cols, const dsq_scheme **sc, int32_t *gs)
+{
+    dsq_plan_entry e;
+    int64_t shape[2] = { rows, cols };
+    DSQ_TRY(dsq_recipe_decide(ctx, name, DSQ_DTYPE_BF16, 2, shape, 0, &e, NULL));
+    *sc = e.kept ? NULL : e.scheme;
+    *gs = e.qshape.group_size;
+    return DSQ_OK;
+}
+
+/* Convert with the result; every GPTQ tensor of the .dsq equals its blob. */
+static void convert_has_blobs(const char *m, const dsq_calib_result *r, dsq_recipe *rc, const char *out, uint64_t stream)
+{
+    dsq_convert_opts co;
+    dsq_convert_opts_init(&co);
+    co.input = m;
+    co.output = out;
+    co.recipe = rc;
+    co.threads = 2;
+    co.overwrite = 1;
+    co.no_journal = 1;
+    co.calib = r;
+    co.stream_bytes = stream;
+    co.piece_bytes = stream;
+    dsq_convert *c = NULL;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    int st = dsq_convert_prepare(&c, &co, &d);
+    dsq_convert_summary sum;
+    if (st == DSQ_OK) st = dsq_convert_run(c, &sum, &d);
+    if (st) fprintf(stderr, "convert: %s\n", d.msg);
+    assert_int_equal(st, 0);
+    dsq_convert_free(c);
+    dsq_ctr *rd;
+    assert_int_equal(dsq_ctr_open(&rd, out, NULL), 0);
+    int seen = 0;
+    for (size_t i = 0; dsq_ctr_get(rd, i); i++) {
+        const dsq_ctr_tensor_info *t = dsq_ctr_get(rd, i);
+        const dsq_calib_tensor *e = dsq_calib_lookup(r, t->name);
+        if (!e || !e->gptq_blob) continue;
+        assert_true(t->raw_size == e->gptq_blob_size);
+        uint8_t *buf = malloc(t->raw_size);
+        assert_int_equal(dsq_ctr_read(rd, t, buf, t->raw_size, NULL), 0);
+        assert_memory_equal(buf, e->gptq_blob, e->gptq_blob_size);
+        free(buf);
+        seen++;
+    }
+    assert_true(seen > 0);
+    dsq_ctr_close(rd);
+}
+
+static void test_gptq_driver(void **state)
+{
+    (void)state;
+    dsq_synth_opts so;
+    tiny_v3(&so);
+    so.layers = 3;   /* dense, MoE, MoE */
+    char *m = make_model(&so, "v3");
+    int32_t *tok = rand_tokens(4 * 32, 500, 41);
+    char *sp = path("gptq.stats"), *out = path("gptq.dsq");
+    const char *schemes[] = { "w4a8", "awq-w4a16", "w8a8-dynamic", "w8a8" };
+    for (int k = 0; k < 4; k++) {
+        dsq_recipe rc;
+        assert_int_equal(dsq_recipe_init_ex(&rc, schemes[k], 1, NULL), 0);
+        rc.group_size = k == 1 ? 64 : DSQ_GROUP_DEFAULT;
+        dsq_calib_opts o;
+        base_opts(&o, schemes[k], tok, 4, 32);
+        o.group_size = rc.group_size;
+        o.target = recipe_target_t;
+        o.target_ctx = &rc;
+        o.target_id = schemes[k];
+        o.gptq = 1;
+        o.min_expert_tokens = 4;
+        o.threads = 1;
+        dsq_calib_result *a = calibrate(m, &o);
+        dsq_calib_totals tt;
+        dsq_calib_get_totals(a, &tt);
+        assert_true(tt.gptq_tensors > 0);
+        assert_true(tt.gptq_hess_peak > 0);
+        size_t withblob = 0, calibrated = 0;
+        dsq_st_model *st;
+        assert_int_equal(dsq_st_open(&st, m, NULL), 0);
+        for (size_t i = 0; i < dsq_st_count(st); i++) {
+            const dsq_calib_tensor *e = dsq_calib_lookup(a, dsq_st_get(st, i)->name);
+            if (!e || e->cols == 0) continue;
+            calibrated += e->status == DSQ_CALIB_CALIBRATED;
+            withblob += e->gptq_blob != NULL;
+            if (e->status != DSQ_CALIB_CALIBRATED) assert_null(e->gptq_blob);
+        }
+        dsq_st_close(st);
+        assert_int_equal(withblob, tt.gptq_tensors);
+        assert_true(withblob > 0 && withblob <= calibrated);
+        /* thread count independent */
+        o.threads = 2;
+        dsq_calib_result *b = calibrate(m, &o);
+        assert_same_result(a, b, m);
+        dsq_calib_result_free(b);
+        /* the converter writes exactly GPTQ's blobs, whole and streamed */
+        convert_has_blobs(m, a, &rc, out, 0);
+        convert_has_blobs(m, a, &rc, out, 4096);
+        /* checkpoint: interrupted after layer 0 and resumed == straight */
+        o.save_stats = sp;
+        o.overwrite = 1;
+        o.stop_after_layer = 0;
+        b = NULL;
+        assert_int_equal(dsq_calib_run(m, &o, &b, NULL, NULL, NULL, NULL), DSQ_ERR_INTERRUPTED);
+        o.stop_after_layer = -1;
+        o.resume = 1;
+        b = calibrate(m, &o);
+        assert_same_result(a, b, m);
+        dsq_calib_result_free(b);
+        /* --stats reuses the blobs without a forward */
+        dsq_calib_opts r;
+        base_opts(&r, schemes[k], NULL, 4, 32);
+        r.group_size = o.group_size;
+        r.target = o.target;
+        r.target_ctx = o.target_ctx;
+        r.target_id = o.target_id;
+        r.min_expert_tokens = o.min_expert_tokens;
+        r.gptq = 1;
+        r.load_stats = sp;
+        b = calibrate(m, &r);
+        assert_same_result(a, b, m);
+        dsq_calib_result_free(b);
+        dsq_calib_result_free(a);
+        if (k == 0) {
+            /* every token through every expert: each expert is GPTQ'd */
+            o.moe_calib_all = 1;
+            o.save_stats = NULL;
+            o.resume = 0;
+            b = calibrate(m, &o);
+            dsq_calib_get_totals(b, &tt);
+            assert_int_equal(tt.fallback_experts, 0);
+            assert_true(tt.gptq_tensors >= withblob);
+            dsq_calib_result_free(b);
+            o.moe_calib_all = 0;
+            o.save_stats = sp;
+            /* statistics made without GPTQ cannot give GPTQ results */
+            o.gptq = 0;
+            o.resume = 0;
+            dsq_calib_result_free(calibrate(m, &o));
+            dsq_diag d;
+            dsq_diag_clear(&d);
+            b = NULL;
+            assert_int_equal(dsq_calib_run(m, &r, &b, NULL, NULL, NULL, &d), DSQ_ERR_STATE);
+            assert_null(b);
+        }
+        dsq_recipe_release(&rc);
+    }
+    unlink(sp);
+    free(sp);
+    free(out);
+    free(tok);
+    free(m);
+}
+
 /* ---- progress callback --------------------------------------------------------------- */
 
 typedef struct prog { int calls, forward, last_layer; } prog;
@@ -1189,7 +1357,13 @@ static void quantize_dsq(const char *model, const dsq_calib_result *r, const dsq
         if (lin) dsq_calib_qparams(e, &qp);
         dsq_diag d;
         dsq_diag_clear(&d);
-        int rc = dsq_quantize_tensor(use, buf, &sh, &qp, blob, NULL, &d);
+        int rc = 0;
+        if (lin && e && e->gptq_blob) { /* GPTQ: calibration made the blob */
+            assert_true(e->gptq_blob_size == bytes && e->gptq_scheme == use->id);
+            memcpy(blob, e->gptq_blob, bytes);
+        } else {
+            rc = dsq_quantize_tensor(use, buf, &sh, &qp, blob, NULL, &d);
+        }
         if (rc) fprintf(stderr, "quantize %s: %s\n", t->name, d.msg);
         assert_int_equal(rc, 0);
         dsq_ctr_tensor_info info;
@@ -1328,7 +1502,7 @@ static void inject_outliers(const char *model, const char *out, float k)
     }
 }
 
-typedef struct meas { const char *scheme; int32_t gs; int calib; int smooth; } meas;
+typedef struct meas { const char *scheme; int32_t gs; int calib; int smooth; int gptq; } meas;
 
 static kl_stats measure(const char *model, const char *base, const meas *m, const int32_t *tok, int n)
 {
@@ -1340,6 +1514,7 @@ static kl_stats measure(const char *model, const char *base, const meas *m, cons
         o.scheme = m->scheme;
         o.group_size = m->gs;
         o.smooth = m->smooth;
+        o.gptq = m->gptq;
         o.data.n_samples = 64;   /* about all of samples/data/calib.txt */
         o.data.seqlen = 512;
         o.threads = 2;
@@ -1399,8 +1574,10 @@ static void test_sample_ordering(void **state)
         };
         const char *names[] = { "AWQ w4a16 g128 (RTN / AWQ)", "w8a8 static (no smoothing / SmoothQuant)",
                                 "w4a8 (RTN / calibrated)" };
+        kl_stats w4a8_rtn = { 0, 0, 0 };
         for (int i = 0; i < 3; i++) {
             kl_stats a = measure(model, model, &pairs[i][0], ids, n);
+            if (i == 2) w4a8_rtn = a;
             kl_stats b = measure(model, model, &pairs[i][1], ids, n);
             kl_stats x = measure(outl, model, &pairs[i][0], ids, n);
             kl_stats y = measure(outl, model, &pairs[i][1], ids, n);
@@ -1424,6 +1601,15 @@ static void test_sample_ordering(void **state)
             assert_true(b.mean < a.mean);
             assert_true(y.mean < x.mean);
         }
+        /* GPTQ on the calibrated w4a8 (calib/gptq.h): mean KLD 0.0233 (RTN)
+         * -> 0.0079 on the whole held-out text (ds-eval kld), 0.0090 / 0.0109
+         * with half the calibration text under seeds 1 / 2: a margin far
+         * outside the near-tie noise band (asserted: below 0.75 x RTN) */
+        static const meas gq = { "w4a8", DSQ_GROUP_DEFAULT, 1, 1, 1 };
+        kl_stats g = measure(model, model, &gq, ids, n);
+        fprintf(stderr, "  %-42s KLD mean %.5f / %.5f median %.3g / %.3g\n", "w4a8 (RTN / calibrated + GPTQ)",
+                w4a8_rtn.mean, g.mean, w4a8_rtn.median, g.median);
+        if (trained) assert_true(g.mean < 0.75 * w4a8_rtn.mean);
         dsq_test_rmtree(outl);
         free(outl);
     }
@@ -1554,6 +1740,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_driver_text_and_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gptq_driver, setup, teardown),
         cmocka_unit_test_setup_teardown(test_progress, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_ordering, setup, teardown),
         cmocka_unit_test(test_sample_awq_generalises),

@@ -1,0 +1,52 @@
+#!/bin/sh
+# gptq_kld.sh - end-to-end effect of GPTQ on the trained sample: mean, median
+# and p99 KL divergence against the float model on samples/data/heldout.txt,
+# and same-top-1, for RTN / GPTQ / scales (AWQ or SmoothQuant) / scales+GPTQ
+# per integer scheme.
+#
+#   sh bench/gptq_kld.sh [MODEL]
+#
+# Calibration: samples/data/calib.txt, 64 x 512 tokens (as calib_quality.sh).
+# "GPTQ" alone is --gptq --no-smooth --no-clip (no AWQ/SmoothQuant scales, no
+# clip search). Work files in bench/out/gptq-kld/ (gitignored). Measurement,
+# not a test: tests/test_gptq.c checks the solver.
+set -e
+cd "$(dirname "$0")/.."
+MODEL=${1:-samples/tiny-dsv3}
+OUT=bench/out/gptq-kld
+mkdir -p $OUT
+[ -x bin/ds-quant ] && [ -x bin/ds-eval ] || make -s all
+D=samples/data
+CAL="--calib $D/calib.txt --calib-samples 64 --calib-seqlen 512"
+bin/ds-eval ppl -q -m "$MODEL" --data $D/heldout.txt --save-logits $OUT/base.logp --json > $OUT/base.json
+
+num() { sed -n "s/.*\"$2\": *\([-0-9.e]*\).*/\1/p" "$1" | head -1; }
+
+printf '| %-36s | %9s | %9s | %9s | %9s |\n' "scheme" "KLD mean" "median" "p99" "same top1"
+printf '|%s|%s|%s|%s|%s|\n' "--------------------------------------" "-----------" "-----------" "-----------" "-----------"
+row() {   # label args...
+    label=$1; shift; tag=$(echo "$label" | tr -c 'a-zA-Z0-9\n' '_')
+    bin/ds-quant -q -f --json "$@" "$MODEL" $OUT/$tag.dsq > $OUT/$tag.quant.json
+    bin/ds-eval kld -q -m $OUT/$tag.dsq --base $OUT/base.logp --json > $OUT/$tag.kld.json
+    printf '| %-36s | %9.5f | %9.3g | %9.4f | %9.4f |\n' "$label" "$(num $OUT/$tag.kld.json kld_mean)" \
+        "$(num $OUT/$tag.kld.json kld_median)" "$(num $OUT/$tag.kld.json kld_p99)" \
+        "$(num $OUT/$tag.kld.json same_top1)"
+    rm -f $OUT/$tag.dsq
+}
+G="--gptq --no-smooth --no-clip"
+for g in 128 64; do
+    row "awq-w4a16 g$g, RTN" --scheme awq-w4a16 --group-size $g
+    row "awq-w4a16 g$g, GPTQ" --scheme awq-w4a16 --group-size $g $CAL $G
+    row "awq-w4a16 g$g, AWQ" --scheme awq-w4a16 --group-size $g $CAL
+    row "awq-w4a16 g$g, AWQ+GPTQ" --scheme awq-w4a16 --group-size $g $CAL --gptq
+done
+row "w4a8, RTN" --scheme w4a8
+row "w4a8, GPTQ" --scheme w4a8 $CAL $G
+row "w4a8, calibrated" --scheme w4a8 $CAL
+row "w4a8, calibrated+GPTQ" --scheme w4a8 $CAL --gptq
+row "w8a8-dynamic, RTN" --scheme w8a8-dynamic
+row "w8a8-dynamic, GPTQ" --scheme w8a8-dynamic $CAL --gptq
+row "w8a8, static ranges only" --scheme w8a8 $CAL --no-smooth
+row "w8a8, static ranges + GPTQ" --scheme w8a8 $CAL --no-smooth --gptq
+row "w8a8, SmoothQuant" --scheme w8a8 $CAL
+row "w8a8, SmoothQuant+GPTQ" --scheme w8a8 $CAL --gptq
