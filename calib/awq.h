@@ -160,4 +160,34 @@ int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const 
                    const float *importance, const dsq_act_stats *site, dsq_pool *pool, int *use_clip, double *err0,
                    double *err1, dsq_diag *d);
 
+/* ---- Clip search on X^T X (awq_clip.c) --------------------------------
+ * AutoAWQ auto_clip: per output row r and quantization group g, the clip
+ * max = amax * (1 - i/20), i < 10 (i = 0: none) with the least mean squared
+ * partial output error (x_g . (w_g - q(w_g)))^2 over the calibration tokens,
+ * x the input the scaled weights see (x / in_scale). Evaluated exactly from
+ * the site's X^T X blocks (stats.h, all tokens; AutoAWQ subsamples 512),
+ * never from a diagonal proxy. awq-w4a16 rounding (scheme.h); the converter
+ * clamps each group to +-max before quantizing (dsq_awq_clip_apply), which
+ * is AutoAWQ's own order (clamp, then pseudo-quantize). */
+#define DSQ_AWQ_CLIP_GRID       20
+#define DSQ_AWQ_CLIP_CANDIDATES 10
+
+/* Groups of gs columns (0: the whole row) each fit one X^T X block. */
+int   dsq_awq_clip_supported(int64_t cols, int32_t gs);
+float dsq_awq_clip_max(float amax, int idx);
+/* w [rows][cols]: weights with every scale folded; idx [rows][ngroups]
+ * receives the chosen i per (row, group). *err0 / *err1 (may be NULL): the
+ * objective per weight without clipping / with the chosen clips.
+ * DSQ_ERR_INVALID_ARG without X^T X or for unsupported groups. */
+int   dsq_awq_clip_search(const float *w, int64_t rows, int64_t cols, int32_t gs, const float *in_scale,
+                          const dsq_act_stats *site, uint8_t *idx, double *err0, double *err1);
+/* Clamp each (row, group) of rows w [nrows][cols] to +-its clip (idx as
+ * above, starting at the first of these rows). */
+void  dsq_awq_clip_apply(float *w, int64_t nrows, int64_t cols, int32_t gs, const uint8_t *idx);
+/* Mean squared output error of weights wq against w (both [rows][cols],
+ * scaled) on inputs x [T][cols] (divided by in_scale when given); -1 when
+ * T == 0 or out of memory. Benchmarks and tests. */
+double dsq_awq_output_mse(const float *w, const float *wq, int64_t rows, int64_t cols, const float *in_scale,
+                          const float *x, int64_t T);
+
 #endif

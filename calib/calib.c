@@ -207,6 +207,10 @@ int dsq_calib_apply_rows(const dsq_calib_tensor *t, int64_t row0, int64_t nrows,
         }
         if (t->in_scale)
             for (int64_t j = 0; j < cols; j++) row[j] *= t->in_scale[j];
+        if (t->clip_idx) {
+            int64_t g = t->clip_gs > 0 && t->clip_gs < cols ? t->clip_gs : cols;
+            dsq_awq_clip_apply(row, 1, cols, t->clip_gs, t->clip_idx + (row0 + i) * ((cols + g - 1) / g));
+        }
     }
     return DSQ_OK;
 }
@@ -486,6 +490,64 @@ static int fallback_range(lin_ctx *x, const dsq_linear *l, const float **mn, con
     return DSQ_OK;
 }
 
+/* AWQ clip on X^T X (awq.h): searched now (fresh statistics with X^T X
+ * blocks) or read back from the statistics ("clipidx"); *done = 0 leaves the
+ * tensor to the older diagonal-proxy path (groups that do not fit a block,
+ * statistics without X^T X or without the entry). */
+static int clip_cov(lin_ctx *x, const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const dsq_act_stats *site,
+                    dsq_calib_tensor *t, int *done)
+{
+    run *c = x->c;
+    *done = 0;
+    dsq_qshape sh;
+    dsq_qlayout L;
+    if (dsq_qshape_init(&sh, sc, l->out, l->in, gs) < 0 || dsq_qlayout_get(sc, &sh, &L) < 0 ||
+        !dsq_awq_clip_supported(l->in, (int32_t)L.gsize))
+        return DSQ_OK;
+    const size_t n = (size_t)l->out * (size_t)L.ngroups;
+    char name[512];
+    dsq_stats_name(name, sizeof name, x->ls->layer, "clipidx", l->name);
+    uint8_t *idx = NULL;
+    if (x->fresh) {
+        if (!site->cov) return DSQ_OK;
+        idx = own(c->r, n);
+        float *w = malloc((size_t)l->out * (size_t)l->in * sizeof *w);
+        if (!idx || !w) {
+            free(w);
+            return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for the clip search");
+        }
+        l->w.scheme->dequantize(&l->w, 0, l->out, w);
+        int rc = dsq_calib_apply_rows(t, 0, l->out, l->in, w);   /* the weights the converter will see */
+        if (rc == DSQ_OK) rc = dsq_awq_clip_search(w, l->out, l->in, (int32_t)L.gsize, t->in_scale, site, idx, NULL,
+                                                   NULL);
+        free(w);
+        if (rc < 0) return dsq_fail(c->d, rc, NULL, l->name, -1, "clip search failed (%s)", dsq_strerror(rc));
+        if (c->w) DSQ_TRY(dsq_stats_writer_put(c->w, name, idx, n, 1, 0, c->d));
+    } else {
+        void *buf = NULL;
+        size_t nb = 0;
+        dsq_diag tmp;
+        dsq_diag_clear(&tmp);
+        if ((c->rd ? dsq_stats_reader_get(c->rd, name, &buf, &nb, NULL, &tmp)
+                   : dsq_stats_writer_get(c->w, name, &buf, &nb, NULL, &tmp)) != DSQ_OK)
+            return DSQ_OK;
+        int bad = nb != n;
+        for (size_t i = 0; i < nb && !bad; i++) bad = ((uint8_t *)buf)[i] >= DSQ_AWQ_CLIP_CANDIDATES;
+        if (bad) {   /* hostile or foreign file */
+            free(buf);
+            return dsq_fail(c->d, DSQ_ERR_FORMAT, NULL, name, -1, "clip choices do not fit the tensor");
+        }
+        idx = own(c->r, n);
+        if (idx) memcpy(idx, buf, n);
+        free(buf);
+        if (!idx) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory");
+    }
+    t->clip_idx = idx;
+    t->clip_gs = (int32_t)L.gsize;
+    *done = 1;
+    return DSQ_OK;
+}
+
 static int linear_entry(lin_ctx *x, const dsq_linear *l)
 {
     run *c = x->c;
@@ -522,13 +584,18 @@ static int linear_entry(lin_ctx *x, const dsq_linear *l)
         }
         t->importance = imp;
         int use = sc->id == DSQ_SCHEME_W4A8 || dsq_awq_clip_allowed(l->name);
-        if (use && x->fresh) {
+        int cov = 0;
+        if (use && sc->id == DSQ_SCHEME_AWQ_W4A16) DSQ_TRY(clip_cov(x, l, sc, gs, site, t, &cov));
+        if (cov) {
+            use = 0;   /* the clip is in clip_idx, not a quantizer search */
+            x->decision = 2;
+        } else if (use && x->fresh) {
             DSQ_TRY(dsq_clip_check(l, sc, gs, t->in_scale, imp, site, dsq_model_pool(c->m), &use, NULL, NULL, c->d));
         } else if (use && x->clip_in && x->nclip < x->nclip_in && x->clip_in[x->nclip] <= 1) {
             use = x->clip_in[x->nclip];
         }
         t->clip = use;
-        x->decision = (uint8_t)use;
+        if (!cov) x->decision = (uint8_t)use;
     }
     if (sc->act == DSQ_ACT_INT8_STATIC) {
         const float *mn = NULL, *mx = NULL;
@@ -1080,6 +1147,7 @@ static int forward_run(run *c, const char *model_path, int *interrupted)
     co.sample_cap_expert = search ? o->awq_expert_tokens : 0;
     co.seed = o->data.seed;
     co.layer_flags = o->moe_calib_all ? DSQ_LAYER_ALL_EXPERTS : 0;
+    co.cov = o->clip && (c->flavor == DSQ_GROUPS_AWQ || o->target != NULL);   /* the AWQ clip search */
     co.cancel = c->cancel;
     co.on_sample = on_sample;
     co.ctx = c;
@@ -1233,7 +1301,7 @@ int dsq_calib_fingerprint(const dsq_calib_result *r, char hex[65])
     if (dsq_sha256_init(&h) < 0) return DSQ_ERR_NOMEM;
     for (size_t i = 0; i < r->n; i++) {
         const dsq_calib_tensor *t = &r->e[i];
-        int64_t hd[4] = { t->rows, t->cols, t->status, t->clip };
+        int64_t hd[5] = { t->rows, t->cols, t->status, t->clip, t->clip_idx ? t->clip_gs : -1 };
         dsq_sha256_update(&h, t->name, strlen(t->name) + 1);
         dsq_sha256_update(&h, hd, sizeof hd);
         const float *v[3] = { t->in_scale, t->row_scale, t->importance };
@@ -1242,6 +1310,10 @@ int dsq_calib_fingerprint(const dsq_calib_result *r, char hex[65])
             uint8_t present = v[k] != NULL;
             dsq_sha256_update(&h, &present, 1);
             if (present) dsq_sha256_update(&h, v[k], (size_t)len[k] * sizeof(float));
+        }
+        if (t->clip_idx) {
+            int64_t g = t->clip_gs > 0 && t->clip_gs < t->cols ? t->clip_gs : t->cols;
+            dsq_sha256_update(&h, t->clip_idx, (size_t)(t->rows * ((t->cols + g - 1) / g)));
         }
         float act[3] = { (float)t->has_act_static, t->act_scale, t->act_offset };
         dsq_sha256_update(&h, act, sizeof act);
