@@ -196,6 +196,12 @@ static void assert_same_result(const dsq_calib_result *a, const dsq_calib_result
         assert_int_equal(x->cols, y->cols);
         assert_int_equal(x->status, y->status);
         assert_int_equal(x->clip, y->clip);
+        assert_true((x->clip_idx == NULL) == (y->clip_idx == NULL));
+        if (x->clip_idx) {
+            int64_t g = x->clip_gs < x->cols ? x->clip_gs : x->cols;
+            assert_int_equal(x->clip_gs, y->clip_gs);
+            assert_memory_equal(x->clip_idx, y->clip_idx, (size_t)(x->rows * ((x->cols + g - 1) / g)));
+        }
         assert_true(arr_eq(x->in_scale, y->in_scale, x->cols));
         assert_true(arr_eq(x->row_scale, y->row_scale, x->rows));
         assert_true(arr_eq(x->importance, y->importance, x->cols));
