@@ -179,6 +179,81 @@ static void one_linear(const dsq_linear *l, int type, const dsq_calib_result *r,
     free(idx);
 }
 
+/* ---- scaling groups: the block objective ---------------------------------- */
+
+enum { G_ATTN, G_QB, G_KVB, G_MLP, G_MOE, G_DOWN, NG };
+static const char *const gname[NG] = { "input_layernorm -> q_a, kv_a", "q_a_layernorm -> q_b",
+                                        "kv_a_layernorm -> kv_b", "dense MLP input (gate/up)",
+                                        "MoE input (experts + shared)", "up -> down" };
+#define NGV 3
+static const char *const gvname[NGV] = { "s = 1", "unweighted", "block" };
+
+typedef struct gacc {
+    double logsum[NG][NGV];
+    int n[NG];
+} gacc;
+
+static int group_type(const dsq_scale_group *g)
+{
+    if (g->loss == DSQ_LOSS_MOE) return G_MOE;
+    if (g->loss == DSQ_LOSS_MLP) return G_MLP;
+    if (strstr(g->prev, "input_layernorm")) return G_ATTN;
+    if (strstr(g->prev, "q_a_layernorm")) return G_QB;
+    if (strstr(g->prev, "kv_a_layernorm")) return G_KVB;
+    return G_DOWN;
+}
+
+/* Held-out loss of each group (dsq_scale_eval: the MoE group on the MoE
+ * block output) for s = 1, scales searched with the older unweighted
+ * per-expert MoE loss, and with the block loss (the search as calibration
+ * runs it). Scales only, RTN: what the scale search decides. */
+static void groups_layer(dsq_model *m, int l, const dsq_layer_stats *la, const dsq_layer_stats *lb, gacc *G)
+{
+    dsq_group_list gl;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    if (dsq_groups_build(m, l, DSQ_GROUPS_AWQ, &gl, &d) < 0) die("groups", &d);
+    for (int i = 0; i < gl.n; i++) {
+        dsq_scale_group g = gl.v[i];
+        dsq_search_opts so = { DSQ_SEARCH_AWQ, 0, target, NULL, dsq_model_pool(m), NULL };
+        float *s = malloc((size_t)g.n * sizeof *s);
+        double e[NGV], e0;
+        int64_t rows;
+        dsq_search_report rep;
+        int ok = 1;
+        for (int v = 1; v < NGV && ok; v++) {
+            dsq_scale_group gv = g;
+            if (v == 1) gv.router = NULL;   /* the older loss */
+            if (dsq_scale_search(&gv, la, &so, s, &rep, &d) < 0) die("search", &d);
+            if (dsq_scale_eval(&g, lb, &so, s, &e0, &e[v], &rows, &d) < 0) die("eval", &d);
+            e[0] = e0;
+            ok = rows > 0 && rep.rows > 0 && e0 > 0;
+        }
+        free(s);
+        if (!ok) continue;
+        int k = group_type(&g);
+        for (int v = 0; v < NGV; v++) G->logsum[k][v] += log(e[v]);
+        G->n[k]++;
+    }
+    dsq_groups_release(&gl);
+}
+
+static void print_groups(const gacc *G)
+{
+    printf("\nscaling groups, held-out block output MSE (RTN with the searched scales), geometric mean per type\n");
+    printf("| %-30s | %3s |", "group", "n");
+    for (int v = 0; v < NGV; v++) printf(" %10s |", gvname[v]);
+    printf(" block/unweighted |\n|--------------------------------|-----|");
+    for (int v = 0; v < NGV; v++) printf("------------|");
+    printf("------------------|\n");
+    for (int k = 0; k < NG; k++) {
+        if (!G->n[k]) continue;
+        printf("| %-30s | %3d |", gname[k], G->n[k]);
+        for (int v = 0; v < NGV; v++) printf(" %10.4g |", exp(G->logsum[k][v] / G->n[k]));
+        printf(" %16.3f |\n", exp((G->logsum[k][2] - G->logsum[k][1]) / G->n[k]));
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *model = "samples/tiny-dsv3", *calib = "samples/data/calib.txt", *held = "samples/data/heldout.txt";
@@ -230,6 +305,8 @@ int main(int argc, char **argv)
     const int L = (int)cfg->num_hidden_layers;
     acc A;
     memset(&A, 0, sizeof A);
+    gacc G;
+    memset(&G, 0, sizeof G);
     for (int l = 0; l < L; l++) {
         const int ne = dsq_model_config_is_moe_layer(cfg, l) ? (int)cfg->n_routed_experts : 0;
         dsq_layer_stats la, lb;
@@ -239,6 +316,7 @@ int main(int argc, char **argv)
             dsq_collect_layer(m, l, sb, l + 1 < L, &c2, &lb, NULL, &d) < 0)
             die("forward", &d);
         if (l + 1 < L && (dsq_hstore_swap(sa, NULL) < 0 || dsq_hstore_swap(sb, NULL) < 0)) die("swap", NULL);
+        groups_layer(m, l, &la, &lb, &G);
         const dsq_layer *ly = &dsq_model_weights(m)->layers[l];
         one_linear(&ly->q_a, T_QA, r, &la, &lb, &A);
         one_linear(&ly->kv_a, T_KVA, r, &la, &lb, &A);
@@ -281,6 +359,7 @@ int main(int argc, char **argv)
     printf("| %-28s | %3d |", "all linears", nall);
     for (int v = 0; v < NV; v++) printf(" %9.3g |", exp(all[v] / nall));
     printf(" %11.3f |\n", exp((all[4] - all[3]) / nall));
+    print_groups(&G);
     dsq_calib_result_free(r);
     dsq_hstore_free(sa, 1);
     dsq_hstore_free(sb, 1);

@@ -43,9 +43,13 @@
  *            input_layernorm; dsq measures q_a/kv_a (q,k,v) outputs instead:
  *            cheaper, no attention rerun, documented simplification);
  *   MLP      down(silu(gate x) * up x) with down in float (AutoAWQ: the mlp);
- *   MOE      the sum of that over every expert with sampled tokens (its own
- *            routed tokens) plus the shared experts (all tokens), unweighted
- *            by the router weights.
+ *   MOE      the MoE block's output, as AutoAWQ inspects mlp: on the sampled
+ *            tokens of the router's input (uniform over all calibration
+ *            tokens; every token when the reservoir holds them all), each
+ *            token routed by the (float) router, out = sum_k w_k
+ *            expert_k(x) + shared(x), so experts add up per token with their
+ *            router weights, as in the layer. Without a router: the older
+ *            unweighted sum over experts of their own sampled rows.
  * The lowest loss wins, ties to the lower index, so the search never returns
  * a loss above the s = 1 loss. Clipping is not part of the search (AutoAWQ
  * searches scales with plain RTN too); see calib.h for the clip step. */
@@ -54,6 +58,7 @@
 
 #include "dsq_error.h"
 #include "model.h"
+#include "ops.h"
 #include "scheme.h"
 #include "stats.h"
 
@@ -90,6 +95,11 @@ typedef struct dsq_scale_group {
     int *mlp_expert;             /* routed expert index, -1 for dense / shared */
     int nmlp;
     int loss;                    /* enum dsq_group_loss */
+    /* LOSS_MOE: the router, to weight each expert's output per token as the
+     * layer does (router == NULL: the older unweighted per-expert sum) */
+    const dsq_linear *router;
+    const float *router_bias;
+    dsq_router route;
     char site[320];              /* statistics site of the group input */
     int expert;                  /* per-expert group (up -> down): its expert, else -1 */
 } dsq_scale_group;
