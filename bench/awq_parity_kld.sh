@@ -17,7 +17,7 @@ mkdir -p $OUT
 [ -x bin/ds-quant ] && [ -x bin/ds-eval ] || make -s all
 D=samples/data
 CAL="--calib $D/calib.txt --calib-samples 64 --calib-seqlen 512"
-bin/ds-eval ppl -q -m "$MODEL" --data $D/heldout.txt --save-logits $OUT/base.logp --json > $OUT/base.json
+bin/ds-eval ppl -q -f -m "$MODEL" --data $D/heldout.txt --save-logits $OUT/base.logp --json > $OUT/base.json
 num() { sed -n "s/.*\"$2\": *\([-0-9.e]*\).*/\1/p" "$1" | head -1; }
 printf '| %-32s | %7s | %9s | %11s | %9s |\n' "awq-w4a16" "ppl" "KLD mean" "KLD median" "KLD p99"
 printf '|%s|%s|%s|%s|%s|\n' "----------------------------------" "---------" "-----------" "-------------" "-----------"
