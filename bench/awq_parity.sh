@@ -6,11 +6,11 @@
 #
 #   sh bench/awq_parity.sh [SAMPLES] [SEQLEN]
 #
-# Defaults 8 x 256 tokens of samples/data/calib.txt and heldout.txt; runs
+# Defaults 32 x 512 tokens of samples/data/calib.txt and heldout.txt; runs
 # g128 and g64. End-to-end KL divergence: sh bench/awq_parity_kld.sh.
 set -e
 cd "$(dirname "$0")/.."
 make -s build/bench/awq_parity
 for g in 128 64; do
-    build/bench/awq_parity --samples "${1:-8}" --seqlen "${2:-256}" --group-size $g
+    build/bench/awq_parity --samples "${1:-32}" --seqlen "${2:-512}" --group-size $g
 done

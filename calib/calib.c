@@ -1147,7 +1147,9 @@ static int forward_run(run *c, const char *model_path, int *interrupted)
     co.sample_cap_expert = search ? o->awq_expert_tokens : 0;
     co.seed = o->data.seed;
     co.layer_flags = o->moe_calib_all ? DSQ_LAYER_ALL_EXPERTS : 0;
-    co.cov = o->clip && (c->flavor == DSQ_GROUPS_AWQ || o->target != NULL);   /* the AWQ clip search */
+    /* X^T X blocks for the AWQ clip search (awq.h); other schemes keep the
+     * proxy clip and do not pay for them (2.3 GiB per 671B layer) */
+    co.cov = o->clip && c->flavor == DSQ_GROUPS_AWQ;
     co.cancel = c->cancel;
     co.on_sample = on_sample;
     co.ctx = c;
