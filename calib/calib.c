@@ -7,6 +7,7 @@
 #include "stats_file.h"
 #include "tokenizer.h"
 
+#include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdint.h>
@@ -14,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 void dsq_calib_opts_init(dsq_calib_opts *o)
 {
@@ -48,6 +51,16 @@ struct dsq_calib_result {
     int *cov_n;
     dsq_calib_totals tot;
     char *info;                 /* summary JSON pieces known up front */
+    /* AWQ clip choices (one byte per 128 weights, ~5.2 GB at 671B) live in
+     * an unlinked temporary file, mapped read-only once the run ends: the
+     * pages are file-backed, so the kernel can drop them and RAM stays
+     * bounded while the converter reads them tensor by tensor. */
+    int clip_fd1;               /* file descriptor + 1 (0: none yet) */
+    uint64_t clip_used;
+    int64_t *clip_off;          /* [entry] byte offset in the file, -1 none */
+    size_t clip_noff;
+    uint8_t *clip_map;
+    size_t clip_maplen;
 };
 
 static void *own(dsq_calib_result *r, size_t bytes)
@@ -155,6 +168,9 @@ void dsq_calib_result_free(dsq_calib_result *r)
     }
     free(r->fb_name);
     free(r->fb_reason);
+    if (r->clip_map) munmap(r->clip_map, r->clip_maplen);
+    if (r->clip_fd1 > 0) close(r->clip_fd1 - 1);
+    free(r->clip_off);
     for (int l = 0; l < r->n_layers && r->cov; l++) free(r->cov[l]);
     free(r->cov);
     free(r->cov_n);
@@ -490,6 +506,55 @@ static int fallback_range(lin_ctx *x, const dsq_linear *l, const float **mn, con
     return DSQ_OK;
 }
 
+/* Append a tensor's clip choices to the result's file (see the struct). */
+static int clip_store(run *c, const dsq_calib_tensor *t, const uint8_t *idx, size_t n)
+{
+    dsq_calib_result *r = c->r;
+    const size_t k = (size_t)(t - r->e);
+    if (r->clip_fd1 <= 0) {
+        const char *tmp = getenv("TMPDIR");
+        char tpl[4096];
+        snprintf(tpl, sizeof tpl, "%s/dsq-clip-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        int fd = mkstemp(tpl);
+        if (fd < 0) return dsq_fail_errno(c->d, errno, "$TMPDIR", "cannot create the clip file");
+        unlink(tpl);   /* anonymous: gone when closed */
+        r->clip_fd1 = fd + 1;
+    }
+    if (k >= r->clip_noff) {
+        size_t nc = r->cap > k + 1 ? r->cap : k + 1;
+        int64_t *nv = realloc(r->clip_off, nc * sizeof *nv);
+        if (!nv) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        for (size_t i = r->clip_noff; i < nc; i++) nv[i] = -1;
+        r->clip_off = nv;
+        r->clip_noff = nc;
+    }
+    for (size_t done = 0; done < n;) {
+        ssize_t w = pwrite(r->clip_fd1 - 1, idx + done, n - done, (off_t)(r->clip_used + done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return dsq_fail_errno(c->d, w < 0 ? errno : ENOSPC, "$TMPDIR", "cannot write the clip file");
+        done += (size_t)w;
+    }
+    r->clip_off[k] = (int64_t)r->clip_used;
+    r->clip_used += n;
+    return DSQ_OK;
+}
+
+/* End of the run: map the clip file and point the entries into it. */
+static int clip_map(run *c)
+{
+    dsq_calib_result *r = c->r;
+    if (!r->clip_used) return DSQ_OK;
+    void *p = mmap(NULL, (size_t)r->clip_used, PROT_READ, MAP_SHARED, r->clip_fd1 - 1, 0);
+    if (p == MAP_FAILED) return dsq_fail_errno(c->d, errno, "$TMPDIR", "cannot map the clip file");
+    r->clip_map = p;
+    r->clip_maplen = (size_t)r->clip_used;
+    close(r->clip_fd1 - 1);
+    r->clip_fd1 = 0;
+    for (size_t i = 0; i < r->n && i < r->clip_noff; i++)
+        if (r->clip_off[i] >= 0) r->e[i].clip_idx = r->clip_map + r->clip_off[i];
+    return DSQ_OK;
+}
+
 /* AWQ clip on X^T X (awq.h): searched now (fresh statistics with X^T X
  * blocks) or read back from the statistics ("clipidx"); *done = 0 leaves the
  * tensor to the older diagonal-proxy path (groups that do not fit a block,
@@ -508,21 +573,23 @@ static int clip_cov(lin_ctx *x, const dsq_linear *l, const dsq_scheme *sc, int32
     char name[512];
     dsq_stats_name(name, sizeof name, x->ls->layer, "clipidx", l->name);
     uint8_t *idx = NULL;
+    int rc = DSQ_OK;
     if (x->fresh) {
         if (!site->cov) return DSQ_OK;
-        idx = own(c->r, n);
+        idx = malloc(n);
         float *w = malloc((size_t)l->out * (size_t)l->in * sizeof *w);
         if (!idx || !w) {
             free(w);
+            free(idx);
             return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for the clip search");
         }
         l->w.scheme->dequantize(&l->w, 0, l->out, w);
-        int rc = dsq_calib_apply_rows(t, 0, l->out, l->in, w);   /* the weights the converter will see */
+        rc = dsq_calib_apply_rows(t, 0, l->out, l->in, w);   /* the weights the converter will see */
         if (rc == DSQ_OK) rc = dsq_awq_clip_search(w, l->out, l->in, (int32_t)L.gsize, t->in_scale, site, idx, NULL,
                                                    NULL);
         free(w);
-        if (rc < 0) return dsq_fail(c->d, rc, NULL, l->name, -1, "clip search failed (%s)", dsq_strerror(rc));
-        if (c->w) DSQ_TRY(dsq_stats_writer_put(c->w, name, idx, n, 1, 0, c->d));
+        if (rc < 0) rc = dsq_fail(c->d, rc, NULL, l->name, -1, "clip search failed (%s)", dsq_strerror(rc));
+        if (rc == DSQ_OK && c->w) rc = dsq_stats_writer_put(c->w, name, idx, n, 1, 0, c->d);
     } else {
         void *buf = NULL;
         size_t nb = 0;
@@ -537,12 +604,11 @@ static int clip_cov(lin_ctx *x, const dsq_linear *l, const dsq_scheme *sc, int32
             free(buf);
             return dsq_fail(c->d, DSQ_ERR_FORMAT, NULL, name, -1, "clip choices do not fit the tensor");
         }
-        idx = own(c->r, n);
-        if (idx) memcpy(idx, buf, n);
-        free(buf);
-        if (!idx) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory");
+        idx = buf;
     }
-    t->clip_idx = idx;
+    if (rc == DSQ_OK) rc = clip_store(c, t, idx, n);   /* t->clip_idx points into it after the run */
+    free(idx);
+    if (rc < 0) return rc;
     t->clip_gs = (int32_t)L.gsize;
     *done = 1;
     return DSQ_OK;
@@ -1282,6 +1348,7 @@ int dsq_calib_run(const char *model_path, const dsq_calib_opts *o, dsq_calib_res
     } else if (rc == DSQ_OK) {
         rc = forward_run(&c, model_path, &interrupted);
     }
+    if (rc == DSQ_OK) rc = clip_map(&c);
     if (rc == DSQ_OK) {
         r->info = info_json(&c);
         if (!r->info) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");

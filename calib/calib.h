@@ -136,7 +136,8 @@ typedef struct dsq_calib_tensor {
     const float *importance;      /* [cols] or NULL: dsq_qparams.importance (scaled space) */
     int clip;                     /* dsq_qparams.clip_search */
     const uint8_t *clip_idx;      /* [rows][groups of clip_gs]: AWQ clip per (row, group) searched on
-                                     X^T X (awq.h), applied by dsq_calib_apply_rows; or NULL */
+                                     X^T X (awq.h), applied by dsq_calib_apply_rows; or NULL. Points
+                                     into a read-only file mapping owned by the result */
     int32_t clip_gs;              /* columns per clip group (cols: one group per row) */
     int has_act_static;           /* w8a8: static activation params below */
     float act_scale, act_offset;
