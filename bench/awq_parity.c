@@ -124,7 +124,7 @@ static void one_linear(const dsq_linear *l, int type, const dsq_calib_result *r,
     dsq_calib_site_of(l->name, 1, sn, sizeof sn);
     const dsq_act_stats *sa = dsq_layer_stats_find(la, sn), *sb = dsq_layer_stats_find(lb, sn);
     if (!sa || !sb || sa->count < 16 || sb->sample_n < 16) return;   /* an expert with too few tokens */
-    const int64_t R = l->out, C = l->in, ng = (C + (g_gs > 0 && g_gs < C ? g_gs : C) - 1) / (g_gs > 0 && g_gs < C ? g_gs : C);
+    const int64_t R = l->out, C = l->in, gw = g_gs > 0 && g_gs < C ? g_gs : C, ng = (C + gw - 1) / gw;
     const dsq_calib_tensor *t = dsq_calib_lookup(r, l->name);
     dsq_calib_tensor ts;   /* the result's scales, without its clip */
     memset(&ts, 0, sizeof ts);

@@ -154,7 +154,8 @@ double dsq_awq_output_mse(const float *w, const float *wq, int64_t rows, int64_t
     double e = -1.0;
     if (xs && d && y) {
         for (int64_t t = 0; t < T; t++)
-            for (int64_t j = 0; j < cols; j++) xs[t * cols + j] = in_scale ? x[t * cols + j] / in_scale[j] : x[t * cols + j];
+            for (int64_t j = 0; j < cols; j++)
+                xs[t * cols + j] = in_scale ? x[t * cols + j] / in_scale[j] : x[t * cols + j];
         for (size_t i = 0; i < (size_t)(rows * cols); i++) d[i] = w[i] - wq[i];
         /* (W - Wq) x: the output error itself, no cancellation of two outputs */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)rows, (int)cols, 1.0f, xs, (int)cols, d,
