@@ -127,7 +127,8 @@ static int fc_group(dsq_group_list *L, const dsq_linear *prev, const dsq_linear 
     return DSQ_OK;
 }
 
-static int ffn_groups(dsq_group_list *L, const dsq_layer *ly, const char *prefix, int q_lora)
+static int ffn_groups(dsq_group_list *L, const dsq_layer *ly, const char *prefix, int q_lora,
+                      const dsq_model_config *cfg)
 {
     dsq_scale_group *g = NULL;
     if (!ly->is_moe) {
@@ -151,6 +152,21 @@ static int ffn_groups(dsq_group_list *L, const dsq_layer *ly, const char *prefix
     g->rb = g->n;
     set_site(g, &ly->router, q_lora);
     g->loss = DSQ_LOSS_MOE;
+    if (ly->router.name && E <= DSQ_ROUTE_MAX_EXPERTS) {   /* routing as model.c sets it up */
+        g->router = &ly->router;
+        g->router_bias = ly->router_bias;
+        g->route.n_experts = E;
+        g->route.top_k = (int)cfg->num_experts_per_tok;
+        g->route.n_group = (int)cfg->n_group;
+        g->route.topk_group = (int)cfg->topk_group;
+        g->route.score_func = cfg->scoring_func;
+        g->route.topk_method = cfg->topk_method;
+        g->route.norm_topk_prob = cfg->norm_topk_prob;
+        g->route.scale_always = cfg->arch == DSQ_ARCH_DEEPSEEK_V3;
+        g->route.routed_scaling_factor = (float)cfg->routed_scaling_factor;
+        g->route.bias = ly->router_bias;
+        if (g->route.top_k < 1 || g->route.top_k > E) g->router = NULL;
+    }
     for (int e = 0; e < E; e++) {
         const dsq_mlp *x = &ly->experts[e];
         DSQ_TRY(fc_group(L, &x->up, &x->down, x->up.out, 0, 0, e, q_lora));
@@ -194,7 +210,7 @@ int dsq_groups_build(const dsq_model *m, int layer, int flavor, dsq_group_list *
         if (rc == DSQ_OK && c->num_key_value_heads == c->num_attention_heads && ly->v.out == ly->o.in)
             rc = fc_group(out, &ly->v, &ly->o, ly->v.out, 0, 0, -1, q_lora);
     }
-    if (rc == DSQ_OK) rc = ffn_groups(out, ly, prefix, q_lora);
+    if (rc == DSQ_OK) rc = ffn_groups(out, ly, prefix, q_lora, c);
     if (rc < 0) {
         dsq_groups_release(out);
         return dsq_fail(d, rc, NULL, NULL, -1, "layer %d: cannot build scaling groups (%s)", layer,
@@ -482,11 +498,26 @@ typedef struct unit {
     cons *c;               /* consumers of this unit */
     int nc;
     const dsq_linear *down;/* MLP units: the float down projection */
+    /* MoE block units: row t's output, times tw[t] (NULL: 1), is added to
+     * row tok[t] of the block outputs instead of being scored alone */
+    const int64_t *tok;
+    const float *tw;
 } unit;
+
+/* ydst[tok[t]] += tw[t] * y[t] over T rows of H */
+static void scatter_add(const unit *u, const float *y, int64_t H, float *ydst)
+{
+    for (int64_t t = 0; t < u->T; t++) {
+        float a = u->tw ? u->tw[t] : 1.0f;
+        float *d = ydst + u->tok[t] * H;
+        const float *x = y + t * H;
+        for (int64_t j = 0; j < H; j++) d[j] += a * x[j];
+    }
+}
 
 /* Accumulate loss[cand] over one unit; *elems += output elements per candidate. */
 static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, double *loss, double *elems,
-                       dsq_pool *pool, dsq_diag *d)
+                       float *const *yacc, float *yacc_ref, dsq_pool *pool, dsq_diag *d)
 {
     const int64_t T = u->T;
     int rc = DSQ_OK;
@@ -522,6 +553,7 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
             memcpy(h, yref[0], (size_t)T * (size_t)F * sizeof *h);
             dsq_silu_mul(h, yref[1], (size_t)T * (size_t)F);
             sgemm_nt(h, T, wd, H, F, ydref);
+            if (u->tok) scatter_add(u, ydref, H, yacc_ref);
         }
         free(h);
     }
@@ -555,6 +587,10 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
         if (rc < 0) break;
         dsq_silu_mul(yg, yu, (size_t)T * (size_t)F);
         sgemm_nt(yg, T, wd, H, F, yd);
+        if (u->tok) {   /* scored on the whole block by the caller */
+            scatter_add(u, yd, H, yacc[c]);
+            continue;
+        }
         loss[c] += sqdiff(yd, ydref, (size_t)T * (size_t)H);
         if (c == 0) *elems += (double)T * (double)H;
     }
@@ -605,6 +641,78 @@ static int resolve_group(const dsq_scale_group *g, const dsq_layer_stats *ls, co
     return DSQ_OK;
 }
 
+/* The MoE block's output error per candidate (awq.h, MOE): the router
+ * site's sampled tokens X [T][n], routed by the float router (the passive
+ * consumer: it reads x / s with weights * s, so routing does not depend on
+ * the candidate); each routed expert is a unit over its tokens with their
+ * router weights, the shared experts over all tokens; outputs are summed
+ * into [T][H] per candidate and compared with the float block. Memory: the
+ * C + 1 block outputs, (C + 1) x T x H floats (21 x 512 x 7168 x 4 bytes =
+ * 308 MB at 671B with the default 512 tokens). */
+static int moe_losses(const dsq_scale_group *g, const dsq_act_stats *site, cons *cs, const dsq_search_opts *o,
+                      float *const *cand, int C, double *loss, double *elems, int64_t *rows, dsq_diag *d)
+{
+    const int64_t T = site->sample_n, n = g->n, E = g->route.n_experts, K = g->route.top_k;
+    const int64_t H = g->mlp[0]->down.out;
+    int rc = DSQ_OK;
+    float *lg = malloc((size_t)(T * E) * sizeof *lg), *scratch = malloc(2 * (size_t)E * sizeof *scratch);
+    int *idx = malloc((size_t)(T * K) * sizeof *idx);
+    float *wt = malloc((size_t)(T * K) * sizeof *wt), *xe = malloc((size_t)(T * n) * sizeof *xe);
+    float *ew = malloc((size_t)T * sizeof *ew), *yref = calloc((size_t)(T * H), sizeof *yref);
+    float *ybuf = calloc((size_t)C * (size_t)(T * H), sizeof *ybuf);
+    float **yc = malloc((size_t)C * sizeof *yc);
+    int64_t *tok = malloc((size_t)T * sizeof *tok), *all = malloc((size_t)T * sizeof *all);
+    if (!lg || !scratch || !idx || !wt || !xe || !ew || !yref || !ybuf || !yc || !tok || !all)
+        rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, g->prev, -1, "out of memory for the MoE block loss");
+    if (rc == DSQ_OK) {
+        for (int c = 0; c < C; c++) yc[c] = ybuf + (size_t)c * (size_t)(T * H);
+        for (int64_t t = 0; t < T; t++) all[t] = t;
+        rc = g->router->w.scheme->gemm(&g->router->w, site->sample, T, lg, o->pool, NULL, 0);
+        if (rc < 0) rc = dsq_fail(d, rc, NULL, g->router->name, -1, "router gemm failed in the scale search");
+    }
+    for (int64_t t = 0; t < T && rc == DSQ_OK; t++) dsq_route(&g->route, lg + t * E, scratch, idx + t * K, wt + t * K);
+    for (int k = 0; k < g->nmlp && rc == DSQ_OK; k++) {
+        if (o->cancel && *o->cancel) {
+            rc = dsq_fail(d, DSQ_ERR_INTERRUPTED, NULL, g->prev, -1, "scale search interrupted");
+            break;
+        }
+        const int e = g->mlp_expert[k];
+        unit u = { site->sample, T, &cs[2 * k], 2, &g->mlp[k]->down, all, NULL };
+        if (g->mlp[k]->down.out != H) rc = dsq_fail(d, DSQ_ERR_SHAPE, NULL, g->prev, -1, "MoE widths differ");
+        if (e >= 0 && rc == DSQ_OK) {   /* a routed expert: its tokens, weighted */
+            int64_t te = 0;
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t j = 0; j < K; j++)
+                    if (idx[t * K + j] == e) {
+                        memcpy(xe + te * n, site->sample + t * n, (size_t)n * sizeof *xe);
+                        tok[te] = t;
+                        ew[te++] = wt[t * K + j];
+                    }
+            if (te == 0) continue;
+            u = (unit){ xe, te, &cs[2 * k], 2, &g->mlp[k]->down, tok, ew };
+        }
+        double el = 0.0;
+        if (rc == DSQ_OK) rc = unit_losses(&u, n, cand, C, loss, &el, yc, yref, o->pool, d);
+    }
+    if (rc == DSQ_OK) {
+        for (int c = 0; c < C; c++) loss[c] += sqdiff(yc[c], yref, (size_t)(T * H));
+        *elems = (double)T * (double)H;
+        *rows = T;
+    }
+    free(lg);
+    free(scratch);
+    free(idx);
+    free(wt);
+    free(xe);
+    free(ew);
+    free(yref);
+    free(ybuf);
+    free(yc);
+    free(tok);
+    free(all);
+    return rc;
+}
+
 /* loss[c] = summed squared error of candidate c over the group's units (the
  * whole group, or one per MLP with its own sampled rows); *elems = output
  * elements per candidate, *rows = sampled rows used. */
@@ -612,6 +720,8 @@ static int group_losses(const dsq_scale_group *g, const dsq_act_stats *site, con
                         const dsq_search_opts *o, float *const *cand, int C, double *loss, double *elems,
                         int64_t *rows, dsq_diag *d)
 {
+    if (g->loss == DSQ_LOSS_MOE && g->router && site->sample_n > 0)
+        return moe_losses(g, site, cs, o, cand, C, loss, elems, rows, d);
     unit *units = calloc((size_t)(g->nmlp > 0 ? g->nmlp : 1), sizeof *units);
     if (!units) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, g->prev, -1, "out of memory");
     int nu = 0, rc = DSQ_OK;
@@ -636,7 +746,7 @@ static int group_losses(const dsq_scale_group *g, const dsq_act_stats *site, con
             rc = dsq_fail(d, DSQ_ERR_INTERRUPTED, NULL, g->prev, -1, "scale search interrupted");
             break;
         }
-        rc = unit_losses(&units[u], g->n, cand, C, loss, elems, o->pool, d);
+        rc = unit_losses(&units[u], g->n, cand, C, loss, elems, NULL, NULL, o->pool, d);
     }
     free(units);
     return rc;

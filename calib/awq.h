@@ -43,9 +43,13 @@
  *            input_layernorm; dsq measures q_a/kv_a (q,k,v) outputs instead:
  *            cheaper, no attention rerun, documented simplification);
  *   MLP      down(silu(gate x) * up x) with down in float (AutoAWQ: the mlp);
- *   MOE      the sum of that over every expert with sampled tokens (its own
- *            routed tokens) plus the shared experts (all tokens), unweighted
- *            by the router weights.
+ *   MOE      the MoE block's output, as AutoAWQ inspects mlp: on the sampled
+ *            tokens of the router's input (uniform over all calibration
+ *            tokens; every token when the reservoir holds them all), each
+ *            token routed by the (float) router, out = sum_k w_k
+ *            expert_k(x) + shared(x), so experts add up per token with their
+ *            router weights, as in the layer. Without a router: the older
+ *            unweighted sum over experts of their own sampled rows.
  * The lowest loss wins, ties to the lower index, so the search never returns
  * a loss above the s = 1 loss. Clipping is not part of the search (AutoAWQ
  * searches scales with plain RTN too); see calib.h for the clip step. */
@@ -54,6 +58,7 @@
 
 #include "dsq_error.h"
 #include "model.h"
+#include "ops.h"
 #include "scheme.h"
 #include "stats.h"
 
@@ -90,6 +95,11 @@ typedef struct dsq_scale_group {
     int *mlp_expert;             /* routed expert index, -1 for dense / shared */
     int nmlp;
     int loss;                    /* enum dsq_group_loss */
+    /* LOSS_MOE: the router, to weight each expert's output per token as the
+     * layer does (router == NULL: the older unweighted per-expert sum) */
+    const dsq_linear *router;
+    const float *router_bias;
+    dsq_router route;
     char site[320];              /* statistics site of the group input */
     int expert;                  /* per-expert group (up -> down): its expert, else -1 */
 } dsq_scale_group;
@@ -159,5 +169,35 @@ int dsq_awq_clip_allowed(const char *tensor);
 int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const float *in_scale,
                    const float *importance, const dsq_act_stats *site, dsq_pool *pool, int *use_clip, double *err0,
                    double *err1, dsq_diag *d);
+
+/* ---- Clip search on X^T X (awq_clip.c) --------------------------------
+ * AutoAWQ auto_clip: per output row r and quantization group g, the clip
+ * max = amax * (1 - i/20), i < 10 (i = 0: none) with the least mean squared
+ * partial output error (x_g . (w_g - q(w_g)))^2 over the calibration tokens,
+ * x the input the scaled weights see (x / in_scale). Evaluated exactly from
+ * the site's X^T X blocks (stats.h, all tokens; AutoAWQ subsamples 512),
+ * never from a diagonal proxy. awq-w4a16 rounding (scheme.h); the converter
+ * clamps each group to +-max before quantizing (dsq_awq_clip_apply), which
+ * is AutoAWQ's own order (clamp, then pseudo-quantize). */
+#define DSQ_AWQ_CLIP_GRID       20
+#define DSQ_AWQ_CLIP_CANDIDATES 10
+
+/* Groups of gs columns (0: the whole row) each fit one X^T X block. */
+int   dsq_awq_clip_supported(int64_t cols, int32_t gs);
+float dsq_awq_clip_max(float amax, int idx);
+/* w [rows][cols]: weights with every scale folded; idx [rows][ngroups]
+ * receives the chosen i per (row, group). *err0 / *err1 (may be NULL): the
+ * objective per weight without clipping / with the chosen clips.
+ * DSQ_ERR_INVALID_ARG without X^T X or for unsupported groups. */
+int   dsq_awq_clip_search(const float *w, int64_t rows, int64_t cols, int32_t gs, const float *in_scale,
+                          const dsq_act_stats *site, uint8_t *idx, double *err0, double *err1);
+/* Clamp each (row, group) of rows w [nrows][cols] to +-its clip (idx as
+ * above, starting at the first of these rows). */
+void  dsq_awq_clip_apply(float *w, int64_t nrows, int64_t cols, int32_t gs, const uint8_t *idx);
+/* Mean squared output error of weights wq against w (both [rows][cols],
+ * scaled) on inputs x [T][cols] (divided by in_scale when given); -1 when
+ * T == 0 or out of memory. Benchmarks and tests. */
+double dsq_awq_output_mse(const float *w, const float *wq, int64_t rows, int64_t cols, const float *in_scale,
+                          const float *x, int64_t T);
 
 #endif

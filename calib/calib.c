@@ -8,6 +8,7 @@
 #include "stats_file.h"
 #include "tokenizer.h"
 
+#include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdint.h>
@@ -15,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 void dsq_calib_opts_init(dsq_calib_opts *o)
 {
@@ -50,6 +53,16 @@ struct dsq_calib_result {
     int *cov_n;
     dsq_calib_totals tot;
     char *info;                 /* summary JSON pieces known up front */
+    /* AWQ clip choices (one byte per 128 weights, ~5.2 GB at 671B) live in
+     * an unlinked temporary file, mapped read-only once the run ends: the
+     * pages are file-backed, so the kernel can drop them and RAM stays
+     * bounded while the converter reads them tensor by tensor. */
+    int clip_fd1;               /* file descriptor + 1 (0: none yet) */
+    uint64_t clip_used;
+    int64_t *clip_off;          /* [entry] byte offset in the file, -1 none */
+    size_t clip_noff;
+    uint8_t *clip_map;
+    size_t clip_maplen;
 };
 
 static void *own(dsq_calib_result *r, size_t bytes)
@@ -157,6 +170,9 @@ void dsq_calib_result_free(dsq_calib_result *r)
     }
     free(r->fb_name);
     free(r->fb_reason);
+    if (r->clip_map) munmap(r->clip_map, r->clip_maplen);
+    if (r->clip_fd1 > 0) close(r->clip_fd1 - 1);
+    free(r->clip_off);
     for (int l = 0; l < r->n_layers && r->cov; l++) free(r->cov[l]);
     free(r->cov);
     free(r->cov_n);
@@ -209,6 +225,10 @@ int dsq_calib_apply_rows(const dsq_calib_tensor *t, int64_t row0, int64_t nrows,
         }
         if (t->in_scale)
             for (int64_t j = 0; j < cols; j++) row[j] *= t->in_scale[j];
+        if (t->clip_idx) {
+            int64_t g = t->clip_gs > 0 && t->clip_gs < cols ? t->clip_gs : cols;
+            dsq_awq_clip_apply(row, 1, cols, t->clip_gs, t->clip_idx + (row0 + i) * ((cols + g - 1) / g));
+        }
     }
     return DSQ_OK;
 }
@@ -428,6 +448,8 @@ typedef struct lin_ctx {
     uint8_t decision;       /* of the linear being processed */
     const uint8_t *clip_in; /* decisions read back (statistics file), or NULL */
     size_t nclip_in;
+    uint8_t *cov_idx;       /* the linear's AWQ clip choices while GPTQ still needs them, or NULL */
+    int64_t cov_gs;
     int rc;
 } lin_ctx;
 
@@ -502,6 +524,119 @@ static int fallback_range(lin_ctx *x, const dsq_linear *l, const float **mn, con
 
 static int gptq_entry(lin_ctx *x, const dsq_linear *l, dsq_calib_tensor *t, const dsq_scheme *sc, int32_t gs,
                       const char *site);
+/* Append a tensor's clip choices to the result's file (see the struct). */
+static int clip_store(run *c, const dsq_calib_tensor *t, const uint8_t *idx, size_t n)
+{
+    dsq_calib_result *r = c->r;
+    const size_t k = (size_t)(t - r->e);
+    if (r->clip_fd1 <= 0) {
+        const char *tmp = getenv("TMPDIR");
+        char tpl[4096];
+        snprintf(tpl, sizeof tpl, "%s/dsq-clip-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        int fd = mkstemp(tpl);
+        if (fd < 0) return dsq_fail_errno(c->d, errno, "$TMPDIR", "cannot create the clip file");
+        unlink(tpl);   /* anonymous: gone when closed */
+        r->clip_fd1 = fd + 1;
+    }
+    if (k >= r->clip_noff) {
+        size_t nc = r->cap > k + 1 ? r->cap : k + 1;
+        int64_t *nv = realloc(r->clip_off, nc * sizeof *nv);
+        if (!nv) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        for (size_t i = r->clip_noff; i < nc; i++) nv[i] = -1;
+        r->clip_off = nv;
+        r->clip_noff = nc;
+    }
+    for (size_t done = 0; done < n;) {
+        ssize_t w = pwrite(r->clip_fd1 - 1, idx + done, n - done, (off_t)(r->clip_used + done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return dsq_fail_errno(c->d, w < 0 ? errno : ENOSPC, "$TMPDIR", "cannot write the clip file");
+        done += (size_t)w;
+    }
+    r->clip_off[k] = (int64_t)r->clip_used;
+    r->clip_used += n;
+    return DSQ_OK;
+}
+
+/* End of the run: map the clip file and point the entries into it. */
+static int clip_map(run *c)
+{
+    dsq_calib_result *r = c->r;
+    if (!r->clip_used) return DSQ_OK;
+    void *p = mmap(NULL, (size_t)r->clip_used, PROT_READ, MAP_SHARED, r->clip_fd1 - 1, 0);
+    if (p == MAP_FAILED) return dsq_fail_errno(c->d, errno, "$TMPDIR", "cannot map the clip file");
+    r->clip_map = p;
+    r->clip_maplen = (size_t)r->clip_used;
+    close(r->clip_fd1 - 1);
+    r->clip_fd1 = 0;
+    for (size_t i = 0; i < r->n && i < r->clip_noff; i++)
+        if (r->clip_off[i] >= 0) r->e[i].clip_idx = r->clip_map + r->clip_off[i];
+    return DSQ_OK;
+}
+
+/* AWQ clip on X^T X (awq.h): searched now (fresh statistics with X^T X
+ * blocks) or read back from the statistics ("clipidx"); *done = 0 leaves the
+ * tensor to the older diagonal-proxy path (groups that do not fit a block,
+ * statistics without X^T X or without the entry). */
+static int clip_cov(lin_ctx *x, const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const dsq_act_stats *site,
+                    dsq_calib_tensor *t, int *done)
+{
+    run *c = x->c;
+    *done = 0;
+    dsq_qshape sh;
+    dsq_qlayout L;
+    if (dsq_qshape_init(&sh, sc, l->out, l->in, gs) < 0 || dsq_qlayout_get(sc, &sh, &L) < 0 ||
+        !dsq_awq_clip_supported(l->in, (int32_t)L.gsize))
+        return DSQ_OK;
+    const size_t n = (size_t)l->out * (size_t)L.ngroups;
+    char name[512];
+    dsq_stats_name(name, sizeof name, x->ls->layer, "clipidx", l->name);
+    uint8_t *idx = NULL;
+    int rc = DSQ_OK;
+    if (x->fresh) {
+        if (!site->cov) return DSQ_OK;
+        idx = malloc(n);
+        float *w = malloc((size_t)l->out * (size_t)l->in * sizeof *w);
+        if (!idx || !w) {
+            free(w);
+            free(idx);
+            return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for the clip search");
+        }
+        l->w.scheme->dequantize(&l->w, 0, l->out, w);
+        rc = dsq_calib_apply_rows(t, 0, l->out, l->in, w);   /* the weights the converter will see */
+        if (rc == DSQ_OK) rc = dsq_awq_clip_search(w, l->out, l->in, (int32_t)L.gsize, t->in_scale, site, idx, NULL,
+                                                   NULL);
+        free(w);
+        if (rc < 0) rc = dsq_fail(c->d, rc, NULL, l->name, -1, "clip search failed (%s)", dsq_strerror(rc));
+        if (rc == DSQ_OK && c->w) rc = dsq_stats_writer_put(c->w, name, idx, n, 1, 0, c->d);
+    } else {
+        void *buf = NULL;
+        size_t nb = 0;
+        dsq_diag tmp;
+        dsq_diag_clear(&tmp);
+        if ((c->rd ? dsq_stats_reader_get(c->rd, name, &buf, &nb, NULL, &tmp)
+                   : dsq_stats_writer_get(c->w, name, &buf, &nb, NULL, &tmp)) != DSQ_OK)
+            return DSQ_OK;
+        int bad = nb != n;
+        for (size_t i = 0; i < nb && !bad; i++) bad = ((uint8_t *)buf)[i] >= DSQ_AWQ_CLIP_CANDIDATES;
+        if (bad) {   /* hostile or foreign file */
+            free(buf);
+            return dsq_fail(c->d, DSQ_ERR_FORMAT, NULL, name, -1, "clip choices do not fit the tensor");
+        }
+        idx = buf;
+    }
+    if (rc == DSQ_OK) rc = clip_store(c, t, idx, n);   /* t->clip_idx points into it after the run */
+    if (rc == DSQ_OK && c->o->gptq) {   /* GPTQ's group scales take the same clip (gptq_entry) */
+        free(x->cov_idx);
+        x->cov_idx = idx;
+        x->cov_gs = L.gsize;
+    } else {
+        free(idx);
+    }
+    if (rc < 0) return rc;
+    t->clip_gs = (int32_t)L.gsize;
+    *done = 1;
+    return DSQ_OK;
+}
 
 static int linear_entry(lin_ctx *x, const dsq_linear *l)
 {
@@ -539,13 +674,18 @@ static int linear_entry(lin_ctx *x, const dsq_linear *l)
         }
         t->importance = imp;
         int use = sc->id == DSQ_SCHEME_W4A8 || dsq_awq_clip_allowed(l->name);
-        if (use && x->fresh) {
+        int cov = 0;
+        if (use && sc->id == DSQ_SCHEME_AWQ_W4A16) DSQ_TRY(clip_cov(x, l, sc, gs, site, t, &cov));
+        if (cov) {
+            use = 0;   /* the clip is in clip_idx, not a quantizer search */
+            x->decision = 2;
+        } else if (use && x->fresh) {
             DSQ_TRY(dsq_clip_check(l, sc, gs, t->in_scale, imp, site, dsq_model_pool(c->m), &use, NULL, NULL, c->d));
         } else if (use && x->clip_in && x->nclip < x->nclip_in && x->clip_in[x->nclip] <= 1) {
             use = x->clip_in[x->nclip];
         }
         t->clip = use;
-        x->decision = (uint8_t)use;
+        if (!cov) x->decision = (uint8_t)use;
     }
     if (sc->act == DSQ_ACT_INT8_STATIC) {
         const float *mn = NULL, *mx = NULL;
@@ -567,8 +707,11 @@ static int linear_entry(lin_ctx *x, const dsq_linear *l)
             return dsq_fail(c->d, DSQ_ERR_NONFINITE, NULL, l->name, -1, "activation range is not finite");
         t->has_act_static = 1;
     }
-    if (c->o->gptq && have && sc->has_scales && sc->weight_bits <= 8) DSQ_TRY(gptq_entry(x, l, t, sc, gs, sn));
-    return DSQ_OK;
+    int rc = DSQ_OK;
+    if (c->o->gptq && have && sc->has_scales && sc->weight_bits <= 8) rc = gptq_entry(x, l, t, sc, gs, sn);
+    free(x->cov_idx);
+    x->cov_idx = NULL;
+    return rc;
 }
 
 /* GPTQ of one linear (calib.h): fresh runs solve on the folded weights with
@@ -625,7 +768,7 @@ static int gptq_entry(lin_ctx *x, const dsq_linear *l, dsq_calib_tensor *t, cons
         if (!w) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for GPTQ");
         l->w.scheme->dequantize(&l->w, 0, l->out, w);
         rc = dsq_calib_apply_rows(t, 0, l->out, l->in, w);
-        dsq_gptq_opts go = { c->o->gptq_damp, 0, t->clip, t->importance };
+        dsq_gptq_opts go = { c->o->gptq_damp, 0, t->clip, t->importance, x->cov_idx, x->cov_gs };
         dsq_qparams qp;
         dsq_qparams_init(&qp);
         dsq_calib_qparams(t, &qp);
@@ -669,6 +812,8 @@ static void lin_cb(void *ctx, const dsq_linear *l)
     x->decision = 255;
     double t0 = now_s();
     x->rc = linear_entry(x, l);
+    free(x->cov_idx);   /* an error return inside linear_entry left it */
+    x->cov_idx = NULL;
     if (strstr(l->name, ".experts.") || strstr(l->name, ".shared_experts."))   /* the clip checks */
         x->c->r->tot.seconds_search_moe += now_s() - t0;
     if (x->rc == DSQ_OK && x->nclip == x->capclip) {
@@ -1208,6 +1353,9 @@ static int forward_run(run *c, const char *model_path, int *interrupted)
     co.sample_cap_expert = search ? o->awq_expert_tokens : 0;
     co.seed = o->data.seed;
     co.layer_flags = o->moe_calib_all ? DSQ_LAYER_ALL_EXPERTS : 0;
+    /* X^T X blocks for the AWQ clip search (awq.h); other schemes keep the
+     * proxy clip and do not pay for them (2.3 GiB per 671B layer) */
+    co.cov = o->clip && c->flavor == DSQ_GROUPS_AWQ;
     co.cancel = c->cancel;
     co.on_sample = on_sample;
     co.ctx = c;
@@ -1352,6 +1500,7 @@ int dsq_calib_run(const char *model_path, const dsq_calib_opts *o, dsq_calib_res
     } else if (rc == DSQ_OK) {
         rc = forward_run(&c, model_path, &interrupted);
     }
+    if (rc == DSQ_OK) rc = clip_map(&c);
     if (rc == DSQ_OK) {
         r->info = info_json(&c);
         if (!r->info) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
@@ -1376,7 +1525,7 @@ int dsq_calib_fingerprint(const dsq_calib_result *r, char hex[65])
     if (dsq_sha256_init(&h) < 0) return DSQ_ERR_NOMEM;
     for (size_t i = 0; i < r->n; i++) {
         const dsq_calib_tensor *t = &r->e[i];
-        int64_t hd[4] = { t->rows, t->cols, t->status, t->clip };
+        int64_t hd[5] = { t->rows, t->cols, t->status, t->clip, t->clip_idx ? t->clip_gs : -1 };
         dsq_sha256_update(&h, t->name, strlen(t->name) + 1);
         dsq_sha256_update(&h, hd, sizeof hd);
         const float *v[3] = { t->in_scale, t->row_scale, t->importance };
@@ -1385,6 +1534,10 @@ int dsq_calib_fingerprint(const dsq_calib_result *r, char hex[65])
             uint8_t present = v[k] != NULL;
             dsq_sha256_update(&h, &present, 1);
             if (present) dsq_sha256_update(&h, v[k], (size_t)len[k] * sizeof(float));
+        }
+        if (t->clip_idx) {
+            int64_t g = t->clip_gs > 0 && t->clip_gs < t->cols ? t->clip_gs : t->cols;
+            dsq_sha256_update(&h, t->clip_idx, (size_t)(t->rows * ((t->cols + g - 1) / g)));
         }
         float act[3] = { (float)t->has_act_static, t->act_scale, t->act_offset };
         dsq_sha256_update(&h, act, sizeof act);

@@ -5,8 +5,14 @@
  * layer at a time (stats.h: only the current layer is materialized, hidden
  * states live in RAM or in two spill files), collects per-channel activation
  * statistics of every linear input, then per layer:
- *   awq-w4a16  AWQ search per scaling group (awq.h), then the clip search:
- *              the converter quantizes with quant's clip_search, weighted by
+ *   awq-w4a16  AWQ search per scaling group (awq.h), then the clip search
+ *              per (output row, quantization group) on the true error from
+ *              the X^T X blocks of the input (awq.h "Clip search on X^T X",
+ *              AutoAWQ auto_clip; q/k projections never clipped); the
+ *              choices are stored per tensor (and in the statistics file,
+ *              "clipidx") and the converter clamps the weights accordingly.
+ *              Groups that do not fit 128-column blocks keep the older
+ *              path: the converter quantizes with quant's clip_search, weighted by
  *              importance_j = RMS(x_j) / s_j, i.e. AutoAWQ's grid over
  *              amax * (1 - i/20), i < 10, with the diagonal of X^T X standing in
  *              for the sampled X.W error; because that proxy ignores how the
@@ -151,6 +157,10 @@ typedef struct dsq_calib_tensor {
     const float *row_scale;       /* [rows] or NULL: multiply row i (1-D: element i) */
     const float *importance;      /* [cols] or NULL: dsq_qparams.importance (scaled space) */
     int clip;                     /* dsq_qparams.clip_search */
+    const uint8_t *clip_idx;      /* [rows][groups of clip_gs]: AWQ clip per (row, group) searched on
+                                     X^T X (awq.h), applied by dsq_calib_apply_rows; or NULL. Points
+                                     into a read-only file mapping owned by the result */
+    int32_t clip_gs;              /* columns per clip group (cols: one group per row) */
     int has_act_static;           /* w8a8: static activation params below */
     float act_scale, act_offset;
     /* GPTQ: the whole quantized blob (scheme gptq_scheme, group size
@@ -177,7 +187,8 @@ void dsq_calib_result_free(dsq_calib_result *r);
 const dsq_calib_tensor *dsq_calib_lookup(const dsq_calib_result *r, const char *tensor);
 
 /* Apply an entry to float32 rows [row0, row0 + nrows) of a tensor whose rows
- * have `cols` values (w is row row0). 2-D: row_scale then in_scale. 1-D
+ * have `cols` values (w is row row0). 2-D: row_scale then in_scale, then
+ * the clip (clip_idx: each group clamped to +-amax * (1 - i/20)). 1-D
  * tensors (t->cols == 0, viewed as rows of cols values): element k =
  * row0 * cols + i gets row_scale[k]. DSQ_ERR_SHAPE if the view does not fit
  * the entry. */

@@ -3,6 +3,8 @@
 #include "stats.h"
 #include "dsq_file.h"
 
+#include <cblas.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -61,7 +63,46 @@ void dsq_act_stats_release(dsq_act_stats *s)
     free(s->sum_abs);
     free(s->sum_sq);
     free(s->sample);
+    free(s->cov);
     memset(s, 0, sizeof *s);
+}
+
+static int64_t cov_blocks(int64_t in) { return (in + DSQ_COV_BLOCK - 1) / DSQ_COV_BLOCK; }
+
+int dsq_act_stats_enable_cov(dsq_act_stats *s)
+{
+    if (s->cov) return DSQ_OK;
+    if (s->count) return DSQ_ERR_STATE;   /* would miss the rows already added */
+    s->cov = calloc((size_t)cov_blocks(s->in) * DSQ_COV_BLOCK * DSQ_COV_BLOCK, sizeof *s->cov);
+    return s->cov ? DSQ_OK : DSQ_ERR_NOMEM;
+}
+
+/* cov += X_b^T X_b per block. BLAS (single precision) does runs of at most
+ * COV_ROWS rows, each run's sums are added in double: float rounding stays
+ * that of a 256-term sum however many tokens the calibration has. */
+#define COV_ROWS 256
+static int cov_add(dsq_act_stats *s, const float *x, int64_t T)
+{
+    const int64_t B = DSQ_COV_BLOCK;
+    float *tmp = malloc((size_t)B * (size_t)B * sizeof *tmp);
+    if (!tmp) return DSQ_ERR_NOMEM;
+    for (int64_t b = 0; b < cov_blocks(s->in); b++) {
+        const int64_t c0 = b * B, w = s->in - c0 < B ? s->in - c0 : B;
+        double *cv = s->cov + (size_t)b * (size_t)(B * B);
+        for (int64_t t0 = 0; t0 < T; t0 += COV_ROWS) {
+            const int64_t n = T - t0 < COV_ROWS ? T - t0 : COV_ROWS;
+            cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)w, (int)n, 1.0f, x + t0 * s->in + c0,
+                        (int)s->in, 0.0f, tmp, (int)B);
+            for (int64_t i = 0; i < w; i++)
+                for (int64_t k = i; k < w; k++) {
+                    double v = (double)tmp[i * B + k];
+                    cv[i * B + k] += v;
+                    if (k != i) cv[k * B + i] += v;
+                }
+        }
+    }
+    free(tmp);
+    return DSQ_OK;
 }
 
 double dsq_act_stats_rms(const dsq_act_stats *s, int64_t j)
@@ -131,6 +172,7 @@ int dsq_act_stats_add(dsq_act_stats *s, const float *x, int64_t T, dsq_pool *poo
         if (bad) *bad = first;
         return DSQ_ERR_NONFINITE;
     }
+    if (s->cov) DSQ_TRY(cov_add(s, x, T));
     j.scan = 0;
     dsq_pool_run(p, nchunks, add_task, &j);
     /* reservoir (algorithm R): row g of the stream replaces a random slot */
@@ -153,6 +195,7 @@ int dsq_act_stats_merge(dsq_act_stats *dst, const dsq_act_stats *src)
 {
     if (dst->in != src->in) return DSQ_ERR_SHAPE;
     if (src->count == 0) return DSQ_OK;
+    if (dst->cov && !src->cov) return DSQ_ERR_STATE;   /* would be missing src's rows */
     for (int64_t c = 0; c < dst->in; c++) {
         if (dst->count == 0) {
             dst->vmin[c] = src->vmin[c];
@@ -164,6 +207,10 @@ int dsq_act_stats_merge(dsq_act_stats *dst, const dsq_act_stats *src)
         if (src->absmax[c] > dst->absmax[c]) dst->absmax[c] = src->absmax[c];
         dst->sum_abs[c] += src->sum_abs[c];
         dst->sum_sq[c] += src->sum_sq[c];
+    }
+    if (dst->cov) {
+        const size_t nc = (size_t)cov_blocks(dst->in) * DSQ_COV_BLOCK * DSQ_COV_BLOCK;
+        for (size_t i = 0; i < nc; i++) dst->cov[i] += src->cov[i];
     }
     dst->count += src->count;
     return DSQ_OK;
@@ -525,6 +572,7 @@ static int hook(void *ctx, int layer, const char *name, const float *x, int T, i
     dsq_act_stats *s;
     int cap = e >= 0 ? c->o->sample_cap_expert : c->o->sample_cap_dense;
     int rc = dsq_layer_stats_get(c->ls, site, in, cap, c->o->seed, &s);
+    if (rc == DSQ_OK && c->o->cov) rc = dsq_act_stats_enable_cov(s);
     if (rc < 0) return dsq_fail(c->d, rc, NULL, name, -1, "cannot record statistics");
     int64_t bad = -1;
     rc = dsq_act_stats_add(s, x, T, c->pool, &bad);

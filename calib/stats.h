@@ -47,6 +47,11 @@ typedef struct dsq_act_stats {
     float *vmin, *vmax;  /* [in]; +-FLT_MAX-free: 0 when count == 0 */
     double *sum_abs;     /* [in] */
     double *sum_sq;      /* [in] */
+    /* optional X^T X blocks (AWQ clip search, never saved): for each run of
+     * DSQ_COV_BLOCK input columns b, cov[b][i][k] = sum over rows of
+     * x[128b + i] x[128b + k] (row stride DSQ_COV_BLOCK, the last block
+     * narrower when in % 128 != 0). NULL unless dsq_act_stats_enable_cov. */
+    double *cov;
     /* token subsample (never saved) */
     float *sample;       /* [sample_cap][in] */
     int sample_cap, sample_n;
@@ -55,6 +60,10 @@ typedef struct dsq_act_stats {
 
 int  dsq_act_stats_init(dsq_act_stats *s, const char *name, int64_t in, int sample_cap, uint64_t seed);
 void dsq_act_stats_release(dsq_act_stats *s);
+/* Start accumulating the X^T X blocks (before the first add; in x 128
+ * doubles). */
+#define DSQ_COV_BLOCK 128
+int  dsq_act_stats_enable_cov(dsq_act_stats *s);
 /* Add T rows of x ([T][in]). pool may be NULL. Returns DSQ_ERR_NONFINITE
  * (nothing added) when x holds NaN/Inf; *bad (may be NULL) gets its index. */
 int  dsq_act_stats_add(dsq_act_stats *s, const float *x, int64_t T, dsq_pool *pool, int64_t *bad);
@@ -138,6 +147,7 @@ typedef struct dsq_collect_opts {
     int (*tap)(void *tap_ctx, const char *site, const float *x, int64_t T, int64_t in,
                const int32_t *token_index);
     void *tap_ctx;
+    int cov;                /* accumulate X^T X blocks at every site (AWQ clip search) */
 } dsq_collect_opts;
 
 /* Run layer `layer` on every sample of h (current state), collecting into ls
