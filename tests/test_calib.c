@@ -1815,7 +1815,8 @@ static void test_sample_clip_cov(void **state)
         dsq_layer_stats la, lb;
         assert_int_equal(dsq_layer_stats_init(&la, l, ne), 0);
         assert_int_equal(dsq_layer_stats_init(&lb, l, ne), 0);
-        dsq_collect_opts ca = { 0, 0, 7, 0, NULL, NULL, NULL, 1 }, cb = { 512, 512, 7, 0, NULL, NULL, NULL, 0 };
+        dsq_collect_opts ca = { .seed = 7, .cov = 1 };
+        dsq_collect_opts cb = { .sample_cap_dense = 512, .sample_cap_expert = 512, .seed = 7 };
         assert_int_equal(dsq_collect_layer(m, l, ha, l + 1 < L, &ca, &la, NULL, NULL), 0);
         assert_int_equal(dsq_collect_layer(m, l, hb, l + 1 < L, &cb, &lb, NULL, NULL), 0);
         if (l + 1 < L) {
