@@ -157,8 +157,8 @@ static const char *unused_option(unsigned long long seen, const char *scheme, in
             why = "is a calibration option: it needs --calib (or --stats)";
         else if ((o == OPT_ALPHA || o == OPT_NOSMOOTH) && sc && sc->id == DSQ_SCHEME_AWQ_W4A16)
             why = "is for SmoothQuant (w8a8, w4a8); awq-w4a16 searches AWQ scales";
-        else if (o == OPT_NOCLIP && sc && sc->id == DSQ_SCHEME_W8A8)
-            why = "is for int4 schemes (the clip search); w8a8 has none";
+        else if (o == OPT_NOCLIP && sc && (sc->id == DSQ_SCHEME_W8A8 || sc->id == DSQ_SCHEME_W8A8_DYNAMIC))
+            why = "is for int4 schemes (the clip search); w8a8 and w8a8-dynamic have none";
         else if ((o == OPT_RESUME || o == OPT_NOJOURNAL || o == OPT_CHECKPOINT || o == OPT_SAVESTATS) && dry)
             why = "has nothing to do in a --dry-run (nothing is written)";
         else if (o == OPT_CHECKPOINT && no_journal)
