@@ -35,40 +35,6 @@ static double now_s(void)
 
 /* ================= prepare ================= */
 
-/* A float tensor that absorbs calibration scales (a norm weight w / s, the
- * router's columns W s, a kept kv_b_proj's rows) is stored as float32 in the
- * .dsq instead of its BF16 source type: re-rounding the folded values to
- * BF16 adds an error of 2^-9 relative per value that RTN never has (the
- * source values are exact in BF16), enough to undo the smoothing of a
- * group on the sample. These tensors are a few KiB per layer. Exports keep
- * their format's source dtype (dsq_x_keep_dtype). */
-static int keep_folded_f32(dsq_convert *c, dsq_diag *d)
-{
-    if (!c->o.calib || c->xformat) return DSQ_OK;
-    const dsq_scheme *f32 = dsq_scheme_by_id(DSQ_SCHEME_F32);
-    for (size_t i = 0; i < c->plan.n; i++) {
-        dsq_plan_entry *e = &c->plan.v[i];
-        if (!e->kept || e->scheme->id != DSQ_SCHEME_BF16) continue;
-        const dsq_calib_tensor *t = dsq_calib_lookup(c->o.calib, e->name);
-        if (!t || (!t->in_scale && !t->row_scale)) continue;
-        dsq_qshape q;
-        size_t bytes;
-        int rc = dsq_qshape_init(&q, f32, e->qshape.rows, e->qshape.cols, 0);
-        if (rc == DSQ_OK) rc = f32->blob_size(&q, &bytes);
-        if (rc < 0) return dsq_fail(d, rc, NULL, e->name, -1, "cannot store the folded tensor as f32");
-        c->plan.count_by_scheme[e->scheme->id]--;
-        c->plan.bytes_by_scheme[e->scheme->id] -= e->est_bytes;
-        c->plan.est_bytes -= e->est_bytes;
-        e->scheme = f32;
-        e->qshape = q;
-        e->est_bytes = bytes;
-        c->plan.count_by_scheme[f32->id]++;
-        c->plan.bytes_by_scheme[f32->id] += bytes;
-        c->plan.est_bytes += bytes;
-    }
-    return DSQ_OK;
-}
-
 static int plan_tensors(dsq_convert *c, dsq_diag *d)
 {
     size_t n = c->plan.n;
@@ -154,7 +120,6 @@ int dsq_convert_prepare(dsq_convert **out, const dsq_convert_opts *o, dsq_diag *
     int rc = dsq_st_open(&c->m, o->input, d);
     if (rc == DSQ_OK) rc = dsq_conv_build_metadata(c, d);
     if (rc == DSQ_OK) rc = dsq_plan_build(&c->plan, o->recipe, c->m, c->num_hidden_layers, d);
-    if (rc == DSQ_OK) rc = keep_folded_f32(c, d);
     if (rc == DSQ_OK) rc = plan_tensors(c, d);
     if (rc == DSQ_OK) rc = dsq_conv_fingerprint(c, d);
     if (rc == DSQ_OK && c->xformat) rc = dsq_conv_export_prepare(c, d);
