@@ -60,6 +60,11 @@ same $M compressed-tensors --scheme w8a8-dynamic
 same $M compressed-tensors --scheme w4a8
 if [ -f samples/data/calib.txt ]; then
     same $M ascend --scheme w8a8 --calib samples/data/calib.txt --calib-samples 4 --calib-seqlen 64
+    # smoothed w8a8-dynamic stays a plain W8A8_DYNAMIC export (the .dsq keeps
+    # the folded norms in f32; the export writes them in the source dtype)
+    same $M ascend --scheme w8a8-dynamic --calib samples/data/calib.txt --calib-samples 4 --calib-seqlen 64
+    grep -q '"W8A8_DYNAMIC"' "$T/d/quant_model_description.json" || fail "smoothed w8a8-dynamic: not W8A8_DYNAMIC"
+    grep -q '"W8A8"' "$T/d/quant_model_description.json" && fail "smoothed w8a8-dynamic: static W8A8 entries"
     grep -q '"model_quant_type": "W8A8"' "$T/d/quant_model_description.json" || fail "static: model_quant_type"
 fi
 if [ -f "$F8/config.json" ]; then
