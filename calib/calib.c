@@ -1149,9 +1149,11 @@ static char *info_json(run *c)
 {
     const dsq_calib_opts *o = c->o;
     json_object *root = json_object_new_object();
+    const int dyn = c->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC;   /* no static ranges to record */
     const char *method = c->flavor == DSQ_GROUPS_AWQ ? "awq"
-                         : !o->smooth                ? "static-ranges"
+                         : !o->smooth                ? (dyn ? "none" : "static-ranges")
                          : c->scheme->id == DSQ_SCHEME_W4A8 && !o->alpha_set ? "smoothquant+awq-search"
+                         : dyn && !o->alpha_set                              ? "smoothquant-search"
                                                                               : "smoothquant";
     json_object_object_add(root, "method", json_object_new_string(method));
     json_object_object_add(root, "scheme", json_object_new_string(c->scheme->name));
