@@ -1,45 +1,86 @@
 #!/bin/sh
 # calib_quality.sh - round-to-nearest vs calibrated scales on the trained
-# sample: held-out perplexity, KL divergence against BF16 (mean and median)
-# and GSM-style accuracy for each pair of the README's calibration table.
+# sample, on two held-out texts: bits per weight over the quantized linears,
+# KL divergence against BF16 (mean with its 95% noise band, median, p99) and
+# same top-1, for each pair of the README's calibration table.
 #
-#   sh bench/calib_quality.sh [MODEL] [GSM_LIMIT]
+#   sh bench/calib_quality.sh [MODEL]
+#   EXTRA_FLAGS="--gptq" sh bench/calib_quality.sh    # extra ds-quant flags
+#                                                     # for the calibrated rows
 #
-# MODEL defaults to samples/tiny-dsv3; GSM_LIMIT (default 300, all) caps the
-# GSM-style problems. Calibration: samples/data/calib.txt, 64 x 512 tokens.
+# MODEL defaults to samples/tiny-dsv3. Texts: samples/data/heldout.txt and the
+# 300 GSM test problems (samples/data/gsm_test.jsonl) rendered as the sample
+# was trained on them, "Question: Q\nAnswer: A\n\n" (samples/corpus.py).
+# Calibration: samples/data/calib.txt, 64 x 512 tokens. The band is ds-eval
+# kld's bootstrap over whole 512-token windows (eval/eval_metrics.h).
+# EXTRA_FLAGS are added to every calibrated row (e.g. a --gptq variant);
+# EXTRA_ROWS=0 drops the rows that are not RTN/calibrated pairs.
 # Work files go to bench/out/calib-quality/ (gitignored). Measurement, not a
-# test: tests/test_calib.c asserts the orderings.
+# test: tests/test_calib.c asserts the orderings that cannot flip by noise.
 set -e
 cd "$(dirname "$0")/.."
 MODEL=${1:-samples/tiny-dsv3}
-LIMIT=${2:-300}
 OUT=bench/out/calib-quality
 mkdir -p $OUT
-[ -x bin/ds-quant ] && [ -x bin/ds-eval ] || make -s all
+command -v jq >/dev/null || { echo "calib_quality.sh: needs jq (.ci/deps.sh)" >&2; exit 2; }
+[ -x bin/ds-quant ] && [ -x bin/ds-eval ] && [ -x bin/ds-inspect ] || make -s all
 D=samples/data
-CAL="--calib $D/calib.txt --calib-samples 64 --calib-seqlen 512"
-bin/ds-eval ppl -q -m "$MODEL" --data $D/heldout.txt --save-logits $OUT/base.logp --json > $OUT/base.json
+CAL="--calib $D/calib.txt --calib-samples 64 --calib-seqlen 512 ${EXTRA_FLAGS:-}"
 
-num() { sed -n "s/.*\"$2\": *\([-0-9.e]*\).*/\1/p" "$1" | head -1; }
-acc() { sed -n "s/.*\"$2\":{\"exact_match\":\([0-9.]*\).*/\1/p" "$1" | head -1; }
+# the GSM test problems as training text; only \n escapes occur in the file,
+# anything else would be mis-rendered, so it is refused
+if grep -q '\\[^n]' $D/gsm_test.jsonl; then
+    echo "calib_quality.sh: $D/gsm_test.jsonl holds JSON escapes other than \\n" >&2
+    exit 1
+fi
+sed -n 's/^{"question": "\(.*\)", "answer": "\(.*\)"}$/Question: \1\\nAnswer: \2\\n/p' $D/gsm_test.jsonl |
+    sed 's/\\n/\n/g' > $OUT/gsm_test.txt
+[ "$(grep -c '^Question: ' $OUT/gsm_test.txt)" = "$(wc -l < $D/gsm_test.jsonl | tr -d ' ')" ] ||
+    { echo "calib_quality.sh: could not render every GSM test problem" >&2; exit 1; }
 
-printf '| %-34s | %7s | %12s | %11s | %12s |\n' "scheme" "ppl" "KLD mean" "KLD median" "GSM strict"
-printf '|%s|%s|%s|%s|%s|\n' "------------------------------------" "---------" "--------------" "-------------" "--------------"
-row() {   # label scheme args...
+for t in heldout gsm; do
+    f=$D/heldout.txt; [ $t = gsm ] && f=$OUT/gsm_test.txt
+    bin/ds-eval ppl -q -f -m "$MODEL" --data $f --save-logits $OUT/base_$t.logp --json > $OUT/base_$t.json
+    echo "base $t: $(jq -r '"\(.tokens_scored) positions in \(.windows) windows, ppl \(.ppl)"' $OUT/base_$t.json)"
+done
+
+# bits per weight over the quantized (integer-scheme) tensors: stored blob
+# bytes before zstd (scales and zero points included) over their elements
+bpw() {
+    bin/ds-inspect --json "$1" | jq -r '[.tensors[] | select(.scheme != "f32" and .scheme != "bf16")
+        | {b: .raw_bytes, n: (.shape | reduce .[] as $x (1; . * $x))}]
+        | if length == 0 then "-" else ((map(.b) | add) * 8 / (map(.n) | add) * 100 | round / 100 | tostring) end'
+}
+kld() {   # json-file -> "mean [lo, hi] | median | p99 | same top-1"
+    jq -r '"\(.kld_mean * 1e5 | round / 1e5) [\(.kld_mean_lo * 1e5 | round / 1e5), \(.kld_mean_hi * 1e5 | round / 1e5)] | \(.kld_median * 1e8 | round / 1e8) | \(.kld_p99 * 1e5 | round / 1e5) | \(.same_top1 * 1e4 | round / 100)%"' "$1"
+}
+
+echo
+echo "| scheme | bpw | heldout: KLD mean [95% band] | median | p99 | same top-1 | GSM test: KLD mean [95% band] | median | p99 | same top-1 |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+row() {   # label args...
     label=$1; shift; tag=$(echo "$label" | tr -c 'a-zA-Z0-9\n' '_')
     bin/ds-quant -q -f --json "$@" "$MODEL" $OUT/$tag.dsq > $OUT/$tag.quant.json
-    bin/ds-eval kld -q -m $OUT/$tag.dsq --base $OUT/base.logp --json > $OUT/$tag.kld.json
-    bin/ds-eval gsm8k -q -m $OUT/$tag.dsq --data $D/gsm_test.jsonl --train $D/gsm_fewshot.jsonl \
-        --limit "$LIMIT" --json > $OUT/$tag.gsm.json
-    printf '| %-34s | %7.4f | %12.5f | %11.3g | %11.1f%% |\n' "$label" "$(num $OUT/$tag.kld.json ppl)" \
-        "$(num $OUT/$tag.kld.json kld_mean)" "$(num $OUT/$tag.kld.json kld_median)" \
-        "$(echo "$(acc $OUT/$tag.gsm.json strict-match)" | awk '{print 100 * $1}')"
+    for t in heldout gsm; do
+        bin/ds-eval kld -q -m $OUT/$tag.dsq --base $OUT/base_$t.logp --json > $OUT/$tag.$t.json
+    done
+    echo "| $label | $(bpw $OUT/$tag.dsq) | $(kld $OUT/$tag.heldout.json) | $(kld $OUT/$tag.gsm.json) |"
     rm -f $OUT/$tag.dsq
 }
-echo "base: $MODEL ppl $(num $OUT/base.json ppl)"
 row "awq-w4a16 g128, RTN" --scheme awq-w4a16
 row "awq-w4a16 g128, AWQ" --scheme awq-w4a16 $CAL
+row "awq-w4a16 g64, RTN" --scheme awq-w4a16 --group-size 64
+row "awq-w4a16 g64, AWQ" --scheme awq-w4a16 --group-size 64 $CAL
 row "w8a8 static, no smoothing" --scheme w8a8 $CAL --no-smooth
 row "w8a8 static, SmoothQuant" --scheme w8a8 $CAL
+row "w8a8-dynamic, RTN" --scheme w8a8-dynamic
+row "w8a8-dynamic, smoothed" --scheme w8a8-dynamic $CAL
 row "w4a8, RTN" --scheme w4a8
 row "w4a8, calibrated" --scheme w4a8 $CAL
+if [ "${EXTRA_ROWS:-1}" != 0 ]; then
+    # what carries w8a8-dynamic's KLD on the sample: the dense layers'
+    # down_proj input (per-token int8 of silu(gate) * up); kept in BF16
+    # (routed and shared experts' down_proj stay quantized)
+    row "w8a8-dynamic, RTN, dense down_proj BF16" --scheme w8a8-dynamic --keep '\.mlp\.down_proj\.weight$'
+    row "w8a8-dynamic, smoothed, dense down_proj BF16" --scheme w8a8-dynamic --keep '\.mlp\.down_proj\.weight$' $CAL
+fi

@@ -331,11 +331,14 @@ static int search_target(void *ctx, const char *t, int64_t rows, int64_t cols, c
 
 /* ==== per-group decisions ================================================ */
 
-enum { M_NONE = 0, M_AWQ = 1, M_SMOOTH_SEARCH = 2, M_SMOOTH_FIXED = 3 };
+/* M_SMOOTH_SEARCH: w4a8, both grids; M_SMOOTH_SEARCH_W8: w8a8-dynamic, the
+ * SmoothQuant alpha grid only (int8 weights leave AWQ's salient-channel
+ * scaling little to protect; the activation side is what smoothing fixes). */
+enum { M_NONE = 0, M_AWQ = 1, M_SMOOTH_SEARCH = 2, M_SMOOTH_FIXED = 3, M_SMOOTH_SEARCH_W8 = 4 };
 
 static int group_method(run *c, const dsq_scale_group *g, int *method)
 {
-    int awq = 0, w4a8 = 0, w8s = 0;
+    int awq = 0, w4a8 = 0, w8s = 0, w8d = 0;
     for (int i = 0; i < g->nlin; i++) {
         const dsq_scheme *sc;
         int32_t gs;
@@ -344,9 +347,18 @@ static int group_method(run *c, const dsq_scale_group *g, int *method)
         awq |= sc->id == DSQ_SCHEME_AWQ_W4A16;
         w4a8 |= sc->id == DSQ_SCHEME_W4A8;
         w8s |= sc->act == DSQ_ACT_INT8_STATIC;
+        w8d |= sc->act == DSQ_ACT_INT8_TOKEN;
     }
-    *method = awq ? M_AWQ : w4a8 ? (c->o->alpha_set ? M_SMOOTH_FIXED : M_SMOOTH_SEARCH) : w8s ? M_SMOOTH_FIXED
-                                                                                            : M_NONE;
+    /* w4a8 searches both grids; w8a8-dynamic searches the SmoothQuant alpha
+     * (s = 1 included): per-token int8 activations need no static range, so
+     * without a search a fixed alpha can only make the int8 weights worse
+     * where the activations had no outlier channels to tame. */
+    int fixed = c->o->alpha_set;
+    *method = awq    ? M_AWQ
+              : w4a8 ? (fixed ? M_SMOOTH_FIXED : M_SMOOTH_SEARCH)
+              : w8s  ? M_SMOOTH_FIXED
+              : w8d  ? (fixed ? M_SMOOTH_FIXED : M_SMOOTH_SEARCH_W8)
+                     : M_NONE;
     if ((*method != M_AWQ || c->o->gptq) && !c->o->smooth) *method = M_NONE;   /* awq: GPTQ alone */
     return DSQ_OK;
 }
@@ -905,7 +917,8 @@ static int do_layer(run *c, int layer, const dsq_layer_stats *ls, int fresh)
             if (rc == DSQ_OK) dsq_smooth_scales(site->absmax, wmax, g->n, c->o->alpha, s);
             c->r->tot.groups_smoothed++;
         } else {
-            int kind = method == M_AWQ ? DSQ_SEARCH_AWQ : DSQ_SEARCH_BOTH;
+            int kind = method == M_AWQ ? DSQ_SEARCH_AWQ : method == M_SMOOTH_SEARCH_W8 ? DSQ_SEARCH_SMOOTH
+                                                                                     : DSQ_SEARCH_BOTH;
             if (fresh) {
                 dsq_search_report rep;
                 so.kind = kind;
@@ -1348,7 +1361,8 @@ static int forward_run(run *c, const char *model_path, int *interrupted)
     }
     dsq_collect_opts co = { 0 };
     /* token samples: for the searches and the clip check (int4 schemes) */
-    int search = c->flavor == DSQ_GROUPS_AWQ || c->scheme->id == DSQ_SCHEME_W4A8 || o->target != NULL;
+    int search = c->flavor == DSQ_GROUPS_AWQ || c->scheme->id == DSQ_SCHEME_W4A8 ||
+                 c->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC || o->target != NULL;
     co.sample_cap_dense = search ? o->awq_tokens : 0;
     co.sample_cap_expert = search ? o->awq_expert_tokens : 0;
     co.seed = o->data.seed;
@@ -1422,9 +1436,11 @@ static char *info_json(run *c)
 {
     const dsq_calib_opts *o = c->o;
     json_object *root = json_object_new_object();
+    const int dyn = c->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC;   /* no static ranges to record */
     const char *method = c->flavor == DSQ_GROUPS_AWQ ? "awq"
-                         : !o->smooth                ? "static-ranges"
+                         : !o->smooth                ? (dyn ? "none" : "static-ranges")
                          : c->scheme->id == DSQ_SCHEME_W4A8 && !o->alpha_set ? "smoothquant+awq-search"
+                         : dyn && !o->alpha_set                              ? "smoothquant-search"
                                                                               : "smoothquant";
     json_object_object_add(root, "method", json_object_new_string(method));
     json_object_object_add(root, "scheme", json_object_new_string(c->scheme->name));

@@ -26,11 +26,17 @@
  *              the SmoothQuant alpha grid and the AWQ grid (s = 1 included;
  *              a fixed SmoothQuant alpha with --alpha), plus the importance-
  *              weighted MSE clip search of the int4 weights (kept per tensor
- *              when it lowers the sampled output MSE, as above).
+ *              when it lowers the sampled output MSE, as above);
+ *   w8a8-dynamic scales searched per group on the simulated w8a8-dynamic
+ *              output (per-token int8 activations, per-channel int8
+ *              weights) over s = 1 and the SmoothQuant alpha grid (a fixed
+ *              alpha with --alpha); no static parameters, no clipping.
+ *              A group mixing schemes takes the first of: AWQ, w4a8, static
+ *              w8a8 (fixed alpha), w8a8-dynamic.
  * Which scheme a tensor gets comes from a target callback (the converter's
  * recipe); without one every quantizable linear gets opts.scheme and the
- * router stays float. Schemes without calibration (w8a8-dynamic, float) get
- * no scales.
+ * router stays float. Float schemes get no scales of their own (a float
+ * consumer or producer of a smoothed group still absorbs them).
  *
  * The result maps HF tensor names to dsq_calib_tensor. The scales are folded
  * into the checkpoint, so the output stays a plain model of its scheme:
@@ -120,8 +126,8 @@ typedef struct dsq_calib_opts {
     void *target_ctx;
     const char *target_id;        /* identifies the target mapping in resume fingerprints */
     float alpha;                  /* --alpha (SmoothQuant migration strength) */
-    int alpha_set;                /* alpha given explicitly: w4a8 uses it instead of searching */
-    int smooth;                   /* 0: no smoothing for w8a8/w4a8 (static ranges only); default 1 */
+    int alpha_set;                /* alpha given explicitly: w4a8 / w8a8-dynamic use it instead of searching */
+    int smooth;                   /* 0: no smoothing for w8a8/w4a8/w8a8-dynamic; default 1 */
     int clip;                     /* clip search for awq-w4a16 / w4a8; default 1 */
     int gptq;                     /* --gptq: GPTQ rounding of every integer-scheme linear */
     double gptq_damp;             /* --gptq-damp (percdamp); default 0.01 */

@@ -65,7 +65,9 @@ static void usage(void)
 "                           lines, or JSONL with a \"text\" field). awq-w4a16: AWQ\n"
 "                           scale search + clip search; w8a8: SmoothQuant + static\n"
 "                           activation scale/offset (w8a8 needs --calib or --stats);\n"
-"                           w4a8: smoothing (alpha searched) + int4 clip search\n"
+"                           w4a8: smoothing (alpha searched) + int4 clip search;\n"
+"                           w8a8-dynamic: smoothing, alpha searched per group on\n"
+"                           the simulated int8 output (s = 1 included)\n"
 "  --calib-samples N        samples (default 128; at most: shorter data gives\n"
 "                           fewer, with a warning, down to 4096 tokens)\n"
 "  --calib-seqlen L         tokens per sample (default 512)\n"
@@ -76,9 +78,11 @@ static void usage(void)
 "                           back to round-to-nearest, with a warning naming them\n"
 "  --min-expert-tokens N    (default 16)\n"
 "  --alpha A                SmoothQuant migration strength 0..1 (default 0.5; for\n"
-"                           w4a8 it fixes alpha instead of searching it)\n"
-"  --no-smooth              w8a8/w4a8: static ranges / clipping only, no smoothing;\n"
-"                           with --gptq also awq-w4a16: GPTQ without AWQ scales\n"
+"                           w4a8 and w8a8-dynamic it fixes alpha instead of\n"
+"                           searching it)\n"
+"  --no-smooth              w8a8/w4a8/w8a8-dynamic: static ranges / clipping only,\n"
+"                           no smoothing; with --gptq also awq-w4a16: GPTQ without\n"
+"                           AWQ scales\n"
 "  --no-clip                calibrated int4: skip the clip search\n"
 "  --gptq                   GPTQ rounding of every int8/int4 linear (all integer\n"
 "                           schemes, w8a8-dynamic included; the format is unchanged):\n"
@@ -169,8 +173,8 @@ static const char *unused_option(unsigned long long seen, const char *scheme, in
         else if ((o == OPT_ALPHA || (o == OPT_NOSMOOTH && !(seen & SEEN(OPT_GPTQ)))) && sc &&
                  sc->id == DSQ_SCHEME_AWQ_W4A16)
             why = "is for SmoothQuant (w8a8, w4a8); awq-w4a16 searches AWQ scales";
-        else if (o == OPT_NOCLIP && sc && sc->id == DSQ_SCHEME_W8A8)
-            why = "is for int4 schemes (the clip search); w8a8 has none";
+        else if (o == OPT_NOCLIP && sc && (sc->id == DSQ_SCHEME_W8A8 || sc->id == DSQ_SCHEME_W8A8_DYNAMIC))
+            why = "is for int4 schemes (the clip search); w8a8 and w8a8-dynamic have none";
         else if ((o == OPT_RESUME || o == OPT_NOJOURNAL || o == OPT_CHECKPOINT || o == OPT_SAVESTATS) && dry)
             why = "has nothing to do in a --dry-run (nothing is written)";
         else if (o == OPT_GPTQDAMP && !(seen & SEEN(OPT_GPTQ)))

@@ -635,10 +635,10 @@ int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp
     r.mode = malloc(n);
     float *klds = malloc(n * sizeof *klds);
     int rc = r.nll && r.kl && r.top && r.mode && klds ? run_all(&r, d) : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    double s_top = 0;
     if (rc == DSQ_OK) {
         /* summed in position order, as dsq_kld_run */
         dsq_kld_sums sums = { 0 };
-        double s_top = 0;
         for (size_t i = 0; i < n; i++) {
             double lp = rec_f32(base->records + i * base->info.record_size), kl = r.kl[i];
             klds[i] = (float)kl;
@@ -648,7 +648,10 @@ int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp
             info->text_positions += r.mode[i] >= 3;
             if (r.top[i] >= 0) { info->same_top_count++; s_top += r.top[i]; }
         }
-        dsq_kld_finish(res, &sums, klds, n);
+        rc = dsq_kld_finish(res, &sums, klds, n, p.per_chunk);
+        if (rc < 0) rc = dsq_fail(d, rc, NULL, NULL, -1, "out of memory");
+    }
+    if (rc == DSQ_OK) {
         double m = (double)info->same_top_count;
         res->same_top = m > 0 ? s_top / m : NAN;
         res->same_top_stderr = m > 1 ? sqrt(res->same_top * (1 - res->same_top) / (m - 1)) : NAN;

@@ -73,6 +73,9 @@ static const char usage_text[] =
 "      --data FILE         optional: re-tokenize and refuse if tokens differ\n"
 "      --bos window|first|no   with --data: the policy the base was made with\n"
 "                          (the base file fixes the windows; default window)\n"
+"      prints mean KLD with a 95% noise band (bootstrap over whole windows,\n"
+"      2000 resamples, fixed seed), median, p99, p99.9, max and same top-1\n"
+"      (share of positions whose argmax agrees with the base)\n"
 "gsm8k:\n"
 "      --data FILE         test split, JSONL {\"question\",\"answer\"}\n"
 "      --train FILE        few-shot pool (default: train.jsonl beside --data)\n"
@@ -743,6 +746,8 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         json_object_object_add(j, "tokens_scored", json_object_new_int64((int64_t)k.count));
         json_object_object_add(j, "kld_mean", jnum(k.kld_mean));
         json_object_object_add(j, "kld_stderr", jnum(k.kld_stderr));
+        json_object_object_add(j, "kld_mean_lo", jnum(k.kld_mean_lo));
+        json_object_object_add(j, "kld_mean_hi", jnum(k.kld_mean_hi));
         json_object_object_add(j, "kld_median", jnum(k.kld_median));
         json_object_object_add(j, "kld_p90", jnum(k.kld_p90));
         json_object_object_add(j, "kld_p95", jnum(k.kld_p95));
@@ -767,6 +772,8 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         printf("PPL ratio      : %.6f (delta %+.4f, ln ratio %.6f +/- %.6f)\n", k.ppl_ratio, k.ppl_delta,
                k.ln_ratio_mean, k.ln_ratio_stderr);
         printf("Mean    KLD    : %.6f +/- %.6f\n", k.kld_mean, k.kld_stderr);
+        printf("Mean    KLD 95%%: %.6f .. %.6f (bootstrap over %zu windows)\n", k.kld_mean_lo, k.kld_mean_hi,
+               plan.n_chunks);
         printf("Median  KLD    : %.6f\n", k.kld_median);
         printf("99.0%%   KLD    : %.6f\n", k.kld_p99);
         printf("99.9%%   KLD    : %.6f\n", k.kld_p999);

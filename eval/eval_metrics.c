@@ -673,8 +673,72 @@ void dsq_kld_sums_add(dsq_kld_sums *s, double kld, double nll, double nll_base)
     s->dp2 += dp * dp;
 }
 
-void dsq_kld_finish(dsq_kld_result *r, const dsq_kld_sums *s, float *klds, uint64_t count)
+static int cmp_double(const void *a, const void *b)
 {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int dsq_kld_bootstrap(const float *klds, uint64_t count, size_t per_window, unsigned n_boot, uint64_t seed,
+                      double *lo, double *hi)
+{
+    *lo = *hi = 0.0;
+    if (count == 0) return DSQ_OK;
+    if (per_window == 0 || per_window > count) per_window = (size_t)count;
+    size_t nw = (size_t)((count + per_window - 1) / per_window);
+    double *ws = malloc(nw * sizeof *ws), *cnt = malloc(nw * sizeof *cnt);
+    double *means = n_boot ? malloc((size_t)n_boot * sizeof *means) : NULL;
+    if (!ws || !cnt || (n_boot && !means)) {
+        free(ws);
+        free(cnt);
+        free(means);
+        return DSQ_ERR_NOMEM;
+    }
+    double total = 0.0;
+    for (size_t w = 0; w < nw; w++) {
+        uint64_t a = (uint64_t)w * per_window, b = a + per_window < count ? a + per_window : count;
+        double sum = 0.0;
+        for (uint64_t i = a; i < b; i++) sum += klds[i];
+        ws[w] = sum;
+        cnt[w] = (double)(b - a);
+        total += sum;
+    }
+    *lo = *hi = total / (double)count;
+    uint64_t x = seed ? seed : 1;
+    for (unsigned k = 0; k < n_boot; k++) {
+        double sum = 0.0, nn = 0.0;
+        for (size_t w = 0; w < nw; w++) {
+            x ^= x >> 12;   /* xorshift64* */
+            x ^= x << 25;
+            x ^= x >> 27;
+            uint64_t u = x * 0x2545f4914f6cdd1dull;
+            size_t pick = (size_t)((u >> 11) % nw);
+            sum += ws[pick];
+            nn += cnt[pick];
+        }
+        means[k] = sum / nn;
+    }
+    if (n_boot) {
+        qsort(means, n_boot, sizeof *means, cmp_double);
+        /* the same linear interpolation as dsq_percentile_sorted */
+        for (int t = 0; t < 2; t++) {
+            double pos = (t ? 0.975 : 0.025) * (double)(n_boot - 1);
+            size_t i = (size_t)pos;
+            double f = pos - (double)i, v = i + 1 < n_boot ? means[i] + f * (means[i + 1] - means[i]) : means[i];
+            if (t) *hi = v;
+            else *lo = v;
+        }
+    }
+    free(ws);
+    free(cnt);
+    free(means);
+    return DSQ_OK;
+}
+
+int dsq_kld_finish(dsq_kld_result *r, const dsq_kld_sums *s, float *klds, uint64_t count, size_t per_window)
+{
+    DSQ_TRY(dsq_kld_bootstrap(klds, count, per_window, DSQ_KLD_BOOT_N, DSQ_KLD_BOOT_SEED, &r->kld_mean_lo,
+                              &r->kld_mean_hi));
     double n = (double)count;
     r->count = count;
     r->kld_mean = s->kld / n;
@@ -699,6 +763,7 @@ void dsq_kld_finish(dsq_kld_result *r, const dsq_kld_sums *s, float *klds, uint6
     var = s->diff2 / n - r->ln_ratio_mean * r->ln_ratio_mean;
     r->ln_ratio_stderr = count > 1 && var > 0 ? sqrt(var / (n - 1)) : 0;
     r->dp_rms = sqrt(s->dp2 / n);
+    return DSQ_OK;
 }
 
 int dsq_kld_run(const dsq_logp_reader *base, size_t vocab, dsq_window_logits_fn fn,
@@ -769,7 +834,10 @@ int dsq_kld_run(const dsq_logp_reader *base, size_t vocab, dsq_window_logits_fn 
                           "log-prob data hash mismatch: the base file is corrupt");
     }
     if (rc == DSQ_OK) {
-        dsq_kld_finish(r, &sums, klds, count);
+        rc = dsq_kld_finish(r, &sums, klds, count, per);
+        if (rc < 0) rc = dsq_fail(d, rc, NULL, NULL, -1, "out of memory");
+    }
+    if (rc == DSQ_OK) {
         double n = (double)count;
         r->same_top = (double)same / n;
         r->same_top_stderr = count > 1 ? sqrt(r->same_top * (1 - r->same_top) / (n - 1)) : 0;

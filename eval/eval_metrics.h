@@ -250,7 +250,25 @@ typedef struct dsq_kld_result {
     double ln_ratio_mean;       /* mean(nll - nll_base) = ln(ppl / ppl_base) */
     double ln_ratio_stderr;
     double dp_rms;              /* RMS of p(t) - p_base(t) */
+    /* Noise band of kld_mean: 95% percentile-bootstrap interval over whole
+     * windows (dsq_kld_bootstrap; DSQ_KLD_BOOT_N resamples, fixed seed, so
+     * the same KLs give the same band). Windows, not positions, are the
+     * resampled unit because KL is correlated inside a window (a flipped
+     * digit changes what follows); equal to kld_mean with one window. */
+    double kld_mean_lo, kld_mean_hi;
 } dsq_kld_result;
+
+#define DSQ_KLD_BOOT_N    2000
+#define DSQ_KLD_BOOT_SEED 0x6b6c64626f6f7431ull   /* "kldboot1" */
+
+/* Percentile bootstrap of the mean of klds[count] (in position order,
+ * window-major, per_window positions per window; a short last window is its
+ * own unit): n_boot resamples of the windows with replacement, xorshift64*
+ * from seed; *lo / *hi = the 2.5th / 97.5th percentiles of the resampled
+ * means. Pure function of its arguments. n_boot == 0 or count == 0: both
+ * the plain mean (0 for count == 0). DSQ_ERR_NOMEM only. */
+int dsq_kld_bootstrap(const float *klds, uint64_t count, size_t per_window, unsigned n_boot, uint64_t seed,
+                      double *lo, double *hi);
 
 /* Evaluate every stored window with fn and compare with the base. Verifies
  * the records' SHA-256 while reading; on mismatch returns DSQ_ERR_CHECKSUM
@@ -268,8 +286,10 @@ typedef struct dsq_kld_sums {
  * the target token. */
 void dsq_kld_sums_add(dsq_kld_sums *s, double kld, double nll, double nll_base);
 /* Fill every field of r but same_top / same_top_stderr from count positions:
- * the sums and the per-position KLs klds[count] (sorted in place, count > 0). */
-void dsq_kld_finish(dsq_kld_result *r, const dsq_kld_sums *s, float *klds, uint64_t count);
+ * the sums and the per-position KLs klds[count] in position order, windows
+ * of per_window positions (for the bootstrap band; sorted in place after,
+ * count > 0). DSQ_ERR_NOMEM only. */
+int dsq_kld_finish(dsq_kld_result *r, const dsq_kld_sums *s, float *klds, uint64_t count, size_t per_window);
 
 /* Linear-interpolated percentile of sorted v[n] (numpy's default and
  * llama.cpp's), q in [0, 1]. */

@@ -390,6 +390,10 @@ static void roundtrip(int enc, int K)
     assert_int_equal(dsq_kld_run(&r, V, fake_logits, &q, &h, &k, NULL), 0);
     assert_true(k.kld_mean > 1e-3);
     assert_true(k.kld_min <= k.kld_median && k.kld_median <= k.kld_p99 && k.kld_p99 <= k.kld_max);
+    /* the noise band of the mean: around it, inside the per-position range */
+    assert_true(k.kld_mean_lo <= k.kld_mean && k.kld_mean <= k.kld_mean_hi);
+    assert_true(k.kld_mean_lo >= k.kld_min && k.kld_mean_hi <= k.kld_max);
+    assert_true(k.kld_mean_hi > k.kld_mean_lo);
     NEAR(k.ppl_ratio, k.ppl / k.ppl_base, 1e-12);
     NEAR(log(k.ppl_ratio), k.ln_ratio_mean, 1e-9);
     /* exact mean KL by hand over the same windows */
@@ -509,6 +513,59 @@ static void test_base_file_hostile_record(void **state)
     free(dir);
 }
 
+/* The bootstrap band of the mean KLD: resamples whole windows, so windows
+ * that agree give a zero-width band, and a band grows with the spread
+ * between windows; deterministic for a seed, and a short last window is
+ * its own unit. */
+static void test_kld_bootstrap(void **state)
+{
+    (void)state;
+    enum { W = 40, P = 25 };
+    float *k = malloc(W * P * sizeof *k);
+    double lo, hi, lo2, hi2;
+    /* identical windows (values differ inside each): no spread between windows */
+    for (int w = 0; w < W; w++)
+        for (int p = 0; p < P; p++) k[w * P + p] = 0.001f * (float)(p + 1);
+    assert_int_equal(dsq_kld_bootstrap(k, W * P, P, 500, 7, &lo, &hi), 0);
+    assert_true(fabs(lo - 0.013) < 1e-9 && fabs(hi - 0.013) < 1e-9);
+    /* one window holds a large value: the band must contain the mean and
+     * exclude neither side, and must be wide (the window is in or out) */
+    k[3 * P + 7] = 10.0f;
+    double mean = 0.0;
+    for (int i = 0; i < W * P; i++) mean += k[i];
+    mean /= W * P;
+    assert_int_equal(dsq_kld_bootstrap(k, W * P, P, 2000, DSQ_KLD_BOOT_SEED, &lo, &hi), 0);
+    assert_true(lo < mean && mean < hi);
+    assert_true(lo < 0.0131 + 1e-6);           /* resamples without the window */
+    assert_true(hi > mean + 0.5 * (mean - 0.013));
+    assert_int_equal(dsq_kld_bootstrap(k, W * P, P, 2000, DSQ_KLD_BOOT_SEED, &lo2, &hi2), 0);
+    assert_true(lo == lo2 && hi == hi2);
+    /* positions as units (per_window 1) give a narrower band than windows
+     * here only if the spread sits between windows; the big value is one
+     * position either way, so both contain the mean */
+    assert_int_equal(dsq_kld_bootstrap(k, W * P, 1, 2000, DSQ_KLD_BOOT_SEED, &lo2, &hi2), 0);
+    assert_true(lo2 < mean && mean < hi2);
+    /* the seed is used (windows that all differ: the percentiles move) */
+    float *v = malloc(W * P * sizeof *v);
+    for (int i = 0; i < W * P; i++) v[i] = 0.001f * (float)(1 + (i / P * 7919) % 37) + 1e-5f * (float)(i % P);
+    assert_int_equal(dsq_kld_bootstrap(v, W * P, P, 2000, 1, &lo, &hi), 0);
+    assert_int_equal(dsq_kld_bootstrap(v, W * P, P, 2000, 99, &lo2, &hi2), 0);
+    assert_true(lo2 != lo || hi2 != hi);
+    free(v);
+    /* a short last window, no resamples, nothing */
+    assert_int_equal(dsq_kld_bootstrap(k, W * P - 3, P, 0, 1, &lo, &hi), 0);
+    double m2 = 0.0;
+    for (int i = 0; i < W * P - 3; i++) m2 += k[i];
+    m2 /= W * P - 3;
+    assert_true(fabs(lo - m2) < 1e-12 && fabs(hi - m2) < 1e-12);
+    assert_int_equal(dsq_kld_bootstrap(k, 0, P, 100, 1, &lo, &hi), 0);
+    assert_true(lo == 0.0 && hi == 0.0);
+    /* one window: every resample is that window */
+    assert_int_equal(dsq_kld_bootstrap(k, P, P, 100, 1, &lo, &hi), 0);
+    assert_true(fabs(lo - hi) < 1e-15);
+    free(k);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -521,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_base_file_topk),
         cmocka_unit_test(test_base_file_topk_all),
         cmocka_unit_test(test_base_file_hostile_record),
+        cmocka_unit_test(test_kld_bootstrap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

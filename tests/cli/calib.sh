@@ -38,6 +38,17 @@ $Q -q --scheme w8a8 --stats "$T/s.dsq" --alpha 0.8 "$M" "$T/w8.dsq"
 grep -aq '"method":"smoothquant"' "$T/w.dsq" || fail "w8a8 metadata"
 grep -aq '"method":"static-ranges"' "$T/w0.dsq" || fail "w8a8 --no-smooth metadata"
 
+# w8a8-dynamic: RTN without --calib; with it, smoothing (alpha searched, or
+# fixed by --alpha), still w8a8-dynamic tensors only
+$Q -q --scheme w8a8-dynamic "$M" "$T/d0.dsq"
+$Q -q --scheme w8a8-dynamic $C "$M" "$T/d.dsq"
+$Q -q --scheme w8a8-dynamic $C --alpha 0.5 "$M" "$T/da.dsq"
+grep -aq '"calibration"' "$T/d0.dsq" && grep -aq '"method":"smoothquant' "$T/d0.dsq" && fail "w8a8-dynamic RTN says calibrated"
+grep -aq '"method":"smoothquant-search"' "$T/d.dsq" || fail "w8a8-dynamic --calib metadata"
+grep -aq '"method":"smoothquant"' "$T/da.dsq" || fail "w8a8-dynamic --alpha metadata"
+cmp -s "$T/d0.dsq" "$T/d.dsq" && fail "w8a8-dynamic --calib changed nothing"
+${BIN:-./bin}/ds-inspect "$T/d.dsq" | grep -q ' w8a8 ' && fail "w8a8-dynamic --calib stored static w8a8 tensors"
+
 # too few tokens per expert: RTN fallback, experts named in warnings
 $Q --scheme w4a8 $C --min-expert-tokens 1000000 --no-progress "$M" "$T/f.dsq" > /dev/null 2> "$T/err"
 grep -q "mlp.experts.0: " "$T/err" || fail "fallback experts are not named"
@@ -68,7 +79,7 @@ set -e
 [ ! -e "$T/e2.dsq" ] || fail "data below the floor left an output"
 # options the run would not use are refused (exit 2), not ignored
 for bad in "--scheme awq-w4a16 $C --alpha 0.5" "--scheme w8a8-dynamic --calib-samples 4" \
-           "--scheme w4a8 --no-clip" "--scheme w8a8 $C --no-clip" "--scheme awq-w4a16 --save-stats $T/x.dsq" \
+           "--scheme w4a8 --no-clip" "--scheme w8a8 $C --no-clip" "--scheme w8a8-dynamic $C --no-clip" "--scheme awq-w4a16 --save-stats $T/x.dsq" \
            "--dry-run --scheme w4a8 --resume"; do
     set +e
     $Q -q $bad "$M" "$T/u.dsq" 2> "$T/err"

@@ -61,6 +61,12 @@ same $M compressed-tensors --scheme w4a8
 if [ -f samples/data/calib.txt ]; then
     same $M ascend --scheme w8a8 --calib samples/data/calib.txt --calib-samples 4 --calib-seqlen 64
     grep -q '"model_quant_type": "W8A8"' "$T/d/quant_model_description.json" || fail "static: model_quant_type"
+    # smoothed w8a8-dynamic stays a plain W8A8_DYNAMIC export (the scales
+    # are folded into the weights and norms; nothing static is added)
+    same $M ascend --scheme w8a8-dynamic --calib samples/data/calib.txt --calib-samples 4 --calib-seqlen 64
+    grep -q '"model_quant_type": "W8A8_DYNAMIC"' "$T/d/quant_model_description.json" ||
+        fail "smoothed w8a8-dynamic: model_quant_type"
+    grep -q '"W8A8"' "$T/d/quant_model_description.json" && fail "smoothed w8a8-dynamic: static W8A8 entries"
 fi
 if [ -f "$F8/config.json" ]; then
     grep -q quantization_config "$F8/config.json" || fail "fp8 sample lacks quantization_config (test premise)"
