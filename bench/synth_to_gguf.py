@@ -11,7 +11,10 @@ safetensors with numpy (memory-mapped; BF16 stays as raw uint16 bits) and
 writes through llama.cpp's own gguf-py package, so the file layout is the one
 the llama.cpp build at hand expects. Only for benchmarking: the vocabulary is
 a dummy byte-level BPE of the model's vocab size (llama-bench feeds random
-token ids and never tokenizes text).
+token ids and never tokenizes text), unless the checkpoint's tokenizer.json
+is a byte-level BPE covering every id (the bundled samples), which is then
+written as it is, with the deepseek-v3 pre-tokenizer (the samples use its
+split rules), so that llama-perplexity can score text.
 
 Facts it follows (llama.cpp's DeepSeek V2/V3 converter and model loader):
 - tensors map to GGUF names through gguf-py's TensorNameMap for DEEPSEEK2;
@@ -152,8 +155,37 @@ def dummy_vocab(gguf, n_vocab, bos, eos):
     return tokens, types_, merges
 
 
-def write_metadata(gguf, w, cfg, n_layer):
-    w.add_name("dsq synthetic DeepSeek-V3 (benchmark weights)")
+def hf_vocab(gguf, model_dir, n_vocab):
+    """The checkpoint's own byte-level BPE (tokenizer.json), when it covers
+    exactly n_vocab ids (the dsq samples); None otherwise (gen_synth's
+    placeholder tokenizer), and the dummy vocab is used."""
+    path = os.path.join(model_dir, "tokenizer.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        tj = json.load(f)
+    model = tj.get("model") or {}
+    if model.get("type") != "BPE":
+        return None
+    by_id = {}
+    for tok, i in model.get("vocab", {}).items():
+        by_id[int(i)] = tok
+    special = set()
+    for a in tj.get("added_tokens", []):
+        by_id[int(a["id"])] = a["content"]
+        if a.get("special"):
+            special.add(int(a["id"]))
+    if sorted(by_id) != list(range(n_vocab)):
+        return None
+    T = gguf.TokenType
+    tokens = [by_id[i] for i in range(n_vocab)]
+    types_ = [T.CONTROL if i in special else T.NORMAL for i in range(n_vocab)]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    return tokens, types_, merges
+
+
+def write_metadata(gguf, w, cfg, n_layer, name):
+    w.add_name("dsq bench conversion of %s" % name)
     w.add_block_count(n_layer)
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
@@ -231,9 +263,10 @@ def main():
     nmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.DEEPSEEK2, n_layer)
 
     w = gguf.GGUFWriter(out + ".tmp", gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.DEEPSEEK2])
-    write_metadata(gguf, w, cfg, n_layer)
+    write_metadata(gguf, w, cfg, n_layer, os.path.basename(os.path.normpath(model_dir)))
     bos, eos = int(cfg.get("bos_token_id", 0)), int(cfg.get("eos_token_id", 1))
-    toks, ttypes, merges = dummy_vocab(gguf, int(cfg["vocab_size"]), bos, eos)
+    vocab = hf_vocab(gguf, model_dir, int(cfg["vocab_size"]))
+    toks, ttypes, merges = vocab or dummy_vocab(gguf, int(cfg["vocab_size"]), bos, eos)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("deepseek-v3")
     w.add_token_list(toks)
@@ -241,6 +274,12 @@ def main():
     w.add_token_merges(merges)
     w.add_bos_token_id(bos)
     w.add_eos_token_id(eos)
+    tcfg = os.path.join(model_dir, "tokenizer_config.json")
+    if vocab and os.path.exists(tcfg):
+        with open(tcfg, encoding="utf-8") as f:
+            tc = json.load(f)
+        w.add_add_bos_token(bool(tc.get("add_bos_token", True)))
+        w.add_add_eos_token(bool(tc.get("add_eos_token", False)))
 
     def emit(hf_name, dt, arr):
         new = nmap.get_name(hf_name, try_suffixes=(".weight", ".bias"))

@@ -7,6 +7,7 @@
 # change on a shared machine hits both engines alike.
 #
 #   LLAMA_CPP_DIR=/path/to/llama.cpp sh bench/vs_llamacpp.sh [ROUNDS]
+#   LLAMA_CPP_DIR=/path/to/llama.cpp sh bench/vs_llamacpp.sh kld
 #
 # LLAMA_CPP_DIR is a llama.cpp checkout the user built (CPU, -DGGML_NATIVE=ON,
 # targets llama-bench and llama-quantize); binaries are looked for in
@@ -26,12 +27,14 @@
 # Each engine's figure per round is its best of REPS repetitions (dsq:
 # bench_engine's best-of; llama.cpp: the fastest of llama-bench's samples);
 # the summary gives the best over ROUNDS and the range of the per-round
-# dsq / llama.cpp ratios. Caveat: bench_engine times one thread in process
-# CPU time, llama-bench always in wall time, so 1-thread ratios on a loaded
-# machine favour dsq; compare the 2-thread rows there.
+# dsq / llama.cpp ratios. One thread is timed in process CPU time for both
+# (bench_engine does so itself; llama-bench, which reports wall time only, is
+# run with 1 and 1+REPS repetitions under /usr/bin/time and the difference
+# taken: the mean of REPS runs), so the 1-thread rows hold on a shared
+# machine; 2 threads are wall time (best sample) for both.
 #
 # Environment: EXPERTS (16), ROUNDS (3, or the first argument), THREADS
-# ("2 1"), REPS (3), P (128), N (16), PYTHON (a python3 with numpy).
+# ("2 1"), REPS (4), P (128), N (16), PYTHON (a python3 with numpy).
 # Everything lands in bench/out/ (gitignored) and is kept for the next run.
 set -e
 cd "$(dirname "$0")/.."
@@ -46,6 +49,7 @@ for b in llama-bench llama-quantize; do
 done
 [ -d "$LLAMA_CPP_DIR/gguf-py/gguf" ] || { echo "vs_llamacpp: no gguf-py in $LLAMA_CPP_DIR" >&2; exit 1; }
 command -v jq >/dev/null || { echo "vs_llamacpp: needs jq (parses llama-bench's JSON lines)" >&2; exit 1; }
+[ -x /usr/bin/time ] || { echo "vs_llamacpp: needs /usr/bin/time (Debian package time)" >&2; exit 1; }
 if [ -z "$PYTHON" ]; then
     for p in python3 /usr/bin/python3; do
         if "$p" -c 'import numpy' 2>/dev/null; then PYTHON=$p; break; fi
@@ -53,10 +57,41 @@ if [ -z "$PYTHON" ]; then
 fi
 [ -n "$PYTHON" ] || { echo "vs_llamacpp: needs a python3 with numpy (set PYTHON)" >&2; exit 1; }
 
+# --- kld: llama.cpp's rows of the sample's quality table (issue 15) --------
+# samples/tiny-dsv3 (its own BPE vocab) to GGUF BF16, llama-quantize to each
+# type, llama-perplexity --kl-divergence against the BF16 logits on
+# samples/data/heldout.txt (-c 512: 39 chunks, the second half of each scored,
+# 9,984 positions). Each figure is against llama.cpp's own float base, as
+# dsq's are against its own (`ds-eval kld`).
+if [ "$1" = kld ]; then
+    [ -x "$LBIN/llama-perplexity" ] || { echo "vs_llamacpp: $LBIN/llama-perplexity not found" >&2; exit 1; }
+    K=bench/out/gguf-tiny
+    mkdir -p $K
+    PYTHONPATH="$LLAMA_CPP_DIR/gguf-py" $PYTHON bench/synth_to_gguf.py samples/tiny-dsv3 $K/bf16.gguf
+    "$LBIN/llama-perplexity" -m $K/bf16.gguf -f samples/data/heldout.txt -c 512 -t ${THREADS%% *} \
+        --kl-divergence-base $K/base.kld > $K/base.log 2>&1 || { tail -5 $K/base.log; exit 1; }
+    echo "llama.cpp $(git -C "$LLAMA_CPP_DIR" log -1 --format='%h %cd' --date=short 2>/dev/null)," \
+         "samples/tiny-dsv3 on samples/data/heldout.txt, -c 512; vs llama.cpp's BF16 logits"
+    sed -n 's/^Final estimate: PPL = /BF16 base PPL /p' $K/base.log
+    printf '%-8s %8s %11s %11s %11s %9s %8s\n' type "file MB" "mean KLD" "median" "p99" "same top" "PPL"
+    for q in ${KLD_TYPES:-Q8_0 Q4_K_M Q4_K_S Q4_0}; do
+        "$LBIN/llama-quantize" $K/bf16.gguf $K/$q.gguf $q > $K/$q-quant.log 2>&1 ||
+            { tail -5 $K/$q-quant.log; exit 1; }
+        "$LBIN/llama-perplexity" -m $K/$q.gguf -f samples/data/heldout.txt -c 512 -t ${THREADS%% *} \
+            --kl-divergence-base $K/base.kld --kl-divergence > $K/$q.log 2>&1 || { tail -5 $K/$q.log; exit 1; }
+        awk -v q=$q -v mb="$(wc -c < $K/$q.gguf)" '
+            /^Mean PPL\(Q\)  / { ppl = $4 } /^Mean +KLD:/ { mean = $3 } /^Median +KLD:/ { med = $3 }
+            /^99\.0% +KLD:/ { p99 = $3 } /^Same top p:/ { top = $4 }
+            END { printf "%-8s %8.2f %11s %11s %11s %8s%% %8s\n", q, mb / 1e6, mean, med, p99, top, ppl }' $K/$q.log
+    done
+    exit 0
+fi
+
 EXPERTS=${EXPERTS:-16}
 ROUNDS=${1:-${ROUNDS:-3}}
+case $ROUNDS in *[!0-9]*|'') echo "vs_llamacpp: ROUNDS must be a number, or the argument 'kld'" >&2; exit 2 ;; esac
 THREADS=${THREADS:-2 1}
-REPS=${REPS:-3}
+REPS=${REPS:-4}
 P=${P:-128}
 N=${N:-16}
 ENGINE=${BUILD:-build}/bench/bench_engine
@@ -105,6 +140,24 @@ for s in $PAIRS; do
         "$(gguf_of $s)" "$(wc -c < $(gguf_of $s) | awk '{print $1/1e6}')"
 done
 
+# llama-bench once; its CPU seconds (user + sys) go to $OUT/vs-llama.cpu.
+llama_run() {
+    /usr/bin/time -f '%U %S' -o $OUT/vs-llama.time "$LBIN/llama-bench" -m $1 -t $2 -p $3 -n $4 -r $5 \
+        -o jsonl > $OUT/vs-llama.jsonl 2> $OUT/vs-llama.err || { tail -5 $OUT/vs-llama.err >&2; exit 1; }
+    tail -1 $OUT/vs-llama.time | awk '{ print $1 + $2 }' > $OUT/vs-llama.cpu
+}
+# One thread in CPU time, as bench_engine times one thread: llama-bench
+# reports wall time only, so run it with 1 and with 1+REPS repetitions; the
+# difference in process CPU time is REPS runs of the test alone (model load,
+# context set-up and the warm-up run cancel). Prints tokens / CPU second.
+llama_cpu_rate() {
+    llama_run $1 1 $2 $3 1
+    a=$(cat $OUT/vs-llama.cpu)
+    llama_run $1 1 $2 $3 $((REPS + 1))
+    b=$(cat $OUT/vs-llama.cpu)
+    echo "$a $b $REPS $4" | awk '{ d = $2 - $1; print d > 0 ? $3 * $4 / d : 0 }'
+}
+
 # --- interleaved rounds ------------------------------------------------------
 RES=$OUT/vs_llamacpp.tsv
 : > $RES
@@ -114,13 +167,18 @@ while [ $r -le $ROUNDS ]; do
         for s in $PAIRS; do
             $ENGINE -t $t -p $P -n $N -r $REPS $(dsq_of $s) > $OUT/vs-dsq.txt 2>&1 ||
                 { cat $OUT/vs-dsq.txt; exit 1; }
-            awk -v r=$r -v t=$t -v s=$s '/ prefill .* decode / {
+            awk -v r=$r -v t=$t -v s=$s '/ prefill +[0-9.]+ tok\/s .* decode / {
                 for (i = 1; i < NF; i++) { if ($i == "prefill") pre = $(i+1); if ($i == "decode") dec = $(i+1) }
                 printf "%s\t%s\t%s\tdsq\t%s\t%s\n", r, t, s, pre, dec }' $OUT/vs-dsq.txt >> $RES
-            "$LBIN/llama-bench" -m $(gguf_of $s) -t $t -p $P -n $N -r $REPS -o jsonl \
-                > $OUT/vs-llama.jsonl 2> $OUT/vs-llama.err || { tail -5 $OUT/vs-llama.err; exit 1; }
-            pre=$(jq -r "select(.n_prompt == $P and .n_gen == 0) | .samples_ts | max" $OUT/vs-llama.jsonl)
-            dec=$(jq -r "select(.n_prompt == 0 and .n_gen == $N) | .samples_ts | max" $OUT/vs-llama.jsonl)
+            [ "$(tail -1 $RES | cut -f3,4)" = "$s	dsq" ] || { echo "vs_llamacpp: no figures in:" >&2; cat $OUT/vs-dsq.txt >&2; exit 1; }
+            if [ $t = 1 ]; then
+                pre=$(llama_cpu_rate $(gguf_of $s) $P 0 $P)
+                dec=$(llama_cpu_rate $(gguf_of $s) 0 $N $N)
+            else
+                llama_run $(gguf_of $s) $t $P $N $REPS
+                pre=$(jq -r "select(.n_prompt == $P and .n_gen == 0) | .samples_ts | max" $OUT/vs-llama.jsonl)
+                dec=$(jq -r "select(.n_prompt == 0 and .n_gen == $N) | .samples_ts | max" $OUT/vs-llama.jsonl)
+            fi
             printf '%s\t%s\t%s\tllama\t%s\t%s\n' $r $t $s "$pre" "$dec" >> $RES
             tail -2 $RES | awk -F'\t' '{ printf "round %s  %dT  %-13s %-6s prefill %8.1f tok/s  decode %7.1f tok/s\n",
                                          $1, $2, $3, $4, $5, $6 }'
