@@ -155,7 +155,7 @@ llama_cpu_rate() {
     a=$(cat $OUT/vs-llama.cpu)
     llama_run $1 1 $2 $3 $((REPS + 1))
     b=$(cat $OUT/vs-llama.cpu)
-    echo "$a $b $REPS $4" | awk '{ d = $2 - $1; print d > 0 ? $3 * $4 / d : 0 }'
+    echo "$a $b $REPS $4" | awk '{ d = $2 - $1; print (d > 0 ? $3 * $4 / d : 0) }'
 }
 
 # --- interleaved rounds ------------------------------------------------------
@@ -207,8 +207,8 @@ END {
     }
     g = S[i] == "bf16" ? "BF16" : S[i] == "w8a8-dynamic" ? "Q8_0" : "Q4_0"
     printf "%-3s %-13s %-5s %9.1f %9.1f %6.2f %4.2f-%-6.2f   %9.1f %9.1f %6.2f %4.2f-%-6.2f\n", T[j], S[i], g,
-      pre[k, "dsq"], pre[k, "llama"], pre[k, "llama"] > 0 ? pre[k, "dsq"] / pre[k, "llama"] : 0, lo1, hi1,
-      dec[k, "dsq"], dec[k, "llama"], dec[k, "llama"] > 0 ? dec[k, "dsq"] / dec[k, "llama"] : 0, lo2, hi2
+      pre[k, "dsq"], pre[k, "llama"], (pre[k, "llama"] > 0 ? pre[k, "dsq"] / pre[k, "llama"] : 0), lo1, hi1,
+      dec[k, "dsq"], dec[k, "llama"], (dec[k, "llama"] > 0 ? dec[k, "dsq"] / dec[k, "llama"] : 0), lo2, hi2
   }
 }' $RES
 echo "per-round figures: $RES"
