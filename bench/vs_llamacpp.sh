@@ -29,12 +29,13 @@
 # the summary gives the best over ROUNDS and the range of the per-round
 # dsq / llama.cpp ratios. One thread is timed in process CPU time for both
 # (bench_engine does so itself; llama-bench, which reports wall time only, is
-# run with 1 and 1+REPS repetitions under /usr/bin/time and the difference
-# taken: the mean of REPS runs), so the 1-thread rows hold on a shared
+# run with 1 and 1+CPU_REPS repetitions under /usr/bin/time and the
+# difference taken: the mean of CPU_REPS runs), so the 1-thread rows hold on a shared
 # machine; 2 threads are wall time (best sample) for both.
 #
 # Environment: EXPERTS (16), ROUNDS (3, or the first argument), THREADS
-# ("2 1"), REPS (4), P (128), N (16), PYTHON (a python3 with numpy).
+# ("2 1"), REPS (4), CPU_REPS (10), P (128), N (16), PAIRS (all four),
+# PYTHON (a python3 with numpy).
 # Everything lands in bench/out/ (gitignored) and is kept for the next run.
 set -e
 cd "$(dirname "$0")/.."
@@ -92,6 +93,7 @@ ROUNDS=${1:-${ROUNDS:-3}}
 case $ROUNDS in *[!0-9]*|'') echo "vs_llamacpp: ROUNDS must be a number, or the argument 'kld'" >&2; exit 2 ;; esac
 THREADS=${THREADS:-2 1}
 REPS=${REPS:-4}
+CPU_REPS=${CPU_REPS:-10}
 P=${P:-128}
 N=${N:-16}
 ENGINE=${BUILD:-build}/bench/bench_engine
@@ -128,7 +130,7 @@ dsq_of() { [ $1 = bf16 ] && echo $MODEL || echo $OUT/e$EXPERTS-$1.dsq; }
 gguf_of() {
     case $1 in bf16) echo $G/bf16.gguf ;; w8a8-dynamic) echo $G/Q8_0.gguf ;; *) echo $G/Q4_0.gguf ;; esac
 }
-PAIRS="bf16 w8a8-dynamic w4a8 awq-w4a16"
+PAIRS=${PAIRS:-bf16 w8a8-dynamic w4a8 awq-w4a16}
 
 echo "machine: $(nproc) cores, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)," \
      "load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -147,15 +149,18 @@ llama_run() {
     tail -1 $OUT/vs-llama.time | awk '{ print $1 + $2 }' > $OUT/vs-llama.cpu
 }
 # One thread in CPU time, as bench_engine times one thread: llama-bench
-# reports wall time only, so run it with 1 and with 1+REPS repetitions; the
-# difference in process CPU time is REPS runs of the test alone (model load,
-# context set-up and the warm-up run cancel). Prints tokens / CPU second.
+# reports wall time only, so run it with 1 and with 1+CPU_REPS repetitions;
+# the difference in process CPU time is CPU_REPS runs of the test alone
+# (model load, Q4_0 repacking, context set-up and the warm-up run cancel).
+# Those set-up costs vary by a second under load, so CPU_REPS (default 10)
+# must make the runs themselves dominate: with 4, the same Q4_0 file gave
+# 316 and 692 tok/s. Prints tokens / CPU second.
 llama_cpu_rate() {
     llama_run $1 1 $2 $3 1
     a=$(cat $OUT/vs-llama.cpu)
-    llama_run $1 1 $2 $3 $((REPS + 1))
+    llama_run $1 1 $2 $3 $((CPU_REPS + 1))
     b=$(cat $OUT/vs-llama.cpu)
-    echo "$a $b $REPS $4" | awk '{ d = $2 - $1; print (d > 0 ? $3 * $4 / d : 0) }'
+    echo "$a $b $CPU_REPS $4" | awk '{ d = $2 - $1; print (d > 0 ? $3 * $4 / d : 0) }'
 }
 
 # --- interleaved rounds ------------------------------------------------------
