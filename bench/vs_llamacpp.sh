@@ -67,9 +67,11 @@ fi
 if [ "$1" = kld ]; then
     [ -x "$LBIN/llama-perplexity" ] || { echo "vs_llamacpp: $LBIN/llama-perplexity not found" >&2; exit 1; }
     K=bench/out/gguf-tiny
+    KT=${THREADS:-2}
+    KT=${KT%% *}
     mkdir -p $K
     PYTHONPATH="$LLAMA_CPP_DIR/gguf-py" $PYTHON bench/synth_to_gguf.py samples/tiny-dsv3 $K/bf16.gguf
-    "$LBIN/llama-perplexity" -m $K/bf16.gguf -f samples/data/heldout.txt -c 512 -t ${THREADS%% *} \
+    "$LBIN/llama-perplexity" -m $K/bf16.gguf -f samples/data/heldout.txt -c 512 -t $KT \
         --kl-divergence-base $K/base.kld > $K/base.log 2>&1 || { tail -5 $K/base.log; exit 1; }
     echo "llama.cpp $(git -C "$LLAMA_CPP_DIR" log -1 --format='%h %cd' --date=short 2>/dev/null)," \
          "samples/tiny-dsv3 on samples/data/heldout.txt, -c 512; vs llama.cpp's BF16 logits"
@@ -78,7 +80,7 @@ if [ "$1" = kld ]; then
     for q in ${KLD_TYPES:-Q8_0 Q4_K_M Q4_K_S Q4_0}; do
         "$LBIN/llama-quantize" $K/bf16.gguf $K/$q.gguf $q > $K/$q-quant.log 2>&1 ||
             { tail -5 $K/$q-quant.log; exit 1; }
-        "$LBIN/llama-perplexity" -m $K/$q.gguf -f samples/data/heldout.txt -c 512 -t ${THREADS%% *} \
+        "$LBIN/llama-perplexity" -m $K/$q.gguf -f samples/data/heldout.txt -c 512 -t $KT \
             --kl-divergence-base $K/base.kld --kl-divergence > $K/$q.log 2>&1 || { tail -5 $K/$q.log; exit 1; }
         awk -v q=$q -v mb="$(wc -c < $K/$q.gguf)" '
             /^Mean PPL\(Q\)  / { ppl = $4 } /^Mean +KLD:/ { mean = $3 } /^Median +KLD:/ { med = $3 }
