@@ -104,7 +104,15 @@ int dsq_convert_prepare(dsq_convert **out, const dsq_convert_opts *o, dsq_diag *
     dsq_convert *c = calloc(1, sizeof *c);
     if (!c) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     c->o = *o;
-    if (!c->o.mem_budget) c->o.mem_budget = 512ull << 20;
+    if (!c->o.mem_budget) {
+        /* The budget counts every item in flight, so it also caps how many
+         * workers can be busy: 512 MiB is ~17 expert-sized items (2 x 15 MB
+         * each for V3 int8), which would idle most of a 192-core host. Give
+         * each worker room for two such items beyond the floor. */
+        int t = o->threads > 0 ? o->threads : dsq_cpu_count();
+        uint64_t per = 64ull << 20;
+        c->o.mem_budget = (uint64_t)t * per > (512ull << 20) ? (uint64_t)t * per : 512ull << 20;
+    }
     if (!c->o.stream_bytes) c->o.stream_bytes = 64ull << 20;
     if (!c->o.piece_bytes) c->o.piece_bytes = 16ull << 20;
     if (c->o.error_sample <= 0) c->o.error_sample = 16;
