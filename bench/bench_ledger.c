@@ -31,7 +31,7 @@ int main(int argc, char **argv)
             const dsq_st_tensor *t = dsq_st_get(m, i);
             size_t n = strlen(t->name);
             if (n > 10 && !strcmp(t->name + n - 10, "_scale_inv")) continue;   /* hashed with its weight */
-            rc = dsq_ledger_hash(m, t, h);
+            rc = dsq_ledger_hash(m, t, 1, 1, h);   /* one piece: one SHA-256 stream */
         }
         double s = dsq_now() - t0;
         if (rc < 0) break;

@@ -215,10 +215,30 @@ int dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t off, 
     return DSQ_OK;
 }
 
+/* Keep dirty pages flowing (see DSQ_OUT_FLUSH_BYTES): start writeback of
+ * the newest full window, then wait for the one before it, which has had a
+ * window's worth of appends to finish. Errors are left to the commit's
+ * fsync, which reports them; sync_file_range only schedules. */
+static void flush_behind(dsq_outfile *f)
+{
+    if (f->direct || f->fd < 0) return;
+    if (f->written < f->flushed) f->flushed = f->waited = 0;   /* truncated: start over */
+    if (f->written - f->flushed < DSQ_OUT_FLUSH_BYTES) return;
+    uint64_t end = f->written / DSQ_OUT_FLUSH_BYTES * DSQ_OUT_FLUSH_BYTES;
+    (void)sync_file_range(f->fd, (off_t)f->flushed, (off_t)(end - f->flushed), SYNC_FILE_RANGE_WRITE);
+    if (f->flushed > f->waited)
+        (void)sync_file_range(f->fd, (off_t)f->waited, (off_t)(f->flushed - f->waited),
+                              SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                              SYNC_FILE_RANGE_WAIT_AFTER);
+    f->waited = f->flushed;
+    f->flushed = end;
+}
+
 int dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n, dsq_diag *d)
 {
     DSQ_TRY(dsq_outfile_pwrite(f, buf, n, f->written, d));
     f->written += n;
+    flush_behind(f);
     return DSQ_OK;
 }
 

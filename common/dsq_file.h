@@ -26,7 +26,17 @@ typedef struct dsq_outfile {
     char *tmp_path;      /* temporary name (the final name when direct) */
     int direct;          /* output is a character device or FIFO: written in
                           * place, no temporary, no rename, nothing removed */
+    uint64_t flushed;    /* writeback started for [0, flushed) */
+    uint64_t waited;     /* writeback finished for [0, waited) */
 } dsq_outfile;
+
+/* Appends start the kernel's writeback every DSQ_OUT_FLUSH_BYTES and wait
+ * for the window before that, so dirty pages keep flowing to the disk while
+ * the conversion runs: without it the kernel writes nothing until about 10%
+ * of RAM is dirty, and the commit's fsync then waits for all of it (0.4 s
+ * for a 0.47 GB output here, minutes for a 671B one), and the dirty pages
+ * push the source out of the page cache. */
+#define DSQ_OUT_FLUSH_BYTES (16u << 20)
 
 enum dsq_outfile_flags {
     DSQ_OUT_OVERWRITE = 1 << 0, /* replace an existing final file */
@@ -47,7 +57,8 @@ char *dsq_outfile_tmp_name(const char *path);
  *    or without the flag, because nothing is replaced;
  *  - anything else (directory, block device, socket): refused. */
 int  dsq_outfile_open(dsq_outfile *f, const char *path, unsigned flags, dsq_diag *d);
-/* Append all n bytes (retries short writes); ENOSPC maps to DSQ_ERR_NOSPC. */
+/* Append all n bytes (retries short writes); ENOSPC maps to DSQ_ERR_NOSPC.
+ * Starts writeback behind the appends (DSQ_OUT_FLUSH_BYTES). */
 int  dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n, dsq_diag *d);
 /* Write at an absolute offset (does not move 'written'). */
 int  dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t off, dsq_diag *d);

@@ -104,7 +104,15 @@ int dsq_convert_prepare(dsq_convert **out, const dsq_convert_opts *o, dsq_diag *
     dsq_convert *c = calloc(1, sizeof *c);
     if (!c) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     c->o = *o;
-    if (!c->o.mem_budget) c->o.mem_budget = 512ull << 20;
+    if (!c->o.mem_budget) {
+        /* The budget counts every item in flight, so it also caps how many
+         * workers can be busy: 512 MiB is ~17 expert-sized items (2 x 15 MB
+         * each for V3 int8), which would idle most of a 192-core host. Give
+         * each worker room for two such items beyond the floor. */
+        int t = o->threads > 0 ? o->threads : dsq_cpu_count();
+        uint64_t per = 64ull << 20;
+        c->o.mem_budget = (uint64_t)t * per > (512ull << 20) ? (uint64_t)t * per : 512ull << 20;
+    }
     if (!c->o.stream_bytes) c->o.stream_bytes = 64ull << 20;
     if (!c->o.piece_bytes) c->o.piece_bytes = 16ull << 20;
     if (c->o.error_sample <= 0) c->o.error_sample = 16;
@@ -258,6 +266,8 @@ struct dsq_conv_sink {
     int committed;              /* shards finished (sharded output) */
     unsigned open_flags;
     dsq_ledger *ledger;         /* source hashes for --resume; NULL with --no-journal */
+    uint8_t *dig;               /* the current tensor's piece digests (ledger) */
+    size_t dig_cap;             /* in digests */
     /* streamed tensor in progress */
     uint8_t *acc;               /* S, Z, R sections of the whole blob */
     size_t acc_size;
@@ -270,6 +280,8 @@ struct dsq_conv_sink {
     void *fn_ctx;
 };
 
+static int ledger_presync(void *ledger, dsq_diag *d) { return dsq_ledger_sync(ledger, d); }
+
 static int sink_open(dsq_conv_sink *k, int shard, dsq_diag *d)
 {
     dsq_convert *c = k->c;
@@ -280,6 +292,7 @@ static int sink_open(dsq_conv_sink *k, int shard, dsq_diag *d)
     if (rc < 0) return rc;
     if (c->o.checkpoint_seconds >= 0)
         dsq_ctr_writer_set_checkpoint_interval(k->w, c->o.checkpoint_seconds);
+    if (k->ledger) dsq_ctr_writer_set_presync(k->w, ledger_presync, k->ledger);
     rc = dsq_ctr_writer_set_metadata(k->w, c->meta, d);
     if (rc < 0) return rc;
     k->shard = shard;
@@ -289,7 +302,11 @@ static int sink_open(dsq_conv_sink *k, int shard, dsq_diag *d)
 static int sink_finish(dsq_conv_sink *k, dsq_diag *d)
 {
     if (!k->w) return DSQ_OK;
-    int rc = dsq_ctr_writer_finish(k->w, d);
+    /* A committed shard is reused by --resume without a journal: its
+     * tensors' records must be durable before it becomes visible. */
+    int rc = dsq_ledger_sync(k->ledger, d);
+    if (rc < 0) return rc;
+    rc = dsq_ctr_writer_finish(k->w, d);
     k->w = NULL;
     if (rc < 0) return rc;
     k->committed = k->shard + 1;
@@ -378,10 +395,23 @@ int dsq_conv_sink_item(dsq_conv_sink *k, const dsq_conv_item *it, dsq_conv_resul
         DSQ_TRY(sink_open(k, ct->shard, d));
     }
     int rc;
-    if (it->piece == 0 && k->ledger) {
-        uint8_t h[DSQ_SHA256_LEN];
-        if (dsq_ledger_hash(c->m, e->t, h) < 0) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
-        DSQ_TRY(dsq_ledger_add(k->ledger, e->name, h, d));
+    if (k->ledger) {
+        /* The workers hashed each piece's source rows; the record is added
+         * before the last piece commits the tensor (and so before any
+         * checkpoint can name it). */
+        if (ct->npieces > k->dig_cap) {
+            uint8_t *nd = realloc(k->dig, ct->npieces * DSQ_SHA256_LEN);
+            if (!nd) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
+            k->dig = nd;
+            k->dig_cap = ct->npieces;
+        }
+        memcpy(k->dig + it->piece * DSQ_SHA256_LEN, r->src_sha, DSQ_SHA256_LEN);
+        if (it->piece + 1 == ct->npieces) {
+            uint8_t h[DSQ_SHA256_LEN];
+            if (dsq_ledger_combine(c->m, e->t, k->dig, ct->npieces, h) < 0)
+                return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
+            DSQ_TRY(dsq_ledger_add(k->ledger, e->name, h, d));
+        }
     }
     if (ct->stream) {
         rc = sink_stream(k, it, r, d);
@@ -445,7 +475,7 @@ static int account_resumed(dsq_conv_sink *k, size_t from, size_t to, const dsq_c
         if (k->ledger) {
             /* name, size and mtime can all survive a change of the bytes */
             uint8_t h[DSQ_SHA256_LEN];
-            if (dsq_ledger_hash(c->m, e->t, h) < 0)
+            if (dsq_ledger_hash(c->m, e->t, e->qshape.rows, c->ct[i].piece_rows, h) < 0)
                 return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
             DSQ_TRY(dsq_ledger_check(k->ledger, e->name, h, d));
         }
@@ -661,6 +691,7 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
                      : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
         free(lp);
         if (lrc < 0) return lrc;
+        c->ledger_on = 1;
     }
     k.prog.tensors_total = c->plan.n;
     for (size_t i = 0; i < c->plan.n; i++) k.prog.bytes_total += c->results[i].src_bytes;
@@ -724,6 +755,8 @@ int dsq_convert_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
     free(items);
     free(k.acc);
     k.acc = NULL;
+    free(k.dig);
+    k.dig = NULL;
 
     if (rc == DSQ_ERR_NOSPC && !c->o.no_journal && k.w) return keep_for_resume(&k, rc, d);
     if (rc == DSQ_ERR_INTERRUPTED) {

@@ -101,7 +101,8 @@ typedef struct dsq_convert_opts {
     int error_sample;           /* measure error on 1 row in N; 0 = default 16 */
     uint64_t shard_bytes;       /* 0: one file */
     uint64_t mem_budget;        /* finished outputs waiting for the writer;
-                                   0 = default 512 MiB */
+                                   0 = default: 512 MiB or 64 MiB per
+                                   thread, whichever is more */
     uint64_t stream_bytes;      /* blobs above this are streamed; 0 = 64 MiB */
     uint64_t piece_bytes;       /* streamed piece size; 0 = 16 MiB */
     double checkpoint_seconds;  /* resume journal interval; < 0 = writer default */

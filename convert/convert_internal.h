@@ -41,6 +41,7 @@ typedef struct dsq_conv_result {
     uint8_t *piece;         /* streamed: piece blob, piece_size bytes */
     size_t piece_size;
     double err2, ref2;
+    uint8_t src_sha[DSQ_SHA256_LEN]; /* ledger digest of the item's source rows */
 } dsq_conv_result;
 
 struct dsq_convert {
@@ -57,6 +58,7 @@ struct dsq_convert {
     size_t max_block_blob;    /* per-thread block blob scratch */
     dsq_tensor_result *results;
     int ran;
+    int ledger_on;            /* workers hash source rows for the resume ledger */
     /* export (convert_export.c) */
     const char *xformat;      /* NULL: .dsq container */
     uint64_t xshard;          /* export shard size (o.shard_bytes is 0 then) */

@@ -20,6 +20,7 @@ struct dsq_ledger {
     int fd;
     rec *r;
     size_t n, cap;
+    int dirty;               /* appended since the last fdatasync */
 };
 
 static void to_hex(const uint8_t *h, char *out)
@@ -108,15 +109,55 @@ int dsq_ledger_open(dsq_ledger **out, const char *path, int resume, dsq_diag *d)
     return DSQ_OK;
 }
 
-int dsq_ledger_hash(const dsq_st_model *m, const dsq_st_tensor *t, uint8_t out[DSQ_SHA256_LEN])
+void dsq_ledger_rows(const dsq_st_tensor *t, int64_t rows, int64_t r0, int64_t n,
+                     const uint8_t **p, size_t *len)
+{
+    /* Byte offsets scale with the row index; exact because nbytes is a
+     * whole number of rows for every source dtype. */
+    uint64_t a = rows > 0 ? t->nbytes * (uint64_t)r0 / (uint64_t)rows : 0;
+    uint64_t b = rows > 0 ? t->nbytes * (uint64_t)(r0 + n) / (uint64_t)rows : t->nbytes;
+    *p = t->data ? t->data + a : NULL;
+    *len = t->data ? (size_t)(b - a) : 0;
+}
+
+int dsq_ledger_combine(const dsq_st_model *m, const dsq_st_tensor *t, const uint8_t *digests,
+                       size_t npieces, uint8_t out[DSQ_SHA256_LEN])
 {
     dsq_sha256 h;
     DSQ_TRY(dsq_sha256_init(&h));
-    if (t->data) dsq_sha256_update(&h, t->data, (size_t)t->nbytes);
+    dsq_sha256_update(&h, digests, npieces * DSQ_SHA256_LEN);
     const dsq_st_tensor *s = dsq_st_scale_of(m, t);
-    if (s && s->data) dsq_sha256_update(&h, s->data, (size_t)s->nbytes);
+    if (s && s->data) {
+        uint8_t sd[DSQ_SHA256_LEN];
+        if (dsq_sha256_buf(s->data, (size_t)s->nbytes, sd) < 0) {
+            dsq_sha256_release(&h);
+            return DSQ_ERR_NOMEM;
+        }
+        dsq_sha256_update(&h, sd, sizeof sd);
+    }
     dsq_sha256_final(&h, out);
     return DSQ_OK;
+}
+
+int dsq_ledger_hash(const dsq_st_model *m, const dsq_st_tensor *t, int64_t rows,
+                    int64_t piece_rows, uint8_t out[DSQ_SHA256_LEN])
+{
+    if (rows < 1) rows = 1;
+    if (piece_rows < 1 || piece_rows > rows) piece_rows = rows;
+    size_t np = (size_t)((rows + piece_rows - 1) / piece_rows);
+    uint8_t *dg = malloc(np * DSQ_SHA256_LEN);
+    if (!dg) return DSQ_ERR_NOMEM;
+    int rc = DSQ_OK;
+    for (size_t i = 0; i < np && rc == DSQ_OK; i++) {
+        int64_t r0 = (int64_t)i * piece_rows, n = rows - r0 < piece_rows ? rows - r0 : piece_rows;
+        const uint8_t *p;
+        size_t len;
+        dsq_ledger_rows(t, rows, r0, n, &p, &len);
+        rc = dsq_sha256_buf(p, len, dg + i * DSQ_SHA256_LEN);
+    }
+    if (rc == DSQ_OK) rc = dsq_ledger_combine(m, t, dg, np, out);
+    free(dg);
+    return rc;
 }
 
 int dsq_ledger_add(dsq_ledger *l, const char *name, const uint8_t sha[DSQ_SHA256_LEN], dsq_diag *d)
@@ -136,9 +177,17 @@ int dsq_ledger_add(dsq_ledger *l, const char *name, const uint8_t sha[DSQ_SHA256
         else off += (size_t)w;
     }
     free(line);
-    /* durable before the tensor can be named by a journal checkpoint */
-    if (rc == DSQ_OK && fdatasync(l->fd) != 0) rc = dsq_fail_errno(d, errno, l->path, "fdatasync failed");
+    if (rc == DSQ_OK) l->dirty = 1;
     return rc;
+}
+
+int dsq_ledger_sync(dsq_ledger *l, dsq_diag *d)
+{
+    if (!l || !l->dirty) return DSQ_OK;
+    /* durable before any tensor it records can be named by a checkpoint */
+    if (fdatasync(l->fd) != 0) return dsq_fail_errno(d, errno, l->path, "fdatasync failed");
+    l->dirty = 0;
+    return DSQ_OK;
 }
 
 static int cmp_name(const void *a, const void *b)

@@ -1,6 +1,7 @@
 /* convert_pool.c - the conversion workers: read rows, quantize, measure,
  * encode; and the ordered hand-off to the writer (see convert.h). */
 #include "convert_internal.h"
+#include "convert_ledger.h"
 #include "dsq_mem.h"
 
 #include <math.h>
@@ -28,6 +29,25 @@ static void drop_rows(const dsq_st_tensor *t, int64_t cols, int64_t r0, int64_t 
     a = (a + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg;
     b = b / (uintptr_t)pg * (uintptr_t)pg;
     if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22   /* Linux 5.14; older kernels say EINVAL: ignored */
+#endif
+
+/* Map the source pages of rows [r0, r0+n) in one call: touching them one by
+ * one takes a page fault per 64 KiB (fault-around), which in a VM cost ~9%
+ * of the conversion's CPU. Best effort: a failure leaves the faults. */
+static void populate_rows(const dsq_st_tensor *t, int64_t cols, int64_t r0, int64_t n)
+{
+    if (!t->data || n <= 0) return;
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) pg = 4096;
+    uint64_t bits = dsq_dtype_bits(t->dtype);
+    uintptr_t a = (uintptr_t)t->data + (uintptr_t)((uint64_t)r0 * (uint64_t)cols * bits / 8);
+    uintptr_t b = (uintptr_t)t->data + (uintptr_t)((uint64_t)(r0 + n) * (uint64_t)cols * bits / 8);
+    a = a / (uintptr_t)pg * (uintptr_t)pg;
+    if (b > a) (void)madvise((void *)a, b - a, MADV_POPULATE_READ);
 }
 
 /* Say exactly where the bad value is: row and column in the tensor. */
@@ -128,10 +148,27 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
      * worker, which on a many-core host outweighs the pages it frees. */
     const uint64_t src_row_bytes = (uint64_t)cols * dsq_dtype_bits(e->t->dtype) / 8;
     int64_t drop_from = it->row0;
+    /* Rows mapped ahead by populate_rows, in runs of the same size. */
+    int64_t pop_to = it->row0;
+    int64_t pop_rows = (int64_t)(DSQ_CONV_DROP_BYTES / (src_row_bytes ? src_row_bytes : 1));
+    if (pop_rows < 1) pop_rows = 1;
+    /* The resume ledger's digest of this item's source rows, taken block by
+     * block while the bytes are in cache (convert_ledger.h). */
+    dsq_sha256 lh = { 0 };
+    if (c->ledger_on && dsq_sha256_init(&lh) < 0) {
+        rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
+        goto fail;
+    }
 
     for (int64_t s = it->row0; s < it->row0 + it->nrows; s += ct->block_rows) {
         int64_t n = it->row0 + it->nrows - s;
         if (n > ct->block_rows) n = ct->block_rows;
+        if (s + n > pop_to) {
+            int64_t to = s + n > pop_to + pop_rows ? s + n : pop_to + pop_rows;
+            if (to > it->row0 + it->nrows) to = it->row0 + it->nrows;
+            populate_rows(e->t, cols, pop_to, to - pop_to);
+            pop_to = to;
+        }
         if (gptq) {
             sc->dequantize(&gq, s, n, fbuf);
             qp.given_scale = gq.scales + (size_t)base * (size_t)gq.layout.ngroups;
@@ -140,6 +177,12 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
             rc = dsq_st_read_rows_f32(c->m, e->t, s, n, fbuf, d);
         }
         if (rc < 0) goto fail;
+        if (c->ledger_on) {   /* the ledger covers the source rows, GPTQ or not */
+            const uint8_t *sp;
+            size_t sl;
+            dsq_ledger_rows(e->t, e->qshape.rows, s, n, &sp, &sl);
+            dsq_sha256_update(&lh, sp, sl);
+        }
         if (cal && !gptq && (rc = dsq_calib_apply_rows(cal, s, n, cols, fbuf)) < 0) {
             dsq_fail(d, rc, NULL, e->name, -1, "calibration entry [%lld, %lld] does not fit the tensor",
                      (long long)cal->rows, (long long)cal->cols);
@@ -178,6 +221,7 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
         }
     }
     if (drop_from < it->row0 + it->nrows) drop_rows(e->t, cols, drop_from, it->row0 + it->nrows - drop_from);
+    if (c->ledger_on) dsq_sha256_final(&lh, r->src_sha);
 
     if (own) {
         r->piece = out;
@@ -188,6 +232,7 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
     if (rc < 0) return r->status = rc;
     return DSQ_OK;
 fail:
+    if (lh.md_ctx) dsq_sha256_release(&lh);
     if (own) free(out);
     if (!d->tensor[0]) snprintf(d->tensor, sizeof d->tensor, "%s", e->name);
     if (!d->path[0]) snprintf(d->path, sizeof d->path, "%s", dsq_st_shard_path(c->m, e->t->shard));

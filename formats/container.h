@@ -223,6 +223,12 @@ int dsq_ctr_writer_set_metadata(dsq_ctr_writer *w, const char *json, dsq_diag *d
  * file, then atomically replaces the journal. No-op without DSQ_CTR_RESUME. */
 void dsq_ctr_writer_set_checkpoint_interval(dsq_ctr_writer *w, double seconds);
 int  dsq_ctr_writer_checkpoint(dsq_ctr_writer *w, dsq_diag *d);
+/* Called by every checkpoint after the data is durable and before the
+ * journal names it: state the caller keeps beside the journal (the
+ * conversion's source ledger) is made durable there, once per checkpoint
+ * instead of once per tensor. A negative return fails the checkpoint. */
+typedef int (*dsq_ctr_presync_fn)(void *ctx, dsq_diag *d);
+void dsq_ctr_writer_set_presync(dsq_ctr_writer *w, dsq_ctr_presync_fn fn, void *ctx);
 
 /* Write index, metadata and footer, then commit atomically (fsync, rename
  * to the final path, fsync the directory) and remove the journal.

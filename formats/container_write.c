@@ -42,6 +42,8 @@ struct dsq_ctr_writer {
 
     /* checkpoints */
     double ckpt_interval, ckpt_last, ckpt_cost;
+    dsq_ctr_presync_fn presync;
+    void *presync_ctx;
 };
 
 static const char *writer_name(const void *ctx, size_t i)
@@ -166,6 +168,12 @@ void dsq_ctr_writer_set_checkpoint_interval(dsq_ctr_writer *w, double seconds)
     w->ckpt_interval = seconds > 0 ? seconds : 0;
 }
 
+void dsq_ctr_writer_set_presync(dsq_ctr_writer *w, dsq_ctr_presync_fn fn, void *ctx)
+{
+    w->presync = fn;
+    w->presync_ctx = ctx;
+}
+
 int dsq_ctr_writer_checkpoint(dsq_ctr_writer *w, dsq_diag *d)
 {
     if (!resuming(w)) return DSQ_OK;
@@ -173,6 +181,7 @@ int dsq_ctr_writer_checkpoint(dsq_ctr_writer *w, dsq_diag *d)
     double t0 = now_s();
     /* Data first: the journal must never describe bytes not yet durable. */
     DSQ_TRY(dsq_outfile_sync(&w->f, d));
+    if (w->presync) DSQ_TRY(w->presync(w->presync_ctx, d));
     DSQ_TRY(dsq_ctr_journal_save(w->journal, w->fingerprint, w->header_sha, w->e, w->n,
                                  entries_end(w), d));
     w->ckpt_last = now_s();

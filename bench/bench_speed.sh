@@ -1,0 +1,121 @@
+#!/bin/sh
+# bench_speed.sh - in one run, the machine's limits next to dsq's speeds
+# (issue 16), at 1 and 2 threads (THREADS), on the real-shape one-layer
+# DeepSeek-V3 checkpoint of bench/synth_layer.sh (16 experts: 2.1 GB BF16).
+#
+#   sh bench/bench_speed.sh [EXPERTS]
+#
+# Machine: page-cache read (cat), memory read bandwidth (bench_engine's
+# 512 MB read loop), disk sequential write (1 GB, fdatasync), OpenBLAS
+# sgemm and dsq's int8 / int4 GOPS (bench_quant, W 2048x7168, T=64), and the
+# BF16 / int8 dot-product peaks (bench_peak, register-only).
+# dsq: conversion GB/s of BF16 input per scheme (SHA-256 + zstd-1 on, resume
+# journal on, output fsynced; against the 2 GB/s goal, or 90% of the disk's
+# write speed where the output is bigger than the disk writes in that time),
+# and prefill / decode tok/s per scheme with decode as % of the read
+# bandwidth (bench_engine -p ENGINE_P -n ENGINE_N -r ENGINE_R).
+#
+# Environment: THREADS (default "1 2"), SCHEMES (default "w8a8-dynamic w4a8
+# awq-w4a16"; w8a8 static needs --calib statistics and is not in the
+# default), BENCH_DST (where outputs go; default bench/out), ENGINE_P (128),
+# ENGINE_N (16), ENGINE_R (2), SKIP_ENGINE=1. Wall-clock figures need a
+# quiet machine: the script prints the load average so a shared run can be
+# told apart; CPU seconds are printed too. Outputs are deleted at the end.
+set -e
+cd "$(dirname "$0")/.."
+EXPERTS=${1:-16}
+THREADS=${THREADS:-1 2}
+SCHEMES=${SCHEMES:-w8a8-dynamic w4a8 awq-w4a16}
+ENGINE_P=${ENGINE_P:-128}
+ENGINE_N=${ENGINE_N:-16}
+ENGINE_R=${ENGINE_R:-2}
+. bench/synth_layer.sh
+synth_layer $EXPERTS
+B=${BUILD:-build}/bench
+make -s $B/bench_engine $B/bench_quant $B/bench_peak >/dev/null
+
+# bench_engine's output is parsed here and only here (its format is owned by
+# the engine work): "<name> prefill X tok/s (...) decode Y tok/s (Z MB/tok,
+# W% DRAM BW) ..." -> "X Y W"; "machine: memory read R GB/s (512 MB) ..." -> "R".
+engine_parse() {
+    case "$1" in
+    model) sed -n 's/.*prefill *\([0-9.]*\) tok\/s.*decode *\([0-9.]*\) tok\/s.*MB\/tok, *\([0-9.]*\)% [A-Za-z]* BW.*/\1 \2 \3/p' ;;
+    readbw) sed -n 's/^machine: memory read *\([0-9.]*\) GB\/s.*/\1/p' ;;
+    esac
+}
+
+gb() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1e9 }'; }
+
+echo "bench_speed: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
+     "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)," \
+     "flags: $(grep -o -w 'avx512_vnni\|avx512_bf16\|avx2\|asimddp\|sha_ni' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "input: $MODEL, $(gb $BYTES) GB BF16 (one real-shape DeepSeek-V3 MoE layer, $EXPERTS experts)"
+echo
+
+# ---------------- machine limits ----------------
+cat $MODEL/*.safetensors > /dev/null
+t0=$(date +%s.%N); cat $MODEL/*.safetensors > /dev/null; t1=$(date +%s.%N)
+CAT=$(awk -v b=$BYTES -v a=$t0 -v z=$t1 'BEGIN { printf "%.2f", b / (z - a) / 1e9 }')
+dd if=/dev/zero of=$DST/bench-dd.tmp bs=1M count=1000 conv=fdatasync 2> $OUT/dd.txt
+rm -f $DST/bench-dd.tmp
+# dd prints "... bytes ... copied, S s, R MB/s": recompute GB/s from bytes and seconds.
+DISK=$(sed -n 's/^\([0-9]*\) bytes.* copied, \([0-9.]*\) s.*/\1 \2/p' $OUT/dd.txt | awk '{ printf "%.2f", $1 / $2 / 1e9 }')
+echo "== machine limits"
+echo "page cache read (cat > /dev/null): $CAT GB/s"
+echo "disk sequential write to $DST (1 GB, fdatasync): $DISK GB/s"
+for t in $THREADS; do
+    q=$(nice $B/bench_quant 2048 7168 $t 3 64)
+    sg=$(echo "$q" | awk '$1 == "openblas" { print $(NF-1) }')
+    i8=$(echo "$q" | awk '$1 == "w8a8-dynamic" { print $(NF-1) }')
+    i4=$(echo "$q" | awk '$1 == "w4a8" { print $(NF-1) }')
+    pk=$($B/bench_peak -T $t -s 0.3)
+    pb=$(echo "$pk" | sed -n 's/^bf16 dot peak: \(.*\)/\1/p')
+    pi=$(echo "$pk" | sed -n 's/^int8 dot peak: \(.*\)/\1/p')
+    echo "-T $t: sgemm $sg GFLOP/s, w8a8-dynamic $i8 GOPS, w4a8 $i4 GOPS (bench_quant T=64);" \
+         "peaks: bf16 dot $pb, int8 dot $pi"
+done
+echo
+
+# ---------------- conversion ----------------
+echo "== conversion (ds-quant -T N, SHA-256 + zstd-1, journal on, fsynced; page cache warm)"
+printf '%-14s %3s %7s %7s %7s %8s %8s %8s  %s\n' scheme T "GB/s" "wall s" "cpu s" "RSS MB" "out GB" "out/disk" goal
+for s in $SCHEMES; do
+    for t in $THREADS; do
+        cat $MODEL/*.safetensors > /dev/null
+        rm -f $DST/speed-$s.dsq   # replacing a file would time its deletion too
+        /usr/bin/time -v $QUANT --scheme $s -T $t -f --no-progress --json $MODEL $DST/speed-$s.dsq \
+            > $OUT/speed-$s-$t.json 2> $OUT/speed-$s-$t.time || { cat $OUT/speed-$s-$t.time; exit 1; }
+        rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' $OUT/speed-$s-$t.time)
+        usr=$(sed -n 's/.*User time (seconds): //p' $OUT/speed-$s-$t.time)
+        sys=$(sed -n 's/.*System time (seconds): //p' $OUT/speed-$s-$t.time)
+        secs=$(sed -n 's/.*"seconds": \([0-9.]*\).*/\1/p' $OUT/speed-$s-$t.json)
+        outb=$(sed -n 's/.*"bytes_out": \([0-9]*\).*/\1/p' $OUT/speed-$s-$t.json)
+        echo "$s $t $BYTES $secs $usr $sys $rss $outb $DISK" | awk '{
+            gbs = $3 / $4 / 1e9; od = $8 / $4 / 1e9 / $9;
+            goal = gbs >= 2 ? "met (>= 2 GB/s)" : (od >= 0.9 ? "met (disk-bound)" : "not met");
+            printf "%-14s %3d %7.2f %7.2f %7.1f %8.0f %8.2f %7.0f%%  %s\n",
+                   $1, $2, gbs, $4, $5 + $6, $7 / 1024, $8 / 1e9, 100 * od, goal }'
+    done
+    # the last one stays for the engine runs
+done
+echo
+
+# ---------------- engine ----------------
+if [ "${SKIP_ENGINE:-0}" != 1 ]; then
+    echo "== engine (bench_engine -t N -p $ENGINE_P -n $ENGINE_N -r $ENGINE_R; decode % of the read bandwidth it measured)"
+    printf '%-14s %3s %10s %10s %8s %8s\n' weights T "prefill/s" "decode/s" "dec %BW" "read GB/s"
+    for w in bf16 $SCHEMES; do
+        m=$MODEL
+        [ $w != bf16 ] && m=$DST/speed-$w.dsq
+        for t in $THREADS; do
+            e=$(nice $B/bench_engine -t $t -p $ENGINE_P -n $ENGINE_N -r $ENGINE_R $m) || { echo "$e"; exit 1; }
+            bw=$(echo "$e" | engine_parse readbw)
+            set -- $(echo "$e" | engine_parse model)
+            printf '%-14s %3d %10s %10s %7s%% %8s\n' $w $t "$1" "$2" "$3" "$bw"
+        done
+    done
+    echo
+fi
+for s in $SCHEMES; do rm -f $DST/speed-$s.dsq; done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
