@@ -1,6 +1,5 @@
 /* gptq.c - GPTQ solver and per-layer Hessians (see gptq.h). */
 #include "gptq.h"
-#include "awq.h"
 #include "kernels.h"
 #include "model.h"
 #include "ops.h"
@@ -61,18 +60,6 @@ static inline float quant1(const grid *g, float w, float s, uint8_t z)
 }
 
 /* Scale (and zero) of n weights, with the scheme's own function. */
-/* The group as its scale sees it: clamped by its AWQ clip choice into buf,
- * or itself without one. */
-static const float *clipped(const float *w, int64_t n, const uint8_t *idx, float *buf)
-{
-    if (!idx || *idx == 0) return w;
-    float amax = 0.0f;
-    for (int64_t j = 0; j < n; j++) amax = fabsf(w[j]) > amax ? fabsf(w[j]) : amax;
-    const float mv = dsq_awq_clip_max(amax, *idx);
-    for (int64_t j = 0; j < n; j++) buf[j] = w[j] < -mv ? -mv : w[j] > mv ? mv : w[j];
-    return buf;
-}
-
 static void group_params(const dsq_kernels *k, const dsq_scheme *sc, const float *w, int64_t n, int clip,
                          const float *imp, int8_t *codes, float *s, uint8_t *z)
 {
@@ -172,7 +159,6 @@ int dsq_gptq_solve_f(const dsq_scheme *sc, const dsq_qshape *shape, float *w, co
                         (long long)B, (long long)gs);
     const int clip = o ? o->clip : 0;
     const float *imp = o ? o->importance : NULL;
-    const uint8_t *cidx = o && o->clip_idx && o->clip_gs == gs ? o->clip_idx : NULL;
     const grid gr = { !sc->symmetric, (float)sc->qmin, (float)sc->qmax };
     const dsq_kernels *k = dsq_kernels_get();
     const float *u = f->u;
@@ -184,11 +170,9 @@ int dsq_gptq_solve_f(const dsq_scheme *sc, const dsq_qshape *shape, float *w, co
         if (!isfinite(w[i])) return dsq_fail(d, DSQ_ERR_NONFINITE, NULL, NULL, -1, "gptq: non-finite weight");
     int8_t *codes = malloc((size_t)cols);
     float *err = malloc((size_t)rows * (size_t)B * sizeof *err);
-    float *gbuf = cidx ? malloc((size_t)gs * sizeof *gbuf) : NULL;
-    if (!codes || !err || (cidx && !gbuf)) {
+    if (!codes || !err) {
         free(codes);
         free(err);
-        free(gbuf);
         return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "gptq: out of memory");
     }
     /* per channel: the scale comes from the whole original row (before the
@@ -196,8 +180,7 @@ int dsq_gptq_solve_f(const dsq_scheme *sc, const dsq_qshape *shape, float *w, co
     if (shape->group_size <= 0)
         for (int64_t r = 0; r < rows; r++) {
             uint8_t z0 = 0;
-            group_params(k, sc, clipped(w + r * cols, cols, cidx ? cidx + r : NULL, gbuf), cols, clip, imp, codes,
-                         &scales[r], zeros ? &zeros[r] : &z0);
+            group_params(k, sc, w + r * cols, cols, clip, imp, codes, &scales[r], zeros ? &zeros[r] : &z0);
         }
     for (int64_t j = 0; j < cols; j++)
         if (f->dead[j])
@@ -216,8 +199,7 @@ int dsq_gptq_solve_f(const dsq_scheme *sc, const dsq_qshape *shape, float *w, co
             for (int64_t i = i1; i < i2; i++) {
                 if (shape->group_size > 0 && i % gs == 0) {
                     int64_t g = i / gs, n = cols - i < gs ? cols - i : gs;
-                    group_params(k, sc, clipped(wr + i, n, cidx ? cidx + r * ng + g : NULL, gbuf), n, clip,
-                                 imp ? imp + i : NULL, codes, &s, &z);
+                    group_params(k, sc, wr + i, n, clip, imp ? imp + i : NULL, codes, &s, &z);
                     scales[r * ng + g] = s;
                     if (zeros) zeros[r * ng + g] = z;
                 }
@@ -235,7 +217,6 @@ int dsq_gptq_solve_f(const dsq_scheme *sc, const dsq_qshape *shape, float *w, co
                         (int)B, u + i1 * cols + i2, (int)cols, 1.0f, w + i2, (int)cols);
     }
     free(codes);
-    free(gbuf);
     free(err);
     return DSQ_OK;
 }

@@ -60,13 +60,6 @@ typedef struct dsq_gptq_opts {
     int block;                /* lazy block columns; 0: group size, or 128 per channel */
     int clip;                 /* choose each group's scale with the scheme's clip grid */
     const float *importance;  /* [cols] clip weights or NULL */
-    /* AWQ clip per (row, group) searched on X^T X (awq.h), or NULL: each
-     * group's scale comes from the group clamped to +-amax * (1 - i/20), as
-     * the converter does without GPTQ; the clamped-off part of a weight is
-     * then error GPTQ compensates like any rounding error. Only used when
-     * clip_gs equals the blob's group width. */
-    const uint8_t *clip_idx;
-    int64_t clip_gs;
 } dsq_gptq_opts;
 
 typedef struct dsq_gptq_report {
