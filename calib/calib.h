@@ -212,6 +212,9 @@ typedef struct dsq_calib_totals {
     double seconds_search_moe;         /* of seconds_search: MoE and per-expert groups */
     size_t gptq_tensors, gptq_rtn;     /* GPTQ'd; of those, factorization failed: RTN */
     double seconds_gptq;               /* Hessians + solves */
+    double seconds_gptq_solve;         /* of which the parallel solve phase: wall */
+    double cpu_gptq_solve;             /* its process CPU seconds (all threads) */
+    int gptq_lanes;                    /* most solves run at once (threads, ram_limit) */
     uint64_t gptq_hess_peak;           /* largest layer's Hessians + kept MoE rows, bytes */
 } dsq_calib_totals;
 void dsq_calib_get_totals(const dsq_calib_result *r, dsq_calib_totals *t);
