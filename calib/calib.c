@@ -11,6 +11,7 @@
 #include <cblas.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -677,6 +678,10 @@ typedef struct gphase {
     _Atomic int stop;       /* a task failed: the lanes take no more */
     int *rc;                /* per task */
     dsq_diag *diag;         /* per task: dsq_diag is not shared between threads */
+    uint64_t *bytes;        /* per task: its peak (task_bytes) */
+    uint64_t budget, used;  /* ram_limit; held by running tasks (under mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 } gphase;
 
 /* One task: its Hessian (copied from the collected ones, or built from the
@@ -746,22 +751,31 @@ static void gptq_lane(void *ctx, size_t item, int tid)
         if (atomic_load(&p->stop)) return;
         size_t k = atomic_fetch_add(&p->next, 1);
         if (k >= p->ntasks) return;
+        /* memory: wait until the task fits the budget (alone it always runs) */
+        pthread_mutex_lock(&p->mu);
+        while (p->used > 0 && p->used + p->bytes[k] > p->budget) pthread_cond_wait(&p->cv, &p->mu);
+        p->used += p->bytes[k];
+        pthread_mutex_unlock(&p->mu);
         dsq_diag_clear(&p->diag[k]);
         p->rc[k] = gptq_task(p, k);
+        pthread_mutex_lock(&p->mu);
+        p->used -= p->bytes[k];
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
         if (p->rc[k] < 0) atomic_store(&p->stop, 1);
     }
 }
 
-/* Bytes one task holds at its peak: factor_init's H, working copy and U
- * (8 + 8 + 4 bytes per H element), the weights and their rounded copy, and
- * the gather buffers of a routed down Hessian. */
+/* Bytes one task holds at its peak: its H (factored in place) and U (8 + 4
+ * bytes per H element), the weights and their rounded copy, and the gather
+ * buffers of a routed down Hessian. */
 static uint64_t task_bytes(const run *c, const gphase *p, size_t k)
 {
     uint64_t b = 0;
     for (size_t i = p->start[k]; i < p->start[k + 1]; i++) {
         const dsq_linear *l = p->jobs[i].l;
         uint64_t in = (uint64_t)l->in, out = (uint64_t)l->out;
-        uint64_t v = 20 * in * in + 8 * out * in + 256 * 4 * ((uint64_t)c->moe.in + 2 * in);
+        uint64_t v = 12 * in * in + 8 * out * in + 256 * 4 * ((uint64_t)c->moe.in + 2 * in);
         if (v > b) b = v;
     }
     return b;
@@ -782,20 +796,26 @@ static int gptq_phase(lin_ctx *x)
     p.start[p.ntasks] = x->njobs;
     p.rc = calloc(p.ntasks, sizeof *p.rc);
     p.diag = calloc(p.ntasks, sizeof *p.diag);
-    if (!p.rc || !p.diag) {
+    p.bytes = calloc(p.ntasks, sizeof *p.bytes);
+    if (!p.rc || !p.diag || !p.bytes) {
         free(p.start);
         free(p.rc);
         free(p.diag);
+        free(p.bytes);
         return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     }
-    /* P lanes: the pool's threads, capped by ram_limit / the largest task */
-    uint64_t big = 1;
+    /* lanes: the pool's threads; running tasks together stay within
+     * ram_limit (gptq_lane waits), so at most ram_limit / the smallest task */
+    uint64_t small = UINT64_MAX;
     for (size_t k = 0; k < p.ntasks; k++) {
-        uint64_t b = task_bytes(c, &p, k);
-        if (b > big) big = b;
+        p.bytes[k] = task_bytes(c, &p, k);
+        if (p.bytes[k] < small) small = p.bytes[k];
     }
+    p.budget = c->o->ram_limit;
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.cv, NULL);
     dsq_pool *pool = dsq_model_pool(c->m);
-    size_t lanes = (size_t)dsq_pool_size(pool), cap = (size_t)(c->o->ram_limit / big);
+    size_t lanes = (size_t)dsq_pool_size(pool), cap = (size_t)(p.budget / (small ? small : 1));
     if (lanes > cap) lanes = cap;
     if (lanes > p.ntasks) lanes = p.ntasks;
     if (lanes < 1) lanes = 1;
@@ -810,6 +830,8 @@ static int gptq_phase(lin_ctx *x)
     c->r->tot.cpu_gptq_solve += cpu_now_s() - c0;
     c->r->tot.seconds_gptq += now_s() - t0;
     openblas_set_num_threads(obt);
+    pthread_mutex_destroy(&p.mu);
+    pthread_cond_destroy(&p.cv);
     int rc = DSQ_OK;
     for (size_t k = 0; k < p.ntasks && rc == DSQ_OK; k++)
         if (p.rc[k] < 0) {
@@ -827,6 +849,7 @@ static int gptq_phase(lin_ctx *x)
     free(p.start);
     free(p.rc);
     free(p.diag);
+    free(p.bytes);
     return rc;
 }
 
