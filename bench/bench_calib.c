@@ -31,7 +31,7 @@
  * layer's Hessians + kept MoE rows (calib.h gives the 671B figures).
  * With --gptq, "gptq_solve" is the parallel solve phase (calib.c
  * gptq_phase: one task per routed expert's gate/up, its down, and each
- * non-expert input site; min(threads, ram_limit / largest task) at once):
+ * non-expert input site; as many at once as threads and ram_limit allow):
  * its wall and process CPU seconds per layer and the lanes used. --dir
  * may name any existing checkpoint (e.g. samples/tiny-dsv3): token ids are
  * then drawn below its config's vocab_size, and the V3 extrapolation is
