@@ -29,6 +29,13 @@
  * when quantized), one solve per integer linear; "gptq" seconds are both,
  * also counted inside forward_stats / search. gptq_hessian_bytes: the
  * layer's Hessians + kept MoE rows (calib.h gives the 671B figures).
+ * With --gptq, "gptq_solve" is the parallel solve phase (calib.c
+ * gptq_phase: one task per routed expert's gate/up, its down, and each
+ * non-expert input site; as many at once as threads and ram_limit allow):
+ * its wall and process CPU seconds per layer and the lanes used. --dir
+ * may name any existing checkpoint (e.g. samples/tiny-dsv3): token ids are
+ * then drawn below its config's vocab_size, and the V3 extrapolation is
+ * printed only for hidden_size 7168.
  * --gptq-solve ROWS COLS [GROUP] times one GPTQ solve of a random problem of
  * that shape (scheme --scheme, OpenBLAS single-threaded as in calibration):
  * CPU seconds of the factorization and of the column loop, the per-linear
@@ -42,6 +49,7 @@
 #include "dsq_file.h"
 #include "synth_ckpt.h"
 
+#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,6 +189,13 @@ int main(int argc, char **argv)
         }
         fprintf(stderr, "  %.2f GB in %.1f s\n", (double)bytes / 1e9, now() - t0);
     }
+    int64_t vocab = 129280, hidden = 7168;
+    json_object *cj = json_object_from_file(cfg), *v;
+    if (cj && json_object_object_get_ex(cj, "vocab_size", &v) && json_object_get_int64(v) > 0)
+        vocab = json_object_get_int64(v);
+    if (cj && json_object_object_get_ex(cj, "hidden_size", &v)) hidden = json_object_get_int64(v);
+    if (cj && json_object_object_get_ex(cj, "n_routed_experts", &v)) experts = json_object_get_int(v);
+    json_object_put(cj);
     free(cfg);
 
     size_t ntok = (size_t)samples * (size_t)seqlen;
@@ -188,7 +203,7 @@ int main(int argc, char **argv)
     uint64_t s = 12345;
     for (size_t i = 0; i < ntok; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
-        tok[i] = (int32_t)((s >> 33) % 129280u);
+        tok[i] = (int32_t)((s >> 33) % (uint64_t)vocab);
     }
     dsq_calib_opts o;
     dsq_calib_opts_init(&o);
@@ -221,11 +236,18 @@ int main(int argc, char **argv)
            "\"tokens\": %zu, \"threads\": %d, \"moe_calib_all\": %s, \"seconds\": {\"total\": %.2f, "
            "\"forward_stats\": %.2f, \"search\": %.2f, \"search_moe\": %.2f, \"other\": %.2f}, "
            "\"cpu_seconds\": %.1f, \"cpu_share\": %.2f, \"groups_searched\": %d, \"peak_rss_bytes\": %llu, "
-           "\"gptq\": %s, \"gptq_seconds\": %.2f, \"gptq_tensors\": %zu, \"gptq_hessian_bytes\": %llu}\n",
+           "\"gptq\": %s, \"gptq_seconds\": %.2f, \"gptq_tensors\": %zu, \"gptq_hessian_bytes\": %llu, "
+           "\"gptq_solve\": {\"layers\": %d, \"lanes\": %d, \"wall_per_layer\": %.3f, \"cpu_per_layer\": %.3f}}\n",
            scheme, experts, samples, seqlen, ntok, nthr, all ? "true" : "false", secs, t.seconds_forward,
            t.seconds_search, t.seconds_search_moe, other, cpu, cpu / (secs * nthr), t.groups_searched,
            (unsigned long long)rss, gptq ? "true" : "false", t.seconds_gptq, t.gptq_tensors,
-           (unsigned long long)t.gptq_hess_peak);
+           (unsigned long long)t.gptq_hess_peak, t.layers, t.gptq_lanes,
+           t.layers ? t.seconds_gptq_solve / t.layers : 0.0, t.layers ? t.cpu_gptq_solve / t.layers : 0.0);
+    if (hidden != 7168) {   /* not the V3 shapes: nothing to extrapolate */
+        dsq_calib_result_free(r);
+        free(tok);
+        return 0;
+    }
 
     /* extrapolation (see the top comment) */
     const double full_tok = 128.0 * 512.0, full_e = 256.0;

@@ -8,9 +8,12 @@
 #include "stats_file.h"
 #include "tokenizer.h"
 
+#include <cblas.h>
 #include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,22 +272,19 @@ typedef struct run {
     dsq_diag *d;
     dsq_gptq_hset hs;             /* --gptq: this layer's X^T X per non-expert site */
     dsq_gptq_moe moe;             /* --gptq: the layer's MoE input rows + routing */
-    dsq_gptq_factor fac;          /* the last factor (gate/up and q_a/kv_a share one) */
-    char fac_site[512];
-    float *fac_scale;             /* its in_scale, or NULL */
 } run;
-
-static void gptq_forget(run *c)
-{
-    dsq_gptq_factor_release(&c->fac);
-    free(c->fac_scale);
-    c->fac_scale = NULL;
-}
 
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -448,6 +448,20 @@ static void each_linear(const dsq_layer *ly, int n_experts, lin_fn fn, void *ctx
     }
 }
 
+/* One GPTQ solve of a fresh run, queued while the layer's entries are made
+ * (the scales, clip and importance it uses are final by then). */
+typedef struct gjob {
+    const dsq_linear *l;
+    dsq_calib_tensor *t;
+    const dsq_scheme *sc;
+    dsq_qshape sh;
+    uint8_t *blob;          /* owned by the result */
+    size_t bs;
+    const char *name;       /* its statistics-file entry */
+    const char *site;       /* its input site */
+    int done, rtn;          /* solved (blob valid); factorization fell back to RTN */
+} gjob;
+
 typedef struct lin_ctx {
     run *c;
     const dsq_layer_stats *ls;
@@ -460,6 +474,8 @@ typedef struct lin_ctx {
     uint8_t decision;       /* of the linear being processed */
     const uint8_t *clip_in; /* decisions read back (statistics file), or NULL */
     size_t nclip_in;
+    gjob *jobs;             /* --gptq, fresh: the layer's solves (gptq_phase) */
+    size_t njobs, capjobs;
     int rc;
 } lin_ctx;
 
@@ -642,6 +658,18 @@ static int clip_cov(lin_ctx *x, const dsq_linear *l, const dsq_scheme *sc, int32
     return DSQ_OK;
 }
 
+/* A GPTQ blob (solved or read back) becomes the tensor's. */
+static int gptq_keep(run *c, dsq_calib_tensor *t, const dsq_scheme *sc, const dsq_qshape *sh, uint8_t *blob,
+                     size_t bs)
+{
+    t->gptq_blob = blob;
+    t->gptq_blob_size = bs;
+    t->gptq_scheme = sc->id;
+    t->gptq_group = sh->group_size;
+    c->r->tot.gptq_tensors++;
+    return DSQ_OK;
+}
+
 static int linear_entry(lin_ctx *x, const dsq_linear *l)
 {
     run *c = x->c;
@@ -715,8 +743,9 @@ static int linear_entry(lin_ctx *x, const dsq_linear *l)
     return DSQ_OK;
 }
 
-/* GPTQ of one linear (calib.h): fresh runs solve on the folded weights with
- * the folded Hessian and checkpoint the blob; later runs read it back. */
+/* GPTQ of one linear (calib.h): fresh runs queue a job (solved by
+ * gptq_phase once the layer's entries are made), later runs read the
+ * checkpointed blob back. */
 static int gptq_entry(lin_ctx *x, const dsq_linear *l, dsq_calib_tensor *t, const dsq_scheme *sc, int32_t gs,
                       const char *site)
 {
@@ -729,81 +758,243 @@ static int gptq_entry(lin_ctx *x, const dsq_linear *l, dsq_calib_tensor *t, cons
     dsq_stats_name(name, sizeof name, x->ls->layer, "gptq", l->name);
     uint8_t *blob = own(c->r, bs);
     if (!blob) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    int rc = DSQ_OK;
     if (x->fresh) {
-        double t0 = now_s();
-        size_t nw = (size_t)l->out * (size_t)l->in, nh = (size_t)l->in * (size_t)l->in;
-        int same = c->fac.u && c->fac.cols == l->in && strcmp(c->fac_site, site) == 0 &&
-                   (c->fac_scale ? t->in_scale && !memcmp(c->fac_scale, t->in_scale, (size_t)l->in * sizeof(float))
-                                 : !t->in_scale);
-        if (!same) {
-            gptq_forget(c);
-            /* routed experts: built now from the kept rows (gptq.h); others: collected */
-            int e = dsq_calib_expert_of(l->name);
-            uint64_t rows = 0;
-            const double *h0 = e >= 0 && c->moe.idx ? NULL : dsq_gptq_hset_find(&c->hs, site, l->in, &rows);
-            if (!(e >= 0 && c->moe.idx) && (!h0 || rows == 0)) return DSQ_OK;   /* saw no tokens: RTN */
-            double *h = malloc(nh * sizeof *h);
-            if (!h) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for GPTQ");
-            if (h0) memcpy(h, h0, nh * sizeof *h);
-            else if (l == &x->ly->experts[e].down)
-                rc = dsq_gptq_moe_hessian_down(&c->moe, e, &x->ly->experts[e].gate, &x->ly->experts[e].up,
-                                               dsq_model_pool(c->m), h, &rows);
-            else rc = dsq_gptq_moe_hessian_in(&c->moe, e, h, &rows);
-            if (rc < 0 || rows == 0) {
-                free(h);
-                return rc < 0 ? dsq_fail(c->d, rc, NULL, l->name, -1, "cannot build the GPTQ Hessian") : DSQ_OK;
-            }
-            dsq_gptq_hess_scale(h, l->in, t->in_scale);
-            rc = dsq_gptq_factor_init(&c->fac, h, l->in, c->o->gptq_damp, c->d);
-            free(h);
-            if (rc < 0) return dsq_fail(c->d, rc, NULL, l->name, -1, "GPTQ failed");
-            snprintf(c->fac_site, sizeof c->fac_site, "%s", site);
-            if (t->in_scale) {
-                c->fac_scale = malloc((size_t)l->in * sizeof(float));
-                if (!c->fac_scale) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory");
-                memcpy(c->fac_scale, t->in_scale, (size_t)l->in * sizeof(float));
-            }
+        if (x->njobs == x->capjobs) {
+            size_t nc = x->capjobs ? x->capjobs * 2 : 64;
+            gjob *nj = realloc(x->jobs, nc * sizeof *nj);
+            if (!nj) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+            x->jobs = nj;
+            x->capjobs = nc;
         }
-        float *w = malloc(nw * sizeof *w);
-        if (!w) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for GPTQ");
+        gjob *j = &x->jobs[x->njobs];
+        memset(j, 0, sizeof *j);
+        j->l = l;
+        j->t = t;
+        j->sc = sc;
+        j->sh = sh;
+        j->blob = blob;
+        j->bs = bs;
+        j->name = own_str(c->r, name);
+        j->site = own_str(c->r, site);
+        if (!j->name || !j->site) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        x->njobs++;
+        return DSQ_OK;
+    }
+    void *buf = NULL;
+    size_t n = 0;
+    int rc = c->rd ? dsq_stats_reader_get(c->rd, name, &buf, &n, NULL, c->d)
+                   : dsq_stats_writer_get(c->w, name, &buf, &n, NULL, c->d);
+    if (rc == DSQ_ERR_NOT_FOUND || (rc == DSQ_OK && n != bs)) {
+        free(buf);
+        dsq_diag_clear(c->d);
+        return dsq_fail(c->d, DSQ_ERR_STATE, NULL, l->name, -1,
+                        "the statistics file has no GPTQ result of this shape for this tensor "
+                        "(made without --gptq or for another scheme): recompute it");
+    }
+    if (rc < 0) return rc;
+    memcpy(blob, buf, bs);
+    free(buf);
+    dsq_qview v;   /* hostile file: the blob must be a valid one of this scheme and shape */
+    DSQ_TRY(dsq_qview_init(&v, sc, &sh, blob, bs, c->d));
+    return gptq_keep(c, t, sc, &sh, blob, bs);
+}
+
+/* ---- the parallel GPTQ phase (fresh runs) ------------------------------ */
+
+/* Consecutive jobs with the same input site, width and folded in_scale share
+ * one factor (gate/up of an expert, q_a/kv_a): they form one task, solved in
+ * order by one thread. Tasks are independent, so the pool runs them in any
+ * order and on any thread with the same bytes. */
+static int same_factor(const gjob *a, const gjob *b)
+{
+    if (a->l->in != b->l->in || strcmp(a->site, b->site) != 0) return 0;
+    if (!a->t->in_scale || !b->t->in_scale) return !a->t->in_scale && !b->t->in_scale;
+    return !memcmp(a->t->in_scale, b->t->in_scale, (size_t)a->l->in * sizeof(float));
+}
+
+typedef struct gphase {
+    run *c;
+    const dsq_layer *ly;
+    gjob *jobs;
+    size_t *start;          /* task k: jobs [start[k], start[k + 1]) */
+    size_t ntasks;
+    _Atomic size_t next;    /* the next task a lane takes */
+    _Atomic int stop;       /* a task failed: the lanes take no more */
+    int *rc;                /* per task */
+    dsq_diag *diag;         /* per task: dsq_diag is not shared between threads */
+    uint64_t *bytes;        /* per task: its peak (task_bytes) */
+    uint64_t budget, used;  /* ram_limit; held by running tasks (under mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} gphase;
+
+/* One task: its Hessian (copied from the collected ones, or built from the
+ * expert's kept rows), its factor, then each job's solve + pack. The gate/up
+ * gemms of a down Hessian run serially (pool NULL): the pool is busy with us. */
+static int gptq_task(gphase *p, size_t k)
+{
+    run *c = p->c;
+    dsq_diag *d = &p->diag[k];
+    gjob *j0 = &p->jobs[p->start[k]];
+    const dsq_linear *l0 = j0->l;
+    size_t nh = (size_t)l0->in * (size_t)l0->in;
+    int e = dsq_calib_expert_of(l0->name);
+    int routed = e >= 0 && c->moe.idx;
+    uint64_t rows = 0;
+    const double *h0 = routed ? NULL : dsq_gptq_hset_find(&c->hs, j0->site, l0->in, &rows);
+    if (!routed && (!h0 || rows == 0)) return DSQ_OK;   /* saw no tokens: RTN */
+    double *h = malloc(nh * sizeof *h);
+    if (!h) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, l0->name, -1, "out of memory for GPTQ");
+    int rc = DSQ_OK;
+    if (h0) memcpy(h, h0, nh * sizeof *h);
+    else if (l0 == &p->ly->experts[e].down)
+        rc = dsq_gptq_moe_hessian_down(&c->moe, e, &p->ly->experts[e].gate, &p->ly->experts[e].up, NULL, h, &rows);
+    else rc = dsq_gptq_moe_hessian_in(&c->moe, e, h, &rows);
+    if (rc < 0 || rows == 0) {
+        free(h);
+        return rc < 0 ? dsq_fail(d, rc, NULL, l0->name, -1, "cannot build the GPTQ Hessian") : DSQ_OK;
+    }
+    dsq_gptq_hess_scale(h, l0->in, j0->t->in_scale);
+    dsq_gptq_factor f;
+    rc = dsq_gptq_factor_init(&f, h, l0->in, c->o->gptq_damp, d);
+    free(h);
+    if (rc < 0) return dsq_fail(d, rc, NULL, l0->name, -1, "GPTQ failed");
+    for (size_t i = p->start[k]; i < p->start[k + 1] && rc == DSQ_OK; i++) {
+        gjob *j = &p->jobs[i];
+        const dsq_linear *l = j->l;
+        float *w = malloc((size_t)l->out * (size_t)l->in * sizeof *w);
+        if (!w) {
+            rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory for GPTQ");
+            break;
+        }
         l->w.scheme->dequantize(&l->w, 0, l->out, w);
-        rc = dsq_calib_apply_rows(t, 0, l->out, l->in, w);
-        dsq_gptq_opts go = { c->o->gptq_damp, 0, t->clip, t->importance };
+        rc = dsq_calib_apply_rows(j->t, 0, l->out, l->in, w);
+        dsq_gptq_opts go = { c->o->gptq_damp, 0, j->t->clip, j->t->importance };
         dsq_qparams qp;
         dsq_qparams_init(&qp);
-        dsq_calib_qparams(t, &qp);
+        dsq_calib_qparams(j->t, &qp);
         dsq_gptq_report rep;
-        if (rc == DSQ_OK) rc = dsq_gptq_quantize_f(sc, &sh, w, &c->fac, &go, &qp, blob, &rep, c->d);
+        if (rc == DSQ_OK) rc = dsq_gptq_quantize_f(j->sc, &j->sh, w, &f, &go, &qp, j->blob, &rep, d);
         free(w);
-        if (rc < 0) return dsq_fail(c->d, rc, NULL, l->name, -1, "GPTQ failed");
-        c->r->tot.gptq_rtn += (size_t)rep.rtn_fallback;
-        c->r->tot.seconds_gptq += now_s() - t0;
-        if (c->w) DSQ_TRY(dsq_stats_writer_put(c->w, name, blob, bs, 1, 0, c->d));
-    } else {
-        void *buf = NULL;
-        size_t n = 0;
-        rc = c->rd ? dsq_stats_reader_get(c->rd, name, &buf, &n, NULL, c->d)
-                   : dsq_stats_writer_get(c->w, name, &buf, &n, NULL, c->d);
-        if (rc == DSQ_ERR_NOT_FOUND || (rc == DSQ_OK && n != bs)) {
-            free(buf);
-            dsq_diag_clear(c->d);
-            return dsq_fail(c->d, DSQ_ERR_STATE, NULL, l->name, -1,
-                            "the statistics file has no GPTQ result of this shape for this tensor "
-                            "(made without --gptq or for another scheme): recompute it");
+        if (rc < 0) rc = dsq_fail(d, rc, NULL, l->name, -1, "GPTQ failed");
+        else {
+            j->done = 1;
+            j->rtn = rep.rtn_fallback;
         }
-        if (rc < 0) return rc;
-        memcpy(blob, buf, bs);
-        free(buf);
-        dsq_qview v;   /* hostile file: the blob must be a valid one of this scheme and shape */
-        DSQ_TRY(dsq_qview_init(&v, sc, &sh, blob, bs, c->d));
     }
-    t->gptq_blob = blob;
-    t->gptq_blob_size = bs;
-    t->gptq_scheme = sc->id;
-    t->gptq_group = sh.group_size;
-    c->r->tot.gptq_tensors++;
-    return DSQ_OK;
+    dsq_gptq_factor_release(&f);
+    return rc;
+}
+
+static void gptq_lane(void *ctx, size_t item, int tid)
+{
+    (void)item;
+    (void)tid;
+    gphase *p = ctx;
+    for (;;) {
+        if (atomic_load(&p->stop)) return;
+        size_t k = atomic_fetch_add(&p->next, 1);
+        if (k >= p->ntasks) return;
+        /* memory: wait until the task fits the budget (alone it always runs) */
+        pthread_mutex_lock(&p->mu);
+        while (p->used > 0 && p->used + p->bytes[k] > p->budget) pthread_cond_wait(&p->cv, &p->mu);
+        p->used += p->bytes[k];
+        pthread_mutex_unlock(&p->mu);
+        dsq_diag_clear(&p->diag[k]);
+        p->rc[k] = gptq_task(p, k);
+        pthread_mutex_lock(&p->mu);
+        p->used -= p->bytes[k];
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        if (p->rc[k] < 0) atomic_store(&p->stop, 1);
+    }
+}
+
+/* Bytes one task holds at its peak: its H (factored in place) and U (8 + 4
+ * bytes per H element), the weights and their rounded copy, and the gather
+ * buffers of a routed down Hessian. */
+static uint64_t task_bytes(const run *c, const gphase *p, size_t k)
+{
+    uint64_t b = 0;
+    for (size_t i = p->start[k]; i < p->start[k + 1]; i++) {
+        const dsq_linear *l = p->jobs[i].l;
+        uint64_t in = (uint64_t)l->in, out = (uint64_t)l->out;
+        uint64_t v = 12 * in * in + 8 * out * in + 256 * 4 * ((uint64_t)c->moe.in + 2 * in);
+        if (v > b) b = v;
+    }
+    return b;
+}
+
+static int gptq_phase(lin_ctx *x)
+{
+    run *c = x->c;
+    gphase p;
+    memset(&p, 0, sizeof p);
+    p.c = c;
+    p.ly = x->ly;
+    p.jobs = x->jobs;
+    p.start = malloc((x->njobs + 1) * sizeof *p.start);
+    if (!p.start) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    for (size_t i = 0; i < x->njobs; i++)
+        if (i == 0 || !same_factor(&x->jobs[i - 1], &x->jobs[i])) p.start[p.ntasks++] = i;
+    p.start[p.ntasks] = x->njobs;
+    p.rc = calloc(p.ntasks, sizeof *p.rc);
+    p.diag = calloc(p.ntasks, sizeof *p.diag);
+    p.bytes = calloc(p.ntasks, sizeof *p.bytes);
+    if (!p.rc || !p.diag || !p.bytes) {
+        free(p.start);
+        free(p.rc);
+        free(p.diag);
+        free(p.bytes);
+        return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    /* lanes: the pool's threads; running tasks together stay within
+     * ram_limit (gptq_lane waits), so at most ram_limit / the smallest task */
+    uint64_t small = UINT64_MAX;
+    for (size_t k = 0; k < p.ntasks; k++) {
+        p.bytes[k] = task_bytes(c, &p, k);
+        if (p.bytes[k] < small) small = p.bytes[k];
+    }
+    p.budget = c->o->ram_limit;
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.cv, NULL);
+    dsq_pool *pool = dsq_model_pool(c->m);
+    size_t lanes = (size_t)dsq_pool_size(pool), cap = (size_t)(p.budget / (small ? small : 1));
+    if (lanes > cap) lanes = cap;
+    if (lanes > p.ntasks) lanes = p.ntasks;
+    if (lanes < 1) lanes = 1;
+    if ((int)lanes > c->r->tot.gptq_lanes) c->r->tot.gptq_lanes = (int)lanes;
+    /* potrf/potri results depend on OpenBLAS' own thread count: one per call */
+    int obt = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    double t0 = now_s(), c0 = cpu_now_s();
+    if (lanes == 1) gptq_lane(&p, 0, 0);
+    else dsq_pool_run(pool, lanes, gptq_lane, &p);
+    c->r->tot.seconds_gptq_solve += now_s() - t0;
+    c->r->tot.cpu_gptq_solve += cpu_now_s() - c0;
+    c->r->tot.seconds_gptq += now_s() - t0;
+    openblas_set_num_threads(obt);
+    pthread_mutex_destroy(&p.mu);
+    pthread_cond_destroy(&p.cv);
+    int rc = DSQ_OK;
+    for (size_t k = 0; k < p.ntasks && rc == DSQ_OK; k++)
+        if (p.rc[k] < 0) {
+            *c->d = p.diag[k];
+            rc = p.rc[k];
+        }
+    /* checkpoint and keep in job order, on this thread */
+    for (size_t i = 0; i < x->njobs && rc == DSQ_OK; i++) {
+        gjob *j = &x->jobs[i];
+        if (!j->done) continue;
+        c->r->tot.gptq_rtn += (size_t)j->rtn;
+        if (c->w) rc = dsq_stats_writer_put(c->w, j->name, j->blob, j->bs, 1, 0, c->d);
+        if (rc == DSQ_OK) rc = gptq_keep(c, j->t, j->sc, &j->sh, j->blob, j->bs);
+    }
+    free(p.start);
+    free(p.rc);
+    free(p.diag);
+    free(p.bytes);
+    return rc;
 }
 
 static void lin_cb(void *ctx, const dsq_linear *l)
@@ -958,10 +1149,12 @@ static int do_layer(run *c, int layer, const dsq_layer_stats *ls, int fresh)
         if (!x.fb_done) rc = dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
         else each_linear(ly, ls->n_experts, lin_cb, &x);
         if (rc == DSQ_OK) rc = x.rc;
+        if (rc == DSQ_OK && x.njobs) rc = gptq_phase(&x);
         if (rc == DSQ_OK && fresh && c->w) rc = dsq_stats_writer_put(c->w, name, x.clipv, x.nclip, 1, 0, c->d);
         free(cin);
         free(x.clipv);
         free(x.fb_done);
+        free(x.jobs);
     }
     c->r->tot.seconds_search += now_s() - ts;
     if (rc == DSQ_OK && ls->n_experts > 0) {
@@ -1384,7 +1577,6 @@ static int forward_run(run *c, const char *model_path, int *interrupted)
             c->r->tot.gptq_hess_peak = c->hs.bytes + c->moe.caprows * (uint64_t)c->moe.in * 4;
         dsq_gptq_hset_release(&c->hs);
         dsq_gptq_moe_release(&c->moe);
-        gptq_forget(c);
         if (rc == DSQ_OK && !last) rc = dsq_hstore_swap(h, c->d);
         if (rc == DSQ_OK && c->w) rc = write_layer_stats(c, &ls);
         if (rc == DSQ_OK && c->w) {
@@ -1515,7 +1707,6 @@ int dsq_calib_run(const char *model_path, const dsq_calib_opts *o, dsq_calib_res
     free(c.data_file);
     dsq_gptq_hset_release(&c.hs);
     dsq_gptq_moe_release(&c.moe);
-    gptq_forget(&c);
     r->tot.seconds = now_s() - c.t0;
     if (rc < 0) {
         dsq_calib_result_free(r);

@@ -71,9 +71,17 @@
  * non-expert Hessians q_a/kv_a 7168^2, q_b 1536^2, kv_b 512^2, o_proj
  * 16384^2, router/shared gate+up 7168^2, shared down 2048^2 doubles = 2.8 GiB;
  * the MoE input rows 4 x 7168 bytes per calibration token (1.9 GB at 128 x
- * 512 tokens) + 4 bytes per routed token; one solve at a time: its H (at most
- * o_proj's 2 GiB), the f32 factor (1 GiB) and the weights. Holding every
- * expert's Hessian instead would take 106 GiB. Blobs stay in RAM (the
+ * 512 tokens) + 4 bytes per routed token; and the solves running at once.
+ * The solves run in parallel on the pool, one task per factor (a routed
+ * expert's gate + up, its down, each non-expert input site: its own H, built
+ * from the kept rows for experts), OpenBLAS at one thread per call and blobs
+ * kept in layer order, so results are the same bytes for any thread count.
+ * With P tasks at once, P Hessians: each task holds its H (f64, factored in
+ * place), U (f32) and the weights twice, 0.73 GB for a V3 gate/up (7168^2 f64
+ * = 411 MB) and 4.2 GB for o_proj; the tasks running together stay within
+ * ram_limit (a larger one runs alone), so P <= ram_limit / 0.73 GB for the
+ * experts (gptq_lanes reports min(threads, tasks, ram_limit / smallest)).
+ * Holding every expert's Hessian instead would take 106 GiB. Blobs stay in RAM (the
  * quantized model's size in total) and go into the statistics checkpoint
  * ("L<l>/gptq/<tensor>") so resume and --stats reuse them.
  *
@@ -229,6 +237,9 @@ typedef struct dsq_calib_totals {
     double seconds_search_moe;         /* of seconds_search: MoE and per-expert groups */
     size_t gptq_tensors, gptq_rtn;     /* GPTQ'd; of those, factorization failed: RTN */
     double seconds_gptq;               /* Hessians + solves */
+    double seconds_gptq_solve;         /* of which the parallel solve phase: wall */
+    double cpu_gptq_solve;             /* its process CPU seconds (all threads) */
+    int gptq_lanes;                    /* most solves run at once (threads, ram_limit) */
     uint64_t gptq_hess_peak;           /* largest layer's Hessians + kept MoE rows, bytes */
 } dsq_calib_totals;
 void dsq_calib_get_totals(const dsq_calib_result *r, dsq_calib_totals *t);

@@ -19,9 +19,10 @@ extern void dpotri_(const char *uplo, const int *n, double *a, const int *lda, i
 /* Row-major H is its own column-major transpose (symmetric). Column-major
  * 'L' factors give, read row-major, the upper factor: potrf('L') H = L L^T,
  * potri('L') the inverse's lower half, potrf('L') again H^-1 = L2 L2^T, and
- * row-major that memory holds U = L2^T with H^-1 = U^T U (upper part; the
- * strictly lower part is zeroed). Returns 0, or the LAPACK info (> 0: not
- * positive definite). a is overwritten. */
+ * row-major that memory holds U = L2^T with H^-1 = U^T U (upper part).
+ * LAPACK does not reference the other triangle, so the row-major strictly
+ * lower part is left as it was (factor_init keeps H there for retries).
+ * Returns 0, or the LAPACK info (> 0: not positive definite). */
 static int inv_chol_upper(double *a, int n)
 {
     int info = 0;
@@ -30,10 +31,7 @@ static int inv_chol_upper(double *a, int n)
     dpotri_("L", &n, a, &n, &info);
     if (info != 0) return info;
     dpotrf_("L", &n, a, &n, &info);
-    if (info != 0) return info;
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < i; j++) a[i * n + j] = 0.0;
-    return 0;
+    return info;
 }
 
 /* ---- one weight, the scheme's grid ------------------------------------- */
@@ -85,9 +83,9 @@ int dsq_gptq_factor_init(dsq_gptq_factor *f, double *h, int64_t cols, double dam
     f->cols = cols;
     f->u = malloc((size_t)cols * (size_t)cols * sizeof *f->u);
     f->dead = calloc((size_t)cols, 1);
-    double *hc = malloc((size_t)cols * (size_t)cols * sizeof *hc);
-    if (!f->u || !f->dead || !hc) {
-        free(hc);
+    double *dg = malloc((size_t)cols * sizeof *dg);
+    if (!f->u || !f->dead || !dg) {
+        free(dg);
         dsq_gptq_factor_release(f);
         return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "gptq: out of memory (%lld columns)", (long long)cols);
     }
@@ -102,14 +100,23 @@ int dsq_gptq_factor_init(dsq_gptq_factor *f, double *h, int64_t cols, double dam
         mean += h[j * cols + j];
     }
     mean /= (double)cols;
+    /* In place, no second cols^2 copy (the parallel solves hold one H each):
+     * LAPACK works on the row-major upper triangle, so H's upper half is
+     * mirrored into the strictly lower one, which keeps it for the retries. */
+    for (int64_t j = 0; j < cols; j++) dg[j] = h[j * cols + j];
+    for (int64_t i = 0; i < cols; i++)
+        for (int64_t j = i + 1; j < cols; j++) h[j * cols + i] = h[i * cols + j];
     int ok = 0;
     for (int t = 0; t < 4 && !ok; t++) {
-        memcpy(hc, h, (size_t)cols * (size_t)cols * sizeof *hc);
+        if (t > 0)
+            for (int64_t i = 0; i < cols; i++)
+                for (int64_t j = i + 1; j < cols; j++) h[i * cols + j] = h[j * cols + i];
         double lambda = damp * mean;
-        for (int64_t j = 0; j < cols; j++) hc[j * cols + j] += lambda;
-        if (inv_chol_upper(hc, (int)cols) == 0) {
+        for (int64_t j = 0; j < cols; j++) h[j * cols + j] = dg[j] + lambda;
+        if (inv_chol_upper(h, (int)cols) == 0) {
             ok = 1;
-            for (int64_t i = 0; i < cols * cols && ok; i++) ok = isfinite(hc[i]);
+            for (int64_t i = 0; i < cols && ok; i++)
+                for (int64_t j = i; j < cols && ok; j++) ok = isfinite(h[i * cols + j]);
         }
         if (!ok && t < 3) {
             damp *= 10.0;
@@ -117,14 +124,15 @@ int dsq_gptq_factor_init(dsq_gptq_factor *f, double *h, int64_t cols, double dam
         }
     }
     if (ok) {
-        for (int64_t i = 0; i < cols * cols; i++) f->u[i] = (float)hc[i];
+        for (int64_t i = 0; i < cols; i++)
+            for (int64_t j = 0; j < cols; j++) f->u[i * cols + j] = j >= i ? (float)h[i * cols + j] : 0.0f;
     } else {
         /* U = I: no error feedback, i.e. round-to-nearest */
         f->rtn_fallback = 1;
         memset(f->u, 0, (size_t)cols * (size_t)cols * sizeof *f->u);
         for (int64_t j = 0; j < cols; j++) f->u[j * cols + j] = 1.0f;
     }
-    free(hc);
+    free(dg);
     return DSQ_OK;
 }
 

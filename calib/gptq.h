@@ -40,7 +40,10 @@
  * thread count. Calibration runs OpenBLAS single-threaded (the engine sets
  * it), so results do not depend on --threads; with more OpenBLAS threads
  * dpotrf/dpotri change in the last bits (measured), which is why the
- * factorization is not spread over the cores. Cost: about 1.3 cols^3 flops
+ * factorization is not spread over the cores: calibration runs independent
+ * factorizations (experts, input sites) in parallel instead, each on one
+ * thread (calib.c gptq_phase). factor_init factors H in place (its lower
+ * half keeps H for the dampening retries), so a solve needs no second H. Cost: about 1.3 cols^3 flops
  * per factorization (o_proj at 671B: 6e12, single-threaded), rows * cols^2
  * for the lazy updates; gate/up and q_a/kv_a share one factorization. */
 #ifndef DSQ_GPTQ_H

@@ -1233,11 +1233,19 @@ static void test_gptq_driver(void **state)
         dsq_st_close(st);
         assert_int_equal(withblob, tt.gptq_tensors);
         assert_true(withblob > 0 && withblob <= calibrated);
-        /* thread count independent */
-        o.threads = 2;
-        dsq_calib_result *b = calibrate(m, &o);
-        assert_same_result(a, b, m);
-        dsq_calib_result_free(b);
+        /* thread count independent: the solves run on 2 and 4 lanes (one
+         * expert's or one input site's Hessian per task, calib.c gptq_phase) */
+        assert_int_equal(tt.gptq_lanes, 1);
+        dsq_calib_result *b;
+        for (int nt = 2; nt <= 4; nt += 2) {
+            o.threads = nt;
+            b = calibrate(m, &o);
+            dsq_calib_totals tb;
+            dsq_calib_get_totals(b, &tb);
+            assert_int_equal(tb.gptq_lanes, nt);
+            assert_same_result(a, b, m);
+            dsq_calib_result_free(b);
+        }
         /* the converter writes exactly GPTQ's blobs, whole and streamed */
         convert_has_blobs(m, a, &rc, out, 0);
         convert_has_blobs(m, a, &rc, out, 4096);
