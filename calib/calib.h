@@ -136,6 +136,10 @@ typedef struct dsq_calib_opts {
     int n_grid;                   /* search grid; default 20 */
     int awq_tokens;               /* reservoir rows per non-expert input; default 512 */
     int awq_expert_tokens;        /* per routed-expert input; default 64 */
+    int awq_attn_seqs;            /* --awq-attn-block N: score the attention-input group on the MLA block
+                                     output over N whole calibration sequences (awq.h ATTN); 0 (default):
+                                     on q_a / kv_a outputs */
+    int awq_attn_seqlen;          /* tokens kept per such sequence (0: all); default 512 */
     /* files */
     const char *save_stats;       /* --save-stats F: statistics + checkpoint */
     const char *load_stats;       /* --stats F: reuse statistics, no forward */

@@ -1874,6 +1874,94 @@ static void test_sample_awq_generalises(void **state)
     dsq_model_free(m);
 }
 
+/* ---- attention block loss (awq.h ATTN) --------------------------------------- */
+
+/* the engine's attention input (q_a / q_proj) and context (o_proj input) */
+typedef struct attn_cap {
+    float *x, *att;
+    int64_t nx, natt;
+} attn_cap;
+
+static int attn_cap_hook(void *ctx, int layer, const char *name, const float *x, int T, int in, const int32_t *ti)
+{
+    (void)layer;
+    (void)ti;
+    attn_cap *c = ctx;
+    float **dst = strstr(name, "self_attn.q_a_proj.weight") || strstr(name, "self_attn.q_proj.weight") ? &c->x
+                  : strstr(name, "self_attn.o_proj.weight")                                          ? &c->att
+                                                                                                     : NULL;
+    if (!dst) return 0;
+    free(*dst);
+    *dst = malloc((size_t)T * (size_t)in * sizeof **dst);
+    assert_non_null(*dst);
+    memcpy(*dst, x, (size_t)T * (size_t)in * sizeof **dst);
+    *(dst == &c->x ? &c->nx : &c->natt) = in;
+    return 0;
+}
+
+/* The float MLA block the attention-input group is scored on equals the
+ * engine's own attention (its o_proj input times float o_proj) in every
+ * layer of the sample: the loss measures the real block, not a stand-in. */
+static void test_attn_block_matches_engine(void **state)
+{
+    (void)state;
+    const char *model = "samples/tiny-dsv3";
+    if (!dsq_path_exists("samples/tiny-dsv3/config.json") || !dsq_path_exists("samples/data/heldout.txt")) {
+        fprintf(stderr, "skip: samples/tiny-dsv3 or samples/data absent (samples/make_samples.sh)\n");
+        return;
+    }
+    dsq_model *m = open_lazy(model);
+    dsq_tokenizer *tk;
+    assert_int_equal(dsq_tokenizer_load(&tk, model, NULL), 0);
+    const int T = 96;
+    dsq_hstore *hs = text_states(m, tk, "samples/data/heldout.txt", 1, T);
+    float *h;
+    assert_int_equal(dsq_hstore_get(hs, 0, &h, NULL), 0);
+    const dsq_model_config *cfg = dsq_model_get_config(m);
+    for (int l = 0; l < (int)cfg->num_hidden_layers; l++) {
+        attn_cap c = { 0 };
+        assert_int_equal(dsq_model_layer_load(m, l, NULL), 0);   /* stays loaded for the groups */
+        assert_int_equal(dsq_layer_forward(m, l, h, T, NULL, attn_cap_hook, &c, 0, NULL), 0);
+        assert_non_null(c.x);
+        assert_non_null(c.att);
+        dsq_group_list gl;
+        assert_int_equal(dsq_groups_build(m, l, DSQ_GROUPS_AWQ, &gl, NULL), 0);
+        const dsq_scale_group *g = &gl.v[0];
+        assert_non_null(strstr(g->prev, "input_layernorm"));
+        assert_non_null(g->attn_model);
+        const dsq_linear *o = &dsq_model_weights(m)->layers[l].o;
+        assert_int_equal(c.natt, o->in);
+        float *wo = malloc((size_t)o->out * (size_t)o->in * sizeof *wo);
+        float *ref = calloc((size_t)T * (size_t)o->out, sizeof *ref), *out = malloc((size_t)T * (size_t)o->out * sizeof *out);
+        o->w.scheme->dequantize(&o->w, 0, o->out, wo);
+        for (int t = 0; t < T; t++)
+            for (int64_t r = 0; r < o->out; r++) {
+                double a = 0.0;
+                for (int64_t k = 0; k < o->in; k++) a += (double)c.att[(size_t)t * o->in + k] * wo[r * o->in + k];
+                ref[(size_t)t * o->out + r] = (float)a;
+            }
+        assert_int_equal(dsq_awq_attn_block(g, c.x, T, out, dsq_model_pool(m), NULL), 0);
+        double num = 0.0, den = 0.0;
+        for (size_t i = 0; i < (size_t)T * (size_t)o->out; i++) {
+            num += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
+            den += (double)ref[i] * ref[i];
+        }
+        fprintf(stderr, "  layer %d: block vs engine relative error %.3g\n", l, sqrt(num / den));
+        assert_true(den > 0.0);
+        assert_true(sqrt(num / den) < 1e-4);
+        free(wo);
+        free(ref);
+        free(out);
+        free(c.x);
+        free(c.att);
+        dsq_groups_release(&gl);
+        dsq_model_layer_release(m, l);
+    }
+    dsq_hstore_free(hs, 1);
+    dsq_tokenizer_free(tk);
+    dsq_model_free(m);
+}
+
 /* ---- AWQ clip on X^T X ----------------------------------------------------------- */
 
 /* w quantized by awq-w4a16 (group gs) and dequantized into out. */
@@ -2040,6 +2128,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sample_ordering, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_dynamic_smoothing, setup, teardown),
         cmocka_unit_test(test_sample_awq_generalises),
+        cmocka_unit_test(test_attn_block_matches_engine),
         cmocka_unit_test(test_sample_clip_cov),
     };
     /* DSQ_TEST_FILTER=test_sample_* runs only the matching tests (the sample
