@@ -188,8 +188,8 @@ enum { G_ATTN, G_QB, G_KVB, G_MLP, G_MOE, G_DOWN, NG };
 static const char *const gname[NG] = { "input_layernorm -> q_a, kv_a", "q_a_layernorm -> q_b",
                                         "kv_a_layernorm -> kv_b", "dense MLP input (gate/up)",
                                         "MoE input (experts + shared)", "up -> down" };
-#define NGV 3
-static const char *const gvname[NGV] = { "s = 1", "old loss", "block loss" };
+#define NGV 4
+static const char *const gvname[NGV] = { "s = 1", "old loss", "block loss", "all seqs" };
 
 typedef struct gacc {
     double logsum[NG][NGV];
@@ -210,10 +210,14 @@ static int group_type(const dsq_scale_group *g)
  * the block losses: the MoE group on the MoE block output, the attention
  * input group on the MLA block output over whole held-out sequences) for
  * s = 1, scales searched with the older loss (MoE: unweighted per-expert
- * sum; attention input: q_a / kv_a outputs), and with the block loss.
- * Groups with one loss show it twice. Scales only, RTN: what the scale
+ * sum; attention input: q_a / kv_a outputs), with the block loss as
+ * calibration runs it (the attention block over the first g_seqs
+ * calibration sequences), and ("all seqs") the attention block over every
+ * calibration sequence, which is AutoAWQ's approach (it runs self_attn on
+ * all its samples). Groups with one loss show it in every searched column.
+ * Held-out: every held-out sequence. Scales only, RTN: what the scale
  * search decides. */
-static void groups_layer(dsq_model *m, int l, const dsq_layer_stats *la, const dsq_layer_stats *lb, gacc *G)
+static void groups_layer(dsq_model *m, int l, dsq_layer_stats *la, const dsq_layer_stats *lb, gacc *G)
 {
     dsq_group_list gl;
     dsq_diag d;
@@ -234,7 +238,13 @@ static void groups_layer(dsq_model *m, int l, const dsq_layer_stats *la, const d
                 gv.router = NULL;
                 sv.attn_block = 0;
             }
+            /* the kept sequences are the first ones in order: dsq's g_seqs
+             * are a prefix of all of them */
+            dsq_act_stats *st = dsq_layer_stats_find(la, g.site);
+            int keep = st ? st->seq_n : 0;
+            if (st && v == 2 && st->seq_n > g_seqs) st->seq_n = g_seqs;
             if (dsq_scale_search(&gv, la, &sv, s, &rep, &d) < 0) die("search", &d);
+            if (st) st->seq_n = keep;
             if (dsq_scale_eval(&g, lb, &so, s, &e0, &e[v], &rows, &d) < 0) die("eval", &d);
             e[0] = e0;
             ok = rows > 0 && rep.rows > 0 && e0 > 0;
@@ -253,14 +263,15 @@ static void print_groups(const gacc *G)
     printf("\nscaling groups, held-out block output MSE (RTN with the searched scales), geometric mean per type\n");
     printf("| %-30s | %3s |", "group", "n");
     for (int v = 0; v < NGV; v++) printf(" %10s |", gvname[v]);
-    printf(" block/old |\n|--------------------------------|-----|");
+    printf(" block/old | block/all |\n|--------------------------------|-----|");
     for (int v = 0; v < NGV; v++) printf("------------|");
-    printf("-----------|\n");
+    printf("-----------|-----------|\n");
     for (int k = 0; k < NG; k++) {
         if (!G->n[k]) continue;
         printf("| %-30s | %3d |", gname[k], G->n[k]);
         for (int v = 0; v < NGV; v++) printf(" %10.4g |", exp(G->logsum[k][v] / G->n[k]));
-        printf(" %9.3f |\n", exp((G->logsum[k][2] - G->logsum[k][1]) / G->n[k]));
+        printf(" %9.3f | %9.3f |\n", exp((G->logsum[k][2] - G->logsum[k][1]) / G->n[k]),
+               exp((G->logsum[k][2] - G->logsum[k][3]) / G->n[k]));
     }
 }
 
@@ -322,10 +333,10 @@ int main(int argc, char **argv)
     for (int l = 0; l < L; l++) {
         const int ne = dsq_model_config_is_moe_layer(cfg, l) ? (int)cfg->n_routed_experts : 0;
         dsq_layer_stats la, lb;
-        /* whole sequences for the attention block loss: g_seqs of each text */
+        /* every sequence of both texts whole, for the attention block */
         dsq_collect_opts c1 = { .sample_cap_dense = 512, .sample_cap_expert = 512, .seed = 7, .cov = 1,
-                                .attn_seqs = g_seqs },
-                         c2 = { .sample_cap_dense = 512, .sample_cap_expert = 512, .seed = 7, .attn_seqs = g_seqs };
+                                .attn_seqs = N },
+                         c2 = { .sample_cap_dense = 512, .sample_cap_expert = 512, .seed = 7, .attn_seqs = N };
         if (dsq_layer_stats_init(&la, l, ne) < 0 || dsq_layer_stats_init(&lb, l, ne) < 0 ||
             dsq_collect_layer(m, l, sa, l + 1 < L, &c1, &la, NULL, &d) < 0 ||
             dsq_collect_layer(m, l, sb, l + 1 < L, &c2, &lb, NULL, &d) < 0)

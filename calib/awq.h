@@ -40,15 +40,19 @@
  * target scheme (W s through quant's quantize, x / s through its gemm, which
  * also quantizes activations for w8a8/w4a8) and float consumers exact:
  *   LINEARS  the consumers' outputs (q_a/kv_a, or q,k,v);
- *   ATTN     (opt-in, dsq_search_opts.attn_block; DeepSeek input_layernorm
- *            group) the whole MLA block's output, as AutoAWQ inspects
- *            self_attn: on the site's kept whole sequences (stats.h seqs),
- *            q_a / kv_a quantized (or q without q_lora), everything after
- *            them in float: q_a_layernorm -> q_b, kv_a_layernorm -> kv_b,
- *            RoPE, causal attention, o_proj; compared with the float block.
- *            Float copies of q_a, kv_a, q_b, kv_b, o (V3: 0.75 GB) and per
- *            sequence q / expanded kv / context (0.16 GB at T = 512); about
- *            110 GFLOP per sequence and candidate at V3 shapes;
+ *   ATTN     (dsq_search_opts.attn_block; the DeepSeek input_layernorm
+ *            group, where its site kept sequences) the whole MLA block's
+ *            output, as AutoAWQ inspects self_attn: on the site's kept whole
+ *            sequences (stats.h seqs), q_a / kv_a quantized (or q without
+ *            q_lora), everything after them in float: q_a_layernorm -> q_b,
+ *            kv_a_layernorm -> kv_b, RoPE, causal attention, o_proj (the
+ *            engine's naive MLA path, tested equal to it); compared with the
+ *            float block. V3 shapes, 4 x 512 tokens: float q_a, kv_a, q_b,
+ *            kv_b, o (0.75 GB), all rows' inputs / outputs (0.2 GB), one
+ *            sequence's q / expanded kv / context (0.17 GB), about 1.1 GB
+ *            while this group is searched; about 210 GFLOP per sequence and
+ *            candidate (o_proj 120, q_b 39, attention 22, kv_b 17), 18 TFLOP
+ *            per layer with the 21 candidates;
  *   MLP      down(silu(gate x) * up x) with down in float (AutoAWQ: the mlp);
  *   MOE      the MoE block's output, as AutoAWQ inspects mlp: on the sampled
  *            tokens of the router's input (uniform over all calibration
