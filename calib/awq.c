@@ -1,5 +1,6 @@
 /* awq.c - scaling groups per layer and the grid search over scales (awq.h). */
 #include "awq.h"
+#include "awq_int.h"
 #include "dsq_mem.h"
 #include "ops.h"
 #include "smooth.h"
@@ -241,7 +242,7 @@ static void deq_task(void *ctx, size_t item, int tid)
 }
 
 /* W [out][in] as float32 (caller frees). */
-static float *deq_f32(const dsq_linear *l, dsq_pool *pool)
+float *dsq_awq_deq_f32(const dsq_linear *l, dsq_pool *pool)
 {
     float *w = malloc((size_t)l->out * (size_t)l->in * sizeof *w);
     if (!w) return NULL;
@@ -371,13 +372,7 @@ int dsq_awq_clip_allowed(const char *t)
 
 /* ---- search ------------------------------------------------------------------ */
 
-typedef struct cons {
-    const dsq_linear *l;
-    const dsq_scheme *sc;        /* NULL: float (exact under any s) */
-    dsq_qshape shape;
-    size_t blob_size;
-    const dsq_act_stats *site;   /* for static activation ranges */
-} cons;
+typedef dsq_awq_cons cons;
 
 static int is_float(const dsq_scheme *sc)
 {
@@ -401,7 +396,7 @@ static int resolve(const dsq_search_opts *o, const dsq_linear *l, const dsq_act_
 }
 
 /* y [T][rows] = x [T][cols] * W^T for float W */
-static void sgemm_nt(const float *x, int64_t T, const float *w, int64_t rows, int64_t cols, float *y)
+void dsq_awq_sgemm_nt(const float *x, int64_t T, const float *w, int64_t rows, int64_t cols, float *y)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)rows, (int)cols, 1.0f, x, (int)cols, w,
                 (int)cols, 0.0f, y, (int)rows);
@@ -409,7 +404,7 @@ static void sgemm_nt(const float *x, int64_t T, const float *w, int64_t rows, in
 
 /* The consumer's output for candidate s (NULL = 1): quantize W s, run the
  * scheme's gemm on xs = x / s. */
-static int run_quant(const cons *c, const float *w, const float *s, const float *xs, int64_t T, uint8_t *blob,
+int dsq_awq_run_quant(const cons *c, const float *w, const float *s, const float *xs, int64_t T, uint8_t *blob,
                      float *y, dsq_pool *pool, dsq_diag *d)
 {
     dsq_qparams qp;
@@ -430,7 +425,6 @@ static int run_quant(const cons *c, const float *w, const float *s, const float 
     return DSQ_OK;
 }
 
-static double sqdiff(const float *a, const float *b, size_t n);
 
 int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const float *in_scale,
                    const float *importance, const dsq_act_stats *site, dsq_pool *pool, int *use_clip, double *err0,
@@ -449,13 +443,13 @@ int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const 
     if (rc == DSQ_OK) rc = sc->blob_size(&c.shape, &c.blob_size);
     if (rc < 0) return dsq_fail(d, rc, NULL, l->name, -1, "scheme %s cannot hold this tensor", sc->name);
     const int64_t T = site->sample_n, n = l->in;
-    float *w = deq_f32(l, pool), *xs = malloc((size_t)T * (size_t)n * sizeof *xs);
+    float *w = dsq_awq_deq_f32(l, pool), *xs = malloc((size_t)T * (size_t)n * sizeof *xs);
     float *yref = malloc((size_t)T * (size_t)l->out * sizeof *yref), *y = malloc((size_t)T * (size_t)l->out * sizeof *y);
     uint8_t *blob = malloc(c.blob_size);
     double e[2] = { 0.0, 0.0 };
     if (!w || !xs || !yref || !y || !blob) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory");
     if (rc == DSQ_OK) {
-        sgemm_nt(site->sample, T, w, l->out, n, yref);
+        dsq_awq_sgemm_nt(site->sample, T, w, l->out, n, yref);
         for (int64_t t = 0; t < T; t++)
             for (int64_t j = 0; j < n; j++)
                 xs[t * n + j] = in_scale ? site->sample[t * n + j] / in_scale[j] : site->sample[t * n + j];
@@ -471,7 +465,7 @@ int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const 
         dsq_qview v;
         if (rc == DSQ_OK) rc = dsq_qview_init(&v, sc, &c.shape, blob, c.blob_size, d);
         if (rc == DSQ_OK) rc = sc->gemm(&v, xs, T, y, pool, NULL, 0);
-        if (rc == DSQ_OK) e[clip] = sqdiff(y, yref, (size_t)T * (size_t)l->out) / ((double)T * (double)l->out);
+        if (rc == DSQ_OK) e[clip] = dsq_awq_sqdiff(y, yref, (size_t)T * (size_t)l->out) / ((double)T * (double)l->out);
     }
     if (rc == DSQ_OK) {
         *use_clip = e[1] < e[0];
@@ -486,7 +480,7 @@ int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const 
     return rc;
 }
 
-static double sqdiff(const float *a, const float *b, size_t n)
+double dsq_awq_sqdiff(const float *a, const float *b, size_t n)
 {
     double e = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -535,10 +529,10 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
         const dsq_linear *l = u->c[i].l;
         if (u->c[i].blob_size > maxblob) maxblob = u->c[i].blob_size;
         if (l->out > maxout) maxout = l->out;
-        w[i] = deq_f32(l, pool);
+        w[i] = dsq_awq_deq_f32(l, pool);
         yref[i] = malloc((size_t)T * (size_t)l->out * sizeof(float));
         if (!w[i] || !yref[i]) rc = DSQ_ERR_NOMEM;
-        else sgemm_nt(u->x, T, w[i], l->out, n, yref[i]);
+        else dsq_awq_sgemm_nt(u->x, T, w[i], l->out, n, yref[i]);
     }
     if (rc == DSQ_OK) {
         blob = maxblob ? malloc(maxblob) : NULL;
@@ -548,7 +542,7 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
     if (rc == DSQ_OK && u->down) {
         /* reference MLP output: down(silu(g) * u) */
         const int64_t F = u->down->in, H = u->down->out;
-        wd = deq_f32(u->down, pool);
+        wd = dsq_awq_deq_f32(u->down, pool);
         yd = malloc((size_t)T * (size_t)H * sizeof *yd);
         ydref = malloc((size_t)T * (size_t)H * sizeof *ydref);
         float *h = malloc((size_t)T * (size_t)F * sizeof *h);
@@ -556,7 +550,7 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
         if (rc == DSQ_OK) {
             memcpy(h, yref[0], (size_t)T * (size_t)F * sizeof *h);
             dsq_silu_mul(h, yref[1], (size_t)T * (size_t)F);
-            sgemm_nt(h, T, wd, H, F, ydref);
+            dsq_awq_sgemm_nt(h, T, wd, H, F, ydref);
             if (u->tok) scatter_add(u, ydref, H, yacc_ref);
         }
         free(h);
@@ -576,8 +570,8 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
         if (!u->down) {
             for (int i = 0; i < u->nc && rc == DSQ_OK; i++) {
                 if (!u->c[i].sc) continue;   /* float consumer: exact */
-                rc = run_quant(&u->c[i], w[i], s, xs, T, blob, y, pool, d);
-                if (rc == DSQ_OK) loss[c] += sqdiff(y, yref[i], (size_t)T * (size_t)u->c[i].l->out);
+                rc = dsq_awq_run_quant(&u->c[i], w[i], s, xs, T, blob, y, pool, d);
+                if (rc == DSQ_OK) loss[c] += dsq_awq_sqdiff(y, yref[i], (size_t)T * (size_t)u->c[i].l->out);
                 if (c == 0 && rc == DSQ_OK) *elems += (double)T * (double)u->c[i].l->out;
             }
             continue;
@@ -585,17 +579,17 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
         const int64_t F = u->c[0].l->out, H = u->down->out;
         for (int i = 0; i < 2 && rc == DSQ_OK; i++) {
             float *dst = i == 0 ? yg : yu;
-            if (u->c[i].sc) rc = run_quant(&u->c[i], w[i], s, xs, T, blob, dst, pool, d);
+            if (u->c[i].sc) rc = dsq_awq_run_quant(&u->c[i], w[i], s, xs, T, blob, dst, pool, d);
             else memcpy(dst, yref[i], (size_t)T * (size_t)F * sizeof *dst);
         }
         if (rc < 0) break;
         dsq_silu_mul(yg, yu, (size_t)T * (size_t)F);
-        sgemm_nt(yg, T, wd, H, F, yd);
+        dsq_awq_sgemm_nt(yg, T, wd, H, F, yd);
         if (u->tok) {   /* scored on the whole block by the caller */
             scatter_add(u, yd, H, yacc[c]);
             continue;
         }
-        loss[c] += sqdiff(yd, ydref, (size_t)T * (size_t)H);
+        loss[c] += dsq_awq_sqdiff(yd, ydref, (size_t)T * (size_t)H);
         if (c == 0) *elems += (double)T * (double)H;
     }
     for (int i = 0; i < u->nc; i++) {
@@ -699,7 +693,7 @@ static int moe_losses(const dsq_scale_group *g, const dsq_act_stats *site, cons 
         if (rc == DSQ_OK) rc = unit_losses(&u, n, cand, C, loss, &el, yc, yref, o->pool, d);
     }
     if (rc == DSQ_OK) {
-        for (int c = 0; c < C; c++) loss[c] += sqdiff(yc[c], yref, (size_t)(T * H));
+        for (int c = 0; c < C; c++) loss[c] += dsq_awq_sqdiff(yc[c], yref, (size_t)(T * H));
         *elems = (double)T * (double)H;
         *rows = T;
     }
@@ -717,208 +711,6 @@ static int moe_losses(const dsq_scale_group *g, const dsq_act_stats *site, cons 
     return rc;
 }
 
-/* ---- attention block loss (awq.h, ATTN) ----------------------------------- */
-
-/* The MLA block after q_a / kv_a, in float (engine/mla.c's naive prefill
- * path: the same norms, RoPE and attention kernel, without the KV cache). */
-typedef struct mla_blk {
-    const dsq_model *m;
-    const dsq_layer *ly;
-    int64_t H, nope, rope, vd, R, qk, qr, kvw, hidden;
-    float *wqb, *wkvb, *wo;        /* float weights; wqb NULL without q_lora */
-    float *qa, *q, *kva, *kvx, *att, *S, *cs;   /* scratch for T rows */
-    int32_t *vis;
-} mla_blk;
-
-static void mla_blk_free(mla_blk *b)
-{
-    free(b->wqb);
-    free(b->wkvb);
-    free(b->wo);
-    free(b->qa);
-    free(b->q);
-    free(b->kva);
-    free(b->kvx);
-    free(b->att);
-    free(b->S);
-    free(b->cs);
-    free(b->vis);
-}
-
-static int mla_blk_init(mla_blk *b, const dsq_scale_group *g, int64_t T, dsq_pool *pool)
-{
-    memset(b, 0, sizeof *b);
-    const dsq_model *m = g->attn_model;
-    const dsq_model_config *c = dsq_model_get_config(m);
-    const dsq_layer *ly = &dsq_model_weights(m)->layers[g->layer];
-    b->m = m;
-    b->ly = ly;
-    b->H = m->n_heads;
-    b->nope = c->qk_nope_head_dim;
-    b->rope = c->qk_rope_head_dim;
-    b->vd = c->v_head_dim;
-    b->R = c->kv_lora_rank;
-    b->qk = b->nope + b->rope;
-    b->qr = c->q_lora_rank;
-    b->kvw = g->lin[1]->out;
-    b->hidden = ly->o.out;
-    /* the shapes the block relies on (hostile configs must not index past) */
-    if (b->kvw != b->R + b->rope || ly->kv_b.in != b->R || ly->kv_b.out != b->H * (b->nope + b->vd) ||
-        ly->o.in != b->H * b->vd || m->rope.dim != b->rope || T > INT32_MAX / 2 ||
-        (b->qr > 0 ? (g->lin[0]->out != b->qr || ly->q_b.in != b->qr || ly->q_b.out != b->H * b->qk)
-                   : g->lin[0]->out != b->H * b->qk))
-        return DSQ_ERR_SHAPE;
-    if (b->qr > 0) b->wqb = deq_f32(&ly->q_b, pool);
-    b->wkvb = deq_f32(&ly->kv_b, pool);
-    b->wo = deq_f32(&ly->o, pool);
-    const size_t t = (size_t)T;
-    b->qa = malloc(t * (size_t)(b->qr > 0 ? b->qr : 1) * sizeof(float));
-    b->q = malloc(t * (size_t)(b->H * b->qk) * sizeof(float));
-    b->kva = malloc(t * (size_t)b->kvw * sizeof(float));
-    b->kvx = malloc(t * (size_t)(b->H * (b->nope + b->vd)) * sizeof(float));
-    b->att = malloc(t * (size_t)(b->H * b->vd) * sizeof(float));
-    b->S = malloc(t * t * sizeof(float));
-    b->cs = malloc(t * (size_t)b->rope * sizeof(float));
-    b->vis = malloc(t * sizeof(int32_t));
-    if ((b->qr > 0 && !b->wqb) || !b->wkvb || !b->wo || !b->qa || !b->q || !b->kva || !b->kvx || !b->att || !b->S ||
-        !b->cs || !b->vis)
-        return DSQ_ERR_NOMEM;
-    const int half = (int)b->rope / 2;
-    for (int64_t i = 0; i < T; i++) {
-        dsq_rope_cos_sin(&m->rope, i, b->cs + i * b->rope, b->cs + i * b->rope + half);
-        b->vis[i] = (int32_t)(i + 1);   /* causal: positions 0..T-1 of one sequence */
-    }
-    return DSQ_OK;
-}
-
-/* out [T][hidden] = the block on one sequence's q_a (or q) output yq
- * [T][qr | H*qk] and kv_a output ykv [T][R + rope] */
-static void mla_blk_run(mla_blk *b, const float *yq, const float *ykv, int64_t T, float *out, dsq_pool *pool)
-{
-    const dsq_model *m = b->m;
-    const int64_t H = b->H, qk = b->qk, hw = b->nope + b->vd, half = b->rope / 2;
-    if (b->qr > 0) {
-        dsq_rmsnorm_rows(b->qa, yq, b->ly->q_a_norm, (int)T, (int)b->qr, m->eps);
-        sgemm_nt(b->qa, T, b->wqb, H * qk, b->qr, b->q);
-    } else {
-        memcpy(b->q, yq, (size_t)T * (size_t)(H * qk) * sizeof(float));
-    }
-    memcpy(b->kva, ykv, (size_t)T * (size_t)b->kvw * sizeof(float));
-    for (int64_t t = 0; t < T; t++) {
-        const float *c = b->cs + t * b->rope, *s = c + half;
-        float *kv = b->kva + t * b->kvw;
-        dsq_rmsnorm(kv, kv, b->ly->kv_a_norm, (int)b->R, m->eps);
-        dsq_rope_apply(&m->rope, kv + b->R, c, s);
-        for (int64_t h = 0; h < H; h++) dsq_rope_apply(&m->rope, b->q + t * H * qk + h * qk + b->nope, c, s);
-    }
-    /* expanded k_nope | v per head from the normed latents (rows kvw apart) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)(H * hw), (int)b->R, 1.0f, b->kva, (int)b->kvw,
-                b->wkvb, (int)b->R, 0.0f, b->kvx, (int)(H * hw));
-    for (int64_t h = 0; h < H; h++) {
-        const float *kx = b->kvx + h * hw;
-        dsq_attend_block((int)T, (int)T, b->q + h * qk, (int)(H * qk), kx, (int)(H * hw), (int)b->nope,
-                         b->q + h * qk + b->nope, (int)(H * qk), b->kva + b->R, (int)b->kvw, (int)b->rope, kx + b->nope,
-                         (int)(H * hw), (int)b->vd, b->vis, m->attn_scale, b->S, b->att + h * b->vd, (int)(H * b->vd),
-                         pool);
-    }
-    sgemm_nt(b->att, T, b->wo, b->hidden, H * b->vd, out);
-}
-
-int dsq_awq_attn_block(const dsq_scale_group *g, const float *x, int64_t T, float *out, dsq_pool *pool,
-                       dsq_diag *d)
-{
-    if (!g || !g->attn_model || g->nlin != 2 || !x || !out || T <= 0)
-        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, g ? g->prev : NULL, -1, "not an attention-input group");
-    mla_blk b;
-    int rc = mla_blk_init(&b, g, T, pool);
-    float *w[2] = { NULL, NULL }, *y[2] = { NULL, NULL };
-    for (int i = 0; i < 2 && rc == DSQ_OK; i++) {
-        w[i] = deq_f32(g->lin[i], pool);
-        y[i] = malloc((size_t)T * (size_t)g->lin[i]->out * sizeof(float));
-        if (!w[i] || !y[i]) rc = DSQ_ERR_NOMEM;
-        else sgemm_nt(x, T, w[i], g->lin[i]->out, g->n, y[i]);
-    }
-    if (rc == DSQ_OK) mla_blk_run(&b, y[0], y[1], T, out, pool);
-    mla_blk_free(&b);
-    for (int i = 0; i < 2; i++) {
-        free(w[i]);
-        free(y[i]);
-    }
-    if (rc < 0) return dsq_fail(d, rc, NULL, g->prev, -1, "cannot run the attention block (%s)", dsq_strerror(rc));
-    return DSQ_OK;
-}
-
-/* loss[c] = squared error of the block output for candidate c over the
- * site's kept sequences: the consumers run once per candidate on all N x T
- * rows (one quantization each), the block per sequence. */
-static int attn_losses(const dsq_scale_group *g, const dsq_act_stats *site, cons *cs, const dsq_search_opts *o,
-                       float *const *cand, int C, double *loss, double *elems, int64_t *rows, dsq_diag *d)
-{
-    const int64_t N = site->seq_n, T = site->seq_len, NT = N * T, n = g->n;
-    mla_blk b;
-    int rc = mla_blk_init(&b, g, T, o->pool);
-    float *w[2] = { NULL, NULL }, *yref[2] = { NULL, NULL }, *y[2] = { NULL, NULL };
-    float *xs = NULL, *ref = NULL, *out = NULL;
-    uint8_t *blob = NULL;
-    if (rc == DSQ_OK) {
-        size_t maxblob = cs[0].blob_size > cs[1].blob_size ? cs[0].blob_size : cs[1].blob_size;
-        for (int i = 0; i < 2; i++) {
-            w[i] = deq_f32(cs[i].l, o->pool);
-            yref[i] = malloc((size_t)NT * (size_t)cs[i].l->out * sizeof(float));
-            y[i] = malloc((size_t)NT * (size_t)cs[i].l->out * sizeof(float));
-            if (!w[i] || !yref[i] || !y[i]) rc = DSQ_ERR_NOMEM;
-        }
-        xs = malloc((size_t)NT * (size_t)n * sizeof *xs);
-        ref = malloc((size_t)NT * (size_t)b.hidden * sizeof *ref);
-        out = malloc((size_t)T * (size_t)b.hidden * sizeof *out);
-        blob = maxblob ? malloc(maxblob) : NULL;
-        if (!xs || !ref || !out || (maxblob && !blob)) rc = DSQ_ERR_NOMEM;
-    }
-    if (rc < 0) rc = dsq_fail(d, rc, NULL, g->prev, -1, "cannot set up the attention block loss (%s)",
-                             dsq_strerror(rc));
-    /* the float block on every kept sequence */
-    for (int i = 0; i < 2 && rc == DSQ_OK; i++) sgemm_nt(site->seqs, NT, w[i], cs[i].l->out, n, yref[i]);
-    for (int64_t k = 0; k < N && rc == DSQ_OK; k++)
-        mla_blk_run(&b, yref[0] + k * T * cs[0].l->out, yref[1] + k * T * cs[1].l->out, T,
-                    ref + k * T * b.hidden, o->pool);
-    for (int c = 0; c < C && rc == DSQ_OK; c++) {
-        if (o->cancel && *o->cancel) {
-            rc = dsq_fail(d, DSQ_ERR_INTERRUPTED, NULL, g->prev, -1, "scale search interrupted");
-            break;
-        }
-        const float *s = c == 0 ? NULL : cand[c];
-        for (int64_t r = 0; r < NT; r++)
-            for (int64_t j = 0; j < n; j++) xs[r * n + j] = s ? site->seqs[r * n + j] / s[j] : site->seqs[r * n + j];
-        const float *yy[2];
-        for (int i = 0; i < 2 && rc == DSQ_OK; i++) {
-            yy[i] = yref[i];   /* float consumer: exact under any s */
-            if (cs[i].sc) {
-                rc = run_quant(&cs[i], w[i], s, xs, NT, blob, y[i], o->pool, d);
-                yy[i] = y[i];
-            }
-        }
-        for (int64_t k = 0; k < N && rc == DSQ_OK; k++) {
-            mla_blk_run(&b, yy[0] + k * T * cs[0].l->out, yy[1] + k * T * cs[1].l->out, T, out, o->pool);
-            loss[c] += sqdiff(out, ref + k * T * b.hidden, (size_t)T * (size_t)b.hidden);
-        }
-    }
-    if (rc == DSQ_OK) {
-        *elems = (double)NT * (double)b.hidden;
-        *rows = NT;
-    }
-    mla_blk_free(&b);
-    for (int i = 0; i < 2; i++) {
-        free(w[i]);
-        free(yref[i]);
-        free(y[i]);
-    }
-    free(xs);
-    free(ref);
-    free(out);
-    free(blob);
-    return rc;
-}
-
 /* loss[c] = summed squared error of candidate c over the group's units (the
  * whole group, or one per MLP with its own sampled rows); *elems = output
  * elements per candidate, *rows = sampled rows used. */
@@ -929,7 +721,7 @@ static int group_losses(const dsq_scale_group *g, const dsq_act_stats *site, con
     if (g->loss == DSQ_LOSS_MOE && g->router && site->sample_n > 0)
         return moe_losses(g, site, cs, o, cand, C, loss, elems, rows, d);
     if (o->attn_block && g->attn_model && g->nlin == 2 && site->seq_n > 0 && site->seq_len > 0)
-        return attn_losses(g, site, cs, o, cand, C, loss, elems, rows, d);
+        return dsq_awq_attn_losses(g, site, cs, o, cand, C, loss, elems, rows, d);
     unit *units = calloc((size_t)(g->nmlp > 0 ? g->nmlp : 1), sizeof *units);
     if (!units) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, g->prev, -1, "out of memory");
     int nu = 0, rc = DSQ_OK;

@@ -1957,7 +1957,8 @@ static void test_attn_block_matches_engine(void **state)
         const dsq_linear *o = &dsq_model_weights(m)->layers[l].o;
         assert_int_equal(c.natt, o->in);
         float *wo = malloc((size_t)o->out * (size_t)o->in * sizeof *wo);
-        float *ref = calloc((size_t)T * (size_t)o->out, sizeof *ref), *out = malloc((size_t)T * (size_t)o->out * sizeof *out);
+        float *ref = calloc((size_t)T * (size_t)o->out, sizeof *ref);
+        float *out = malloc((size_t)T * (size_t)o->out * sizeof *out);
         o->w.scheme->dequantize(&o->w, 0, o->out, wo);
         for (int t = 0; t < T; t++)
             for (int64_t r = 0; r < o->out; r++) {
