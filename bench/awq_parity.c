@@ -3,6 +3,7 @@
  *
  *   build/bench/awq_parity [--model M] [--calib F] [--heldout F]
  *                          [--samples N] [--seqlen T] [--group-size G]
+ *                          [--attn-seqs S]
  *
  * Defaults: samples/tiny-dsv3, samples/data/calib.txt and heldout.txt, 8
  * windows of 256 tokens each (the first N*T tokens of each file), g128.
@@ -181,12 +182,14 @@ static void one_linear(const dsq_linear *l, int type, const dsq_calib_result *r,
 
 /* ---- scaling groups: the block objective ---------------------------------- */
 
+static int g_seqs = 4;   /* whole sequences per text for the attention block loss */
+
 enum { G_ATTN, G_QB, G_KVB, G_MLP, G_MOE, G_DOWN, NG };
 static const char *const gname[NG] = { "input_layernorm -> q_a, kv_a", "q_a_layernorm -> q_b",
                                         "kv_a_layernorm -> kv_b", "dense MLP input (gate/up)",
                                         "MoE input (experts + shared)", "up -> down" };
-#define NGV 3
-static const char *const gvname[NGV] = { "s = 1", "unweighted", "block" };
+#define NGV 4
+static const char *const gvname[NGV] = { "s = 1", "old loss", "block loss", "all seqs" };
 
 typedef struct gacc {
     double logsum[NG][NGV];
@@ -203,11 +206,18 @@ static int group_type(const dsq_scale_group *g)
     return G_DOWN;
 }
 
-/* Held-out loss of each group (dsq_scale_eval: the MoE group on the MoE
- * block output) for s = 1, scales searched with the older unweighted
- * per-expert MoE loss, and with the block loss (the search as calibration
- * runs it). Scales only, RTN: what the scale search decides. */
-static void groups_layer(dsq_model *m, int l, const dsq_layer_stats *la, const dsq_layer_stats *lb, gacc *G)
+/* Held-out loss of each group on AutoAWQ's objective (dsq_scale_eval with
+ * the block losses: the MoE group on the MoE block output, the attention
+ * input group on the MLA block output over whole held-out sequences) for
+ * s = 1, scales searched with the older loss (MoE: unweighted per-expert
+ * sum; attention input: q_a / kv_a outputs), with the block loss as
+ * calibration runs it (the attention block over the first g_seqs
+ * calibration sequences), and ("all seqs") the attention block over every
+ * calibration sequence, which is AutoAWQ's approach (it runs self_attn on
+ * all its samples). Groups with one loss show it in every searched column.
+ * Held-out: every held-out sequence. Scales only, RTN: what the scale
+ * search decides. */
+static void groups_layer(dsq_model *m, int l, dsq_layer_stats *la, const dsq_layer_stats *lb, gacc *G)
 {
     dsq_group_list gl;
     dsq_diag d;
@@ -215,7 +225,7 @@ static void groups_layer(dsq_model *m, int l, const dsq_layer_stats *la, const d
     if (dsq_groups_build(m, l, DSQ_GROUPS_AWQ, &gl, &d) < 0) die("groups", &d);
     for (int i = 0; i < gl.n; i++) {
         dsq_scale_group g = gl.v[i];
-        dsq_search_opts so = { DSQ_SEARCH_AWQ, 0, target, NULL, dsq_model_pool(m), NULL };
+        dsq_search_opts so = { DSQ_SEARCH_AWQ, 0, target, NULL, dsq_model_pool(m), NULL, 1 };
         float *s = malloc((size_t)g.n * sizeof *s);
         double e[NGV], e0;
         int64_t rows;
@@ -223,8 +233,18 @@ static void groups_layer(dsq_model *m, int l, const dsq_layer_stats *la, const d
         int ok = 1;
         for (int v = 1; v < NGV && ok; v++) {
             dsq_scale_group gv = g;
-            if (v == 1) gv.router = NULL;   /* the older loss */
-            if (dsq_scale_search(&gv, la, &so, s, &rep, &d) < 0) die("search", &d);
+            dsq_search_opts sv = so;
+            if (v == 1) {   /* the older losses */
+                gv.router = NULL;
+                sv.attn_block = 0;
+            }
+            /* the kept sequences are the first ones in order: dsq's g_seqs
+             * are a prefix of all of them */
+            dsq_act_stats *st = dsq_layer_stats_find(la, g.site);
+            int keep = st ? st->seq_n : 0;
+            if (st && v == 2 && st->seq_n > g_seqs) st->seq_n = g_seqs;
+            if (dsq_scale_search(&gv, la, &sv, s, &rep, &d) < 0) die("search", &d);
+            if (st) st->seq_n = keep;
             if (dsq_scale_eval(&g, lb, &so, s, &e0, &e[v], &rows, &d) < 0) die("eval", &d);
             e[0] = e0;
             ok = rows > 0 && rep.rows > 0 && e0 > 0;
@@ -243,14 +263,15 @@ static void print_groups(const gacc *G)
     printf("\nscaling groups, held-out block output MSE (RTN with the searched scales), geometric mean per type\n");
     printf("| %-30s | %3s |", "group", "n");
     for (int v = 0; v < NGV; v++) printf(" %10s |", gvname[v]);
-    printf(" block/unweighted |\n|--------------------------------|-----|");
+    printf(" block/old | block/all |\n|--------------------------------|-----|");
     for (int v = 0; v < NGV; v++) printf("------------|");
-    printf("------------------|\n");
+    printf("-----------|-----------|\n");
     for (int k = 0; k < NG; k++) {
         if (!G->n[k]) continue;
         printf("| %-30s | %3d |", gname[k], G->n[k]);
         for (int v = 0; v < NGV; v++) printf(" %10.4g |", exp(G->logsum[k][v] / G->n[k]));
-        printf(" %16.3f |\n", exp((G->logsum[k][2] - G->logsum[k][1]) / G->n[k]));
+        printf(" %9.3f | %9.3f |\n", exp((G->logsum[k][2] - G->logsum[k][1]) / G->n[k]),
+               exp((G->logsum[k][2] - G->logsum[k][3]) / G->n[k]));
     }
 }
 
@@ -266,13 +287,15 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--samples") && v) N = atoi(argv[++i]);
         else if (!strcmp(a, "--seqlen") && v) T = atoi(argv[++i]);
         else if (!strcmp(a, "--group-size") && v) g_gs = atoi(argv[++i]);
+        else if (!strcmp(a, "--attn-seqs") && v) g_seqs = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: awq_parity [--model M] [--calib F] [--heldout F] [--samples N] [--seqlen T] "
-                            "[--group-size G]\n");
+                            "[--group-size G] [--attn-seqs S]\n");
             return 2;
         }
     }
-    if (N < 1 || T < 16 || g_gs < 0) die("bad --samples / --seqlen / --group-size", NULL);
+    if (N < 1 || T < 16 || g_gs < 0 || g_seqs < 1 || g_seqs > 64)
+        die("bad --samples / --seqlen / --group-size / --attn-seqs", NULL);
     g_awq = dsq_scheme_by_name("awq-w4a16");
     dsq_diag d;
     dsq_diag_clear(&d);
@@ -310,7 +333,10 @@ int main(int argc, char **argv)
     for (int l = 0; l < L; l++) {
         const int ne = dsq_model_config_is_moe_layer(cfg, l) ? (int)cfg->n_routed_experts : 0;
         dsq_layer_stats la, lb;
-        dsq_collect_opts c1 = { 512, 512, 7, 0, NULL, NULL, NULL, 1 }, c2 = { 512, 512, 7, 0, NULL, NULL, NULL, 0 };
+        /* every sequence of both texts whole, for the attention block */
+        dsq_collect_opts c1 = { .sample_cap_dense = 512, .sample_cap_expert = 512, .seed = 7, .cov = 1,
+                                .attn_seqs = N },
+                         c2 = { .sample_cap_dense = 512, .sample_cap_expert = 512, .seed = 7, .attn_seqs = N };
         if (dsq_layer_stats_init(&la, l, ne) < 0 || dsq_layer_stats_init(&lb, l, ne) < 0 ||
             dsq_collect_layer(m, l, sa, l + 1 < L, &c1, &la, NULL, &d) < 0 ||
             dsq_collect_layer(m, l, sb, l + 1 < L, &c2, &lb, NULL, &d) < 0)

@@ -2,7 +2,12 @@
 # awq_parity.sh - dsq's AWQ clip (X^T X over all calibration tokens) against
 # AutoAWQ's auto_clip (same objective on <= 512 sampled tokens), the older
 # dsq proxy clip, scales only and RTN, per linear type, on held-out text of
-# the trained sample (bench/awq_parity.c says what each column is).
+# the trained sample (bench/awq_parity.c says what each column is); then
+# per scaling-group type, the held-out block output error (AutoAWQ's
+# objective) of scales searched with the older losses, the block losses (the
+# attention input on the MLA block over 4 whole sequences, as calibration
+# runs it), and the attention block over every calibration sequence
+# (AutoAWQ's approach).
 #
 #   sh bench/awq_parity.sh [SAMPLES] [SEQLEN]
 #

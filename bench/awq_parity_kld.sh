@@ -2,7 +2,9 @@
 # awq_parity_kld.sh - end to end: mean / median KL divergence against BF16 on
 # samples/data/heldout.txt of awq-w4a16 round-to-nearest vs AWQ-calibrated
 # (scale search + X^T X clip, calib.txt 64 x 512 tokens), group sizes 128
-# and 64, and the AWQ scales without any clip (what the clip adds).
+# and 64, the AWQ scales without any clip (what the clip adds), and the
+# attention-input group scored on q_a / kv_a outputs (--awq-attn-block 0)
+# instead of the MLA block output (the default).
 #
 #   sh bench/awq_parity_kld.sh [MODEL]
 #
@@ -33,5 +35,6 @@ row() {   # label args...
 for g in 128 64; do
     row "g$g RTN" --group-size $g
     row "g$g AWQ scales, no clip" --group-size $g $CAL --no-clip
+    row "g$g AWQ, q_a/kv_a loss (old)" --group-size $g $CAL --awq-attn-block 0
     row "g$g AWQ (scales + X^T X clip)" --group-size $g $CAL
 done

@@ -1,5 +1,6 @@
 /* awq.c - scaling groups per layer and the grid search over scales (awq.h). */
 #include "awq.h"
+#include "awq_int.h"
 #include "dsq_mem.h"
 #include "ops.h"
 #include "smooth.h"
@@ -191,6 +192,10 @@ int dsq_groups_build(const dsq_model *m, int layer, int flavor, dsq_group_list *
     if (dsq_arch_is_deepseek(c->arch)) {
         const dsq_linear *c1[2] = { q_lora ? &ly->q_a : &ly->q, &ly->kv_a };
         rc = norm_group(out, prefix, "input_layernorm.weight", c1, 2, q_lora, &g);
+        if (rc == DSQ_OK && g && g->nlin == 2) {
+            g->attn_model = m;
+            g->layer = layer;
+        }
         if (rc == DSQ_OK && q_lora) {
             const dsq_linear *c2[1] = { &ly->q_b };
             rc = norm_group(out, prefix, "self_attn.q_a_layernorm.weight", c2, 1, q_lora, &g);
@@ -237,7 +242,7 @@ static void deq_task(void *ctx, size_t item, int tid)
 }
 
 /* W [out][in] as float32 (caller frees). */
-static float *deq_f32(const dsq_linear *l, dsq_pool *pool)
+float *dsq_awq_deq_f32(const dsq_linear *l, dsq_pool *pool)
 {
     float *w = malloc((size_t)l->out * (size_t)l->in * sizeof *w);
     if (!w) return NULL;
@@ -367,13 +372,7 @@ int dsq_awq_clip_allowed(const char *t)
 
 /* ---- search ------------------------------------------------------------------ */
 
-typedef struct cons {
-    const dsq_linear *l;
-    const dsq_scheme *sc;        /* NULL: float (exact under any s) */
-    dsq_qshape shape;
-    size_t blob_size;
-    const dsq_act_stats *site;   /* for static activation ranges */
-} cons;
+typedef dsq_awq_cons cons;
 
 static int is_float(const dsq_scheme *sc)
 {
@@ -397,7 +396,7 @@ static int resolve(const dsq_search_opts *o, const dsq_linear *l, const dsq_act_
 }
 
 /* y [T][rows] = x [T][cols] * W^T for float W */
-static void sgemm_nt(const float *x, int64_t T, const float *w, int64_t rows, int64_t cols, float *y)
+void dsq_awq_sgemm_nt(const float *x, int64_t T, const float *w, int64_t rows, int64_t cols, float *y)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)rows, (int)cols, 1.0f, x, (int)cols, w,
                 (int)cols, 0.0f, y, (int)rows);
@@ -405,7 +404,7 @@ static void sgemm_nt(const float *x, int64_t T, const float *w, int64_t rows, in
 
 /* The consumer's output for candidate s (NULL = 1): quantize W s, run the
  * scheme's gemm on xs = x / s. */
-static int run_quant(const cons *c, const float *w, const float *s, const float *xs, int64_t T, uint8_t *blob,
+int dsq_awq_run_quant(const cons *c, const float *w, const float *s, const float *xs, int64_t T, uint8_t *blob,
                      float *y, dsq_pool *pool, dsq_diag *d)
 {
     dsq_qparams qp;
@@ -426,7 +425,6 @@ static int run_quant(const cons *c, const float *w, const float *s, const float 
     return DSQ_OK;
 }
 
-static double sqdiff(const float *a, const float *b, size_t n);
 
 int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const float *in_scale,
                    const float *importance, const dsq_act_stats *site, dsq_pool *pool, int *use_clip, double *err0,
@@ -445,13 +443,13 @@ int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const 
     if (rc == DSQ_OK) rc = sc->blob_size(&c.shape, &c.blob_size);
     if (rc < 0) return dsq_fail(d, rc, NULL, l->name, -1, "scheme %s cannot hold this tensor", sc->name);
     const int64_t T = site->sample_n, n = l->in;
-    float *w = deq_f32(l, pool), *xs = malloc((size_t)T * (size_t)n * sizeof *xs);
+    float *w = dsq_awq_deq_f32(l, pool), *xs = malloc((size_t)T * (size_t)n * sizeof *xs);
     float *yref = malloc((size_t)T * (size_t)l->out * sizeof *yref), *y = malloc((size_t)T * (size_t)l->out * sizeof *y);
     uint8_t *blob = malloc(c.blob_size);
     double e[2] = { 0.0, 0.0 };
     if (!w || !xs || !yref || !y || !blob) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, l->name, -1, "out of memory");
     if (rc == DSQ_OK) {
-        sgemm_nt(site->sample, T, w, l->out, n, yref);
+        dsq_awq_sgemm_nt(site->sample, T, w, l->out, n, yref);
         for (int64_t t = 0; t < T; t++)
             for (int64_t j = 0; j < n; j++)
                 xs[t * n + j] = in_scale ? site->sample[t * n + j] / in_scale[j] : site->sample[t * n + j];
@@ -467,7 +465,7 @@ int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const 
         dsq_qview v;
         if (rc == DSQ_OK) rc = dsq_qview_init(&v, sc, &c.shape, blob, c.blob_size, d);
         if (rc == DSQ_OK) rc = sc->gemm(&v, xs, T, y, pool, NULL, 0);
-        if (rc == DSQ_OK) e[clip] = sqdiff(y, yref, (size_t)T * (size_t)l->out) / ((double)T * (double)l->out);
+        if (rc == DSQ_OK) e[clip] = dsq_awq_sqdiff(y, yref, (size_t)T * (size_t)l->out) / ((double)T * (double)l->out);
     }
     if (rc == DSQ_OK) {
         *use_clip = e[1] < e[0];
@@ -482,7 +480,7 @@ int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const 
     return rc;
 }
 
-static double sqdiff(const float *a, const float *b, size_t n)
+double dsq_awq_sqdiff(const float *a, const float *b, size_t n)
 {
     double e = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -531,10 +529,10 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
         const dsq_linear *l = u->c[i].l;
         if (u->c[i].blob_size > maxblob) maxblob = u->c[i].blob_size;
         if (l->out > maxout) maxout = l->out;
-        w[i] = deq_f32(l, pool);
+        w[i] = dsq_awq_deq_f32(l, pool);
         yref[i] = malloc((size_t)T * (size_t)l->out * sizeof(float));
         if (!w[i] || !yref[i]) rc = DSQ_ERR_NOMEM;
-        else sgemm_nt(u->x, T, w[i], l->out, n, yref[i]);
+        else dsq_awq_sgemm_nt(u->x, T, w[i], l->out, n, yref[i]);
     }
     if (rc == DSQ_OK) {
         blob = maxblob ? malloc(maxblob) : NULL;
@@ -544,7 +542,7 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
     if (rc == DSQ_OK && u->down) {
         /* reference MLP output: down(silu(g) * u) */
         const int64_t F = u->down->in, H = u->down->out;
-        wd = deq_f32(u->down, pool);
+        wd = dsq_awq_deq_f32(u->down, pool);
         yd = malloc((size_t)T * (size_t)H * sizeof *yd);
         ydref = malloc((size_t)T * (size_t)H * sizeof *ydref);
         float *h = malloc((size_t)T * (size_t)F * sizeof *h);
@@ -552,7 +550,7 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
         if (rc == DSQ_OK) {
             memcpy(h, yref[0], (size_t)T * (size_t)F * sizeof *h);
             dsq_silu_mul(h, yref[1], (size_t)T * (size_t)F);
-            sgemm_nt(h, T, wd, H, F, ydref);
+            dsq_awq_sgemm_nt(h, T, wd, H, F, ydref);
             if (u->tok) scatter_add(u, ydref, H, yacc_ref);
         }
         free(h);
@@ -572,8 +570,8 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
         if (!u->down) {
             for (int i = 0; i < u->nc && rc == DSQ_OK; i++) {
                 if (!u->c[i].sc) continue;   /* float consumer: exact */
-                rc = run_quant(&u->c[i], w[i], s, xs, T, blob, y, pool, d);
-                if (rc == DSQ_OK) loss[c] += sqdiff(y, yref[i], (size_t)T * (size_t)u->c[i].l->out);
+                rc = dsq_awq_run_quant(&u->c[i], w[i], s, xs, T, blob, y, pool, d);
+                if (rc == DSQ_OK) loss[c] += dsq_awq_sqdiff(y, yref[i], (size_t)T * (size_t)u->c[i].l->out);
                 if (c == 0 && rc == DSQ_OK) *elems += (double)T * (double)u->c[i].l->out;
             }
             continue;
@@ -581,17 +579,17 @@ static int unit_losses(const unit *u, int64_t n, float *const *cand, int C, doub
         const int64_t F = u->c[0].l->out, H = u->down->out;
         for (int i = 0; i < 2 && rc == DSQ_OK; i++) {
             float *dst = i == 0 ? yg : yu;
-            if (u->c[i].sc) rc = run_quant(&u->c[i], w[i], s, xs, T, blob, dst, pool, d);
+            if (u->c[i].sc) rc = dsq_awq_run_quant(&u->c[i], w[i], s, xs, T, blob, dst, pool, d);
             else memcpy(dst, yref[i], (size_t)T * (size_t)F * sizeof *dst);
         }
         if (rc < 0) break;
         dsq_silu_mul(yg, yu, (size_t)T * (size_t)F);
-        sgemm_nt(yg, T, wd, H, F, yd);
+        dsq_awq_sgemm_nt(yg, T, wd, H, F, yd);
         if (u->tok) {   /* scored on the whole block by the caller */
             scatter_add(u, yd, H, yacc[c]);
             continue;
         }
-        loss[c] += sqdiff(yd, ydref, (size_t)T * (size_t)H);
+        loss[c] += dsq_awq_sqdiff(yd, ydref, (size_t)T * (size_t)H);
         if (c == 0) *elems += (double)T * (double)H;
     }
     for (int i = 0; i < u->nc; i++) {
@@ -695,7 +693,7 @@ static int moe_losses(const dsq_scale_group *g, const dsq_act_stats *site, cons 
         if (rc == DSQ_OK) rc = unit_losses(&u, n, cand, C, loss, &el, yc, yref, o->pool, d);
     }
     if (rc == DSQ_OK) {
-        for (int c = 0; c < C; c++) loss[c] += sqdiff(yc[c], yref, (size_t)(T * H));
+        for (int c = 0; c < C; c++) loss[c] += dsq_awq_sqdiff(yc[c], yref, (size_t)(T * H));
         *elems = (double)T * (double)H;
         *rows = T;
     }
@@ -722,6 +720,8 @@ static int group_losses(const dsq_scale_group *g, const dsq_act_stats *site, con
 {
     if (g->loss == DSQ_LOSS_MOE && g->router && site->sample_n > 0)
         return moe_losses(g, site, cs, o, cand, C, loss, elems, rows, d);
+    if (o->attn_block && g->attn_model && g->nlin == 2 && site->seq_n > 0 && site->seq_len > 0)
+        return dsq_awq_attn_losses(g, site, cs, o, cand, C, loss, elems, rows, d);
     unit *units = calloc((size_t)(g->nmlp > 0 ? g->nmlp : 1), sizeof *units);
     if (!units) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, g->prev, -1, "out of memory");
     int nu = 0, rc = DSQ_OK;

@@ -39,9 +39,20 @@
  * reservoirs, stats.h), with every quantized consumer really quantized by its
  * target scheme (W s through quant's quantize, x / s through its gemm, which
  * also quantizes activations for w8a8/w4a8) and float consumers exact:
- *   LINEARS  the consumers' outputs (AutoAWQ inspects the whole attention for
- *            input_layernorm; dsq measures q_a/kv_a (q,k,v) outputs instead:
- *            cheaper, no attention rerun, documented simplification);
+ *   LINEARS  the consumers' outputs (q_a/kv_a, or q,k,v);
+ *   ATTN     (dsq_search_opts.attn_block; the DeepSeek input_layernorm
+ *            group, where its site kept sequences) the whole MLA block's
+ *            output, as AutoAWQ inspects self_attn: on the site's kept whole
+ *            sequences (stats.h seqs), q_a / kv_a quantized (or q without
+ *            q_lora), everything after them in float: q_a_layernorm -> q_b,
+ *            kv_a_layernorm -> kv_b, RoPE, causal attention, o_proj (the
+ *            engine's naive MLA path, tested equal to it); compared with the
+ *            float block. V3 shapes, 4 x 512 tokens: float q_a, kv_a, q_b,
+ *            kv_b, o (0.75 GB), all rows' inputs / outputs (0.2 GB), one
+ *            sequence's q / expanded kv / context (0.17 GB), about 1.1 GB
+ *            while this group is searched; about 210 GFLOP per sequence and
+ *            candidate (o_proj 120, q_b 39, attention 22, kv_b 17), 18 TFLOP
+ *            per layer with the 21 candidates;
  *   MLP      down(silu(gate x) * up x) with down in float (AutoAWQ: the mlp);
  *   MOE      the MoE block's output, as AutoAWQ inspects mlp: on the sampled
  *            tokens of the router's input (uniform over all calibration
@@ -101,6 +112,10 @@ typedef struct dsq_scale_group {
     const float *router_bias;
     dsq_router route;
     char site[320];              /* statistics site of the group input */
+    /* DeepSeek input_layernorm group: the model and layer whose MLA block
+     * the ATTN loss runs (NULL otherwise) */
+    const dsq_model *attn_model;
+    int layer;
     int expert;                  /* per-expert group (up -> down): its expert, else -1 */
 } dsq_scale_group;
 
@@ -131,6 +146,9 @@ typedef struct dsq_search_opts {
     void *target_ctx;
     dsq_pool *pool;
     const volatile int *cancel;
+    int attn_block;              /* score the attention-input group on the MLA
+                                    block output (ATTN above) where the site
+                                    kept sequences; 0: LINEARS */
 } dsq_search_opts;
 
 typedef struct dsq_search_report {
@@ -153,6 +171,14 @@ int dsq_scale_search(const dsq_scale_group *g, const dsq_layer_stats *ls, const 
  * element; both -1 when no consumer is quantized or no rows were sampled. */
 int dsq_scale_eval(const dsq_scale_group *g, const dsq_layer_stats *ls, const dsq_search_opts *o, const float *s,
                    double *loss_identity, double *loss_s, int64_t *rows, dsq_diag *d);
+
+/* The float MLA block the ATTN loss compares against: group g (attn_model
+ * set) on one sequence x [T][g->n] of normed hidden states at positions
+ * 0..T-1, out [T][hidden] = o_proj output. Tests check it against the
+ * engine's layer. DSQ_ERR_INVALID_ARG for other groups, DSQ_ERR_SHAPE for
+ * shapes the block cannot run. */
+int dsq_awq_attn_block(const dsq_scale_group *g, const float *x, int64_t T, float *out, dsq_pool *pool,
+                       dsq_diag *d);
 
 /* AutoAWQ does not clip q/k projections ("q_", "k_", "query", "key", "Wqkv"). */
 int dsq_awq_clip_allowed(const char *tensor);

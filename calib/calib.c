@@ -36,6 +36,8 @@ void dsq_calib_opts_init(dsq_calib_opts *o)
     o->n_grid = DSQ_AWQ_GRID_DEFAULT;
     o->awq_tokens = DSQ_CALIB_AWQ_TOKENS;
     o->awq_expert_tokens = DSQ_CALIB_AWQ_EXPERT_TOKENS;
+    o->awq_attn_seqs = -1;
+    o->awq_attn_seqlen = 512;
     o->ram_limit = 2ull << 30;
     o->stop_after_layer = -1;
 }
@@ -273,6 +275,13 @@ typedef struct run {
     dsq_gptq_hset hs;             /* --gptq: this layer's X^T X per non-expert site */
     dsq_gptq_moe moe;             /* --gptq: the layer's MoE input rows + routing */
 } run;
+
+/* Whole sequences kept for the attention block loss (calib.h awq_attn_seqs) */
+static int attn_seqs(const run *c)
+{
+    if (c->o->awq_attn_seqs >= 0) return c->o->awq_attn_seqs;
+    return c->flavor == DSQ_GROUPS_AWQ ? DSQ_CALIB_AWQ_ATTN_SEQS : 0;
+}
 
 static double now_s(void)
 {
@@ -1069,7 +1078,8 @@ static int do_layer(run *c, int layer, const dsq_layer_stats *ls, int fresh)
     DSQ_TRY(dsq_groups_build(c->m, layer, c->flavor, &gl, c->d));
     int rc = DSQ_OK;
     float *s = NULL, *wmax = NULL;
-    dsq_search_opts so = { 0, c->o->n_grid, search_target, c, dsq_model_pool(c->m), c->cancel };
+    dsq_search_opts so = { 0, c->o->n_grid, search_target, c, dsq_model_pool(c->m), c->cancel,
+                           attn_seqs(c) > 0 };
     double ts = now_s();
     for (int i = 0; i < gl.n && rc == DSQ_OK; i++) {
         const dsq_scale_group *g = &gl.v[i];
@@ -1306,6 +1316,8 @@ static int fingerprint(run *c, const dsq_calib_data *cd, char *out)
              cfg_hex, tok_hex, cd->n_samples, cd->seqlen, o->moe_calib_all, o->min_expert_tokens, c->scheme->name,
              (int)o->group_size, o->n_grid, o->awq_tokens, o->awq_expert_tokens, (unsigned long long)o->data.seed,
              o->target_id ? o->target_id : "", o->smooth, (double)o->alpha, o->alpha_set);
+    if (attn_seqs(c) > 0) /* likewise: only when the attention block loss is on */
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "|attn=%d,%d", attn_seqs(c), o->awq_attn_seqlen);
     if (o->gptq) /* only then: fingerprints of runs without GPTQ stay as they were */
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "|gptq=%.9g", o->gptq_damp);
     DSQ_TRY(dsq_sha256_buf(buf, strlen(buf), h));
@@ -1545,6 +1557,8 @@ static int forward_run(run *c, const char *model_path, int *interrupted)
                  c->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC || o->target != NULL;
     co.sample_cap_dense = search ? o->awq_tokens : 0;
     co.sample_cap_expert = search ? o->awq_expert_tokens : 0;
+    co.attn_seqs = search ? attn_seqs(c) : 0;   /* attention block loss (awq.h) */
+    co.attn_seq_len = o->awq_attn_seqlen;
     co.seed = o->data.seed;
     co.layer_flags = o->moe_calib_all ? DSQ_LAYER_ALL_EXPERTS : 0;
     /* X^T X blocks for the AWQ clip search (awq.h); other schemes keep the
@@ -1664,7 +1678,8 @@ int dsq_calib_run(const char *model_path, const dsq_calib_opts *o, dsq_calib_res
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "--resume needs a statistics checkpoint (--save-stats)");
     if (!(o->alpha >= 0.0f && o->alpha <= 1.0f))
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "alpha %g is outside [0, 1]", (double)o->alpha);
-    if (o->min_expert_tokens < 0 || o->n_grid < 1 || o->n_grid > 1000 || o->awq_tokens < 0 || o->awq_expert_tokens < 0)
+    if (o->min_expert_tokens < 0 || o->n_grid < 1 || o->n_grid > 1000 || o->awq_tokens < 0 || o->awq_expert_tokens < 0 ||
+        o->awq_attn_seqs < -1 || o->awq_attn_seqs > 64 || o->awq_attn_seqlen < 0)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "bad calibration limits");
     c.flavor = c.scheme->id == DSQ_SCHEME_AWQ_W4A16 ? DSQ_GROUPS_AWQ : DSQ_GROUPS_SMOOTH;
     c.moe_all = o->moe_calib_all;

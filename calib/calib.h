@@ -110,6 +110,7 @@
 #define DSQ_CALIB_MIN_EXPERT_TOKENS 16
 #define DSQ_CALIB_AWQ_TOKENS        512   /* sampled rows per non-expert input */
 #define DSQ_CALIB_AWQ_EXPERT_TOKENS 64    /* sampled rows per routed-expert input */
+#define DSQ_CALIB_AWQ_ATTN_SEQS    4     /* whole sequences for the attention block loss (awq-w4a16) */
 
 typedef struct dsq_calib_progress {
     int layer, n_layers;          /* layer being processed */
@@ -144,6 +145,12 @@ typedef struct dsq_calib_opts {
     int n_grid;                   /* search grid; default 20 */
     int awq_tokens;               /* reservoir rows per non-expert input; default 512 */
     int awq_expert_tokens;        /* per routed-expert input; default 64 */
+    int awq_attn_seqs;            /* --awq-attn-block N: score the attention-input group on the MLA block
+                                     output over N whole calibration sequences (awq.h ATTN); 0: on the
+                                     q_a / kv_a outputs; -1 (default): DSQ_CALIB_AWQ_ATTN_SEQS for
+                                     awq-w4a16 (it lowers the held-out block error, docs/calibration.md),
+                                     0 for the SmoothQuant schemes (not measured there) */
+    int awq_attn_seqlen;          /* tokens kept per such sequence (0: all); default 512 */
     /* files */
     const char *save_stats;       /* --save-stats F: statistics + checkpoint */
     const char *load_stats;       /* --stats F: reuse statistics, no forward */

@@ -64,7 +64,26 @@ void dsq_act_stats_release(dsq_act_stats *s)
     free(s->sum_sq);
     free(s->sample);
     free(s->cov);
+    free(s->seqs);
     memset(s, 0, sizeof *s);
+}
+
+int dsq_act_stats_keep_seq(dsq_act_stats *s, const float *x, int64_t T, int cap, int max_len)
+{
+    if (cap <= 0 || T <= 0 || s->seq_n >= cap) return DSQ_OK;
+    int64_t len = max_len > 0 && T > max_len ? max_len : T;
+    if (len > INT32_MAX / 2) return DSQ_ERR_INVALID_ARG;
+    if (!s->seqs) {
+        s->seqs = malloc((size_t)cap * (size_t)len * (size_t)s->in * sizeof *s->seqs);
+        if (!s->seqs) return DSQ_ERR_NOMEM;
+        s->seq_cap = cap;
+        s->seq_len = (int)len;
+    }
+    if (len < s->seq_len) return DSQ_OK;   /* shorter than the first: skip, never pad */
+    memcpy(s->seqs + (size_t)s->seq_n * (size_t)s->seq_len * (size_t)s->in, x,
+           (size_t)s->seq_len * (size_t)s->in * sizeof *x);
+    s->seq_n++;
+    return DSQ_OK;
 }
 
 static int64_t cov_blocks(int64_t in) { return (in + DSQ_COV_BLOCK - 1) / DSQ_COV_BLOCK; }
@@ -580,6 +599,11 @@ static int hook(void *ctx, int layer, const char *name, const float *x, int T, i
         return dsq_fail(c->d, rc, NULL, name, -1, "layer %d: input of this linear has a non-finite value at "
                         "row %lld column %lld", layer, (long long)(bad / in), (long long)(bad % in));
     if (rc < 0) return dsq_fail(c->d, rc, NULL, name, -1, "cannot record statistics");
+    /* the attention input, whole sequences (token_index NULL: every token) */
+    if (c->o->attn_seqs > 0 && !token_index && e < 0 &&
+        (ends_with(site, ".self_attn.q_a_proj.weight") || ends_with(site, ".self_attn.q_proj.weight")) &&
+        (rc = dsq_act_stats_keep_seq(s, x, T, c->o->attn_seqs, c->o->attn_seq_len)) < 0)
+        return dsq_fail(c->d, rc, NULL, name, -1, "cannot keep calibration sequences");
     if (c->o->tap && (rc = c->o->tap(c->o->tap_ctx, site, x, T, in, token_index)) < 0)
         return dsq_fail(c->d, rc, NULL, name, -1, "cannot accumulate the GPTQ Hessian");
     return DSQ_OK;

@@ -56,6 +56,13 @@ typedef struct dsq_act_stats {
     float *sample;       /* [sample_cap][in] */
     int sample_cap, sample_n;
     uint64_t rng;
+    /* whole sequences (never saved): the AWQ attention-input group is scored
+     * on the attention block's output, which needs every token's context,
+     * not a reservoir of rows. The first seq_cap sequences the site saw
+     * (in sample order, so deterministic), each its first seq_len rows
+     * (a causal prefix is a valid sequence), positions 0.. */
+    float *seqs;         /* [seq_cap][seq_len][in] */
+    int seq_cap, seq_n, seq_len;
 } dsq_act_stats;
 
 int  dsq_act_stats_init(dsq_act_stats *s, const char *name, int64_t in, int sample_cap, uint64_t seed);
@@ -67,6 +74,10 @@ int  dsq_act_stats_enable_cov(dsq_act_stats *s);
 /* Add T rows of x ([T][in]). pool may be NULL. Returns DSQ_ERR_NONFINITE
  * (nothing added) when x holds NaN/Inf; *bad (may be NULL) gets its index. */
 int  dsq_act_stats_add(dsq_act_stats *s, const float *x, int64_t T, dsq_pool *pool, int64_t *bad);
+/* Keep x ([T][in], one whole sequence from position 0) as the next of at
+ * most cap sequences, its first min(T, max_len) rows (max_len 0: all); the
+ * first sequence fixes seq_len, later shorter ones are skipped. */
+int  dsq_act_stats_keep_seq(dsq_act_stats *s, const float *x, int64_t T, int cap, int max_len);
 /* dst += src (same in). Reservoirs are not merged (dst keeps its own). */
 int  dsq_act_stats_merge(dsq_act_stats *dst, const dsq_act_stats *src);
 /* Per-channel derived values; 0 for a site that saw nothing. */
@@ -148,6 +159,10 @@ typedef struct dsq_collect_opts {
                const int32_t *token_index);
     void *tap_ctx;
     int cov;                /* accumulate X^T X blocks at every site (AWQ clip search) */
+    /* keep the first attn_seqs sequences (attn_seq_len rows each, 0: all) of
+     * the attention input site (q_a_proj / q_proj) for the attention block
+     * loss (awq.h); V3 at 4 x 512: 4 x 512 x 7168 x 4 B = 59 MB a layer */
+    int attn_seqs, attn_seq_len;
 } dsq_collect_opts;
 
 /* Run layer `layer` on every sample of h (current state), collecting into ls

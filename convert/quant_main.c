@@ -84,6 +84,9 @@ static void usage(void)
 "                           no smoothing; with --gptq also awq-w4a16: GPTQ without\n"
 "                           AWQ scales\n"
 "  --no-clip                calibrated int4: skip the clip search\n"
+"  --awq-attn-block N       awq-w4a16: score the attention-input scales on the MLA block\n"
+"                           output over N calibration sequences, 512 tokens each\n"
+"                           (default 4; 0: on the q_a / kv_a outputs)\n"
 "  --gptq                   GPTQ rounding of every int8/int4 linear (all integer\n"
 "                           schemes, w8a8-dynamic included; the format is unchanged):\n"
 "                           error compensation from each input's Hessian X^T X,\n"
@@ -139,7 +142,7 @@ enum {
     OPT_NONFINITE, OPT_RESUME, OPT_CLIP, OPT_SHARD, OPT_JSON, OPT_NOPROG, OPT_MEM,
     OPT_SAMPLE, OPT_CHECKPOINT, OPT_NOJOURNAL, OPT_CALIB, OPT_CSAMPLES, OPT_CSEQLEN, OPT_SEED,
     OPT_MOECALIB, OPT_MINTOK, OPT_ALPHA, OPT_NOSMOOTH, OPT_NOCLIP, OPT_SAVESTATS, OPT_STATS,
-    OPT_FORMAT, OPT_GPTQ, OPT_GPTQDAMP, OPT_CALIBRAM
+    OPT_FORMAT, OPT_GPTQ, OPT_GPTQDAMP, OPT_CALIBRAM, OPT_ATTNBLOCK
 };
 
 typedef struct rule_arg { int keep; const char *s; } rule_arg;
@@ -162,13 +165,15 @@ static const char *unused_option(unsigned long long seen, const char *scheme, in
         { OPT_ALPHA, "--alpha" }, { OPT_NOSMOOTH, "--no-smooth" }, { OPT_NOCLIP, "--no-clip" },
         { OPT_RESUME, "--resume" }, { OPT_NOJOURNAL, "--no-journal" }, { OPT_CHECKPOINT, "--checkpoint-interval" },
         { OPT_GPTQ, "--gptq" }, { OPT_GPTQDAMP, "--gptq-damp" }, { OPT_CALIBRAM, "--calib-ram" },
+        { OPT_ATTNBLOCK, "--awq-attn-block" },
     };
     const dsq_scheme *sc = dsq_scheme_by_name(scheme ? scheme : "w4a8"); /* a preset: its routed experts */
     for (size_t i = 0; i < sizeof nm / sizeof nm[0]; i++) {
         int o = nm[i].opt;
         if (!(seen & SEEN(o))) continue;
         const char *why = NULL;
-        if ((o == OPT_CSAMPLES || o == OPT_CSEQLEN || o == OPT_SEED || o == OPT_SAVESTATS || o == OPT_CALIBRAM) &&
+        if ((o == OPT_CSAMPLES || o == OPT_CSEQLEN || o == OPT_SEED || o == OPT_SAVESTATS || o == OPT_CALIBRAM ||
+             o == OPT_ATTNBLOCK) &&
             !calib)
             why = "shapes the calibration data: it needs --calib";
         else if ((o == OPT_MOECALIB || o == OPT_MINTOK || o == OPT_ALPHA || o == OPT_NOSMOOTH || o == OPT_NOCLIP ||
@@ -534,6 +539,7 @@ int main(int argc, char **argv)
         { "gptq", no_argument, NULL, OPT_GPTQ },
         { "gptq-damp", required_argument, NULL, OPT_GPTQDAMP },
         { "calib-ram", required_argument, NULL, OPT_CALIBRAM },
+        { "awq-attn-block", required_argument, NULL, OPT_ATTNBLOCK },
         { NULL, 0, NULL, 0 }
     };
     dsq_convert_opts o;
@@ -632,6 +638,10 @@ int main(int argc, char **argv)
         case OPT_NOSMOOTH: co.smooth = 0; break;
         case OPT_NOCLIP: co.clip = 0; break;
         case OPT_GPTQ: co.gptq = 1; break;
+        case OPT_ATTNBLOCK:
+            if (dsq_cli_parse_int(optarg, 0, 64, &co.awq_attn_seqs) < 0)
+                return free(rules), dsq_cli_usage_error(&cli, "bad sequence count '%s' (0..64)", optarg);
+            break;
         case OPT_GPTQDAMP:
             if (dsq_cli_parse_float(optarg, 1e-6, 10, &dv) < 0)
                 return free(rules), dsq_cli_usage_error(&cli, "bad GPTQ dampening '%s' (1e-6..10)", optarg);
