@@ -294,11 +294,12 @@ static int bf16_gemm(const dsq_kernels *k, const dsq_qview *v, const float *x, i
     const int64_t rows = v->shape.rows, cols = v->shape.cols;
     struct bf16_job j = { k, v, { T, x, 0, NULL, NULL, NULL }, NULL, NULL, NULL, y };
     void *own = NULL;
+    /* decode-sized calls without scratch (small sub-views) split on the
+     * stack instead of calling malloc per call; declared here, not in the
+     * block below, because the gemm tasks read it after that block */
+    _Alignas(64) uint16_t local[24576];   /* 48 KB: one token of up to 8192 columns */
     if (k->bf16_split) {
         size_t need = bf16_split_bytes(v, T);
-        /* decode-sized calls without scratch (small sub-views) split on
-         * the stack instead of calling malloc per call */
-        _Alignas(64) uint16_t local[24576];   /* 48 KB: one token of up to 8192 columns */
         if (!scratch && need <= sizeof local) {
             scratch = local;
         } else if (!scratch) {
