@@ -14,23 +14,15 @@
 set -e
 cd "$(dirname "$0")/.."
 MODEL=${1:-samples/tiny-dsv3}
-OUT=bench/out/awq-kld
-mkdir -p $OUT
-[ -x bin/ds-quant ] && [ -x bin/ds-eval ] || make -s all
-D=samples/data
-CAL="--calib $D/calib.txt --calib-samples 64 --calib-seqlen 512"
-bin/ds-eval ppl -q -f -m "$MODEL" --data $D/heldout.txt --save-logits $OUT/base.logp --json > $OUT/base.json
-num() { sed -n "s/.*\"$2\": *\([-0-9.e]*\).*/\1/p" "$1" | head -1; }
+. bench/kld_rows.sh
+kld_setup bench/out/awq-kld
 printf '| %-32s | %7s | %9s | %11s | %9s |\n' "awq-w4a16" "ppl" "KLD mean" "KLD median" "KLD p99"
 printf '|%s|%s|%s|%s|%s|\n' "----------------------------------" "---------" "-----------" "-------------" "-----------"
 row() {   # label args...
-    label=$1; shift; tag=$(echo "$label" | tr -c 'a-zA-Z0-9\n' '_')
-    bin/ds-quant -q -f --json --scheme awq-w4a16 "$@" "$MODEL" $OUT/$tag.dsq > $OUT/$tag.quant.json
-    bin/ds-eval kld -q -m $OUT/$tag.dsq --base $OUT/base.logp --json > $OUT/$tag.kld.json
-    printf '| %-32s | %7.4f | %9.5f | %11.3g | %9.4f |\n' "$label" "$(num $OUT/$tag.kld.json ppl)" \
-        "$(num $OUT/$tag.kld.json kld_mean)" "$(num $OUT/$tag.kld.json kld_median)" \
-        "$(num $OUT/$tag.kld.json kld_p99)"
-    rm -f $OUT/$tag.dsq
+    label=$1; shift
+    kld_run "$label" --scheme awq-w4a16 "$@"
+    printf '| %-32s | %7.4f | %9.5f | %11.3g | %9.4f |\n' "$label" "$(kld_num $KJ ppl)" \
+        "$(kld_num $KJ kld_mean)" "$(kld_num $KJ kld_median)" "$(kld_num $KJ kld_p99)"
 }
 for g in 128 64; do
     row "g$g RTN" --group-size $g

@@ -13,25 +13,15 @@
 set -e
 cd "$(dirname "$0")/.."
 MODEL=${1:-samples/tiny-dsv3}
-OUT=bench/out/gptq-kld
-mkdir -p $OUT
-[ -x bin/ds-quant ] && [ -x bin/ds-eval ] || make -s all
-D=samples/data
-CAL="--calib $D/calib.txt --calib-samples 64 --calib-seqlen 512"
-bin/ds-eval ppl -q -m "$MODEL" --data $D/heldout.txt --save-logits $OUT/base.logp --json > $OUT/base.json
-
-num() { sed -n "s/.*\"$2\": *\([-0-9.e]*\).*/\1/p" "$1" | head -1; }
+. bench/kld_rows.sh
+kld_setup bench/out/gptq-kld
 
 printf '| %-36s | %9s | %9s | %9s | %9s |\n' "scheme" "KLD mean" "median" "p99" "same top1"
 printf '|%s|%s|%s|%s|%s|\n' "--------------------------------------" "-----------" "-----------" "-----------" "-----------"
 row() {   # label args...
-    label=$1; shift; tag=$(echo "$label" | tr -c 'a-zA-Z0-9\n' '_')
-    bin/ds-quant -q -f --json "$@" "$MODEL" $OUT/$tag.dsq > $OUT/$tag.quant.json
-    bin/ds-eval kld -q -m $OUT/$tag.dsq --base $OUT/base.logp --json > $OUT/$tag.kld.json
-    printf '| %-36s | %9.5f | %9.3g | %9.4f | %9.4f |\n' "$label" "$(num $OUT/$tag.kld.json kld_mean)" \
-        "$(num $OUT/$tag.kld.json kld_median)" "$(num $OUT/$tag.kld.json kld_p99)" \
-        "$(num $OUT/$tag.kld.json same_top1)"
-    rm -f $OUT/$tag.dsq
+    kld_run "$@"
+    printf '| %-36s | %9.5f | %9.3g | %9.4f | %9.4f |\n' "$1" "$(kld_num $KJ kld_mean)" \
+        "$(kld_num $KJ kld_median)" "$(kld_num $KJ kld_p99)" "$(kld_num $KJ same_top1)"
 }
 G="--gptq --no-smooth --no-clip"
 for g in 128 64; do
