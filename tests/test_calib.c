@@ -22,6 +22,7 @@
  *     lowers held-out output error of the sample clearly below no clip and
  *     the diagonal-proxy clip. */
 #include "dsq_test.h"
+#include <stdarg.h>
 #include "awq.h"
 #include "calib.h"
 #include "calib_data.h"
@@ -1568,6 +1569,21 @@ static kl_stats measure(const char *model, const char *base, const meas *m, cons
     return k;
 }
 
+/* 1 when the sample MODEL and the data files (a NULL-terminated list) are
+ * there; else one skip line and 0 (the sample tests need them all). */
+static int sample_present(const char *model, ...)
+{
+    char *cfg = dsq_path_join(model, "config.json");
+    int have = cfg && dsq_path_exists(cfg);
+    free(cfg);
+    va_list ap;
+    va_start(ap, model);
+    for (const char *f; have && (f = va_arg(ap, const char *)) != NULL;) have = dsq_path_exists(f);
+    va_end(ap);
+    if (!have) fprintf(stderr, "skip: %s or samples/data absent (samples/make_samples.sh)\n", model);
+    return have;
+}
+
 static void test_sample_ordering(void **state)
 {
     (void)state;
@@ -1580,14 +1596,7 @@ static void test_sample_ordering(void **state)
         return;
     }
 #endif
-    char *cfg = dsq_path_join(model, "config.json");
-    int have = dsq_path_exists(cfg) && dsq_path_exists("samples/data/calib.txt") &&
-               dsq_path_exists("samples/data/heldout.txt");
-    free(cfg);
-    if (!have) {
-        fprintf(stderr, "skip: samples/tiny-dsv3 or samples/data absent (samples/make_samples.sh)\n");
-        return;
-    }
+    if (!sample_present(model, "samples/data/calib.txt", "samples/data/heldout.txt", (char *)NULL)) return;
     dsq_tokenizer *tok;
     assert_int_equal(dsq_tokenizer_load(&tok, model, NULL), 0);
     char *text;
@@ -1696,14 +1705,9 @@ static void test_sample_dynamic_smoothing(void **state)
         return;
     }
 #endif
-    char *cfg = dsq_path_join(model, "config.json");
-    int have = dsq_path_exists(cfg) && dsq_path_exists("samples/data/calib.txt") &&
-               dsq_path_exists("samples/data/heldout.txt") && dsq_path_exists("samples/data/gsm_test.jsonl");
-    free(cfg);
-    if (!have) {
-        fprintf(stderr, "skip: samples/tiny-dsv3 or samples/data absent (samples/make_samples.sh)\n");
+    if (!sample_present(model, "samples/data/calib.txt", "samples/data/heldout.txt", "samples/data/gsm_test.jsonl",
+                        (char *)NULL))
         return;
-    }
     dsq_tokenizer *tok;
     assert_int_equal(dsq_tokenizer_load(&tok, model, NULL), 0);
     enum { WIN = 24, PER = 255 };
@@ -1817,11 +1821,7 @@ static void test_sample_awq_generalises(void **state)
 {
     (void)state;
     const char *model = "samples/tiny-dsv3";
-    if (!dsq_path_exists("samples/tiny-dsv3/config.json") || !dsq_path_exists("samples/data/calib.txt") ||
-        !dsq_path_exists("samples/data/heldout.txt")) {
-        fprintf(stderr, "skip: samples/tiny-dsv3 or samples/data absent (samples/make_samples.sh)\n");
-        return;
-    }
+    if (!sample_present(model, "samples/data/calib.txt", "samples/data/heldout.txt", (char *)NULL)) return;
     dsq_model *m = open_lazy(model);
     dsq_tokenizer *tk;
     assert_int_equal(dsq_tokenizer_load(&tk, model, NULL), 0);
@@ -1939,10 +1939,7 @@ static void test_attn_block_matches_engine(void **state)
 {
     (void)state;
     const char *model = "samples/tiny-dsv3";
-    if (!dsq_path_exists("samples/tiny-dsv3/config.json") || !dsq_path_exists("samples/data/heldout.txt")) {
-        fprintf(stderr, "skip: samples/tiny-dsv3 or samples/data absent (samples/make_samples.sh)\n");
-        return;
-    }
+    if (!sample_present(model, "samples/data/heldout.txt", (char *)NULL)) return;
     dsq_model *m = open_lazy(model);
     dsq_tokenizer *tk;
     assert_int_equal(dsq_tokenizer_load(&tk, model, NULL), 0);
@@ -2049,11 +2046,7 @@ static void test_sample_clip_cov(void **state)
         free(x);
     }
     const char *model = "samples/tiny-dsv3";
-    if (!dsq_path_exists("samples/tiny-dsv3/config.json") || !dsq_path_exists("samples/data/calib.txt") ||
-        !dsq_path_exists("samples/data/heldout.txt")) {
-        fprintf(stderr, "skip: samples/tiny-dsv3 or samples/data absent (samples/make_samples.sh)\n");
-        return;
-    }
+    if (!sample_present(model, "samples/data/calib.txt", "samples/data/heldout.txt", (char *)NULL)) return;
     dsq_model *m = open_lazy(model);
     dsq_tokenizer *tk;
     assert_int_equal(dsq_tokenizer_load(&tk, model, NULL), 0);
