@@ -461,7 +461,8 @@ static void each_linear(const dsq_layer *ly, int n_experts, lin_fn fn, void *ctx
  * (the scales, clip and importance it uses are final by then). */
 typedef struct gjob {
     const dsq_linear *l;
-    dsq_calib_tensor *t;
+    size_t ti;              /* its entry's index: entries made later in the layer may move r->e */
+    dsq_calib_tensor *t;    /* &r->e[ti], set by gptq_phase once the layer's entries are all made */
     const dsq_scheme *sc;
     dsq_qshape sh;
     uint8_t *blob;          /* owned by the result */
@@ -778,7 +779,7 @@ static int gptq_entry(lin_ctx *x, const dsq_linear *l, dsq_calib_tensor *t, cons
         gjob *j = &x->jobs[x->njobs];
         memset(j, 0, sizeof *j);
         j->l = l;
-        j->t = t;
+        j->ti = (size_t)(t - c->r->e);
         j->sc = sc;
         j->sh = sh;
         j->blob = blob;
@@ -942,6 +943,7 @@ static int gptq_phase(lin_ctx *x)
     p.c = c;
     p.ly = x->ly;
     p.jobs = x->jobs;
+    for (size_t i = 0; i < x->njobs; i++) x->jobs[i].t = &c->r->e[x->jobs[i].ti];
     p.start = malloc((x->njobs + 1) * sizeof *p.start);
     if (!p.start) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     for (size_t i = 0; i < x->njobs; i++)

@@ -1193,6 +1193,49 @@ static void convert_has_blobs(const char *m, const dsq_calib_result *r, dsq_reci
     dsq_ctr_close(rd);
 }
 
+/* More entries than the result's first allocation (256), made while GPTQ
+ * solves are queued (--no-smooth: no scaling group makes the experts'
+ * entries beforehand): the queued solves must still land in the final
+ * entries (they held pointers into the moved array: ASan use-after-free,
+ * and blobs lost in a plain build). */
+static void test_gptq_many_entries(void **state)
+{
+    (void)state;
+    dsq_synth_opts so;
+    tiny_v3(&so);
+    so.layers = 3;
+    so.experts = 64;
+    dsq_synth_fit_routing(&so);
+    char *m = make_model(&so, "v3many");
+    int32_t *tok = rand_tokens(8 * 32, 500, 43);
+    dsq_calib_opts o;
+    base_opts(&o, "w4a8", tok, 8, 32);
+    o.gptq = 1;
+    o.smooth = 0;
+    o.min_expert_tokens = 1;
+    o.moe_calib_all = 1;
+    o.threads = 2;
+    dsq_calib_result *a = calibrate(m, &o);
+    dsq_calib_totals tt;
+    dsq_calib_get_totals(a, &tt);
+    size_t withblob = 0, calibrated = 0;
+    dsq_st_model *st;
+    assert_int_equal(dsq_st_open(&st, m, NULL), 0);
+    for (size_t i = 0; i < dsq_st_count(st); i++) {
+        const dsq_calib_tensor *e = dsq_calib_lookup(a, dsq_st_get(st, i)->name);
+        if (!e || e->cols == 0) continue;
+        calibrated += e->status == DSQ_CALIB_CALIBRATED;
+        withblob += e->gptq_blob != NULL;
+    }
+    dsq_st_close(st);
+    assert_true(calibrated > 256);
+    assert_int_equal(withblob, calibrated);
+    assert_int_equal(withblob, tt.gptq_tensors);
+    dsq_calib_result_free(a);
+    free(tok);
+    free(m);
+}
+
 static void test_gptq_driver(void **state)
 {
     (void)state;
@@ -2151,6 +2194,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stats_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gptq_driver, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gptq_many_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_progress, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_ordering, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_dynamic_smoothing, setup, teardown),
