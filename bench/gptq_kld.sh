@@ -35,7 +35,9 @@ row "w4a8, GPTQ" --scheme w4a8 $CAL $G
 row "w4a8, calibrated" --scheme w4a8 $CAL
 row "w4a8, calibrated+GPTQ" --scheme w4a8 $CAL --gptq
 row "w8a8-dynamic, RTN" --scheme w8a8-dynamic
-row "w8a8-dynamic, GPTQ" --scheme w8a8-dynamic $CAL --gptq
+row "w8a8-dynamic, GPTQ" --scheme w8a8-dynamic $CAL --gptq --no-smooth
+row "w8a8-dynamic, smoothed" --scheme w8a8-dynamic $CAL
+row "w8a8-dynamic, smoothed+GPTQ" --scheme w8a8-dynamic $CAL --gptq
 row "w8a8, static ranges only" --scheme w8a8 $CAL --no-smooth
 row "w8a8, static ranges + GPTQ" --scheme w8a8 $CAL --no-smooth --gptq
 row "w8a8, SmoothQuant" --scheme w8a8 $CAL
