@@ -303,11 +303,15 @@ int dsq_gptq_quantize(const dsq_scheme *sc, const dsq_qshape *shape, const float
 
 /* ---- Hessians ------------------------------------------------------------ */
 
-int dsq_gptq_hess_add(double *xtx, int64_t in, const float *x, int64_t T)
+/* xtx's upper half += X^T X (the lower half is left alone). The layer's
+ * Hessians stay upper-only while they accumulate: dsq_gptq_factor_init
+ * reads the diagonal and upper half and mirrors it once itself, so a mirror
+ * per added chunk (a cache-hostile cols^2 pass, as long as the syrk for an
+ * expert's 256-row chunk) is work done for nothing. */
+static int hess_add_upper(double *xtx, int64_t in, const float *x, int64_t T)
 {
     if (!xtx || !x || in <= 0 || T < 0) return DSQ_ERR_INVALID_ARG;
-    /* chunks of rows in double: syrk fills the upper half, mirrored below */
-    const int64_t C = 256;
+    const int64_t C = 256;   /* rows per chunk, widened to double */
     double *xd = malloc((size_t)C * (size_t)in * sizeof *xd);
     if (!xd) return DSQ_ERR_NOMEM;
     for (int64_t t0 = 0; t0 < T; t0 += C) {
@@ -316,7 +320,14 @@ int dsq_gptq_hess_add(double *xtx, int64_t in, const float *x, int64_t T)
         cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)in, (int)n, 1.0, xd, (int)in, 1.0, xtx, (int)in);
     }
     free(xd);
-    for (int64_t i = 0; i < in; i++)
+    return DSQ_OK;
+}
+
+int dsq_gptq_hess_add(double *xtx, int64_t in, const float *x, int64_t T)
+{
+    int rc = hess_add_upper(xtx, in, x, T);
+    if (rc < 0) return rc;
+    for (int64_t i = 0; i < in; i++)   /* the whole symmetric matrix */
         for (int64_t j = 0; j < i; j++) xtx[i * in + j] = xtx[j * in + i];
     return DSQ_OK;
 }
@@ -362,7 +373,7 @@ int dsq_gptq_hset_add(dsq_gptq_hset *hs, const char *site, const float *x, int64
         hs->n++;
     }
     if (hs->in[i] != in) return DSQ_ERR_SHAPE;
-    int rc = dsq_gptq_hess_add(hs->xtx[i], in, x, T);
+    int rc = hess_add_upper(hs->xtx[i], in, x, T);
     if (rc == DSQ_OK) hs->rows[i] += (uint64_t)T;
     return rc;
 }
@@ -474,7 +485,7 @@ int dsq_gptq_moe_hessian_in(const dsq_gptq_moe *m, int e, double *h, uint64_t *r
     if (!buf) return DSQ_ERR_NOMEM;
     int rc = DSQ_OK;
     for (uint64_t k = 0; k < m->n[e] && rc == DSQ_OK; k += (uint64_t)C)
-        rc = dsq_gptq_hess_add(h, m->in, buf, gather(m, e, k, C, buf));
+        rc = hess_add_upper(h, m->in, buf, gather(m, e, k, C, buf));
     free(buf);
     *rows = m->n[e];
     return rc;
@@ -496,7 +507,7 @@ int dsq_gptq_moe_hessian_down(const dsq_gptq_moe *m, int e, const dsq_linear *ga
         if (rc == DSQ_OK) rc = up->w.scheme->gemm(&up->w, buf, n, u, pool, NULL, 0);
         if (rc == DSQ_OK) {
             dsq_silu_mul(g, u, (size_t)n * (size_t)F);   /* as engine/moe.c */
-            rc = dsq_gptq_hess_add(h, F, g, n);
+            rc = hess_add_upper(h, F, g, n);
         }
     }
     free(buf);

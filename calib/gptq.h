@@ -128,7 +128,9 @@ typedef struct dsq_gptq_hset {
     uint64_t bytes;           /* held now */
 } dsq_gptq_hset;
 
-/* Add x [T][in] to site's Hessian (created on first use). */
+/* Add x [T][in] to site's Hessian (created on first use). The set's and the
+ * experts' Hessians hold the upper half only (the lower half is 0):
+ * dsq_gptq_factor_init and dsq_gptq_hess_scale need no more. */
 int dsq_gptq_hset_add(dsq_gptq_hset *hs, const char *site, const float *x, int64_t T, int64_t in);
 /* The site's X^T X and row count, or NULL. */
 const double *dsq_gptq_hset_find(const dsq_gptq_hset *hs, const char *site, int64_t in, uint64_t *rows);
