@@ -155,16 +155,8 @@ static int ffn_groups(dsq_group_list *L, const dsq_layer *ly, const char *prefix
     g->loss = DSQ_LOSS_MOE;
     if (ly->router.name && E <= DSQ_ROUTE_MAX_EXPERTS) {   /* routing as model.c sets it up */
         g->router = &ly->router;
-        g->router_bias = ly->router_bias;
+        dsq_router_from_config(cfg, &g->route);
         g->route.n_experts = E;
-        g->route.top_k = (int)cfg->num_experts_per_tok;
-        g->route.n_group = (int)cfg->n_group;
-        g->route.topk_group = (int)cfg->topk_group;
-        g->route.score_func = cfg->scoring_func;
-        g->route.topk_method = cfg->topk_method;
-        g->route.norm_topk_prob = cfg->norm_topk_prob;
-        g->route.scale_always = cfg->arch == DSQ_ARCH_DEEPSEEK_V3;
-        g->route.routed_scaling_factor = (float)cfg->routed_scaling_factor;
         g->route.bias = ly->router_bias;
         if (g->route.top_k < 1 || g->route.top_k > E) g->router = NULL;
     }

@@ -109,7 +109,6 @@ typedef struct dsq_scale_group {
     /* LOSS_MOE: the router, to weight each expert's output per token as the
      * layer does (router == NULL: the older unweighted per-expert sum) */
     const dsq_linear *router;
-    const float *router_bias;
     dsq_router route;
     char site[320];              /* statistics site of the group input */
     /* DeepSeek input_layernorm group: the model and layer whose MLA block

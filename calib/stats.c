@@ -623,15 +623,7 @@ int dsq_collect_layer(dsq_model *m, int layer, dsq_hstore *h, int write_next, co
     c.all = (o->layer_flags & DSQ_LAYER_ALL_EXPERTS) != 0;
     c.d = d;
     if (c.all && ls->n_experts > 0) {
-        c.rt.n_experts = (int)cfg->n_routed_experts;
-        c.rt.top_k = (int)cfg->num_experts_per_tok;
-        c.rt.n_group = (int)cfg->n_group;
-        c.rt.topk_group = (int)cfg->topk_group;
-        c.rt.score_func = cfg->scoring_func;
-        c.rt.topk_method = cfg->topk_method;
-        c.rt.norm_topk_prob = cfg->norm_topk_prob;
-        c.rt.scale_always = cfg->arch == DSQ_ARCH_DEEPSEEK_V3;
-        c.rt.routed_scaling_factor = (float)cfg->routed_scaling_factor;
+        dsq_router_from_config(cfg, &c.rt);
         c.scratch = malloc(2 * (size_t)c.rt.n_experts * sizeof(float));
         c.idx = malloc((size_t)c.rt.top_k * sizeof(int));
         c.w = malloc((size_t)c.rt.top_k * sizeof(float));

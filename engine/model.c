@@ -31,6 +31,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+void dsq_router_from_config(const dsq_model_config *c, dsq_router *r)
+{
+    memset(r, 0, sizeof *r);
+    r->n_experts = (int)c->n_routed_experts;
+    r->top_k = (int)c->num_experts_per_tok;
+    r->n_group = (int)c->n_group;
+    r->topk_group = (int)c->topk_group;
+    r->score_func = c->scoring_func;
+    r->topk_method = c->topk_method;
+    r->norm_topk_prob = c->norm_topk_prob;
+    /* V3 (HF and inference/model.py) scales after normalising; V2 scales
+     * only the unnormalised weights. */
+    r->scale_always = c->arch == DSQ_ARCH_DEEPSEEK_V3;
+    r->routed_scaling_factor = (float)c->routed_scaling_factor;
+}
+
 /* ---- ownership lists ---------------------------------------------------- */
 
 typedef struct loader {
@@ -647,18 +663,7 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
     if (c->n_routed_experts > 0) {
         if (c->n_routed_experts > DSQ_ROUTE_MAX_EXPERTS || c->n_group > DSQ_ROUTE_MAX_GROUPS)
             return dsq_fail(d, DSQ_ERR_UNSUPPORTED, m->path, NULL, -1, "too many experts or groups");
-        dsq_router *r = &m->router;
-        r->n_experts = (int)c->n_routed_experts;
-        r->top_k = (int)c->num_experts_per_tok;
-        r->n_group = (int)c->n_group;
-        r->topk_group = (int)c->topk_group;
-        r->score_func = c->scoring_func;
-        r->topk_method = c->topk_method;
-        r->norm_topk_prob = c->norm_topk_prob;
-        /* V3 (HF and inference/model.py) scales after normalising; V2 scales
-         * only the unnormalised weights. */
-        r->scale_always = c->arch == DSQ_ARCH_DEEPSEEK_V3;
-        r->routed_scaling_factor = (float)c->routed_scaling_factor;
+        dsq_router_from_config(c, &m->router);
     }
     int64_t ctx = c->max_position_embeddings > 0 ? c->max_position_embeddings : 4096;
     if (ctx > 4096) ctx = 4096;

@@ -156,6 +156,9 @@ typedef struct dsq_state dsq_state;
 int  dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts, dsq_diag *d);
 void dsq_model_free(dsq_model *m);
 const dsq_model_config *dsq_model_get_config(const dsq_model *m);
+/* The routing config.json describes (bias NULL: it is per layer). One place,
+ * for the engine, the calibration's --moe-calib all pass and AWQ's MoE loss. */
+void dsq_router_from_config(const dsq_model_config *c, dsq_router *r);
 const dsq_weights *dsq_model_weights(const dsq_model *m);
 dsq_pool *dsq_model_pool(const dsq_model *m);
 /* One paragraph describing the model: arch, dims, schemes used, bytes of
