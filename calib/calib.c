@@ -647,11 +647,15 @@ static int clip_cov(lin_ctx *x, const dsq_linear *l, const dsq_scheme *sc, int32
     } else {
         void *buf = NULL;
         size_t nb = 0;
-        dsq_diag tmp;
+        dsq_diag tmp;   /* an absent entry is no error: that tensor keeps the older clip */
         dsq_diag_clear(&tmp);
-        if ((c->rd ? dsq_stats_reader_get(c->rd, name, &buf, &nb, NULL, &tmp)
-                   : dsq_stats_writer_get(c->w, name, &buf, &nb, NULL, &tmp)) != DSQ_OK)
-            return DSQ_OK;
+        int g = c->rd ? dsq_stats_reader_get(c->rd, name, &buf, &nb, NULL, &tmp)
+                      : dsq_stats_writer_get(c->w, name, &buf, &nb, NULL, &tmp);
+        if (g == DSQ_ERR_NOT_FOUND) return DSQ_OK;
+        if (g < 0) {   /* an unreadable file must not turn a resumed run into another result */
+            if (c->d) *c->d = tmp;
+            return g;
+        }
         int bad = nb != n;
         for (size_t i = 0; i < nb && !bad; i++) bad = ((uint8_t *)buf)[i] >= DSQ_AWQ_CLIP_CANDIDATES;
         if (bad) {   /* hostile or foreign file */
