@@ -259,7 +259,9 @@ static void split_task(void *ctx, size_t item, int tid)
         for (int64_t c = cols; c < kp; c++) h[c] = 0;
         return;
     }
-    j->k->split_bf16(x, cols, h, l);
+    /* three terms: lo comes from the residual's split below, so only hi here */
+    if (j->xl2) j->k->f32_to_bf16(x, cols, h);
+    else j->k->split_bf16(x, cols, h, l);
     for (int64_t c = cols; c < kp; c++) h[c] = l[c] = 0;
     if (!j->xl2) return;
     uint16_t *l2 = j->xl2 + (int64_t)item * kp;

@@ -26,7 +26,7 @@ void dsq_qrow_sym(const dsq_kernels *k, const float *w, int64_t cols, int64_t gs
     for (int64_t g = 0; g < ng; g++) {
         int64_t k0 = g * gsize, n = cols - k0 < gsize ? cols - k0 : gsize;
         const float *wg = w + k0;
-        float amax = dsq_bits_f32(k->absmax_bits(wg, n));
+        float amax = given ? 0.0f : dsq_bits_f32(k->absmax_bits(wg, n));   /* given: GPTQ's scale */
         float s = given ? given[g] : sym_scale(amax, qmax);
         if (clip_search && !given && amax > 0.0f) {
             /* AutoAWQ _compute_best_clip grid: max_val = amax * (1 - i/20),
