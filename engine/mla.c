@@ -22,11 +22,9 @@
 #include <string.h>
 
 /* The absorbed path's q' = q_nope W_UK[h] is a transposed product (rows
- * scaled and summed), which no gemm kernel offers. The library builds
- * without -march flags, so the loop is compiled for AVX-512 and AVX2 as
- * well and picked at load time (ifunc); each lane does the same mul and add
- * as the scalar loop (no contraction under -std=c11), so every clone gives
- * the same bits. */
+ * scaled and summed), which no gemm kernel offers. F32 rows use dsq_axpy;
+ * the BF16 loop is compiled for AVX-512 and AVX2 here as dsq_axpy is (ops.c:
+ * picked at load time, the same mul and add per lane, the same bits). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
 #define ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
 #else
@@ -40,8 +38,7 @@ ROW_CLONES static void row_axpy(float *y, float a, const uint8_t *row, int bf16,
         const uint16_t *r = (const uint16_t *)(const void *)row;
         for (int64_t i = 0; i < n; i++) y[i] += a * dsq_bf16_to_f32(r[i]);
     } else {
-        const float *r = (const float *)(const void *)row;
-        for (int64_t i = 0; i < n; i++) y[i] += a * r[i];
+        dsq_axpy(y, a, (const float *)(const void *)row, (size_t)n);
     }
 }
 
@@ -92,8 +89,9 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
     dsq_qview sub = ly->kv_b_run.w;
     sub.w = ly->kvb_rows + (size_t)(h * hw + j->nope) * ly->kvb_stride;
     sub.shape.rows = j->vd;
-    (void)R;
-    (void)sub.scheme->gemm(&sub, cv, 1, out, NULL, NULL, 0);   /* T = 1, no scratch: cannot fail */
+    /* T = 1 needs no scratch up to 8192 columns (kv_lora_rank; V3: 512), so
+     * it cannot fail */
+    (void)sub.scheme->gemm(&sub, cv, 1, out, NULL, NULL, 0);
 }
 
 int dsq_mla_forward(dsq_run *r, const float *x)

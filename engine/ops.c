@@ -51,6 +51,14 @@ void dsq_softmax(float *x, int n)
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
+/* The library builds without -march flags; y += a x is the inner loop of
+ * attention, the MoE combine and MLA's absorbed q, so it is compiled for
+ * AVX-512 and AVX2 as well and picked at load time (ifunc). Each lane does
+ * the scalar loop's mul and add (no contraction under -std=c11): every clone
+ * gives the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+__attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
+#endif
 void dsq_axpy(float *y, float a, const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++) y[i] += a * x[i];
