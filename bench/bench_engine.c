@@ -20,8 +20,10 @@
  * as a fraction of the memory bandwidth. Small models cannot approach
  * either limit (per-token overheads dominate); the fractions say how far.
  *
- * With more than one thread, prefill is measured again on a 1-thread model
- * (process CPU time), so one run gives the scaling.
+ * With -1 and more than one thread, prefill is measured again on a
+ * 1-thread model (process CPU time), so one run gives the scaling
+ * (bench_speed.sh runs -t 1 and -t 2 instead; without -1 prefill_t1_tok_s
+ * is 0: not measured).
  *
  * Output: the human-readable lines, then per model one stable line
  *   result: model=NAME threads=N prefill_tokens=P prefill_tok_s=X
@@ -346,6 +348,8 @@ static void active_weights(const dsq_model *m, double *el, double *by, double *h
 
 /* Prefill tok/s of P tokens with a 1-thread model (process CPU time: the
  * single-thread figure that multi-core scaling is judged against). */
+static int g_t1;   /* -1: also time prefill on one thread */
+
 static double prefill_1thread(const char *path, int P, int reps)
 {
     dsq_model_opts o;
@@ -446,7 +450,7 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
      * change meaning; decode_gbs = active weight bytes per token x tok/s,
      * decode_bw_pct = that over the read bandwidth measured in this run */
     const int nt = threads > 0 ? threads : dsq_cpu_count();
-    const double pre1 = nt > 1 ? prefill_1thread(path, P, reps) : pre;
+    const double pre1 = nt == 1 ? pre : g_t1 ? prefill_1thread(path, P, reps) : 0.0;
     printf("result: model=%s threads=%d prefill_tokens=%d prefill_tok_s=%.2f prefill_t1_tok_s=%.2f "
            "decode_tok_s=%.2f decode_mb_per_tok=%.3f decode_gbs=%.3f read_bw_gbs=%.3f decode_bw_pct=%.1f "
            "batch_tok_s=%.2f\n",
@@ -463,14 +467,15 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
 int main(int argc, char **argv)
 {
     int threads = 0, P = 128, N = 32, reps = 3, opt;
-    while ((opt = getopt(argc, argv, "t:p:n:r:h")) != -1) {
+    while ((opt = getopt(argc, argv, "t:p:n:r:1h")) != -1) {
         switch (opt) {
+        case '1': g_t1 = 1; break;
         case 't': threads = atoi(optarg); break;
         case 'p': P = atoi(optarg); break;
         case 'n': N = atoi(optarg); break;
         case 'r': reps = atoi(optarg); break;
         default:
-            fprintf(stderr, "usage: bench_engine [-t threads] [-p prefill] [-n decode] [-r reps] [MODEL ...]\n");
+            fprintf(stderr, "usage: bench_engine [-t threads] [-p prefill] [-n decode] [-r reps] [-1] [MODEL ...]\n");
             return opt == 'h' ? 0 : 2;
         }
     }

@@ -34,13 +34,13 @@ synth_layer $EXPERTS
 B=${BUILD:-build}/bench
 make -s $B/bench_engine $B/bench_quant $B/bench_peak >/dev/null
 
-# bench_engine's output is parsed here and only here (its format is owned by
-# the engine work): "<name> prefill X tok/s (...) decode Y tok/s (Z MB/tok,
-# W% DRAM BW) ..." -> "X Y W"; "machine: memory read R GB/s (512 MB) ..." -> "R".
+# bench_engine's output is parsed here and only here, from its stable
+# "result: key=value ..." line: model -> "prefill_tok_s decode_tok_s
+# decode_bw_pct", readbw -> "read_bw_gbs".
 engine_parse() {
     case "$1" in
-    model) sed -n 's/.*prefill *\([0-9.]*\) tok\/s.*decode *\([0-9.]*\) tok\/s.*MB\/tok, *\([0-9.]*\)% [A-Za-z]* BW.*/\1 \2 \3/p' ;;
-    readbw) sed -n 's/^machine: memory read *\([0-9.]*\) GB\/s.*/\1/p' ;;
+    model) sed -n 's/^result: .* prefill_tok_s=\([0-9.]*\) .* decode_tok_s=\([0-9.]*\) .* decode_bw_pct=\([0-9.]*\) .*/\1 \2 \3/p' ;;
+    readbw) sed -n 's/^result: .* read_bw_gbs=\([0-9.]*\) .*/\1/p' ;;
     esac
 }
 
