@@ -720,7 +720,8 @@ int dsq_kld_bootstrap(const float *klds, uint64_t count, size_t per_window, unsi
     }
     if (n_boot) {
         qsort(means, n_boot, sizeof *means, cmp_double);
-        /* the same linear interpolation as dsq_percentile_sorted */
+        /* linear interpolation between order statistics, at pos = q (n - 1),
+         * as dsq_percentile_sorted places it (on doubles: a + f (b - a)) */
         for (int t = 0; t < 2; t++) {
             double pos = (t ? 0.975 : 0.025) * (double)(n_boot - 1);
             size_t i = (size_t)pos;
