@@ -19,6 +19,7 @@
 # each run, the input is kept for the next run (delete it by hand).
 set -e
 cd "$(dirname "$0")/.."
+command -v jq >/dev/null || { echo "bench_convert.sh: needs jq (.ci/deps.sh)" >&2; exit 2; }
 EXPERTS=${1:-128}
 [ $# -gt 0 ] && shift
 # An entry is SCHEME or SCHEME:EXTRA-OPTION (e.g. w4a8:--no-journal).
@@ -48,9 +49,9 @@ for entry in $SCHEMES; do
     rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' $OUT/bench-$s.time)
     usr=$(sed -n 's/.*User time (seconds): //p' $OUT/bench-$s.time)
     sys=$(sed -n 's/.*System time (seconds): //p' $OUT/bench-$s.time)
-    gbs=$(sed -n 's/.*"gb_per_s": \([0-9.]*\).*/\1/p' $OUT/bench-$s.json)
-    secs=$(sed -n 's/.*"seconds": \([0-9.]*\).*/\1/p' $OUT/bench-$s.json)
-    outb=$(sed -n 's/.*"bytes_out": \([0-9]*\).*/\1/p' $OUT/bench-$s.json)
+    gbs=$(jq -r .gb_per_s $OUT/bench-$s.json)
+    secs=$(jq -r .seconds $OUT/bench-$s.json)
+    outb=$(jq -r .bytes_out $OUT/bench-$s.json)
     echo "$s$extra $gbs $usr $sys $rss $outb $BYTES $NCPU $CAT" | awk '{
         cpu = $3 + $4; idle = $7 / (cpu / $8) / 1e9;
         printf "%-27s %8.2f %9.1f %10.2f %8.0f MB %10.2f %8.0f%%\n", $1, $2, cpu, idle, $5/1024, $6/1e9, 100*$2/$9 }'

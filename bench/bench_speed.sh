@@ -23,6 +23,7 @@
 # told apart; CPU seconds are printed too. Outputs are deleted at the end.
 set -e
 cd "$(dirname "$0")/.."
+command -v jq >/dev/null || { echo "bench_speed.sh: needs jq (.ci/deps.sh)" >&2; exit 2; }
 EXPERTS=${1:-16}
 THREADS=${THREADS:-1 2}
 SCHEMES=${SCHEMES:-w8a8-dynamic w4a8 awq-w4a16}
@@ -89,8 +90,8 @@ for s in $SCHEMES; do
         rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' $OUT/speed-$s-$t.time)
         usr=$(sed -n 's/.*User time (seconds): //p' $OUT/speed-$s-$t.time)
         sys=$(sed -n 's/.*System time (seconds): //p' $OUT/speed-$s-$t.time)
-        secs=$(sed -n 's/.*"seconds": \([0-9.]*\).*/\1/p' $OUT/speed-$s-$t.json)
-        outb=$(sed -n 's/.*"bytes_out": \([0-9]*\).*/\1/p' $OUT/speed-$s-$t.json)
+        secs=$(jq -r .seconds $OUT/speed-$s-$t.json)
+        outb=$(jq -r .bytes_out $OUT/speed-$s-$t.json)
         echo "$s $t $BYTES $secs $usr $sys $rss $outb $DISK" | awk '{
             gbs = $3 / $4 / 1e9; od = $8 / $4 / 1e9 / $9;
             goal = gbs >= 2 ? "met (>= 2 GB/s)" : (od >= 0.9 ? "met (disk-bound)" : "not met");

@@ -27,14 +27,8 @@ command -v jq >/dev/null || { echo "calib_quality.sh: needs jq (.ci/deps.sh)" >&
 D=samples/data
 CAL="--calib $D/calib.txt --calib-samples 64 --calib-seqlen 512 ${EXTRA_FLAGS:-}"
 
-# the GSM test problems as training text; only \n escapes occur in the file,
-# anything else would be mis-rendered, so it is refused
-if grep -q '\\[^n]' $D/gsm_test.jsonl; then
-    echo "calib_quality.sh: $D/gsm_test.jsonl holds JSON escapes other than \\n" >&2
-    exit 1
-fi
-sed -n 's/^{"question": "\(.*\)", "answer": "\(.*\)"}$/Question: \1\\nAnswer: \2\\n/p' $D/gsm_test.jsonl |
-    sed 's/\\n/\n/g' > $OUT/gsm_test.txt
+# the GSM test problems as plain text (jq decodes every JSON escape)
+jq -r '"Question: \(.question)\nAnswer: \(.answer)\n"' $D/gsm_test.jsonl > $OUT/gsm_test.txt
 [ "$(grep -c '^Question: ' $OUT/gsm_test.txt)" = "$(wc -l < $D/gsm_test.jsonl | tr -d ' ')" ] ||
     { echo "calib_quality.sh: could not render every GSM test problem" >&2; exit 1; }
 

@@ -7,13 +7,14 @@
 # Needs MODEL; sets OUT, D (samples/data) and CAL (64 x 512 calibration).
 kld_setup() {
     OUT=$1
+    command -v jq >/dev/null || { echo "kld_rows.sh: needs jq (.ci/deps.sh)" >&2; exit 2; }
     mkdir -p "$OUT"
     [ -x bin/ds-quant ] && [ -x bin/ds-eval ] || make -s all
     D=samples/data
     CAL="--calib $D/calib.txt --calib-samples 64 --calib-seqlen 512"
     bin/ds-eval ppl -q -f -m "$MODEL" --data $D/heldout.txt --save-logits "$OUT/base.logp" --json > "$OUT/base.json"
 }
-kld_num() { sed -n "s/.*\"$2\": *\([-0-9.e]*\).*/\1/p" "$1" | head -1; }
+kld_num() { jq -r ".$2" "$1"; }
 kld_run() {
     tag=$(echo "$1" | tr -c 'a-zA-Z0-9\n' '_'); shift
     bin/ds-quant -q -f --json "$@" "$MODEL" "$OUT/$tag.dsq" > "$OUT/$tag.quant.json"

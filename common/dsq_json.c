@@ -1,5 +1,9 @@
-/* dsq_json.c - type-checked reads of json-c objects (see dsq_json.h). */
+/* dsq_json.c - type-checked reads of json-c objects, and the writers the
+ * CLIs' --json output is built with (see dsq_json.h). */
 #include "dsq_json.h"
+
+#include <math.h>
+#include <stdio.h>
 
 static int get(json_object *obj, const char *key, json_type t, json_object **v)
 {
@@ -49,4 +53,37 @@ int dsq_json_get_bool(json_object *obj, const char *key, int *out)
 int dsq_json_get_obj(json_object *obj, const char *key, json_object **out)
 {
     return get(obj, key, json_type_object, out);
+}
+
+json_object *dsq_json_num(double v, const char *fmt)
+{
+    if (!isfinite(v)) return json_object_new_null();
+    char buf[64];
+    snprintf(buf, sizeof buf, fmt, v);
+    return json_object_new_double_s(v, buf);
+}
+
+void dsq_json_put_str(json_object *o, const char *key, const char *v)
+{
+    json_object_object_add(o, key, v ? json_object_new_string(v) : json_object_new_null());
+}
+
+void dsq_json_put_int(json_object *o, const char *key, int64_t v)
+{
+    json_object_object_add(o, key, json_object_new_int64(v));
+}
+
+void dsq_json_put_u64(json_object *o, const char *key, uint64_t v)
+{
+    json_object_object_add(o, key, json_object_new_uint64(v));
+}
+
+void dsq_json_put_bool(json_object *o, const char *key, int v)
+{
+    json_object_object_add(o, key, json_object_new_boolean(v ? 1 : 0));
+}
+
+void dsq_json_put_num(json_object *o, const char *key, double v, const char *fmt)
+{
+    json_object_object_add(o, key, dsq_json_num(v, fmt));
 }

@@ -24,4 +24,16 @@ int dsq_json_get_bool(json_object *obj, const char *key, int *out);
 /* obj[key] as an object. */
 int dsq_json_get_obj(json_object *obj, const char *key, json_object **out);
 
+/* Writers for the CLIs' --json output: one place that builds JSON, so no
+ * tool escapes strings by hand. Each adds key to the object o (a NULL
+ * string or a non-finite number becomes null). Numbers keep the precision
+ * fmt gives them (printf format of one double) instead of json-c's %.17g. */
+void dsq_json_put_str(json_object *o, const char *key, const char *v);
+void dsq_json_put_int(json_object *o, const char *key, int64_t v);
+void dsq_json_put_u64(json_object *o, const char *key, uint64_t v);
+void dsq_json_put_bool(json_object *o, const char *key, int v);
+void dsq_json_put_num(json_object *o, const char *key, double v, const char *fmt);
+/* v as a json number with fmt's precision (or null when not finite). */
+json_object *dsq_json_num(double v, const char *fmt);
+
 #endif

@@ -4,6 +4,7 @@
  * writer ds-quant --format uses, in the .dsq's order, so both give the same
  * bytes. */
 #include "cli.h"
+#include "dsq_json.h"
 #include "container.h"
 #include "container_set.h"
 #include "convert.h"
@@ -113,15 +114,11 @@ static int build_src(dsq_ctr_set *set, const char *meta, dsq_export_src **out, c
     return DSQ_OK;
 }
 
-static void print_json_str(const char *s)
+/* One JSON object on stdout, built with json-c (no hand escaping), freed. */
+static void put_json(json_object *o)
 {
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') printf("\\%c", *p);
-        else if (*p < 0x20) printf("\\u%04x", *p);
-        else putchar(*p);
-    }
-    putchar('"');
+    puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(o);
 }
 
 int main(int argc, char **argv)
@@ -244,25 +241,36 @@ int main(int argc, char **argv)
         if (cli.json) {
             char msg[1024];
             dsq_diag_format(&d, msg, sizeof msg);
-            printf("{\"tool\": \"ds-export\", \"status\": \"error\", \"code\": \"%s\", \"message\": ",
-                   dsq_status_name(rc));
-            print_json_str(msg);
-            printf("}\n");
+            json_object *j = json_object_new_object();
+            dsq_json_put_str(j, "tool", "ds-export");
+            dsq_json_put_str(j, "status", "error");
+            dsq_json_put_str(j, "code", dsq_status_name(rc));
+            dsq_json_put_str(j, "message", msg);
+            put_json(j);
         }
         code = dsq_cli_fail(&cli, rc, &d);
         if (rc == DSQ_ERR_INTERRUPTED) dsq_cli_error(&cli, "run again with --resume to continue");
         if (refused) code = DSQ_EXIT_USAGE;
     } else if (cli.json) {
-        printf("{\"tool\": \"ds-export\", \"version\": \"%s\", \"status\": \"ok\", \"input\": ", DSQ_VERSION_STRING);
-        print_json_str(in);
-        printf(", \"output\": ");
-        print_json_str(o.output);
-        printf(", \"format\": \"%s\", \"source_tensors\": %zu, \"tensors\": %zu, \"weight_files\": %d, "
-               "\"weight_bytes\": %llu, \"bytes_out\": %llu, \"dequantized_to_float\": %zu, \"dropped\": %zu, "
-               "\"resumed\": %zu, \"max_scale_rel_rounding\": %.6g, \"seconds\": %.3f, \"peak_rss_bytes\": %llu}\n",
-               s.format, s.src_tensors, s.out_tensors, s.shards, (unsigned long long)s.weight_bytes,
-               (unsigned long long)s.bytes_out, s.dequantized, s.dropped, s.resumed, s.max_scale_rel_rounding,
-               dsq_now() - t0, (unsigned long long)dsq_peak_rss());
+        json_object *j = json_object_new_object();
+        dsq_json_put_str(j, "tool", "ds-export");
+        dsq_json_put_str(j, "version", DSQ_VERSION_STRING);
+        dsq_json_put_str(j, "status", "ok");
+        dsq_json_put_str(j, "input", in);
+        dsq_json_put_str(j, "output", o.output);
+        dsq_json_put_str(j, "format", s.format);
+        dsq_json_put_u64(j, "source_tensors", s.src_tensors);
+        dsq_json_put_u64(j, "tensors", s.out_tensors);
+        dsq_json_put_int(j, "weight_files", s.shards);
+        dsq_json_put_u64(j, "weight_bytes", s.weight_bytes);
+        dsq_json_put_u64(j, "bytes_out", s.bytes_out);
+        dsq_json_put_u64(j, "dequantized_to_float", s.dequantized);
+        dsq_json_put_u64(j, "dropped", s.dropped);
+        dsq_json_put_u64(j, "resumed", s.resumed);
+        dsq_json_put_num(j, "max_scale_rel_rounding", s.max_scale_rel_rounding, "%.6g");
+        dsq_json_put_num(j, "seconds", dsq_now() - t0, "%.3f");
+        dsq_json_put_u64(j, "peak_rss_bytes", dsq_peak_rss());
+        put_json(j);
     } else if (cli.level >= 2) {
         printf("%s: %s export, %zu tensors in %d weight file(s), %.2f MB", o.output, s.format, s.out_tensors,
                s.shards, (double)s.bytes_out / 1e6);

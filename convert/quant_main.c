@@ -4,6 +4,7 @@
 #include "calib.h"
 #include "llama2c.h"
 #include "cli.h"
+#include "dsq_json.h"
 #include "container.h"
 #include "convert.h"
 #include "dsq_file.h"
@@ -201,15 +202,20 @@ static const char *unused_option(unsigned long long seen, const char *scheme, in
 
 /* ---- output helpers ---- */
 
-static void json_str(FILE *f, const char *s)
+/* One JSON object on stdout, built with json-c (no hand escaping), freed. */
+static void put_json(json_object *o)
 {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
-    }
-    fputc('"', f);
+    puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(o);
+}
+
+static json_object *tool_json(const char *status)
+{
+    json_object *o = json_object_new_object();
+    dsq_json_put_str(o, "tool", "ds-quant");
+    dsq_json_put_str(o, "version", DSQ_VERSION_STRING);
+    if (status) dsq_json_put_str(o, "status", status);
+    return o;
 }
 
 static void fmt_bytes(char *buf, size_t n, double b)
@@ -234,36 +240,40 @@ static int print_plan(const dsq_cli *cli, const dsq_convert *c, const dsq_recipe
     uint64_t peak = dsq_convert_peak_estimate(c);
     char reason[1200], shp[160];
     if (cli->json) {
-        printf("{\"tool\": \"ds-quant\", \"version\": \"%s\", \"dry_run\": true, \"tensors\": %zu, "
-               "\"source_bytes\": %llu, \"estimated_output_bytes\": %llu, "
-               "\"estimated_peak_rss_bytes\": %llu, \"num_hidden_layers\": %lld, \"by_scheme\": {",
-               DSQ_VERSION_STRING, p->n, (unsigned long long)p->src_bytes,
-               (unsigned long long)p->est_bytes, (unsigned long long)peak,
-               (long long)p->num_hidden_layers);
-        int first = 1;
+        json_object *o = tool_json(NULL), *by = json_object_new_object(), *plan = json_object_new_array();
+        dsq_json_put_bool(o, "dry_run", 1);
+        dsq_json_put_u64(o, "tensors", p->n);
+        dsq_json_put_u64(o, "source_bytes", p->src_bytes);
+        dsq_json_put_u64(o, "estimated_output_bytes", p->est_bytes);
+        dsq_json_put_u64(o, "estimated_peak_rss_bytes", peak);
+        dsq_json_put_int(o, "num_hidden_layers", p->num_hidden_layers);
         for (int s = 0; s < DSQ_SCHEME_ID_COUNT; s++) {
             if (!p->count_by_scheme[s]) continue;
-            printf("%s\"%s\": {\"tensors\": %zu, \"estimated_bytes\": %llu}", first ? "" : ", ",
-                   dsq_scheme_by_id((uint32_t)s)->name, p->count_by_scheme[s],
-                   (unsigned long long)p->bytes_by_scheme[s]);
-            first = 0;
+            json_object *k = json_object_new_object();
+            dsq_json_put_u64(k, "tensors", p->count_by_scheme[s]);
+            dsq_json_put_u64(k, "estimated_bytes", p->bytes_by_scheme[s]);
+            json_object_object_add(by, dsq_scheme_by_id((uint32_t)s)->name, k);
         }
-        printf("}, \"plan\": [");
+        json_object_object_add(o, "by_scheme", by);
         for (size_t i = 0; i < p->n; i++) {
             const dsq_plan_entry *e = &p->v[i];
+            json_object *t = json_object_new_object(), *shape = json_object_new_array();
             dsq_plan_reason(r, e, reason, sizeof reason);
-            shape_str(shp, sizeof shp, e);
-            printf("%s\n  {\"name\": ", i ? "," : "");
-            json_str(stdout, e->name);
-            printf(", \"role\": \"%s\", \"mtp\": %s, \"dtype\": \"%s\", \"shape\": %s, \"scheme\": \"%s\", "
-                   "\"group_size\": %d, \"source_bytes\": %llu, \"estimated_bytes\": %llu, \"rule\": ",
-                   dsq_role_name(e->role.role), e->role.mtp ? "true" : "false",
-                   dsq_dtype_name(e->src_dtype), shp, e->scheme->name, (int)e->qshape.group_size,
-                   (unsigned long long)e->src_bytes, (unsigned long long)e->est_bytes);
-            json_str(stdout, reason);
-            printf("}");
+            for (int d = 0; d < e->ndim; d++) json_object_array_add(shape, json_object_new_int64(e->shape[d]));
+            dsq_json_put_str(t, "name", e->name);
+            dsq_json_put_str(t, "role", dsq_role_name(e->role.role));
+            dsq_json_put_bool(t, "mtp", e->role.mtp);
+            dsq_json_put_str(t, "dtype", dsq_dtype_name(e->src_dtype));
+            json_object_object_add(t, "shape", shape);
+            dsq_json_put_str(t, "scheme", e->scheme->name);
+            dsq_json_put_int(t, "group_size", e->qshape.group_size);
+            dsq_json_put_u64(t, "source_bytes", e->src_bytes);
+            dsq_json_put_u64(t, "estimated_bytes", e->est_bytes);
+            dsq_json_put_str(t, "rule", reason);
+            json_object_array_add(plan, t);
         }
-        printf("\n]}\n");
+        json_object_object_add(o, "plan", plan);
+        put_json(o);
         return DSQ_EXIT_OK;
     }
     if (cli->level >= 2) {
@@ -314,64 +324,84 @@ static void print_summary(const dsq_cli *cli, const dsq_convert_summary *s, cons
     size_t nworst = nm < 10 ? nm : 10;
 
     if (cli->json) {
-        printf("{\"tool\": \"ds-quant\", \"version\": \"%s\", \"status\": \"ok\", \"input\": ", DSQ_VERSION_STRING);
-        json_str(stdout, in);
-        printf(", \"output\": ");
-        json_str(stdout, out);
-        printf(", \"shards\": %d, \"tensors\": %zu, \"resumed\": %zu, \"by_scheme\": {", s->shards,
-               s->tensors, s->resumed);
-        int first = 1;
+        json_object *o = tool_json("ok"), *by = json_object_new_object();
+        dsq_json_put_str(o, "input", in);
+        dsq_json_put_str(o, "output", out);
+        dsq_json_put_int(o, "shards", s->shards);
+        dsq_json_put_u64(o, "tensors", s->tensors);
+        dsq_json_put_u64(o, "resumed", s->resumed);
         for (int k = 0; k < DSQ_SCHEME_ID_COUNT; k++) {
             if (!s->count_by_scheme[k]) continue;
-            printf("%s\"%s\": {\"tensors\": %zu, \"source_bytes\": %llu, \"stored_bytes\": %llu}",
-                   first ? "" : ", ", dsq_scheme_by_id((uint32_t)k)->name, s->count_by_scheme[k],
-                   (unsigned long long)s->src_by_scheme[k], (unsigned long long)s->stored_by_scheme[k]);
-            first = 0;
+            json_object *e = json_object_new_object();
+            dsq_json_put_u64(e, "tensors", s->count_by_scheme[k]);
+            dsq_json_put_u64(e, "source_bytes", s->src_by_scheme[k]);
+            dsq_json_put_u64(e, "stored_bytes", s->stored_by_scheme[k]);
+            json_object_object_add(by, dsq_scheme_by_id((uint32_t)k)->name, e);
         }
-        printf("}, \"bytes_in\": %llu, \"bytes_converted\": %llu, \"bytes_raw\": %llu, "
-               "\"bytes_stored\": %llu, \"bytes_out\": %llu, \"compression_ratio\": %.4f, "
-               "\"zstd_ratio\": %.4f, \"seconds\": %.3f, \"gb_per_s\": %.3f, \"peak_rss_bytes\": %llu, "
-               "\"threads\": %d, \"error\": {\"metric\": \"||W - deq(Q(W))|| / ||W||\", "
-               "\"sample_rows\": \"1/%d\", \"measured\": %zu, \"mean\": %.6g, \"max\": %.6g, \"worst\": [",
-               (unsigned long long)s->bytes_in, (unsigned long long)s->bytes_converted,
-               (unsigned long long)s->bytes_raw, (unsigned long long)s->bytes_stored,
-               (unsigned long long)s->bytes_out,
-               s->bytes_out ? (double)s->bytes_in / (double)s->bytes_out : 0.0,
-               s->bytes_stored ? (double)s->bytes_raw / (double)s->bytes_stored : 0.0, s->seconds, gbs,
-               (unsigned long long)peak, threads, sample, nm, nm ? sum / (double)nm : 0.0,
-               nm ? m[0]->rel_error : 0.0);
+        json_object_object_add(o, "by_scheme", by);
+        dsq_json_put_u64(o, "bytes_in", s->bytes_in);
+        dsq_json_put_u64(o, "bytes_converted", s->bytes_converted);
+        dsq_json_put_u64(o, "bytes_raw", s->bytes_raw);
+        dsq_json_put_u64(o, "bytes_stored", s->bytes_stored);
+        dsq_json_put_u64(o, "bytes_out", s->bytes_out);
+        dsq_json_put_num(o, "compression_ratio", s->bytes_out ? (double)s->bytes_in / (double)s->bytes_out : 0.0,
+                         "%.4f");
+        dsq_json_put_num(o, "zstd_ratio", s->bytes_stored ? (double)s->bytes_raw / (double)s->bytes_stored : 0.0,
+                         "%.4f");
+        dsq_json_put_num(o, "seconds", s->seconds, "%.3f");
+        dsq_json_put_num(o, "gb_per_s", gbs, "%.3f");
+        dsq_json_put_u64(o, "peak_rss_bytes", peak);
+        dsq_json_put_int(o, "threads", threads);
+        json_object *err = json_object_new_object(), *worst = json_object_new_array();
+        char rows[32];
+        snprintf(rows, sizeof rows, "1/%d", sample);
+        dsq_json_put_str(err, "metric", "||W - deq(Q(W))|| / ||W||");
+        dsq_json_put_str(err, "sample_rows", rows);
+        dsq_json_put_u64(err, "measured", nm);
+        dsq_json_put_num(err, "mean", nm ? sum / (double)nm : 0.0, "%.6g");
+        dsq_json_put_num(err, "max", nm ? m[0]->rel_error : 0.0, "%.6g");
         for (size_t i = 0; i < nworst; i++) {
-            printf("%s{\"name\": ", i ? ", " : "");
-            json_str(stdout, m[i]->name);
-            printf(", \"scheme\": \"%s\", \"rel_error\": %.6g}", dsq_scheme_by_id(m[i]->scheme)->name,
-                   m[i]->rel_error);
+            json_object *w = json_object_new_object();
+            dsq_json_put_str(w, "name", m[i]->name);
+            dsq_json_put_str(w, "scheme", dsq_scheme_by_id(m[i]->scheme)->name);
+            dsq_json_put_num(w, "rel_error", m[i]->rel_error, "%.6g");
+            json_object_array_add(worst, w);
         }
-        printf("]}");
+        json_object_object_add(err, "worst", worst);
+        json_object_object_add(o, "error", err);
         if (cli->level >= 3) {
-            printf(", \"tensor_results\": [");
+            json_object *tr = json_object_new_array();
             for (size_t i = 0; i < s->tensors; i++) {
                 const dsq_tensor_result *t = &s->results[i];
-                printf("%s\n  {\"name\": ", i ? "," : "");
-                json_str(stdout, t->name);
-                printf(", \"role\": \"%s\", \"scheme\": \"%s\", \"source_bytes\": %llu, \"raw_bytes\": %llu, "
-                       "\"stored_bytes\": %llu, \"rel_error\": ",
-                       dsq_role_name(t->role), dsq_scheme_by_id(t->scheme)->name,
-                       (unsigned long long)t->src_bytes, (unsigned long long)t->raw_bytes,
-                       (unsigned long long)t->stored_bytes);
-                if (t->rel_error >= 0) printf("%.6g}", t->rel_error);
-                else printf("null}");
+                json_object *e = json_object_new_object();
+                dsq_json_put_str(e, "name", t->name);
+                dsq_json_put_str(e, "role", dsq_role_name(t->role));
+                dsq_json_put_str(e, "scheme", dsq_scheme_by_id(t->scheme)->name);
+                dsq_json_put_u64(e, "source_bytes", t->src_bytes);
+                dsq_json_put_u64(e, "raw_bytes", t->raw_bytes);
+                dsq_json_put_u64(e, "stored_bytes", t->stored_bytes);
+                /* negative: not measured (the row sample skipped it) */
+                dsq_json_put_num(e, "rel_error", t->rel_error >= 0 ? t->rel_error : NAN, "%.6g");
+                json_object_array_add(tr, e);
             }
-            printf("\n]");
+            json_object_object_add(o, "tensor_results", tr);
         }
-        if (calib_json) printf(", \"calibration\": %s", calib_json);
-        if (s->export.format)
-            printf(", \"export\": {\"format\": \"%s\", \"tensors\": %zu, \"weight_files\": %d, "
-                   "\"weight_bytes\": %llu, \"dequantized_to_float\": %zu, \"dropped\": %zu, "
-                   "\"resumed\": %zu, \"max_scale_rel_rounding\": %.6g}",
-                   s->export.format, s->export.out_tensors, s->export.shards,
-                   (unsigned long long)s->export.weight_bytes, s->export.dequantized, s->export.dropped,
-                   s->export.resumed, s->export.max_scale_rel_rounding);
-        printf("}\n");
+        /* the library's calibration summary is JSON text; parsed, so a
+         * broken one is a null here instead of a broken document */
+        if (calib_json) json_object_object_add(o, "calibration", json_tokener_parse(calib_json));
+        if (s->export.format) {
+            json_object *x = json_object_new_object();
+            dsq_json_put_str(x, "format", s->export.format);
+            dsq_json_put_u64(x, "tensors", s->export.out_tensors);
+            dsq_json_put_int(x, "weight_files", s->export.shards);
+            dsq_json_put_u64(x, "weight_bytes", s->export.weight_bytes);
+            dsq_json_put_u64(x, "dequantized_to_float", s->export.dequantized);
+            dsq_json_put_u64(x, "dropped", s->export.dropped);
+            dsq_json_put_u64(x, "resumed", s->export.resumed);
+            dsq_json_put_num(x, "max_scale_rel_rounding", s->export.max_scale_rel_rounding, "%.6g");
+            json_object_object_add(o, "export", x);
+        }
+        put_json(o);
     } else if (cli->level >= 2) {
         char a[32], b[32], r[32];
         fmt_bytes(a, sizeof a, (double)s->bytes_in);
@@ -410,10 +440,11 @@ static void json_error(const dsq_cli *cli, int status, const dsq_diag *d)
     char buf[2048];
     if (d && d->status < 0) dsq_diag_format(d, buf, sizeof buf);
     else snprintf(buf, sizeof buf, "%s", dsq_strerror(status));
-    printf("{\"tool\": \"ds-quant\", \"version\": \"%s\", \"status\": \"error\", \"error\": {\"code\": \"%s\", "
-           "\"message\": ", DSQ_VERSION_STRING, dsq_status_name(status));
-    json_str(stdout, buf);
-    printf("}}\n");
+    json_object *o = tool_json("error"), *e = json_object_new_object();
+    dsq_json_put_str(e, "code", dsq_status_name(status));
+    dsq_json_put_str(e, "message", buf);
+    json_object_object_add(o, "error", e);
+    put_json(o);
 }
 
 /* ---- progress ---- */

@@ -137,9 +137,9 @@ $I --verify "$T/a" >/dev/null 2>&1 && fail "ds-inspect --verify accepted a modif
 
 # --json summary
 js=$($Q --json --scheme w8a8-dynamic --format compressed-tensors $M "$T/j")
-echo "$js" | grep -q '"export": {"format": "compressed-tensors"' || fail "ds-quant --json lacks the export summary"
+echo "$js" | jq -e '.export.format == "compressed-tensors"' >/dev/null || fail "ds-quant --json lacks the export summary"
 js=$($X --json --format ascend "$T/w8.dsq" "$T/j2")
-echo "$js" | grep -q '"status": "ok"' || fail "ds-export --json"
+echo "$js" | jq -e '.status == "ok" and .tensors > 0' >/dev/null || fail "ds-export --json"
 
 # a corrupted .dsq: ds-export checks every tensor's SHA-256
 cp "$T/w8.dsq" "$T/bad.dsq"
