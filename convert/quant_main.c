@@ -88,6 +88,10 @@ static void usage(void)
 "  --awq-attn-block N       awq-w4a16: score the attention-input scales on the MLA block\n"
 "                           output over N calibration sequences, 512 tokens each\n"
 "                           (default 4; 0: on the q_a / kv_a outputs)\n"
+"  --calib-rows N           rows sampled per non-expert linear input for the scale,\n"
+"                           alpha and clip searches (default 512)\n"
+"  --calib-expert-rows N    the same per routed expert (default 64: at V3's 256\n"
+"                           experts each 64 rows hold ~0.6 GB per layer)\n"
 "  --gptq                   GPTQ rounding of every int8/int4 linear (all integer\n"
 "                           schemes, w8a8-dynamic included; the format is unchanged):\n"
 "                           error compensation from each input's Hessian X^T X,\n"
@@ -143,7 +147,7 @@ enum {
     OPT_NONFINITE, OPT_RESUME, OPT_CLIP, OPT_SHARD, OPT_JSON, OPT_NOPROG, OPT_MEM,
     OPT_SAMPLE, OPT_CHECKPOINT, OPT_NOJOURNAL, OPT_CALIB, OPT_CSAMPLES, OPT_CSEQLEN, OPT_SEED,
     OPT_MOECALIB, OPT_MINTOK, OPT_ALPHA, OPT_NOSMOOTH, OPT_NOCLIP, OPT_SAVESTATS, OPT_STATS,
-    OPT_FORMAT, OPT_GPTQ, OPT_GPTQDAMP, OPT_CALIBRAM, OPT_ATTNBLOCK
+    OPT_FORMAT, OPT_GPTQ, OPT_GPTQDAMP, OPT_CALIBRAM, OPT_ATTNBLOCK, OPT_CROWS, OPT_CEROWS
 };
 
 typedef struct rule_arg { int keep; const char *s; } rule_arg;
@@ -166,7 +170,8 @@ static const char *unused_option(unsigned long long seen, const char *scheme, in
         { OPT_ALPHA, "--alpha" }, { OPT_NOSMOOTH, "--no-smooth" }, { OPT_NOCLIP, "--no-clip" },
         { OPT_RESUME, "--resume" }, { OPT_NOJOURNAL, "--no-journal" }, { OPT_CHECKPOINT, "--checkpoint-interval" },
         { OPT_GPTQ, "--gptq" }, { OPT_GPTQDAMP, "--gptq-damp" }, { OPT_CALIBRAM, "--calib-ram" },
-        { OPT_ATTNBLOCK, "--awq-attn-block" },
+        { OPT_ATTNBLOCK, "--awq-attn-block" }, { OPT_CROWS, "--calib-rows" },
+        { OPT_CEROWS, "--calib-expert-rows" },
     };
     const dsq_scheme *sc = dsq_scheme_by_name(scheme ? scheme : "w4a8"); /* a preset: its routed experts */
     for (size_t i = 0; i < sizeof nm / sizeof nm[0]; i++) {
@@ -174,7 +179,7 @@ static const char *unused_option(unsigned long long seen, const char *scheme, in
         if (!(seen & SEEN(o))) continue;
         const char *why = NULL;
         if ((o == OPT_CSAMPLES || o == OPT_CSEQLEN || o == OPT_SEED || o == OPT_SAVESTATS || o == OPT_CALIBRAM ||
-             o == OPT_ATTNBLOCK) &&
+             o == OPT_ATTNBLOCK || o == OPT_CROWS || o == OPT_CEROWS) &&
             !calib)
             why = "shapes the calibration data: it needs --calib";
         else if ((o == OPT_MOECALIB || o == OPT_MINTOK || o == OPT_ALPHA || o == OPT_NOSMOOTH || o == OPT_NOCLIP ||
@@ -571,6 +576,8 @@ int main(int argc, char **argv)
         { "gptq-damp", required_argument, NULL, OPT_GPTQDAMP },
         { "calib-ram", required_argument, NULL, OPT_CALIBRAM },
         { "awq-attn-block", required_argument, NULL, OPT_ATTNBLOCK },
+        { "calib-rows", required_argument, NULL, OPT_CROWS },
+        { "calib-expert-rows", required_argument, NULL, OPT_CEROWS },
         { NULL, 0, NULL, 0 }
     };
     dsq_convert_opts o;
@@ -672,6 +679,14 @@ int main(int argc, char **argv)
         case OPT_ATTNBLOCK:
             if (dsq_cli_parse_int(optarg, 0, 64, &co.awq_attn_seqs) < 0)
                 return free(rules), dsq_cli_usage_error(&cli, "bad sequence count '%s' (0..64)", optarg);
+            break;
+        case OPT_CROWS:
+            if (dsq_cli_parse_int(optarg, 1, 1 << 20, &co.awq_tokens) < 0)
+                return free(rules), dsq_cli_usage_error(&cli, "bad row count '%s' (1..1048576)", optarg);
+            break;
+        case OPT_CEROWS:
+            if (dsq_cli_parse_int(optarg, 1, 1 << 20, &co.awq_expert_tokens) < 0)
+                return free(rules), dsq_cli_usage_error(&cli, "bad row count '%s' (1..1048576)", optarg);
             break;
         case OPT_GPTQDAMP:
             if (dsq_cli_parse_float(optarg, 1e-6, 10, &dv) < 0)
