@@ -80,7 +80,8 @@ set -e
 # options the run would not use are refused (exit 2), not ignored
 for bad in "--scheme awq-w4a16 $C --alpha 0.5" "--scheme w8a8-dynamic --calib-samples 4" \
            "--scheme w4a8 --no-clip" "--scheme w8a8 $C --no-clip" "--scheme w8a8-dynamic $C --no-clip" "--scheme awq-w4a16 --save-stats $T/x.dsq" \
-           "--dry-run --scheme w4a8 --resume" "--scheme awq-w4a16 --awq-attn-block 4"; do
+           "--dry-run --scheme w4a8 --resume" "--scheme awq-w4a16 --awq-attn-block 4" \
+           "--scheme w4a8 --calib-expert-rows 256" "--scheme w4a8 $C --calib-rows 0"; do
     set +e
     $Q -q $bad "$M" "$T/u.dsq" 2> "$T/err"
     rc=$?
