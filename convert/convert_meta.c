@@ -2,6 +2,7 @@
 #include "convert_meta.h"
 #include "convert_check.h"
 #include "dsq_file.h"
+#include "dsq_sbuf.h"
 #include "dsq_sha256.h"
 #include "model_config.h"
 
@@ -17,60 +18,6 @@
 
 /* ================= string builder ================= */
 
-typedef struct sb {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sb;
-
-static void sb_add(sb *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 4096;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) { b->oom = 1; return; }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_puts(sb *b, const char *s) { sb_add(b, s, strlen(s)); }
-
-static void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sb *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) { sb_add(b, tmp, (size_t)n); return; }
-    char *big = malloc((size_t)n + 1);
-    if (!big) { b->oom = 1; return; }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_add(b, big, (size_t)n);
-    free(big);
-}
-
-/* JSON string literal; bytes >= 0x80 pass through (names are UTF-8). */
-static void sb_str(sb *b, const char *s)
-{
-    sb_puts(b, "\"");
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\') { char e[2] = { '\\', (char)*p }; sb_add(b, e, 2); }
-        else if (*p < 0x20) sb_printf(b, "\\u%04x", *p);
-        else sb_add(b, (const char *)p, 1);
-    }
-    sb_puts(b, "\"");
-}
 
 /* ================= side files ================= */
 
@@ -120,7 +67,7 @@ int dsq_conv_input_is_tensor_file(const char *input)
     return !(n >= sizeof suf - 1 && strcmp(input + n - (sizeof suf - 1), suf) == 0);
 }
 
-static int embed_file(sb *b, const char *dir, const char *name, const char *key, int *first,
+static int embed_file(dsq_sbuf *b, const char *dir, const char *name, const char *key, int *first,
                       json_object **keep, dsq_diag *d)
 {
     char *p = dsq_path_join(dir, name);
@@ -133,11 +80,11 @@ static int embed_file(sb *b, const char *dir, const char *name, const char *key,
     size_t s = 0, e = 0;
     if (rc == DSQ_OK) rc = parse_json(p, txt, len, &o, &s, &e, d);
     if (rc == DSQ_OK) {
-        if (!*first) sb_puts(b, ", ");
+        if (!*first) dsq_sb_puts(b, ", ");
         *first = 0;
-        sb_str(b, key);
-        sb_puts(b, ": ");
-        sb_add(b, txt + s, e - s);
+        dsq_sb_json_str(b, key);
+        dsq_sb_puts(b, ": ");
+        dsq_sb_add(b, txt + s, e - s);
         if (keep) *keep = o;
         else json_object_put(o);
     } else if (d && !d->msg[0]) {
@@ -184,40 +131,40 @@ static const char *base_name(const char *p)
     return s ? s + 1 : p;
 }
 
-static void recipe_json(sb *b, const dsq_convert *c)
+static void recipe_json(dsq_sbuf *b, const dsq_convert *c)
 {
     const dsq_recipe *r = c->o.recipe;
     const dsq_scheme *main_sc = r->role_scheme[DSQ_ROLE_ATTN_LINEAR];
-    sb_puts(b, "{\"scheme\": ");
-    if (r->preset) sb_puts(b, "null");
-    else sb_str(b, main_sc ? main_sc->name : "keep");
-    sb_puts(b, ", \"preset\": ");
-    if (r->preset) sb_str(b, r->preset);
-    else sb_puts(b, "null");
-    if (r->group_size == DSQ_GROUP_DEFAULT) sb_puts(b, ", \"group_size\": \"default\"");
-    else sb_printf(b, ", \"group_size\": %d", (int)r->group_size);
-    sb_puts(b, ", \"rules\": [");
+    dsq_sb_puts(b, "{\"scheme\": ");
+    if (r->preset) dsq_sb_puts(b, "null");
+    else dsq_sb_json_str(b, main_sc ? main_sc->name : "keep");
+    dsq_sb_puts(b, ", \"preset\": ");
+    if (r->preset) dsq_sb_json_str(b, r->preset);
+    else dsq_sb_puts(b, "null");
+    if (r->group_size == DSQ_GROUP_DEFAULT) dsq_sb_puts(b, ", \"group_size\": \"default\"");
+    else dsq_sb_printf(b, ", \"group_size\": %d", (int)r->group_size);
+    dsq_sb_puts(b, ", \"rules\": [");
     for (size_t i = 0; i < r->nrules; i++) {
-        sb_puts(b, i ? ", {\"pattern\": " : "{\"pattern\": ");
-        sb_str(b, r->rules[i].pattern);
-        sb_puts(b, ", \"scheme\": ");
-        sb_str(b, r->rules[i].scheme ? r->rules[i].scheme->name : "keep");
-        sb_puts(b, i < r->nuser ? ", \"from\": \"user\"}" : ", \"from\": \"preset\"}");
+        dsq_sb_puts(b, i ? ", {\"pattern\": " : "{\"pattern\": ");
+        dsq_sb_json_str(b, r->rules[i].pattern);
+        dsq_sb_puts(b, ", \"scheme\": ");
+        dsq_sb_json_str(b, r->rules[i].scheme ? r->rules[i].scheme->name : "keep");
+        dsq_sb_puts(b, i < r->nuser ? ", \"from\": \"user\"}" : ", \"from\": \"preset\"}");
     }
-    sb_puts(b, "], \"roles\": {");
+    dsq_sb_puts(b, "], \"roles\": {");
     int first = 1;
     for (uint32_t role = 0; role < DSQ_ROLE_COUNT; role++) {
         if (role == DSQ_ROLE_QUANT_AUX || role == DSQ_ROLE_CALIB_STATS) continue;
-        if (!first) sb_puts(b, ", ");
+        if (!first) dsq_sb_puts(b, ", ");
         first = 0;
-        sb_str(b, dsq_role_name(role));
-        sb_puts(b, ": ");
-        sb_str(b, r->role_scheme[role] ? r->role_scheme[role]->name : "keep");
+        dsq_sb_json_str(b, dsq_role_name(role));
+        dsq_sb_puts(b, ": ");
+        dsq_sb_json_str(b, r->role_scheme[role] ? r->role_scheme[role]->name : "keep");
     }
-    sb_puts(b, "}, \"mtp_experts\": ");
-    if (r->mtp_expert_scheme) sb_str(b, r->mtp_expert_scheme->name);
-    else sb_puts(b, "\"as experts\"");
-    sb_printf(b, ", \"keep_means\": \"source float type (BF16 and FP8 -> bf16, F32/F16/F64 -> f32)\""
+    dsq_sb_puts(b, "}, \"mtp_experts\": ");
+    if (r->mtp_expert_scheme) dsq_sb_json_str(b, r->mtp_expert_scheme->name);
+    else dsq_sb_puts(b, "\"as experts\"");
+    dsq_sb_printf(b, ", \"keep_means\": \"source float type (BF16 and FP8 -> bf16, F32/F16/F64 -> f32)\""
                  ", \"calibration\": %s, \"clip_search\": %s, \"allow_nonfinite\": %s"
                  ", \"zstd_level\": %d}",
               c->o.calib_json ? c->o.calib_json : "\"none (RTN)\"", c->o.clip_search ? "true" : "false",
@@ -227,12 +174,12 @@ static void recipe_json(sb *b, const dsq_convert *c)
 int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
 {
     const char *dir = dsq_st_dir(c->m);
-    sb b = { 0 };
-    sb_puts(&b, "{\"format\": \"dsq\", \"tool\": ");
-    sb_str(&b, c->o.tool);
-    sb_puts(&b, ", \"source\": {\"path\": ");
-    sb_str(&b, c->o.input);
-    sb_printf(&b, ", \"format\": \"safetensors\", \"total_bytes\": %llu, \"files\": [",
+    dsq_sbuf b = { 0 };
+    dsq_sb_puts(&b, "{\"format\": \"dsq\", \"tool\": ");
+    dsq_sb_json_str(&b, c->o.tool);
+    dsq_sb_puts(&b, ", \"source\": {\"path\": ");
+    dsq_sb_json_str(&b, c->o.input);
+    dsq_sb_printf(&b, ", \"format\": \"safetensors\", \"total_bytes\": %llu, \"files\": [",
               (unsigned long long)dsq_st_total_bytes(c->m));
     int rc = DSQ_OK;
     for (int i = 0; i < dsq_st_shard_count(c->m) && rc == DSQ_OK; i++) {
@@ -242,11 +189,11 @@ int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
         char hex[65];
         rc = header_sha(p, &size, &mt, hex, d);
         if (rc < 0) break;
-        sb_puts(&b, i ? ", {\"name\": " : "{\"name\": ");
-        sb_str(&b, base_name(p));
-        sb_printf(&b, ", \"size\": %llu, \"header_sha256\": \"%s\"}", (unsigned long long)size, hex);
+        dsq_sb_puts(&b, i ? ", {\"name\": " : "{\"name\": ");
+        dsq_sb_json_str(&b, base_name(p));
+        dsq_sb_printf(&b, ", \"size\": %llu, \"header_sha256\": \"%s\"}", (unsigned long long)size, hex);
     }
-    sb_puts(&b, "]}");
+    dsq_sb_puts(&b, "]}");
 
     json_object *cfg = NULL;
     int first = 0;   /* we are inside the top-level object already */
@@ -290,16 +237,16 @@ int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
     static const char *const tok_files[] = { "tokenizer.json", "tokenizer_config.json",
                                              "special_tokens_map.json" };
     if (rc == DSQ_OK) {
-        sb inner = { 0 };
+        dsq_sbuf inner = { 0 };
         int ifirst = 1;
         for (size_t i = 0; i < sizeof tok_files / sizeof tok_files[0] && rc == DSQ_OK; i++) {
             int got = embed_file(&inner, dir, tok_files[i], tok_files[i], &ifirst, NULL, d);
             if (got < 0) rc = got;
         }
         if (rc == DSQ_OK && !ifirst) {
-            sb_puts(&b, ", \"tokenizer\": {");
-            sb_add(&b, inner.p, inner.n);
-            sb_puts(&b, "}");
+            dsq_sb_puts(&b, ", \"tokenizer\": {");
+            dsq_sb_add(&b, inner.p, inner.n);
+            dsq_sb_puts(&b, "}");
         }
         if (inner.oom) b.oom = 1;
         free(inner.p);
@@ -309,9 +256,9 @@ int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
         if (got < 0) rc = got;
     }
     if (rc == DSQ_OK) {
-        sb_puts(&b, ", \"recipe\": ");
+        dsq_sb_puts(&b, ", \"recipe\": ");
         recipe_json(&b, c);
-        sb_puts(&b, "}");
+        dsq_sb_puts(&b, "}");
     }
     if (rc == DSQ_OK && b.oom) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     if (rc < 0) {
@@ -328,11 +275,11 @@ int dsq_conv_fingerprint(dsq_convert *c, dsq_diag *d)
 {
     dsq_sha256 h;
     if (dsq_sha256_init(&h) < 0) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    sb b = { 0 };
+    dsq_sbuf b = { 0 };
     /* 2: the resume ledger's hash is over piece digests (convert_ledger.h):
      * a partial left by an older build is refused here, as made with other
      * options, instead of every tensor failing the ledger check. */
-    sb_printf(&b, "dsq-convert 2\n%s\nlevel %d clip %d nonfinite %d stream %llu piece %llu shard %llu\n",
+    dsq_sb_printf(&b, "dsq-convert 2\n%s\nlevel %d clip %d nonfinite %d stream %llu piece %llu shard %llu\n",
               c->o.tool, c->o.zstd_level, c->o.clip_search, c->o.allow_nonfinite,
               (unsigned long long)c->o.stream_bytes, (unsigned long long)c->o.piece_bytes,
               (unsigned long long)c->o.shard_bytes);
@@ -343,13 +290,13 @@ int dsq_conv_fingerprint(dsq_convert *c, dsq_diag *d)
         char hex[65];
         int rc = header_sha(p, &size, &mt, hex, d);
         if (rc < 0) { free(b.p); dsq_sha256_release(&h); return rc; }
-        sb_printf(&b, "file %s %llu %lld %s\n", base_name(p), (unsigned long long)size, (long long)mt, hex);
+        dsq_sb_printf(&b, "file %s %llu %lld %s\n", base_name(p), (unsigned long long)size, (long long)mt, hex);
     }
     if (c->o.calib) {
         char hx[65];
         int rc = dsq_calib_fingerprint(c->o.calib, hx);
         if (rc < 0) { free(b.p); dsq_sha256_release(&h); return dsq_fail(d, rc, NULL, NULL, -1, "out of memory"); }
-        sb_printf(&b, "calib %s\n", hx);
+        dsq_sb_printf(&b, "calib %s\n", hx);
     }
     dsq_sha256_update(&h, b.p, b.n);
     free(b.p);
@@ -373,20 +320,20 @@ int dsq_conv_fingerprint(dsq_convert *c, dsq_diag *d)
 
 char *dsq_conv_index_json(const dsq_convert *c)
 {
-    sb b = { 0 };
+    dsq_sbuf b = { 0 };
     uint64_t total = 0;
     for (size_t i = 0; i < c->plan.n; i++) total += c->results[i].raw_bytes;
-    sb_printf(&b, "{\"metadata\": {\"format\": \"dsq\", \"total_size\": %llu, \"shards\": %d},\n"
+    dsq_sb_printf(&b, "{\"metadata\": {\"format\": \"dsq\", \"total_size\": %llu, \"shards\": %d},\n"
                   " \"weight_map\": {", (unsigned long long)total, c->nshards);
     for (size_t i = 0; i < c->plan.n; i++) {
         char name[64];
         snprintf(name, sizeof name, "model-%05d-of-%05d.dsq", c->ct[i].shard + 1, c->nshards);
-        sb_puts(&b, i ? ",\n  " : "\n  ");
-        sb_str(&b, c->plan.v[i].name);
-        sb_puts(&b, ": ");
-        sb_str(&b, name);
+        dsq_sb_puts(&b, i ? ",\n  " : "\n  ");
+        dsq_sb_json_str(&b, c->plan.v[i].name);
+        dsq_sb_puts(&b, ": ");
+        dsq_sb_json_str(&b, name);
     }
-    sb_puts(&b, "\n}}\n");
+    dsq_sb_puts(&b, "\n}}\n");
     if (b.oom) { free(b.p); return NULL; }
     return b.p;
 }

@@ -18,6 +18,7 @@
  * introduced the setsize rule). */
 #include "gsm8k.h"
 #include "dsq_file.h"
+#include "dsq_sbuf.h"
 
 #include <json-c/json.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -341,43 +342,26 @@ int dsq_gsm8k_fewshot_next(dsq_gsm8k_fewshot *f, size_t *out)
     return dsq_pyrand_sample(&f->rng, f->n_train, (size_t)f->shots, out);
 }
 
-typedef struct { char *p; size_t n, cap; int oom; } sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 1024;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) { b->oom = 1; return; }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-#define SB_LIT(b, s) sb_put((b), (s), sizeof(s) - 1)
+#define SB_LIT(b, s) dsq_sb_add((b), (s), sizeof(s) - 1)
 
 int dsq_gsm8k_prompt(const dsq_gsm8k_set *train, const size_t *shots, int n_shots,
                      const dsq_gsm8k_item *doc, char **out, size_t *len)
 {
     *out = NULL;
     if (len) *len = 0;
-    sbuf b = { 0 };
+    dsq_sbuf b = { 0 };
     for (int i = 0; i < n_shots; i++) {
         if (!train || shots[i] >= train->n) { free(b.p); return DSQ_ERR_INVALID_ARG; }
         const dsq_gsm8k_item *e = &train->items[shots[i]];
         /* doc_to_text + target_delimiter + doc_to_target + fewshot_delimiter */
         SB_LIT(&b, "Question: ");
-        sb_put(&b, e->question, e->question_len);
+        dsq_sb_add(&b, e->question, e->question_len);
         SB_LIT(&b, "\nAnswer: ");
-        sb_put(&b, e->answer, e->answer_len);
+        dsq_sb_add(&b, e->answer, e->answer_len);
         SB_LIT(&b, "\n\n");
     }
     SB_LIT(&b, "Question: ");
-    sb_put(&b, doc->question, doc->question_len);
+    dsq_sb_add(&b, doc->question, doc->question_len);
     SB_LIT(&b, "\nAnswer:");
     if (b.oom) { free(b.p); return DSQ_ERR_NOMEM; }
     *out = b.p;

@@ -1,6 +1,7 @@
 /* st_writer.c - safetensors writer (see st_writer.h for the format rules
  * it follows and why). */
 #include "st_writer.h"
+#include "dsq_sbuf.h"
 #include "dsq_file.h"
 #include "dsq_mem.h"
 
@@ -38,60 +39,6 @@ struct dsq_st_writer {
     char errmsg[DSQ_DIAG_MSG];
 };
 
-/* ===== small string builder ===== */
-
-struct sbuf { char *p; size_t n, cap; int oom; };
-
-static void sb_put(struct sbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) { b->oom = 1; return; }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_str(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-__attribute__((format(printf, 2, 3)))
-static void sb_printf(struct sbuf *b, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (k < 0) return;
-    if ((size_t)k < sizeof tmp) { sb_put(b, tmp, (size_t)k); return; }
-    /* longer than the stack buffer (long names in the shard index): format again */
-    char *big = malloc((size_t)k + 1);
-    if (!big) { b->oom = 1; return; }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    sb_put(b, big, (size_t)k);
-    free(big);
-}
-
-/* JSON string literal; names were checked to be valid UTF-8 */
-static void sb_json(struct sbuf *b, const char *s)
-{
-    sb_put(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"') sb_put(b, "\\\"", 2);
-        else if (*p == '\\') sb_put(b, "\\\\", 2);
-        else if (*p < 0x20) sb_printf(b, "\\u%04x", *p);
-        else sb_put(b, (const char *)p, 1);
-    }
-    sb_put(b, "\"", 1);
-}
 
 /* ===== building up ===== */
 
@@ -289,9 +236,9 @@ static int by_layout(const void *a, const void *b)
 
 /* Header of the tensors in v[0..n) (already in layout order, begin set),
  * padded with spaces to a multiple of 8. */
-static int build_header(const dsq_st_writer *w, struct w_ent **v, size_t n, struct sbuf *b)
+static int build_header(const dsq_st_writer *w, struct w_ent **v, size_t n, dsq_sbuf *b)
 {
-    sb_str(b, "{");
+    dsq_sb_puts(b, "{");
     int first = 1;
     if (w->nmeta) {
         /* keys sorted so the output is deterministic */
@@ -302,31 +249,31 @@ static int build_header(const dsq_st_writer *w, struct w_ent **v, size_t n, stru
             for (size_t j = i; j > 0 && strcmp(w->mk[ord[j - 1]], w->mk[ord[j]]) > 0; j--) {
                 size_t t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t;
             }
-        sb_str(b, "\"__metadata__\":{");
+        dsq_sb_puts(b, "\"__metadata__\":{");
         for (size_t i = 0; i < w->nmeta; i++) {
-            if (i) sb_str(b, ",");
-            sb_json(b, w->mk[ord[i]]);
-            sb_str(b, ":");
-            sb_json(b, w->mv[ord[i]]);
+            if (i) dsq_sb_puts(b, ",");
+            dsq_sb_json_str(b, w->mk[ord[i]]);
+            dsq_sb_puts(b, ":");
+            dsq_sb_json_str(b, w->mv[ord[i]]);
         }
-        sb_str(b, "}");
+        dsq_sb_puts(b, "}");
         free(ord);
         first = 0;
     }
     for (size_t i = 0; i < n; i++) {
         const struct w_ent *e = v[i];
-        if (!first) sb_str(b, ",");
+        if (!first) dsq_sb_puts(b, ",");
         first = 0;
-        sb_json(b, e->name);
-        sb_str(b, ":{\"dtype\":");
-        sb_json(b, dsq_dtype_name(e->dtype));
-        sb_str(b, ",\"shape\":[");
-        for (int k = 0; k < e->ndim; k++) sb_printf(b, "%s%lld", k ? "," : "", (long long)e->shape[k]);
-        sb_printf(b, "],\"data_offsets\":[%llu,", (unsigned long long)e->begin);
-        sb_printf(b, "%llu]}", (unsigned long long)(e->begin + e->nbytes));
+        dsq_sb_json_str(b, e->name);
+        dsq_sb_puts(b, ":{\"dtype\":");
+        dsq_sb_json_str(b, dsq_dtype_name(e->dtype));
+        dsq_sb_puts(b, ",\"shape\":[");
+        for (int k = 0; k < e->ndim; k++) dsq_sb_printf(b, "%s%lld", k ? "," : "", (long long)e->shape[k]);
+        dsq_sb_printf(b, "],\"data_offsets\":[%llu,", (unsigned long long)e->begin);
+        dsq_sb_printf(b, "%llu]}", (unsigned long long)(e->begin + e->nbytes));
     }
-    sb_str(b, "}");
-    while (!b->oom && b->n % 8) sb_put(b, " ", 1);
+    dsq_sb_puts(b, "}");
+    while (!b->oom && b->n % 8) dsq_sb_add(b, " ", 1);
     return b->oom ? DSQ_ERR_NOMEM : DSQ_OK;
 }
 
@@ -364,7 +311,7 @@ int dsq_st_writer_layout(dsq_st_writer *w, char **out, size_t *len, uint64_t *be
     if (!v) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     for (size_t i = 0; i < w->n; i++) v[i] = &w->e[i];
     int rc = check_names(w, v, d, NULL);
-    struct sbuf b = {0};
+    dsq_sbuf b = {0};
     if (rc == DSQ_OK) {
         assign_offsets(v, w->n);
         rc = build_header(w, v, w->n, &b);
@@ -384,7 +331,7 @@ static int write_shard(const dsq_st_writer *w, struct w_ent **v, size_t n, const
                        unsigned flags, void **scratch, size_t *scratch_cap, dsq_diag *d)
 {
     assign_offsets(v, n);
-    struct sbuf b = {0};
+    dsq_sbuf b = {0};
     int rc = build_header(w, v, n, &b);
     if (rc < 0) { free(b.p); return dsq_fail(d, rc, path, NULL, -1, "out of memory"); }
     dsq_outfile f;
@@ -430,18 +377,18 @@ static int write_shard(const dsq_st_writer *w, struct w_ent **v, size_t n, const
 static int write_index(const dsq_st_writer *w, struct w_ent **v, char **names, const char *path,
                        unsigned flags, dsq_diag *d)
 {
-    struct sbuf b = {0};
+    dsq_sbuf b = {0};
     uint64_t total = 0;
     for (size_t i = 0; i < w->n; i++) total += v[i]->nbytes;
-    sb_printf(&b, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
+    dsq_sb_printf(&b, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
               (unsigned long long)total);
     for (size_t i = 0; i < w->n; i++) {     /* v is in name order */
-        sb_str(&b, i ? ",\n    " : "\n    ");
-        sb_json(&b, v[i]->name);
-        sb_str(&b, ": ");
-        sb_json(&b, names[v[i]->shard]);
+        dsq_sb_puts(&b, i ? ",\n    " : "\n    ");
+        dsq_sb_json_str(&b, v[i]->name);
+        dsq_sb_puts(&b, ": ");
+        dsq_sb_json_str(&b, names[v[i]->shard]);
     }
-    sb_str(&b, "\n  }\n}\n");
+    dsq_sb_puts(&b, "\n  }\n}\n");
     if (b.oom) { free(b.p); return dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory"); }
     int rc = dsq_write_file_atomic(path, b.p, b.n, flags, d);
     free(b.p);
