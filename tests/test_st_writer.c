@@ -74,6 +74,9 @@ static void test_roundtrip_single(void **state)
     assert_int_equal(dsq_st_writer_add(w, "empty", DSQ_DTYPE_F16, 1, (int64_t[]){ 0 }, NULL, 0), DSQ_OK);
     assert_int_equal(dsq_st_writer_set_meta(w, "format", "pt"), DSQ_OK);
     assert_int_equal(dsq_st_writer_set_meta(w, "format", "dsq"), DSQ_OK);   /* replaces */
+    /* every character JSON must escape, plus '/' and UTF-8 that it need not */
+    static const char note[] = "q\"b\\s/n\nt\tc\x01 \xc3\xa9";
+    assert_int_equal(dsq_st_writer_set_meta(w, "note \"x\"", note), DSQ_OK);
     assert_int_equal(dsq_st_writer_count(w), 5);
     dsq_diag d;
     dsq_diag_clear(&d);
@@ -89,9 +92,12 @@ static void test_roundtrip_single(void **state)
     assert_int_equal(dsq_st_open(&m, path, &d), DSQ_OK);
     assert_int_equal(dsq_st_count(m), 5);
     assert_string_equal(dsq_st_meta_get(m, "format"), "dsq");
+    assert_string_equal(dsq_st_meta_get(m, "note \"x\""), note);
     /* byte buffer starts 8-aligned */
     size_t len;
     char *raw = slurp(path, &len);
+    static const char esc[] = "\"note \\\"x\\\"\":\"q\\\"b\\\\s/n\\nt\\tc\\u0001 \xc3\xa9\"";
+    assert_non_null(memmem(raw, len, esc, sizeof esc - 1));
     assert_int_equal(dsq_load_u64le(raw) % 8, 0);
     free(raw);
     /* layout: descending dtype enum (I64 21, F32 18, BF16 15, F16 14, U8 5) */
