@@ -602,6 +602,22 @@ static void z_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k
                 flt_load64(v, row, k, w);
                 for (int i = 0; i < 4; i++) _mm512_storeu_ps(o + k + 16 * i, w[i]);
             }
+        } else if (v->scheme->id == DSQ_SCHEME_W4A8) {
+            /* (u - 8) * s, as awq with every zero point 8 (MLA's absorbed
+             * kv_b reads its rows through here at every decode step) */
+            if ((k & 63) == 0)
+                for (; k + 64 <= k1; k += 64) {
+                    int64_t g = k / gs;
+                    __m512 w[4];
+                    awq_deq64(row, k, _mm512_set1_epi8(8), _mm512_set1_ps(v->scales[n * ng + g]), w);
+                    for (int i = 0; i < 4; i++) _mm512_storeu_ps(o + k + 16 * i, w[i]);
+                }
+        } else if (v->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC || v->scheme->id == DSQ_SCHEME_W8A8) {
+            const __m512 sv = _mm512_set1_ps(v->scales[n]);
+            for (; k + 16 <= k1; k += 16)
+                _mm512_storeu_ps(o + k, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                          _mm_loadu_si128((const __m128i *)(row + k)))),
+                                                      sv));
         }
         for (; k < k1; k++) o[k] = deq_scalar(v, row, n, k);
     }
