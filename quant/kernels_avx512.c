@@ -347,13 +347,95 @@ AI void w4_block(const dsq_qview *v, const dsq_actbuf *a, int64_t n, int64_t t0,
     }
 }
 
+/* Prefill for one group per row (the per-channel default): tiles of 4 rows
+ * x 5 tokens. Each 64-byte load of a row gives the codes of 128 columns
+ * (low nibbles: the first 64, high: the next 64), both used while in a
+ * register: one load and three ALU ops per 40 dot products (the 4 x 4 tile
+ * of w4_block: two loads and four ops per 32); 20 accumulators + 8 code
+ * registers + x fit the 32 zmm. Columns go in chunks of W4_KC so that the
+ * 5 tokens' codes of a chunk (10 KiB) stay in L1 while up to 64 rows pass
+ * over them (without chunks every tile re-reads x from L2, which bounded
+ * the tile at half the vpdpbusd rate). Partial int32 sums wait in pv
+ * between chunks; they are exact, and the epilogue is w4_block's scalar
+ * one, so y is bit for bit what the other tiles give. */
+#define W4_KC 2048
+
+AI void w4_pc45_chunk(const uint8_t *wr, size_t ws, const int8_t *x, int64_t kpad, int64_t k0,
+                      int64_t k1, __m512i *pv, int first)
+{
+    enum { R = 4, TT = 5 };
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i acc[R][TT];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 5
+        for (int t = 0; t < TT; t++) acc[r][t] = first ? _mm512_setzero_si512() : pv[r * TT + t];
+    for (int64_t k = k0; k < k1; k += 128) {
+        __m512i raw[R], c[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            raw[r] = _mm512_loadu_si512(wr + (size_t)r * ws + (k >> 1));
+            c[r] = _mm512_and_si512(raw[r], m4);
+        }
+#pragma GCC unroll 5
+        for (int t = 0; t < TT; t++) {
+            __m512i xv = _mm512_loadu_si512(x + t * kpad + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], c[r], xv);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) c[r] = _mm512_and_si512(_mm512_srli_epi16(raw[r], 4), m4);
+#pragma GCC unroll 5
+        for (int t = 0; t < TT; t++) {
+            __m512i xv = _mm512_loadu_si512(x + t * kpad + k + 64);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], c[r], xv);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 5
+        for (int t = 0; t < TT; t++) pv[r * TT + t] = acc[r][t];
+}
+
+/* rows [n0, n1) (n1 - n0 a multiple of 4), tokens [0, T5) (a multiple of 5) */
+static void w4_gemm_pc45(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, int64_t T5,
+                         float *y)
+{
+    enum { NB = 64 };
+    const int64_t kpad = a->kpad, rows = v->shape.rows;
+    const size_t ws = v->layout.row_bytes;
+    _Alignas(64) __m512i pv[NB / 4 * 20];
+    for (int64_t nb = n0; nb < n1; nb += NB) {
+        const int64_t ne = nb + NB < n1 ? nb + NB : n1;
+        for (int64_t t0 = 0; t0 < T5; t0 += 5) {
+            const int8_t *x = a->q + t0 * kpad;
+            for (int64_t kc = 0; kc < kpad; kc += W4_KC) {
+                const int64_t ke = kc + W4_KC < kpad ? kc + W4_KC : kpad;
+                for (int64_t n = nb; n < ne; n += 4)
+                    w4_pc45_chunk(v->w + (size_t)n * ws, ws, x, kpad, kc, ke, pv + (n - nb) / 4 * 20, kc == 0);
+            }
+            for (int64_t n = nb; n < ne; n += 4)
+                for (int r = 0; r < 4; r++)
+                    for (int t = 0; t < 5; t++) {
+                        uint32_t u = (uint32_t)_mm512_reduce_add_epi32(pv[(n - nb) / 4 * 20 + r * 5 + t]) -
+                                     8u * (uint32_t)a->gsum[t0 + t];
+                        float f = fmaf((float)(int32_t)u, v->scales[n + r], 0.0f);
+                        y[(t0 + t) * rows + n + r] = f * a->scale[t0 + t];
+                    }
+        }
+    }
+}
+
 static void z_gemm_w4(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y)
 {
     const int64_t T = a->T;
     int64_t n = n0;
     if (T >= 4) {
+        const int64_t T5 = v->layout.ngroups == 1 ? T / 5 * 5 : 0, n4 = n0 + (n1 - n0) / 4 * 4;
+        if (T5 > 0) w4_gemm_pc45(v, a, n0, n4, T5, y);
         for (; n + 4 <= n1; n += 4) {
-            int64_t t = 0;
+            int64_t t = T5;
             for (; t + 4 <= T; t += 4) w4_block(v, a, n, t, 4, 4, 0, y);
             for (; t < T; t++) w4_block(v, a, n, t, 4, 1, 0, y);
         }
