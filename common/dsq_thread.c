@@ -5,21 +5,77 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 struct dsq_pool {
     int nthreads;               /* workers + caller */
     pthread_t *threads;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu;         /* only for sleeping and waking */
     pthread_cond_t start_cv, done_cv;
-    unsigned long generation;   /* bumped per job so workers see new work */
-    int quit;
-    int busy;                   /* workers still inside the current job */
+    atomic_ulong generation;    /* bumped per job so workers see new work */
+    atomic_int quit;
+    atomic_int busy;            /* workers still inside the current job */
+    atomic_int sleepers;        /* workers blocked on start_cv */
+    atomic_int caller_sleeps;   /* the caller is blocked on done_cv */
+    long spin_ns;               /* how long to spin before sleeping */
     dsq_task_fn fn;
     void *ctx;
     size_t n;
     atomic_size_t next;
 };
+
+/* Waits spin before they sleep. A decode step runs dozens of pool jobs per
+ * layer with a few microseconds of serial work between them (norms, the
+ * router, activation quantization); a worker that went to sleep after each
+ * costs a futex wake-up on the caller's side and a scheduler wake-up (tens
+ * of microseconds on a loaded machine) before it helps with the next job.
+ * Spinning ~50 us covers those gaps; an idle pool (between requests) still
+ * sleeps. DSQ_POOL_SPIN_US overrides it (0: sleep at once, as before). */
+#define DSQ_POOL_SPIN_NS_DEFAULT 50000L
+
+static long mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spin until *a != v or the budget runs out; returns the last value seen. */
+static unsigned long spin_while_ul(atomic_ulong *a, unsigned long v, long budget_ns)
+{
+    unsigned long g = atomic_load_explicit(a, memory_order_acquire);
+    if (g != v || budget_ns <= 0) return g;
+    long t0 = mono_ns();
+    for (unsigned i = 1;; i++) {
+        cpu_relax();
+        g = atomic_load_explicit(a, memory_order_acquire);
+        if (g != v) return g;
+        if ((i & 63) == 0 && mono_ns() - t0 > budget_ns) return g;
+    }
+}
+
+static int spin_while_nonzero(atomic_int *a, long budget_ns)
+{
+    int b = atomic_load_explicit(a, memory_order_acquire);
+    if (b == 0 || budget_ns <= 0) return b;
+    long t0 = mono_ns();
+    for (unsigned i = 1;; i++) {
+        cpu_relax();
+        b = atomic_load_explicit(a, memory_order_acquire);
+        if (b == 0) return b;
+        if ((i & 63) == 0 && mono_ns() - t0 > budget_ns) return b;
+    }
+}
 
 void *dsq_aligned_alloc(size_t size)
 {
@@ -46,6 +102,10 @@ static void drain(dsq_pool *p, int tid)
 
 struct worker_arg { dsq_pool *p; int tid; };
 
+/* Sleeping and waking pair up as in Dekker's algorithm: each side stores its
+ * flag, then loads the other's (sequentially consistent atomics), so either
+ * the sleeper sees the new value or the waker sees the sleeper and signals
+ * under the mutex. */
 static void *worker(void *arg)
 {
     struct worker_arg *wa = arg;
@@ -53,17 +113,25 @@ static void *worker(void *arg)
     int tid = wa->tid;
     free(wa);
     unsigned long seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->quit && p->generation == seen) pthread_cond_wait(&p->start_cv, &p->mu);
-        if (p->quit) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        unsigned long g = spin_while_ul(&p->generation, seen, p->spin_ns);
+        if (g == seen && !atomic_load(&p->quit)) {
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (!atomic_load(&p->quit) && atomic_load(&p->generation) == seen)
+                pthread_cond_wait(&p->start_cv, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->quit)) break;
+        seen = atomic_load(&p->generation);
         drain(p, tid);
-        pthread_mutex_lock(&p->mu);
-        if (--p->busy == 0) pthread_cond_signal(&p->done_cv);
+        if (atomic_fetch_sub(&p->busy, 1) == 1 && atomic_load(&p->caller_sleeps)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done_cv);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -73,6 +141,13 @@ dsq_pool *dsq_pool_create(int nthreads)
     dsq_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->nthreads = nthreads;
+    p->spin_ns = DSQ_POOL_SPIN_NS_DEFAULT;
+    const char *e = getenv("DSQ_POOL_SPIN_US");
+    if (e && *e) {
+        char *end;
+        long us = strtol(e, &end, 10);
+        if (*end == 0 && us >= 0 && us <= 1000000) p->spin_ns = us * 1000L;
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->start_cv, NULL);
     pthread_cond_init(&p->done_cv, NULL);
@@ -103,26 +178,33 @@ void dsq_pool_run(dsq_pool *p, size_t n, dsq_task_fn fn, void *ctx)
         for (size_t i = 0; i < n; i++) fn(ctx, i, 0);
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
     atomic_store(&p->next, 0);
-    p->busy = p->nthreads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->start_cv);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->busy, p->nthreads - 1);
+    atomic_fetch_add(&p->generation, 1);   /* publishes fn, ctx, n (seq_cst) */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->start_cv);
+        pthread_mutex_unlock(&p->mu);
+    }
     drain(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->busy > 0) pthread_cond_wait(&p->done_cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    /* the workers finish their last items: usually a few microseconds */
+    if (spin_while_nonzero(&p->busy, p->spin_ns) != 0) {
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->caller_sleeps, 1);
+        while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done_cv, &p->mu);
+        atomic_store(&p->caller_sleeps, 0);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 void dsq_pool_free(dsq_pool *p)
 {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->quit = 1;
+    atomic_store(&p->quit, 1);
     pthread_cond_broadcast(&p->start_cv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nthreads - 1; i++) pthread_join(p->threads[i], NULL);

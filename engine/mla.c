@@ -18,6 +18,7 @@
  * rounding). softmax_scale = qk_head^-0.5 * mscale^2 under YaRN. */
 #include "model.h"
 #include "dsq_mem.h"
+#include "kernels.h"
 
 #include <string.h>
 
@@ -57,6 +58,22 @@ typedef struct mla_job {
     int64_t H, nope, rope, vd, R;
 } mla_job;
 
+/* A quantized kv_b (its F32 copy in kv_b_run) is read by the absorbed path
+ * from its own codes instead: KVB_CHUNK floats of rows at a time are
+ * dequantized by the kernel level's dequant_tile (the same values, bit for
+ * bit, as the copy holds: both are the scheme's dequantization) into a stack
+ * buffer and used from L1 exactly as the copy's rows would be. Decode then
+ * streams the int8 / int4 rows instead of 4 bytes per weight (V3: 64 MiB of
+ * F32 per layer and token vs 16 MiB int8 / 8 MiB int4). Rows wider than the
+ * buffer use the copy. */
+#define KVB_CHUNK 4096
+
+static int64_t kvb_chunk_rows(const dsq_layer *ly)
+{
+    if (ly->kv_b_run.w.scheme == ly->kv_b.w.scheme) return 0;   /* BF16 / F32: in place */
+    return KVB_CHUNK / (int64_t)(ly->kvb_stride / sizeof(float));
+}
+
 /* q' = q_nope W_UK[h] (rows h*hw .. h*hw + nope of kv_b) into qabs[t, h] */
 static void absorb_q_task(void *ctx, size_t item, int tid)
 {
@@ -68,8 +85,20 @@ static void absorb_q_task(void *ctx, size_t item, int tid)
     const int64_t h = (int64_t)(item % (size_t)j->H), hw = j->nope + j->vd, R = j->R;
     const float *q = r->sc->q + (size_t)t * r->m->q_dim + h * (j->nope + j->rope);
     float *qp = r->sc->qabs + ((size_t)t * j->H + h) * R;
-    const uint8_t *w0 = ly->kvb_rows + (size_t)(h * hw) * ly->kvb_stride;
     memset(qp, 0, (size_t)R * sizeof *qp);
+    const int64_t ch = kvb_chunk_rows(ly);
+    if (ch > 0) {
+        _Alignas(64) float buf[KVB_CHUNK];
+        const int64_t ld = (int64_t)(ly->kvb_stride / sizeof(float));
+        const dsq_kernels *k = dsq_kernels_get();
+        for (int64_t d0 = 0; d0 < j->nope; d0 += ch) {
+            int64_t d1 = d0 + ch < j->nope ? d0 + ch : j->nope;
+            k->dequant_tile(&ly->kv_b.w, h * hw + d0, h * hw + d1, 0, R, buf, ld);
+            for (int64_t d = d0; d < d1; d++) dsq_axpy(qp, q[d], buf + (d - d0) * ld, (size_t)R);
+        }
+        return;
+    }
+    const uint8_t *w0 = ly->kvb_rows + (size_t)(h * hw) * ly->kvb_stride;
     for (int64_t d = 0; d < j->nope; d++) row_axpy(qp, q[d], w0 + (size_t)d * ly->kvb_stride, ly->kvb_bf16, R);
 }
 
@@ -85,12 +114,27 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
     const float *cv = r->sc->qabs + ((size_t)t * j->H + h) * R;
     float *out = r->sc->att + (size_t)t * r->m->attn_out_dim + h * j->vd;
     /* the v rows of head h as a view of their own: a [vd x R] matrix
-     * times ctx through the scheme's gemm (its SIMD gemv) */
+     * times ctx through the scheme's gemm (its SIMD gemv); each output row
+     * is its own dot product, so splitting the rows changes no bit.
+     * T = 1 needs no scratch up to 8192 columns (kv_lora_rank; V3: 512), so
+     * it cannot fail */
     dsq_qview sub = ly->kv_b_run.w;
+    const int64_t ch = kvb_chunk_rows(ly);
+    if (ch > 0) {
+        _Alignas(64) float buf[KVB_CHUNK];
+        const int64_t ld = (int64_t)(ly->kvb_stride / sizeof(float));
+        const dsq_kernels *k = dsq_kernels_get();
+        sub.w = (const uint8_t *)buf;
+        for (int64_t v0 = 0; v0 < j->vd; v0 += ch) {
+            int64_t v1 = v0 + ch < j->vd ? v0 + ch : j->vd;
+            k->dequant_tile(&ly->kv_b.w, h * hw + j->nope + v0, h * hw + j->nope + v1, 0, R, buf, ld);
+            sub.shape.rows = v1 - v0;
+            (void)sub.scheme->gemm(&sub, cv, 1, out + v0, NULL, NULL, 0);
+        }
+        return;
+    }
     sub.w = ly->kvb_rows + (size_t)(h * hw + j->nope) * ly->kvb_stride;
     sub.shape.rows = j->vd;
-    /* T = 1 needs no scratch up to 8192 columns (kv_lora_rank; V3: 512), so
-     * it cannot fail */
     (void)sub.scheme->gemm(&sub, cv, 1, out, NULL, NULL, 0);
 }
 

@@ -16,10 +16,10 @@
  * fp8_cast_bf16.py does); F16 becomes F32; .dsq payloads are used in place
  * when stored raw, else decompressed once. Norm weights and biases are
  * small float32 copies. The one exception is MLA's kv_b_proj when it is
- * quantized (not BF16/F32): the absorbed decode path needs it dense, so an
- * F32 dequantized copy is made and used by both MLA paths (kv_b_proj is
- * about 0.15% of V3's parameters; the quantized payload stays unused in the
- * mapping).
+ * quantized (not BF16/F32): the naive (prefill) path multiplies by an F32
+ * dequantized copy (kv_b_proj is about 0.15% of V3's parameters); the
+ * absorbed decode path dequantizes the stored int rows on the fly into L1
+ * instead of streaming that copy (the same values: mla.c).
  *
  * MTP: DeepSeek-V3 stores a multi-token-prediction layer as layer index
  * num_hidden_layers ("model.layers.61.*"). It is not part of next-token
@@ -113,7 +113,9 @@ typedef struct dsq_layer {
      * an F32 dequantization (owned). The absorbed decode path folds kv_b
      * into q and the output with float activations, so a quantized kv_b is
      * used weight-only in BOTH paths: prefill and decode then compute the
-     * same function. (Recipes keep kv_b_proj BF16 anyway, formats.md 4.5.) */
+     * same function (decode reads the same values from kv_b's own rows
+     * through dequant_tile, mla.c). (Recipes keep kv_b_proj BF16 anyway,
+     * formats.md 4.5.) */
     dsq_linear kv_b_run;
     /* rows of kv_b_run for the absorbed path: row r at kvb_rows + r * kvb_stride */
     const uint8_t *kvb_rows;

@@ -1065,6 +1065,21 @@ static void avx2_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_
                 else flt_load32(0, row, k, w);
                 for (int i = 0; i < 4; i++) _mm256_storeu_ps(o + k + 8 * i, w[i]);
             }
+        } else if (v->scheme->id == DSQ_SCHEME_W4A8) {
+            /* (u - 8) * s, as awq with every zero point 8 (MLA's absorbed
+             * kv_b reads its rows through here at every decode step) */
+            if ((k & 63) == 0)
+                for (; k + 64 <= k1; k += 64) {
+                    __m256 w[8];
+                    awq_deq64(row, k, _mm256_set1_epi8(8), _mm256_set1_ps(v->scales[n * ng + k / gs]), w);
+                    for (int i = 0; i < 8; i++) _mm256_storeu_ps(o + k + 8 * i, w[i]);
+                }
+        } else if (v->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC || v->scheme->id == DSQ_SCHEME_W8A8) {
+            const __m256 sv = _mm256_set1_ps(v->scales[n]);
+            for (; k + 8 <= k1; k += 8)
+                _mm256_storeu_ps(o + k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                          _mm_loadl_epi64((const __m128i *)(row + k)))),
+                                                      sv));
         }
         for (; k < k1; k++) o[k] = deq_scalar(v, row, n, k);
     }

@@ -201,13 +201,82 @@ AI void w8_block(const dsq_qview *v, const dsq_actbuf *a, int64_t n, int64_t t0,
             w8_store(v, a, n + r, t0 + t, (uint32_t)_mm512_reduce_add_epi32(acc[r][t]), y);
 }
 
+/* Prefill tiles of 4 rows x 6 tokens (24 accumulators + 4 weight vectors +
+ * x), over column chunks of W8_KC, for the same reason as w4_gemm_pc45:
+ * the 6 tokens' codes of a chunk (12 KiB) are flipped to unsigned once
+ * into xu and then stay in L1 while up to 64 rows pass over them, instead
+ * of every 4 x 4 tile flipping and re-reading x from L2. Partial sums wait
+ * in pv between chunks (wrapping int32, as one pass would wrap), and the
+ * epilogue is w8_store: bits unchanged. */
+#define W8_KC 2048
+
+AI void w8_46_chunk(const int8_t *w, size_t ws, const uint8_t *xu, int64_t k0, int64_t k1,
+                    __m512i *pv, int first)
+{
+    enum { R = 4, TT = 6 };
+    __m512i acc[R][TT];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int t = 0; t < TT; t++) acc[r][t] = first ? _mm512_setzero_si512() : pv[r * TT + t];
+    for (int64_t k = k0; k < k1; k += 64) {
+        __m512i wv[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_si512(w + (size_t)r * ws + k);
+#pragma GCC unroll 6
+        for (int t = 0; t < TT; t++) {
+            __m512i xv = _mm512_load_si512(xu + t * W8_KC + (k - k0));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], xv, wv[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int t = 0; t < TT; t++) pv[r * TT + t] = acc[r][t];
+}
+
+/* rows [n0, n1) (n1 - n0 a multiple of 4), tokens [0, T6) (a multiple of 6) */
+static void w8_gemm_46(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, int64_t T6,
+                       float *y)
+{
+    enum { NB = 64 };
+    const int64_t kpad = a->kpad, klen = (int64_t)v->layout.row_bytes;   /* klen <= kpad */
+    const size_t ws = v->layout.row_bytes;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    _Alignas(64) __m512i pv[NB / 4 * 24];
+    _Alignas(64) uint8_t xu[6 * W8_KC];
+    for (int64_t nb = n0; nb < n1; nb += NB) {
+        const int64_t ne = nb + NB < n1 ? nb + NB : n1;
+        for (int64_t t0 = 0; t0 < T6; t0 += 6) {
+            for (int64_t kc = 0; kc < klen; kc += W8_KC) {
+                const int64_t ke = kc + W8_KC < klen ? kc + W8_KC : klen;
+                for (int t = 0; t < 6; t++)
+                    for (int64_t k = kc; k < ke; k += 64)
+                        _mm512_store_si512(xu + t * W8_KC + (k - kc),
+                                           _mm512_xor_si512(_mm512_loadu_si512(a->q + (t0 + t) * kpad + k), flip));
+                for (int64_t n = nb; n < ne; n += 4)
+                    w8_46_chunk((const int8_t *)(v->w + (size_t)n * ws), ws, xu, kc, ke, pv + (n - nb) / 4 * 24,
+                                kc == 0);
+            }
+            for (int64_t n = nb; n < ne; n += 4)
+                for (int r = 0; r < 4; r++)
+                    for (int t = 0; t < 6; t++)
+                        w8_store(v, a, n + r, t0 + t,
+                                 (uint32_t)_mm512_reduce_add_epi32(pv[(n - nb) / 4 * 24 + r * 6 + t]), y);
+        }
+    }
+}
+
 static void z_gemm_w8(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y)
 {
     const int64_t T = a->T;
     int64_t n = n0;
     if (T >= 4) {
+        const int64_t T6 = T / 6 * 6, n4 = n0 + (n1 - n0) / 4 * 4;
+        if (T6 > 0) w8_gemm_46(v, a, n0, n4, T6, y);
         for (; n + 4 <= n1; n += 4) {
-            int64_t t = 0;
+            int64_t t = T6;
             for (; t + 4 <= T; t += 4) w8_block(v, a, n, t, 4, 4, 0, y);
             for (; t < T; t++) w8_block(v, a, n, t, 4, 1, 0, y);
         }
@@ -347,13 +416,95 @@ AI void w4_block(const dsq_qview *v, const dsq_actbuf *a, int64_t n, int64_t t0,
     }
 }
 
+/* Prefill for one group per row (the per-channel default): tiles of 4 rows
+ * x 5 tokens. Each 64-byte load of a row gives the codes of 128 columns
+ * (low nibbles: the first 64, high: the next 64), both used while in a
+ * register: one load and three ALU ops per 40 dot products (the 4 x 4 tile
+ * of w4_block: two loads and four ops per 32); 20 accumulators + 8 code
+ * registers + x fit the 32 zmm. Columns go in chunks of W4_KC so that the
+ * 5 tokens' codes of a chunk (10 KiB) stay in L1 while up to 64 rows pass
+ * over them (without chunks every tile re-reads x from L2, which bounded
+ * the tile at half the vpdpbusd rate). Partial int32 sums wait in pv
+ * between chunks; they are exact, and the epilogue is w4_block's scalar
+ * one, so y is bit for bit what the other tiles give. */
+#define W4_KC 2048
+
+AI void w4_pc45_chunk(const uint8_t *wr, size_t ws, const int8_t *x, int64_t kpad, int64_t k0,
+                      int64_t k1, __m512i *pv, int first)
+{
+    enum { R = 4, TT = 5 };
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i acc[R][TT];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 5
+        for (int t = 0; t < TT; t++) acc[r][t] = first ? _mm512_setzero_si512() : pv[r * TT + t];
+    for (int64_t k = k0; k < k1; k += 128) {
+        __m512i raw[R], c[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            raw[r] = _mm512_loadu_si512(wr + (size_t)r * ws + (k >> 1));
+            c[r] = _mm512_and_si512(raw[r], m4);
+        }
+#pragma GCC unroll 5
+        for (int t = 0; t < TT; t++) {
+            __m512i xv = _mm512_loadu_si512(x + t * kpad + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], c[r], xv);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) c[r] = _mm512_and_si512(_mm512_srli_epi16(raw[r], 4), m4);
+#pragma GCC unroll 5
+        for (int t = 0; t < TT; t++) {
+            __m512i xv = _mm512_loadu_si512(x + t * kpad + k + 64);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], c[r], xv);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 5
+        for (int t = 0; t < TT; t++) pv[r * TT + t] = acc[r][t];
+}
+
+/* rows [n0, n1) (n1 - n0 a multiple of 4), tokens [0, T5) (a multiple of 5) */
+static void w4_gemm_pc45(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, int64_t T5,
+                         float *y)
+{
+    enum { NB = 64 };
+    const int64_t kpad = a->kpad, rows = v->shape.rows;
+    const size_t ws = v->layout.row_bytes;
+    _Alignas(64) __m512i pv[NB / 4 * 20];
+    for (int64_t nb = n0; nb < n1; nb += NB) {
+        const int64_t ne = nb + NB < n1 ? nb + NB : n1;
+        for (int64_t t0 = 0; t0 < T5; t0 += 5) {
+            const int8_t *x = a->q + t0 * kpad;
+            for (int64_t kc = 0; kc < kpad; kc += W4_KC) {
+                const int64_t ke = kc + W4_KC < kpad ? kc + W4_KC : kpad;
+                for (int64_t n = nb; n < ne; n += 4)
+                    w4_pc45_chunk(v->w + (size_t)n * ws, ws, x, kpad, kc, ke, pv + (n - nb) / 4 * 20, kc == 0);
+            }
+            for (int64_t n = nb; n < ne; n += 4)
+                for (int r = 0; r < 4; r++)
+                    for (int t = 0; t < 5; t++) {
+                        uint32_t u = (uint32_t)_mm512_reduce_add_epi32(pv[(n - nb) / 4 * 20 + r * 5 + t]) -
+                                     8u * (uint32_t)a->gsum[t0 + t];
+                        float f = fmaf((float)(int32_t)u, v->scales[n + r], 0.0f);
+                        y[(t0 + t) * rows + n + r] = f * a->scale[t0 + t];
+                    }
+        }
+    }
+}
+
 static void z_gemm_w4(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y)
 {
     const int64_t T = a->T;
     int64_t n = n0;
     if (T >= 4) {
+        const int64_t T5 = v->layout.ngroups == 1 ? T / 5 * 5 : 0, n4 = n0 + (n1 - n0) / 4 * 4;
+        if (T5 > 0) w4_gemm_pc45(v, a, n0, n4, T5, y);
         for (; n + 4 <= n1; n += 4) {
-            int64_t t = 0;
+            int64_t t = T5;
             for (; t + 4 <= T; t += 4) w4_block(v, a, n, t, 4, 4, 0, y);
             for (; t < T; t++) w4_block(v, a, n, t, 4, 1, 0, y);
         }
@@ -602,6 +753,22 @@ static void z_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k
                 flt_load64(v, row, k, w);
                 for (int i = 0; i < 4; i++) _mm512_storeu_ps(o + k + 16 * i, w[i]);
             }
+        } else if (v->scheme->id == DSQ_SCHEME_W4A8) {
+            /* (u - 8) * s, as awq with every zero point 8 (MLA's absorbed
+             * kv_b reads its rows through here at every decode step) */
+            if ((k & 63) == 0)
+                for (; k + 64 <= k1; k += 64) {
+                    int64_t g = k / gs;
+                    __m512 w[4];
+                    awq_deq64(row, k, _mm512_set1_epi8(8), _mm512_set1_ps(v->scales[n * ng + g]), w);
+                    for (int i = 0; i < 4; i++) _mm512_storeu_ps(o + k + 16 * i, w[i]);
+                }
+        } else if (v->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC || v->scheme->id == DSQ_SCHEME_W8A8) {
+            const __m512 sv = _mm512_set1_ps(v->scales[n]);
+            for (; k + 16 <= k1; k += 16)
+                _mm512_storeu_ps(o + k, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                          _mm_loadu_si128((const __m128i *)(row + k)))),
+                                                      sv));
         }
         for (; k < k1; k++) o[k] = deq_scalar(v, row, n, k);
     }

@@ -323,6 +323,29 @@ static void n_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k
                 load16(v, row, n, k, w);
                 for (int i = 0; i < 4; i++) vst1q_f32(o + k + 4 * i, w[i]);
             }
+        /* int schemes (MLA's absorbed kv_b reads its rows through here at
+         * every decode step): (q or u - 8) * s, 16 columns at a time */
+        const int w4 = v->scheme->id == DSQ_SCHEME_W4A8;
+        const int w8 = v->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC || v->scheme->id == DSQ_SCHEME_W8A8;
+        if (w8 || (w4 && (k & 15) == 0))
+            for (; k + 16 <= k1; k += 16) {
+                int8x16_t d;
+                float s;
+                if (w4) {
+                    uint8x16_t b = vld1q_u8(row + (k >> 7) * 64 + (k & 63));
+                    uint8x16_t c = (k & 64) ? vshrq_n_u8(b, 4) : vandq_u8(b, vdupq_n_u8(0x0f));
+                    d = vsubq_s8(vreinterpretq_s8_u8(c), vdupq_n_s8(8));
+                    s = v->scales[(size_t)n * (size_t)v->layout.ngroups + (size_t)(k / v->layout.gsize)];
+                } else {
+                    d = vld1q_s8((const int8_t *)row + k);
+                    s = v->scales[n];
+                }
+                int16x8_t lo = vmovl_s8(vget_low_s8(d)), hi = vmovl_s8(vget_high_s8(d));
+                vst1q_f32(o + k, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), s));
+                vst1q_f32(o + k + 4, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))), s));
+                vst1q_f32(o + k + 8, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), s));
+                vst1q_f32(o + k + 12, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi))), s));
+            }
         for (; k < k1; k++) o[k] = deq_scalar(v, row, n, k);
     }
 }

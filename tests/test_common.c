@@ -95,6 +95,43 @@ static void test_pool_runs_every_item(void **state)
     dsq_pool_free(p);
 }
 
+/* Back-to-back jobs of a few items, the decode pattern: every item runs
+ * exactly once per job whether the workers spin between jobs (default),
+ * sleep at once (DSQ_POOL_SPIN_US=0: every job wakes them through the
+ * condition variable) or spin briefly and then sleep, with a pause between
+ * jobs longer than that spin. */
+struct once_ctx {
+    atomic_int hits[64];
+};
+
+static void hit_item(void *ctx, size_t i, int tid)
+{
+    (void)tid;
+    atomic_fetch_add(&((struct once_ctx *)ctx)->hits[i], 1);
+}
+
+static void test_pool_short_jobs_each_item_once(void **state)
+{
+    (void)state;
+    const char *spins[] = { NULL, "0", "1" };
+    for (int s = 0; s < 3; s++) {
+        if (spins[s]) setenv("DSQ_POOL_SPIN_US", spins[s], 1);
+        else unsetenv("DSQ_POOL_SPIN_US");
+        dsq_pool *p = dsq_pool_create(3);
+        assert_non_null(p);
+        for (int rep = 0; rep < 2000; rep++) {
+            struct once_ctx c;
+            size_t n = 2 + (size_t)(rep % 63);
+            for (int i = 0; i < 64; i++) atomic_init(&c.hits[i], 0);
+            dsq_pool_run(p, n, hit_item, &c);
+            for (size_t i = 0; i < 64; i++) assert_int_equal(atomic_load(&c.hits[i]), i < n ? 1 : 0);
+            if (s == 2 && rep % 100 == 0) usleep(2000);   /* past the 1 us spin: workers sleep */
+        }
+        dsq_pool_free(p);
+    }
+    unsetenv("DSQ_POOL_SPIN_US");
+}
+
 static void test_atomic_outfile(void **state)
 {
     (void)state;
@@ -160,6 +197,7 @@ int main(void)
         cmocka_unit_test(test_checked_mul),
         cmocka_unit_test(test_sha256_known),
         cmocka_unit_test(test_pool_runs_every_item),
+        cmocka_unit_test(test_pool_short_jobs_each_item_once),
         cmocka_unit_test(test_atomic_outfile),
         cmocka_unit_test(test_enospc_is_clean),
     };

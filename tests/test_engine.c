@@ -459,6 +459,39 @@ static void test_mla_naive_vs_absorbed(void **st)
     free(dir);
 }
 
+/* A quantized kv_b_proj: prefill (naive MLA) multiplies by its F32
+ * dequantized copy, decode (absorbed MLA) dequantizes its int rows on the
+ * fly through the kernel level's dequant_tile. Both must be the same
+ * function; and decode must not depend on the thread count. */
+static void test_mla_quantized_kvb_decode(void **st)
+{
+    (void)st;
+    const uint32_t schemes[] = { DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W4A8 };
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        tiny *m;
+        char *dir = make_st(A_V3, E_BF16, 91 + i, &m);
+        char path[4200];
+        snprintf(path, sizeof path, "%s/model-q.dsq", dir);
+        tiny_write_dsq(m, path, schemes[i], 0, 0);
+        dsq_model *m1 = open_model(path, 1, DSQ_MLA_AUTO, 0, 0);
+        dsq_model *m2 = open_model(path, 2, DSQ_MLA_AUTO, 0, 0);
+        const dsq_layer *ly = &dsq_model_weights(m1)->layers[0];
+        assert_int_equal(ly->kv_b.w.scheme->id, schemes[i]);
+        assert_int_equal(ly->kv_b_run.w.scheme->id, DSQ_SCHEME_F32);
+        float *p = prefill_logits(m1, 10), *d1 = decode_logits(m1, 10), *d2 = decode_logits(m2, 10);
+        double scale = max_abs(p, 640);
+        assert_true(max_abs_diff(p, d1, 640) <= 1e-4 * (1 + scale));
+        assert_memory_equal(d1, d2, 640 * sizeof(float));
+        free(p); free(d1); free(d2);
+        dsq_model_free(m1);
+        dsq_model_free(m2);
+        tiny_free(m);
+        free(m);
+        dsq_test_rmtree(dir);
+        free(dir);
+    }
+}
+
 static void test_threads_and_chunks(void **st)
 {
     (void)st;
@@ -924,6 +957,7 @@ int main(void)
         cmocka_unit_test(test_prefill_vs_decode_llama),
         cmocka_unit_test(test_prefill_vs_decode_qwen2),
         cmocka_unit_test(test_mla_naive_vs_absorbed),
+        cmocka_unit_test(test_mla_quantized_kvb_decode),
         cmocka_unit_test(test_threads_and_chunks),
         cmocka_unit_test(test_batch_decode),
         cmocka_unit_test(test_layer_api),
