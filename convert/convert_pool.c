@@ -180,8 +180,10 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
         if (c->ledger_on) {   /* the ledger covers the source rows, GPTQ or not */
             const uint8_t *sp;
             size_t sl;
+            uint8_t rec[DSQ_CRC32C_X4_LEN];
             dsq_ledger_rows(e->t, e->qshape.rows, s, n, &sp, &sl);
-            dsq_sha256_update(&lh, sp, sl);
+            dsq_ledger_block(sp, sl, rec);
+            dsq_sha256_update(&lh, rec, sizeof rec);
         }
         if (cal && !gptq && (rc = dsq_calib_apply_rows(cal, s, n, cols, fbuf)) < 0) {
             dsq_fail(d, rc, NULL, e->name, -1, "calibration entry [%lld, %lld] does not fit the tensor",
