@@ -164,7 +164,7 @@ int  dsq_st_rows_f32_from(const dsq_st_model *m, const dsq_st_tensor *t, const v
  * per 8 MiB, then a fault-free pass over 4 KiB-page mappings) spent a
  * quarter of its CPU in the BF16 -> f32 loop, stalled on the mapping; the
  * kernel's copy into a reused, cache-hot buffer costs a fraction (README,
- * "Measured": w8a8-dynamic 6.2 -> 4.3 CPU-s per 2.1 GB). DSQ_ERR_UNSUPPORTED when the shard is not a file descriptor
+ * "Measured"). DSQ_ERR_UNSUPPORTED when the shard is not a file descriptor
  * (a model opened over a buffer): use the mapping then. Thread-safe. */
 int  dsq_st_pread_rows(const dsq_st_model *m, const dsq_st_tensor *t, int64_t row0, int64_t nrows,
                        void *dst, dsq_diag *d);
