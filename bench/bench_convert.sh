@@ -6,11 +6,14 @@
 #
 #   sh bench/bench_convert.sh [EXPERTS] [SCHEMES...]
 #
-# For each scheme: GB/s of BF16 input with SHA-256 and zstd (level 1) on,
+# For each scheme: GB/s of BF16 input with SHA-256 and zstd (default level -1) on,
 # against `cat` of the same input to /dev/null in the same run (page cache
 # warm for both), peak RSS from /usr/bin/time -v, and CPU seconds (user+sys),
 # which give the throughput the run would reach on otherwise idle cores
-# (this box is shared; wall-clock numbers suffer from the neighbours' load).
+# (this box is shared; wall-clock numbers suffer from the neighbours' load),
+# and CPU-s per GB of input: run it with a small EXPERTS (2) and a large one
+# (16, 128) to see whether a run has a fixed cost that a big model would not
+# amortise (issue 16).
 # The output must reach the disk (ds-quant fsyncs before the atomic rename),
 # so on a slow disk the written bytes bound the speed: the script also
 # measures the disk's sequential write speed (1 GB, fdatasync). Set
@@ -38,7 +41,7 @@ echo "cat > /dev/null: $CAT GB/s"
 DISK=$(dd if=/dev/zero of=$DST/bench-dd.tmp bs=1M count=1000 conv=fdatasync 2>&1 | sed -n 's/.*, \([0-9.]* [MG]B\/s\)$/\1/p')
 rm -f $DST/bench-dd.tmp
 echo "sequential write to $DST (1 GB, fdatasync): $DISK"
-printf '%-27s %8s %9s %10s %10s %10s %9s\n' scheme "GB/s" "cpu-s" "GB/s@idle" "peak RSS" "out GB" "vs cat"
+printf '%-27s %8s %9s %9s %10s %10s %10s %9s\n' scheme "GB/s" "cpu-s" "cpu-s/GB" "GB/s@idle" "peak RSS" "out GB" "vs cat"
 for entry in $SCHEMES; do
     s=${entry%%:*}
     extra=""
@@ -54,6 +57,6 @@ for entry in $SCHEMES; do
     outb=$(jq -r .bytes_out $OUT/bench-$s.json)
     echo "$s$extra $gbs $usr $sys $rss $outb $BYTES $NCPU $CAT" | awk '{
         cpu = $3 + $4; idle = $7 / (cpu / $8) / 1e9;
-        printf "%-27s %8.2f %9.1f %10.2f %8.0f MB %10.2f %8.0f%%\n", $1, $2, cpu, idle, $5/1024, $6/1e9, 100*$2/$9 }'
+        printf "%-27s %8.2f %9.1f %9.2f %10.2f %8.0f MB %10.2f %8.0f%%\n", $1, $2, cpu, cpu / ($7 / 1e9), idle, $5/1024, $6/1e9, 100*$2/$9 }'
     rm -f $DST/bench-$s.dsq
 done

@@ -31,7 +31,10 @@ int main(int argc, char **argv)
             const dsq_st_tensor *t = dsq_st_get(m, i);
             size_t n = strlen(t->name);
             if (n > 10 && !strcmp(t->name + n - 10, "_scale_inv")) continue;   /* hashed with its weight */
-            rc = dsq_ledger_hash(m, t, 1, 1, h);   /* one piece: one SHA-256 stream */
+            /* one piece; blocks of 1 MiB of float32, as the conversion cuts them */
+            int64_t rows = dsq_st_rows(t), cols = dsq_st_cols(t);
+            int64_t br = cols > 0 ? (int64_t)((1u << 20) / ((uint64_t)cols * 4)) : 1;
+            rc = dsq_ledger_hash(m, t, rows, rows, br < 1 ? 1 : br, h);
         }
         double s = dsq_now() - t0;
         if (rc < 0) break;

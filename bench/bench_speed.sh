@@ -9,8 +9,8 @@
 # 512 MB read loop), disk sequential write (1 GB, fdatasync), OpenBLAS
 # sgemm and dsq's int8 / int4 GOPS (bench_quant, W 2048x7168, T=64), and the
 # BF16 / int8 dot-product peaks (bench_peak, register-only).
-# dsq: conversion GB/s of BF16 input per scheme (SHA-256 + zstd-1 on, resume
-# journal on, output fsynced; against the 2 GB/s goal, or 90% of the disk's
+# dsq: conversion GB/s of BF16 input and CPU-s per GB per scheme (SHA-256 +
+# zstd at the default level -1 on, resume journal on, output fsynced; against the 2 GB/s goal, or 90% of the disk's
 # write speed where the output is bigger than the disk writes in that time),
 # and prefill / decode tok/s per scheme with decode as % of the read
 # bandwidth (bench_engine -p ENGINE_P -n ENGINE_N -r ENGINE_R).
@@ -79,8 +79,8 @@ done
 echo
 
 # ---------------- conversion ----------------
-echo "== conversion (ds-quant -T N, SHA-256 + zstd-1, journal on, fsynced; page cache warm)"
-printf '%-14s %3s %7s %7s %7s %8s %8s %8s  %s\n' scheme T "GB/s" "wall s" "cpu s" "RSS MB" "out GB" "out/disk" goal
+echo "== conversion (ds-quant -T N, SHA-256 + zstd -1 (default), journal on, fsynced; page cache warm)"
+printf '%-14s %3s %7s %7s %7s %8s %8s %8s %8s  %s\n' scheme T "GB/s" "wall s" "cpu s" "cpu-s/GB" "RSS MB" "out GB" "out/disk" goal
 for s in $SCHEMES; do
     for t in $THREADS; do
         cat $MODEL/*.safetensors > /dev/null
@@ -95,8 +95,8 @@ for s in $SCHEMES; do
         echo "$s $t $BYTES $secs $usr $sys $rss $outb $DISK" | awk '{
             gbs = $3 / $4 / 1e9; od = $8 / $4 / 1e9 / $9;
             goal = gbs >= 2 ? "met (>= 2 GB/s)" : (od >= 0.9 ? "met (disk-bound)" : "not met");
-            printf "%-14s %3d %7.2f %7.2f %7.1f %8.0f %8.2f %7.0f%%  %s\n",
-                   $1, $2, gbs, $4, $5 + $6, $7 / 1024, $8 / 1e9, 100 * od, goal }'
+            printf "%-14s %3d %7.2f %7.2f %7.1f %8.2f %8.0f %8.2f %7.0f%%  %s\n",
+                   $1, $2, gbs, $4, $5 + $6, ($5 + $6) / ($3 / 1e9), $7 / 1024, $8 / 1e9, 100 * od, goal }'
     done
     # the last one stays for the engine runs
 done

@@ -134,11 +134,139 @@ static int open_direct(dsq_outfile *f, const char *path, dsq_diag *d)
     return DSQ_OK;
 }
 
+/* ---- direct I/O staging (DSQ_OUT_DIRECT_IO, see dsq_file.h) ---- */
+
+/* Write all of buf at off through fd; -errno on failure. */
+static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+{
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -errno;
+        if (w == 0) return -ENOSPC;
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+static void dio_free(dsq_outfile *f)
+{
+    if (!f->stage) return;
+    close(f->dio_fd);
+    free(f->stage);
+    f->stage = NULL;
+    f->dio_fd = -1;
+}
+
+/* Fill the stage with the file's bytes [stage_off, written) after an open
+ * of an existing temporary or a truncation. */
+static int dio_load(dsq_outfile *f, dsq_diag *d)
+{
+    f->stage_off = f->written / DSQ_OUT_DIO_ALIGN * DSQ_OUT_DIO_ALIGN;
+    size_t n = (size_t)(f->written - f->stage_off);
+    if (!n) return DSQ_OK;
+    int rfd = open(f->tmp_path, O_RDONLY | O_CLOEXEC);
+    if (rfd < 0) return dsq_fail_errno(d, errno, f->tmp_path, "cannot reopen to read its last block");
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(rfd, f->stage + got, n - got, (off_t)(f->stage_off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : EIO;
+            close(rfd);
+            return dsq_fail_errno(d, e, f->tmp_path, "cannot read back its last block");
+        }
+        got += (size_t)r;
+    }
+    close(rfd);
+    return DSQ_OK;
+}
+
+/* Best effort: no O_DIRECT (or no memory for the stage) leaves f buffered. */
+static void dio_start(dsq_outfile *f)
+{
+    if (f->direct) return;
+    int fd = open(f->tmp_path, O_WRONLY | O_DIRECT | O_CLOEXEC);
+    if (fd < 0) return;
+    void *st = NULL;
+    if (posix_memalign(&st, DSQ_OUT_DIO_ALIGN, DSQ_OUT_STAGE_BYTES) != 0) {
+        close(fd);
+        return;
+    }
+    f->stage = st;
+    f->dio_fd = fd;
+    dsq_diag scratch;
+    dsq_diag_clear(&scratch);
+    if (dio_load(f, &scratch) < 0) dio_free(f);
+}
+
+/* Write stage[0, n) (n a multiple of the alignment, or the padded tail) at
+ * stage_off. A file system that takes O_DIRECT at open but not at write
+ * (EINVAL) gets the bytes through the buffered descriptor instead, and f
+ * stays buffered from then on (*left = 1). */
+static int dio_put(dsq_outfile *f, size_t n, int *left, dsq_diag *d)
+{
+    *left = 0;
+    int e = pwrite_all(f->dio_fd, f->stage, n, f->stage_off);
+    if (e == -EINVAL) {
+        *left = 1;
+        e = pwrite_all(f->fd, f->stage, n, f->stage_off);
+    }
+    if (e < 0)
+        return dsq_fail_errno(d, -e, f->tmp_path, "write failed at byte %llu",
+                              (unsigned long long)f->stage_off);
+    return DSQ_OK;
+}
+
+/* Everything appended so far onto the file, which ends exactly at
+ * 'written': the partial block goes out zero-padded, then the size is cut
+ * back. The stage keeps that block, to be written again whole later. */
+static int dio_flush(dsq_outfile *f, dsq_diag *d)
+{
+    size_t n = (size_t)(f->written - f->stage_off);
+    if (!n) return DSQ_OK;
+    size_t padded = (n + DSQ_OUT_DIO_ALIGN - 1) / DSQ_OUT_DIO_ALIGN * DSQ_OUT_DIO_ALIGN;
+    memset(f->stage + n, 0, padded - n);
+    int left;
+    DSQ_TRY(dio_put(f, padded, &left, d));
+    if (ftruncate(f->fd, (off_t)f->written) != 0)
+        return dsq_fail_errno(d, errno, f->tmp_path, "cannot truncate to %llu bytes",
+                              (unsigned long long)f->written);
+    if (left) dio_free(f);
+    return DSQ_OK;
+}
+
+static int dio_append(dsq_outfile *f, const uint8_t *p, size_t n, dsq_diag *d)
+{
+    while (n && f->stage) {
+        size_t have = (size_t)(f->written - f->stage_off);
+        size_t k = DSQ_OUT_STAGE_BYTES - have < n ? DSQ_OUT_STAGE_BYTES - have : n;
+        memcpy(f->stage + have, p, k);
+        f->written += k;
+        p += k;
+        n -= k;
+        if (have + k == DSQ_OUT_STAGE_BYTES) {
+            int left;
+            DSQ_TRY(dio_put(f, DSQ_OUT_STAGE_BYTES, &left, d));
+            f->stage_off += DSQ_OUT_STAGE_BYTES;
+            if (left) dio_free(f);
+        }
+    }
+    if (n) {   /* left the direct path mid-way: the rest buffered */
+        DSQ_TRY(dsq_outfile_pwrite(f, p, n, f->written, d));
+        f->written += n;
+    }
+    return DSQ_OK;
+}
+
 int dsq_outfile_open(dsq_outfile *f, const char *path, unsigned flags, dsq_diag *d)
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
     f->slot = -1;
+    f->dio_fd = -1;
     struct stat st;
     char *resolved = NULL;
     if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
@@ -192,11 +320,16 @@ int dsq_outfile_open(dsq_outfile *f, const char *path, unsigned flags, dsq_diag 
         off_t end = lseek(f->fd, 0, SEEK_END);
         f->written = end > 0 ? (uint64_t)end : 0;
     }
+    if (flags & DSQ_OUT_DIRECT_IO) dio_start(f);
     return DSQ_OK;
 }
 
 int dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t off, dsq_diag *d)
 {
+    if (f->stage) {   /* not an append: the staged bytes first, buffered from now on */
+        DSQ_TRY(dio_flush(f, d));
+        dio_free(f);
+    }
     const uint8_t *p = buf;
     while (n) {
         /* A FIFO cannot seek: sequential writes go through write(2). */
@@ -236,6 +369,7 @@ static void flush_behind(dsq_outfile *f)
 
 int dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n, dsq_diag *d)
 {
+    if (f->stage) return dio_append(f, buf, n, d);
     DSQ_TRY(dsq_outfile_pwrite(f, buf, n, f->written, d));
     f->written += n;
     flush_behind(f);
@@ -254,15 +388,33 @@ int dsq_outfile_pad(dsq_outfile *f, size_t align, dsq_diag *d)
     return DSQ_OK;
 }
 
+int dsq_outfile_truncate(dsq_outfile *f, uint64_t len, dsq_diag *d)
+{
+    if (len > f->written)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, f->tmp_path, NULL, -1, "truncate beyond the end");
+    if (ftruncate(f->fd, (off_t)len) != 0)
+        return dsq_fail_errno(d, errno, f->tmp_path, "cannot truncate to %llu bytes", (unsigned long long)len);
+    f->written = len;
+    if (f->stage && len < f->stage_off) {
+        /* the cut block is on disk: stage it again */
+        int rc = dio_load(f, d);
+        if (rc < 0) dio_free(f);
+        return rc;
+    }
+    return DSQ_OK;
+}
+
 int dsq_outfile_sync(dsq_outfile *f, dsq_diag *d)
 {
     if (f->direct) return DSQ_OK; /* devices and pipes have nothing to sync */
+    if (f->stage) DSQ_TRY(dio_flush(f, d));
     if (fsync(f->fd) != 0) return dsq_fail_errno(d, errno, f->tmp_path, "fsync failed");
     return DSQ_OK;
 }
 
 static void release(dsq_outfile *f, int remove_tmp)
 {
+    dio_free(f);
     if (f->fd >= 0) close(f->fd);
     f->fd = -1;
     if (remove_tmp && f->tmp_path && !f->direct) unlink(f->tmp_path);
@@ -282,6 +434,10 @@ int dsq_outfile_commit(dsq_outfile *f, dsq_diag *d)
         if (close(f->fd) != 0) rc = dsq_fail_errno(d, errno, f->path, "close failed");
         f->fd = -1;
         release(f, 0);
+        return rc;
+    }
+    if (f->stage && (rc = dio_flush(f, d)) < 0) {
+        release(f, 1);
         return rc;
     }
     if (fsync(f->fd) != 0) {
@@ -326,6 +482,11 @@ void dsq_outfile_abort(dsq_outfile *f)
 void dsq_outfile_detach(dsq_outfile *f)
 {
     if (!f) return;
+    if (f->stage) {   /* best effort, like the page cache's writeback */
+        dsq_diag scratch;
+        dsq_diag_clear(&scratch);
+        (void)dio_flush(f, &scratch);
+    }
     release(f, 0);
 }
 

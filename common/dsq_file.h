@@ -28,7 +28,26 @@ typedef struct dsq_outfile {
                           * place, no temporary, no rename, nothing removed */
     uint64_t flushed;    /* writeback started for [0, flushed) */
     uint64_t waited;     /* writeback finished for [0, waited) */
+    /* DSQ_OUT_DIRECT_IO staging; stage == NULL: plain buffered writes */
+    uint8_t *stage;      /* DSQ_OUT_STAGE_BYTES, aligned; holds [stage_off, written) */
+    uint64_t stage_off;  /* multiple of DSQ_OUT_DIO_ALIGN */
+    int dio_fd;          /* the temporary opened O_DIRECT (valid while stage) */
 } dsq_outfile;
+
+/* Direct I/O (DSQ_OUT_DIRECT_IO, used for .dsq containers): appends are
+ * gathered in an aligned staging buffer and written with O_DIRECT in
+ * DSQ_OUT_STAGE_BYTES pieces, bypassing the page cache. A buffered write
+ * costs the kernel a copy of every byte into freshly allocated page-cache
+ * pages plus their writeback: 2.5-2.9 CPU-s per GB written in this VM (dd,
+ * 2026-11-25), against 0.15 with O_DIRECT, and it was a quarter of a
+ * w8a8-dynamic conversion's CPU. The partial last block is written padded
+ * with zeros and the file cut back to 'written' at every sync, commit and
+ * detach, so the bytes on disk and the durability points are those of the
+ * buffered path. Where O_DIRECT is refused (tmpfs, some network file
+ * systems: open or first write says EINVAL) the file silently stays
+ * buffered; so does it after any dsq_outfile_pwrite (not an append). */
+#define DSQ_OUT_DIO_ALIGN 4096u
+#define DSQ_OUT_STAGE_BYTES (8u << 20)
 
 /* Appends start the kernel's writeback every DSQ_OUT_FLUSH_BYTES and wait
  * for the window before that, so dirty pages keep flowing to the disk while
@@ -41,7 +60,8 @@ typedef struct dsq_outfile {
 enum dsq_outfile_flags {
     DSQ_OUT_OVERWRITE = 1 << 0, /* replace an existing final file */
     DSQ_OUT_KEEP_TMP  = 1 << 1, /* signal cleanup leaves the temporary (resume) */
-    DSQ_OUT_REOPEN    = 1 << 2  /* open an existing temporary without truncating */
+    DSQ_OUT_REOPEN    = 1 << 2, /* open an existing temporary without truncating */
+    DSQ_OUT_DIRECT_IO = 1 << 3  /* appends bypass the page cache (see above) */
 };
 
 /* Temporary name used for path: "<dir>/.<base>.partial". Deterministic so a
@@ -64,6 +84,9 @@ int  dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n, dsq_diag *d);
 int  dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t off, dsq_diag *d);
 /* Zero bytes until 'written' is a multiple of align. */
 int  dsq_outfile_pad(dsq_outfile *f, size_t align, dsq_diag *d);
+/* Cut the file back to len <= written and append from there (roll back a
+ * payload; resume). */
+int  dsq_outfile_truncate(dsq_outfile *f, uint64_t len, dsq_diag *d);
 /* Make the temporary durable: fsync it (used by resume checkpoints). */
 int  dsq_outfile_sync(dsq_outfile *f, dsq_diag *d);
 /* fsync, close, rename to the final name, fsync the directory. On failure the

@@ -475,7 +475,7 @@ static int account_resumed(dsq_conv_sink *k, size_t from, size_t to, const dsq_c
         if (k->ledger) {
             /* name, size and mtime can all survive a change of the bytes */
             uint8_t h[DSQ_SHA256_LEN];
-            if (dsq_ledger_hash(c->m, e->t, e->qshape.rows, c->ct[i].piece_rows, h) < 0)
+            if (dsq_ledger_hash(c->m, e->t, e->qshape.rows, c->ct[i].piece_rows, c->ct[i].block_rows, h) < 0)
                 return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
             DSQ_TRY(dsq_ledger_check(k->ledger, e->name, h, d));
         }

@@ -90,6 +90,8 @@ int dsq_conv_pipeline_run(dsq_convert *c, const dsq_conv_item *items, size_t nit
 typedef struct dsq_conv_scratch {
     uint8_t *buf;
     size_t cap;
+    uint8_t *src;           /* source bytes of one row block (dsq_st_pread_rows) */
+    size_t src_cap;
 } dsq_conv_scratch;
 
 /* Process one item on the calling thread (exposed for the pipeline only). */

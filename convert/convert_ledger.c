@@ -139,21 +139,36 @@ int dsq_ledger_combine(const dsq_st_model *m, const dsq_st_tensor *t, const uint
     return DSQ_OK;
 }
 
+void dsq_ledger_block(const uint8_t *p, size_t len, uint8_t brec[DSQ_CRC32C_X4_LEN])
+{
+    dsq_crc32c_x4(p, len, brec);
+}
+
 int dsq_ledger_hash(const dsq_st_model *m, const dsq_st_tensor *t, int64_t rows,
-                    int64_t piece_rows, uint8_t out[DSQ_SHA256_LEN])
+                    int64_t piece_rows, int64_t block_rows, uint8_t out[DSQ_SHA256_LEN])
 {
     if (rows < 1) rows = 1;
     if (piece_rows < 1 || piece_rows > rows) piece_rows = rows;
+    if (block_rows < 1 || block_rows > piece_rows) block_rows = piece_rows;
     size_t np = (size_t)((rows + piece_rows - 1) / piece_rows);
     uint8_t *dg = malloc(np * DSQ_SHA256_LEN);
     if (!dg) return DSQ_ERR_NOMEM;
     int rc = DSQ_OK;
     for (size_t i = 0; i < np && rc == DSQ_OK; i++) {
         int64_t r0 = (int64_t)i * piece_rows, n = rows - r0 < piece_rows ? rows - r0 : piece_rows;
-        const uint8_t *p;
-        size_t len;
-        dsq_ledger_rows(t, rows, r0, n, &p, &len);
-        rc = dsq_sha256_buf(p, len, dg + i * DSQ_SHA256_LEN);
+        dsq_sha256 h;
+        if ((rc = dsq_sha256_init(&h)) < 0) break;
+        /* blocks cut from the piece's first row, as the workers cut them */
+        for (int64_t s = r0; s < r0 + n; s += block_rows) {
+            int64_t k = r0 + n - s < block_rows ? r0 + n - s : block_rows;
+            const uint8_t *p;
+            size_t len;
+            uint8_t brec[DSQ_CRC32C_X4_LEN];
+            dsq_ledger_rows(t, rows, s, k, &p, &len);
+            dsq_ledger_block(p, len, brec);
+            dsq_sha256_update(&h, brec, sizeof brec);
+        }
+        dsq_sha256_final(&h, dg + i * DSQ_SHA256_LEN);
     }
     if (rc == DSQ_OK) rc = dsq_ledger_combine(m, t, dg, np, out);
     free(dg);

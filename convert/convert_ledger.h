@@ -13,17 +13,29 @@
  * Text file, one "<sha256 hex> <name>" line per tensor, next to the resume
  * journal.
  *
- * The hash is a two-level SHA-256 so the conversion workers can compute it
- * in parallel while the source rows are in their cache (one serial pass
- * over the whole model on the writer thread cost ~1.2 CPU-s per 2 GB and
- * faulted every source page in a second time): the tensor's rows are cut
- * into the pipeline's pieces of piece_rows rows, and the record is
- * SHA-256(D(piece 0) || D(piece 1) || ... [|| D(scale bytes)]), D = SHA-256
- * of the piece's source bytes. piece_rows is part of the conversion's
- * fingerprint, so a resumed run cuts the same pieces. */
+ * What is hashed (format 3): the conversion workers read the source in row
+ * blocks of block_rows rows, cut from the start of each pipeline piece of
+ * piece_rows rows. Each block's bytes give a 16-byte record, the CRC-32C of
+ * each of its quarters (dsq_crc32c_x4); a piece's digest D is SHA-256 over
+ * its blocks' records in order, and the ledger record is
+ * SHA-256(D(piece 0) || D(piece 1) || ... [|| SHA-256(scale bytes)]).
+ * The workers take the records while the block is in their cache, in
+ * parallel; piece_rows and block_rows follow from the plan, which the
+ * conversion's fingerprint covers, so a resumed run cuts the same blocks.
+ *
+ * Why CRC-32C and not SHA-256 of the source bytes (formats 1-2): SHA-256
+ * cost ~0.6 CPU-s per GB of input, more than half of what a conversion may
+ * spend at the 2 GB/s goal (issue 16), while the ledger guards against
+ * accidents, not attacks: any change within a 32-bit span, and any change
+ * that replaces a tensor (a different checkpoint, a re-download), is found
+ * for certain or with 2^-128 odds of missing it; a random rewrite of one
+ * span longer than 32 bits inside a single quarter of one block (at most
+ * ~128 KiB) is missed with probability 2^-32. dsq_crc32c.h says more. The
+ * output tensors keep their SHA-256 in the container. */
 #ifndef DSQ_CONVERT_LEDGER_H
 #define DSQ_CONVERT_LEDGER_H
 
+#include "dsq_crc32c.h"
 #include "dsq_error.h"
 #include "dsq_sha256.h"
 #include "safetensors.h"
@@ -36,10 +48,13 @@ int  dsq_ledger_open(dsq_ledger **out, const char *path, int resume, dsq_diag *d
 /* Source bytes of rows [r0, r0 + n) of t viewed as `rows` rows. */
 void dsq_ledger_rows(const dsq_st_tensor *t, int64_t rows, int64_t r0, int64_t n,
                      const uint8_t **p, size_t *len);
+/* One block's record: DSQ_CRC32C_X4_LEN bytes (see above). */
+void dsq_ledger_block(const uint8_t *p, size_t len, uint8_t rec[DSQ_CRC32C_X4_LEN]);
 /* The record of tensor t (see above), computed in one pass on the calling
- * thread (the --resume check, bench_ledger). piece_rows >= rows: one piece. */
+ * thread (the --resume check, bench_ledger). piece_rows >= rows: one piece;
+ * block_rows >= piece_rows: one block per piece. */
 int  dsq_ledger_hash(const dsq_st_model *m, const dsq_st_tensor *t, int64_t rows,
-                     int64_t piece_rows, uint8_t out[DSQ_SHA256_LEN]);
+                     int64_t piece_rows, int64_t block_rows, uint8_t out[DSQ_SHA256_LEN]);
 /* The same from piece digests already computed (by the workers): digests
  * is npieces x DSQ_SHA256_LEN bytes, in row order. */
 int  dsq_ledger_combine(const dsq_st_model *m, const dsq_st_tensor *t, const uint8_t *digests,

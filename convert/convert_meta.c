@@ -276,10 +276,11 @@ int dsq_conv_fingerprint(dsq_convert *c, dsq_diag *d)
     dsq_sha256 h;
     if (dsq_sha256_init(&h) < 0) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     dsq_sbuf b = { 0 };
-    /* 2: the resume ledger's hash is over piece digests (convert_ledger.h):
-     * a partial left by an older build is refused here, as made with other
-     * options, instead of every tensor failing the ledger check. */
-    dsq_sb_printf(&b, "dsq-convert 2\n%s\nlevel %d clip %d nonfinite %d stream %llu piece %llu shard %llu\n",
+    /* 3: the resume ledger's record is over CRC-32C block records
+     * (convert_ledger.h; 2 was SHA-256 piece digests): a partial left by an
+     * older build is refused here, as made with other options, instead of
+     * every tensor failing the ledger check. */
+    dsq_sb_printf(&b, "dsq-convert 3\n%s\nlevel %d clip %d nonfinite %d stream %llu piece %llu shard %llu\n",
               c->o.tool, c->o.zstd_level, c->o.clip_search, c->o.allow_nonfinite,
               (unsigned long long)c->o.stream_bytes, (unsigned long long)c->o.piece_bytes,
               (unsigned long long)c->o.shard_bytes);

@@ -160,10 +160,37 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
         goto fail;
     }
 
+    /* Source rows come in by pread into a per-worker buffer, not through
+     * the mapping (dsq_st_pread_rows says why); GPTQ dequantizes its own
+     * blob, and a model over a buffer has no descriptor: the mapping then. */
+    int use_pread = !gptq;
     for (int64_t s = it->row0; s < it->row0 + it->nrows; s += ct->block_rows) {
         int64_t n = it->row0 + it->nrows - s;
         if (n > ct->block_rows) n = ct->block_rows;
-        if (s + n > pop_to) {
+        const uint8_t *sp;   /* the block's source bytes (the ledger's) */
+        size_t sl;
+        dsq_ledger_rows(e->t, e->qshape.rows, s, n, &sp, &sl);
+        if (use_pread) {
+            if (ws->src_cap < sl) {
+                free(ws->src);
+                ws->src = malloc(sl);
+                ws->src_cap = ws->src ? sl : 0;
+                if (!ws->src) {
+                    rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory (%zu bytes)", sl);
+                    goto fail;
+                }
+            }
+            rc = dsq_st_pread_rows(c->m, e->t, s, n, ws->src, d);
+            if (rc == DSQ_ERR_UNSUPPORTED) {
+                use_pread = 0;
+                rc = DSQ_OK;
+            } else if (rc < 0) {
+                goto fail;
+            } else {
+                sp = ws->src;
+            }
+        }
+        if (!use_pread && s + n > pop_to) {
             int64_t to = s + n > pop_to + pop_rows ? s + n : pop_to + pop_rows;
             if (to > it->row0 + it->nrows) to = it->row0 + it->nrows;
             populate_rows(e->t, cols, pop_to, to - pop_to);
@@ -173,15 +200,16 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
             sc->dequantize(&gq, s, n, fbuf);
             qp.given_scale = gq.scales + (size_t)base * (size_t)gq.layout.ngroups;
             qp.given_zero = gq.zeros ? gq.zeros + (size_t)base * (size_t)gq.layout.ngroups : NULL;
+        } else if (use_pread) {
+            rc = dsq_st_rows_f32_from(c->m, e->t, sp, s, n, fbuf, d);
         } else {
             rc = dsq_st_read_rows_f32(c->m, e->t, s, n, fbuf, d);
         }
         if (rc < 0) goto fail;
         if (c->ledger_on) {   /* the ledger covers the source rows, GPTQ or not */
-            const uint8_t *sp;
-            size_t sl;
-            dsq_ledger_rows(e->t, e->qshape.rows, s, n, &sp, &sl);
-            dsq_sha256_update(&lh, sp, sl);
+            uint8_t brec[DSQ_CRC32C_X4_LEN];
+            dsq_ledger_block(sp, sl, brec);
+            dsq_sha256_update(&lh, brec, sizeof brec);
         }
         if (cal && !gptq && (rc = dsq_calib_apply_rows(cal, s, n, cols, fbuf)) < 0) {
             dsq_fail(d, rc, NULL, e->name, -1, "calibration entry [%lld, %lld] does not fit the tensor",
@@ -215,12 +243,12 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
             if (rc == DSQ_OK) rc = dsq_qrel_error(&v, fbuf, 0, ks.rows, NULL, &r->err2, &r->ref2);
             if (rc < 0) { dsq_fail(d, rc, NULL, e->name, -1, "error measurement failed"); goto fail; }
         }
-        if ((uint64_t)(s + n - drop_from) * src_row_bytes >= DSQ_CONV_DROP_BYTES) {
+        if (!use_pread && (uint64_t)(s + n - drop_from) * src_row_bytes >= DSQ_CONV_DROP_BYTES) {
             drop_rows(e->t, cols, drop_from, s + n - drop_from);
             drop_from = s + n;
         }
     }
-    if (drop_from < it->row0 + it->nrows) drop_rows(e->t, cols, drop_from, it->row0 + it->nrows - drop_from);
+    if (!use_pread && drop_from < it->row0 + it->nrows) drop_rows(e->t, cols, drop_from, it->row0 + it->nrows - drop_from);
     if (c->ledger_on) dsq_sha256_final(&lh, r->src_sha);
 
     if (own) {
@@ -274,7 +302,7 @@ static void *worker(void *arg)
     dsq_convert *c = p->c;
     float *fbuf = dsq_aligned_alloc(c->max_block_floats * sizeof(float));
     uint8_t *bbuf = dsq_aligned_alloc(c->max_block_blob);
-    dsq_conv_scratch ws = { NULL, 0 };
+    dsq_conv_scratch ws = { NULL, 0, NULL, 0 };
     pthread_mutex_lock(&p->mu);
     if (!fbuf || !bbuf) {
         p->nomem = 1;
@@ -313,6 +341,7 @@ static void *worker(void *arg)
     free(fbuf);
     free(bbuf);
     free(ws.buf);
+    free(ws.src);
     return NULL;
 }
 

@@ -92,13 +92,9 @@ static int w_usable(dsq_ctr_writer *w, dsq_diag *d)
 /* Cut the file back to len (roll back a payload, resume truncation). */
 static int w_truncate(dsq_ctr_writer *w, uint64_t len, dsq_diag *d)
 {
-    if (ftruncate(w->f.fd, (off_t)len) != 0) {
-        w->failed = dsq_fail_errno(d, errno, w->f.tmp_path, "cannot truncate to %llu bytes",
-                                   (unsigned long long)len);
-        return w->failed;
-    }
-    w->f.written = len;
-    return DSQ_OK;
+    int rc = dsq_outfile_truncate(&w->f, len, d);
+    if (rc < 0) w->failed = rc;
+    return rc;
 }
 
 /* ---- entries ---- */
@@ -355,7 +351,9 @@ int dsq_ctr_writer_open_ex(dsq_ctr_writer **out, const char *path, unsigned flag
     int rc = DSQ_OK;
     if (!w->fingerprint || !w->journal || dsq_sha256_buf(hdr, sizeof hdr, w->header_sha) < 0)
         rc = dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory");
-    unsigned oflags = flags & (DSQ_OUT_OVERWRITE | DSQ_OUT_KEEP_TMP);
+    /* Containers are written once, appended in large pieces and rarely read
+     * back soon: past the page cache (dsq_file.h says why). */
+    unsigned oflags = (flags & (DSQ_OUT_OVERWRITE | DSQ_OUT_KEEP_TMP)) | DSQ_OUT_DIRECT_IO;
     if (resuming(w)) oflags |= DSQ_OUT_KEEP_TMP;
 
     if (rc == DSQ_OK && resuming(w) && dsq_path_exists(w->journal)) {

@@ -153,6 +153,21 @@ static inline int64_t dsq_st_cols(const dsq_st_tensor *t)
  * as is (no NaN check). Safe to call concurrently. */
 int  dsq_st_read_rows_f32(const dsq_st_model *m, const dsq_st_tensor *t,
                           int64_t row0, int64_t nrows, float *out, dsq_diag *d);
+/* The same over source bytes the caller holds: src is the bytes of rows
+ * [row0, row0 + nrows) of t, as dsq_st_pread_rows gives them (an FP8
+ * tensor's scale is still read from the model). */
+int  dsq_st_rows_f32_from(const dsq_st_model *m, const dsq_st_tensor *t, const void *src,
+                          int64_t row0, int64_t nrows, float *out, dsq_diag *d);
+/* Copy the source bytes of rows [row0, row0 + nrows) of t (nbytes / rows
+ * each) into dst with pread(2). Why not the mapping: in this VM, a
+ * conversion reading the checkpoint through its mapping (MADV_POPULATE_READ
+ * per 8 MiB, then a fault-free pass over 4 KiB-page mappings) spent a
+ * quarter of its CPU in the BF16 -> f32 loop, stalled on the mapping; the
+ * kernel's copy into a reused, cache-hot buffer costs a fraction (README,
+ * "Measured"). DSQ_ERR_UNSUPPORTED when the shard is not a file descriptor
+ * (a model opened over a buffer): use the mapping then. Thread-safe. */
+int  dsq_st_pread_rows(const dsq_st_model *m, const dsq_st_tensor *t, int64_t row0, int64_t nrows,
+                       void *dst, dsq_diag *d);
 
 /* Paging hints for a tensor's bytes (madvise, rounded out to pages; for FP8
  * also its scale). DONTNEED drops the pages from this process's RSS after a

@@ -8,7 +8,9 @@
 #include "st_internal.h"
 #include "dsq_mem.h"
 
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BLK 16
 
@@ -118,8 +120,8 @@ static void cvt_row(enum dsq_dtype dt, const uint8_t *restrict src, float *restr
     }
 }
 
-int dsq_st_read_rows_f32(const dsq_st_model *m, const dsq_st_tensor *t,
-                         int64_t row0, int64_t nrows, float *out, dsq_diag *d)
+static int rows_f32(const dsq_st_model *m, const dsq_st_tensor *t, const uint8_t *src_rows,
+                    int64_t row0, int64_t nrows, float *out, dsq_diag *d)
 {
     const struct st_entry *e = st_entry_checked(m, t);
     if (!e)
@@ -143,7 +145,8 @@ int dsq_st_read_rows_f32(const dsq_st_model *m, const dsq_st_tensor *t,
 
     if (!sc) {
         /* rows are contiguous: convert the whole range in one pass */
-        cvt_row(t->dtype, t->data + (size_t)row0 * ncols * esz, out, (size_t)nrows * ncols);
+        cvt_row(t->dtype, src_rows ? src_rows : t->data + (size_t)row0 * ncols * esz, out,
+                (size_t)nrows * ncols);
         return DSQ_OK;
     }
 
@@ -153,7 +156,7 @@ int dsq_st_read_rows_f32(const dsq_st_model *m, const dsq_st_tensor *t,
     size_t ncb = (size_t)sc->shape[1];
     for (int64_t r = 0; r < nrows; r++) {
         size_t i = (size_t)(row0 + r);
-        const uint8_t *src = t->data + i * ncols;
+        const uint8_t *src = src_rows ? src_rows + (size_t)r * ncols : t->data + i * ncols;
         const uint8_t *srow = sc->data + (i / DSQ_ST_FP8_BLOCK) * ncb * 4;
         float *dst = out + (size_t)r * ncols;
         for (size_t jb = 0; jb < ncb; jb++) {
@@ -163,6 +166,52 @@ int dsq_st_read_rows_f32(const dsq_st_model *m, const dsq_st_tensor *t,
             memcpy(&s, srow + 4 * jb, 4);
             cvt_tab(src + j0, dst + j0, n, tab, s);
         }
+    }
+    return DSQ_OK;
+}
+
+int dsq_st_read_rows_f32(const dsq_st_model *m, const dsq_st_tensor *t,
+                         int64_t row0, int64_t nrows, float *out, dsq_diag *d)
+{
+    return rows_f32(m, t, NULL, row0, nrows, out, d);
+}
+
+int dsq_st_rows_f32_from(const dsq_st_model *m, const dsq_st_tensor *t, const void *src,
+                         int64_t row0, int64_t nrows, float *out, dsq_diag *d)
+{
+    if (!src && nrows > 0)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, t ? t->name : NULL, -1, "no source rows");
+    return rows_f32(m, t, src, row0, nrows, out, d);
+}
+
+int dsq_st_pread_rows(const dsq_st_model *m, const dsq_st_tensor *t, int64_t row0, int64_t nrows,
+                      void *dst, dsq_diag *d)
+{
+    const struct st_entry *e = st_entry_checked(m, t);
+    if (!e)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, t ? t->name : NULL, -1,
+                        "tensor does not belong to this model");
+    const struct st_shard *sh = &m->shards[t->shard];
+    int64_t rows = dsq_st_rows(t);
+    if (row0 < 0 || nrows < 0 || row0 > rows || nrows > rows - row0)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, sh->path, t->name, -1,
+                        "rows [%lld, %lld) outside [0, %lld)", (long long)row0,
+                        (long long)(row0 + nrows), (long long)rows);
+    if (!sh->mapped || sh->map.fd < 0) return DSQ_ERR_UNSUPPORTED;
+    /* offsets scale with the row index: nbytes is a whole number of rows */
+    uint64_t a = rows > 0 ? t->nbytes * (uint64_t)row0 / (uint64_t)rows : 0;
+    uint64_t b = rows > 0 ? t->nbytes * (uint64_t)(row0 + nrows) / (uint64_t)rows : 0;
+    uint8_t *p = dst;
+    uint64_t off = t->file_offset + a, left = b - a;
+    while (left) {
+        ssize_t r = pread(sh->map.fd, p, (size_t)left, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return dsq_fail_errno(d, errno, sh->path, "read failed at byte %llu", (unsigned long long)off);
+        if (r == 0)   /* the file shrank under us */
+            return dsq_fail(d, DSQ_ERR_TRUNCATED, sh->path, t->name, (int64_t)off, "file ends early");
+        p += r;
+        off += (uint64_t)r;
+        left -= (uint64_t)r;
     }
     return DSQ_OK;
 }

@@ -1,5 +1,6 @@
 /* test_common.c - errors, half conversions, atomic files, thread pool, SHA-256. */
 #include "dsq_test.h"
+#include "dsq_crc32c.h"
 #include "dsq_error.h"
 #include "dsq_file.h"
 #include "dsq_mem.h"
@@ -10,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <fcntl.h>
 
@@ -188,6 +190,114 @@ static void test_enospc_is_clean(void **state)
     free(f.tmp_path);
 }
 
+/* CRC-32C: the standard check value, the crc32 instruction path against the
+ * byte-table reference at every length and misalignment around the 8-byte
+ * and four-quarter boundaries, streaming in two calls, and that a one-byte
+ * change anywhere changes the 4-quarter record (the resume ledger's). */
+static void test_crc32c(void **state)
+{
+    (void)state;
+    assert_true(dsq_crc32c(0, "123456789", 9) == 0xE3069283u);
+    assert_true(dsq_crc32c_ref(0, "123456789", 9) == 0xE3069283u);
+    assert_true(dsq_crc32c(0, NULL, 0) == 0);
+    enum { N = 4096 };
+    uint8_t *buf = malloc(N + 8);
+    assert_non_null(buf);
+    uint32_t x = 12345;
+    for (size_t i = 0; i < N + 8; i++) buf[i] = (uint8_t)((x = x * 1103515245u + 12345u) >> 23);
+    for (size_t off = 0; off < 8; off++)
+        for (size_t n = 0; n <= 300; n += (n < 80 ? 1 : 7)) {
+            const uint8_t *p = buf + off;
+            uint32_t r = dsq_crc32c_ref(0, p, n);
+            assert_true(dsq_crc32c(0, p, n) == r);
+            size_t cut = n / 3;
+            assert_true(dsq_crc32c(dsq_crc32c(0, p, cut), p + cut, n - cut) == r);
+            uint8_t a[DSQ_CRC32C_X4_LEN], b[DSQ_CRC32C_X4_LEN];
+            dsq_crc32c_x4(p, n, a);
+            dsq_crc32c_x4_ref(p, n, b);
+            assert_memory_equal(a, b, sizeof a);
+            /* quarter 3 ends at n: its CRC is that of the last n - 3n/4 bytes */
+            uint32_t q3 = dsq_crc32c_ref(0, p + n * 3 / 4, n - n * 3 / 4);
+            assert_true(((uint32_t)a[12] | (uint32_t)a[13] << 8 | (uint32_t)a[14] << 16 |
+                         (uint32_t)a[15] << 24) == q3);
+        }
+    uint8_t base[DSQ_CRC32C_X4_LEN], got[DSQ_CRC32C_X4_LEN];
+    dsq_crc32c_x4(buf, N, base);
+    for (size_t i = 0; i < N; i += 61) {
+        buf[i] ^= 0x10;
+        dsq_crc32c_x4(buf, N, got);
+        assert_memory_not_equal(base, got, sizeof got);
+        buf[i] ^= 0x10;
+    }
+    free(buf);
+}
+
+/* DSQ_OUT_DIRECT_IO: appends of odd sizes across the staging buffer's
+ * boundary, a sync mid-block (the file must then hold exactly what was
+ * appended), a truncation back into an already written piece, a detach and
+ * reopen (resume), a pwrite that leaves the direct path: the committed file
+ * must equal the same operations on a plain buffer. Where the temporary
+ * directory refuses O_DIRECT this checks the buffered path instead. */
+static void test_outfile_direct_io(void **state)
+{
+    (void)state;
+    char *dir = dsq_test_tmpdir();
+    char *path = dsq_path_join(dir, "dio.bin");
+    char *tmp = dsq_outfile_tmp_name(path);
+    const size_t total = DSQ_OUT_STAGE_BYTES * 2 + 12345;
+    uint8_t *src = malloc(total), *want = calloc(1, total);
+    assert_non_null(src);
+    assert_non_null(want);
+    uint32_t x = 7;
+    for (size_t i = 0; i < total; i++) src[i] = (uint8_t)((x = x * 1664525u + 1013904223u) >> 24);
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    dsq_outfile f;
+    assert_int_equal(dsq_outfile_open(&f, path, DSQ_OUT_DIRECT_IO | DSQ_OUT_KEEP_TMP, &d), DSQ_OK);
+    size_t at = 0, step = 1;
+    while (at < DSQ_OUT_STAGE_BYTES + 5000) {       /* odd sizes, growing */
+        size_t k = step < DSQ_OUT_STAGE_BYTES + 5000 - at ? step : DSQ_OUT_STAGE_BYTES + 5000 - at;
+        assert_int_equal(dsq_outfile_write(&f, src + at, k, &d), DSQ_OK);
+        at += k;
+        step = step * 3 + 1;
+    }
+    assert_int_equal(dsq_outfile_sync(&f, &d), DSQ_OK);
+    struct stat st;
+    assert_int_equal(stat(tmp, &st), 0);
+    assert_int_equal((uint64_t)st.st_size, at);     /* exact size after a sync */
+    /* back into the first, already written piece; then on */
+    assert_int_equal(dsq_outfile_truncate(&f, 1000, &d), DSQ_OK);
+    at = 1000;
+    assert_int_equal(dsq_outfile_write(&f, src + at, DSQ_OUT_STAGE_BYTES, &d), DSQ_OK);
+    at += DSQ_OUT_STAGE_BYTES;
+    dsq_outfile_detach(&f);
+    assert_int_equal(stat(tmp, &st), 0);
+    assert_int_equal((uint64_t)st.st_size, at);
+    assert_int_equal(dsq_outfile_open(&f, path, DSQ_OUT_DIRECT_IO | DSQ_OUT_REOPEN, &d), DSQ_OK);
+    assert_int_equal(f.written, at);
+    assert_int_equal(dsq_outfile_write(&f, src + at, total - at - 100, &d), DSQ_OK);
+    at = total - 100;
+    /* not an append: the rest of the file is buffered */
+    assert_int_equal(dsq_outfile_pwrite(&f, "ABCD", 4, 10, &d), DSQ_OK);
+    assert_int_equal(dsq_outfile_write(&f, src + at, 100, &d), DSQ_OK);
+    assert_int_equal(dsq_outfile_commit(&f, &d), DSQ_OK);
+    memcpy(want, src, total);
+    memcpy(want + 10, "ABCD", 4);
+    char *got;
+    size_t n;
+    assert_int_equal(dsq_read_file(path, total + 1, &got, &n, &d), DSQ_OK);
+    assert_int_equal(n, total);
+    assert_memory_equal(got, want, total);
+    free(got);
+    free(src);
+    free(want);
+    unlink(path);
+    rmdir(dir);
+    free(tmp);
+    free(path);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -196,9 +306,11 @@ int main(void)
         cmocka_unit_test(test_bf16_f16_roundtrip),
         cmocka_unit_test(test_checked_mul),
         cmocka_unit_test(test_sha256_known),
+        cmocka_unit_test(test_crc32c),
         cmocka_unit_test(test_pool_runs_every_item),
         cmocka_unit_test(test_pool_short_jobs_each_item_once),
         cmocka_unit_test(test_atomic_outfile),
+        cmocka_unit_test(test_outfile_direct_io),
         cmocka_unit_test(test_enospc_is_clean),
     };
     return cmocka_run_group_tests_name("common", tests, NULL, NULL);

@@ -841,8 +841,17 @@ static int nospc_child(const char *dir)
     size_t n = 1u << 20;
     uint8_t *buf = malloc(n);
     fill_random(buf, n, 9);
+    /* The writer stages appends for O_DIRECT (dsq_file.h), so the full disk
+     * is seen when a staged piece goes out: within DSQ_OUT_STAGE_BYTES of
+     * the limit, not at the first byte past it. */
+    char name[32];
+    int rc = DSQ_OK;
     dsq_ctr_tensor_info t = mkinfo("big", 0, (int64_t)n, 0);
-    int rc = dsq_ctr_writer_add(w, &t, buf, n, 0, &d);
+    for (int i = 0; rc == DSQ_OK && (size_t)i * n <= DSQ_OUT_STAGE_BYTES + (256u << 10); i++) {
+        snprintf(name, sizeof name, "big%d", i);
+        t.name = name;
+        rc = dsq_ctr_writer_add(w, &t, buf, n, 0, &d);
+    }
     if (rc != DSQ_ERR_NOSPC) return 11;
     if (d.status != DSQ_ERR_NOSPC) return 12;
     /* Later calls report the sticky failure; abort cleans up. */
@@ -852,6 +861,7 @@ static int nospc_child(const char *dir)
     if (dsq_path_exists(tmp) || dsq_path_exists(p)) return 14;
     /* finish after a failure also cleans up. */
     if (dsq_ctr_writer_open(&w, p, 0, NULL) != DSQ_OK) return 15;
+    t.name = "big";
     dsq_ctr_writer_add(w, &t, buf, n, 0, NULL);
     if (dsq_ctr_writer_finish(w, NULL) != DSQ_ERR_NOSPC) return 16;
     if (dsq_path_exists(tmp) || dsq_path_exists(p)) return 17;

@@ -8,8 +8,10 @@
 #include "convert.h"
 #include "dsq_file.h"
 #include "recipe.h"
+#include "safetensors.h"
 #include "synth_ckpt.h"
 
+#include <fcntl.h>
 #include <glob.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -463,6 +465,79 @@ static void test_resume_after_kill(void **state)
     free(model);
 }
 
+/* XOR one byte at an absolute offset of a file and put its mtime back, so
+ * size, mtime and header (the resume fingerprint) all stay the same. */
+static void flip_keep_mtime(const char *file, uint64_t off, uint8_t mask)
+{
+    struct stat st;
+    assert_int_equal(stat(file, &st), 0);
+    int fd = open(file, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t b;
+    assert_int_equal(pread(fd, &b, 1, (off_t)off), 1);
+    b ^= mask;
+    assert_int_equal(pwrite(fd, &b, 1, (off_t)off), 1);
+    close(fd);
+    struct timespec ts[2] = { st.st_atim, st.st_mtim };
+    assert_int_equal(utimensat(AT_FDCWD, file, ts, 0), 0);
+}
+
+/* Issue 16 made the resume ledger a CRC-32C of the source instead of its
+ * SHA-256 (convert_ledger.h): one flipped mantissa bit in a tensor the
+ * interrupted run already wrote - a change that may not even alter its
+ * quantized codes - must still stop --resume (test_cancel_then_resume
+ * resumes the same interruption over unchanged sources). */
+static void test_resume_refuses_changed_source(void **state)
+{
+    (void)state;
+    char *model = make_model("m", 0, NULL, 0);
+    char *clean = path("clean.dsq"), *out = path("c.dsq");
+    conv_args a = { .scheme = "w8a8-dynamic" };
+    convert_ok(model, clean, &a, NULL);
+    conv_args c = a;
+    c.journal_each = 1;
+    c.stop_after = 25;
+    dsq_diag d;
+    assert_int_equal(convert(model, out, &c, NULL, &d), DSQ_ERR_INTERRUPTED);
+    assert_true(partial_exists(out));
+
+    /* the plan's first tensor is among those written before the cancel */
+    dsq_recipe r;
+    assert_int_equal(dsq_recipe_init(&r, "w8a8-dynamic", &d), DSQ_OK);
+    dsq_convert_opts o;
+    dsq_convert_opts_init(&o);
+    o.input = model;
+    o.output = path("plan-only.dsq");
+    o.recipe = &r;
+    dsq_convert *cv = NULL;
+    assert_int_equal(dsq_convert_prepare(&cv, &o, &d), DSQ_OK);
+    char *name = strdup(dsq_convert_plan(cv)->v[0].name);
+    dsq_convert_free(cv);
+    dsq_recipe_release(&r);
+    free((char *)o.output);
+    dsq_st_model *m = NULL;
+    assert_int_equal(dsq_st_open(&m, model, &d), DSQ_OK);
+    const dsq_st_tensor *t = dsq_st_find(m, name);
+    assert_non_null(t);
+    uint64_t esz = dsq_dtype_bits(t->dtype) / 8;
+    assert_true(esz >= 2 && t->nbytes >= 2 * esz);
+    char *file = strdup(dsq_st_shard_path(m, t->shard));
+    /* the lowest mantissa byte of the middle element (little-endian) */
+    uint64_t off = t->file_offset + t->nbytes / 2 / esz * esz;
+    dsq_st_close(m);
+    free(name);
+
+    flip_keep_mtime(file, off, 0x01);
+    conv_args rs = a;
+    rs.resume = 1;
+    assert_int_equal(convert(model, out, &rs, NULL, &d), DSQ_ERR_STATE);
+    if (!strstr(d.msg, "changed")) fail_msg("changed source: message was: %s", d.msg);
+    free(file);
+    free(clean);
+    free(out);
+    free(model);
+}
+
 static void test_cancel_then_resume(void **state)
 {
     (void)state;
@@ -670,6 +745,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_thread_determinism, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_after_kill, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_then_resume, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume_refuses_changed_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sharded_output, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_inputs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_failure, setup, teardown),

@@ -577,6 +577,50 @@ static void test_fp8_ragged_dequant(void **state)
     free(f.p);
 }
 
+/* dsq_st_pread_rows + dsq_st_rows_f32_from (the conversion's read path):
+ * from a real file, the bytes of rows [127, 130) of an FP8 tensor with a
+ * ragged 2x2 scale grid equal the mapping's, and converting them gives what
+ * dsq_st_read_rows_f32 gives; a model over a buffer has no descriptor. */
+static void test_pread_rows(void **state)
+{
+    (void)state;
+    enum { R = 130, C = 200 };
+    static uint8_t w[R * C];
+    for (int i = 0; i < R * C; i++) w[i] = (uint8_t)((i * 37) % 251 & 0x77);   /* finite codes */
+    float sc[4] = { 0.5f, 2.0f, 3.0f, 0.25f };
+    struct fbuf f = fp8_file(R, C, w, sc, 2, 2, "F32");
+    char *dir = dsq_test_tmpdir();
+    char path[4200];
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(f.p, 1, f.n, fp), f.n);
+    fclose(fp);
+    dsq_st_model *m, *mb;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_st_open(&m, path, &d), DSQ_OK);
+    const dsq_st_tensor *t = dsq_st_find(m, "l.weight");
+    assert_non_null(t);
+    uint8_t raw[3 * C];
+    assert_int_equal(dsq_st_pread_rows(m, t, 127, 3, raw, &d), DSQ_OK);
+    assert_memory_equal(raw, t->data + 127 * C, sizeof raw);
+    float a[3 * C], b[3 * C];
+    assert_int_equal(dsq_st_rows_f32_from(m, t, raw, 127, 3, a, &d), DSQ_OK);
+    assert_int_equal(dsq_st_read_rows_f32(m, t, 127, 3, b, &d), DSQ_OK);
+    assert_memory_equal(a, b, sizeof a);
+    assert_int_equal(dsq_st_pread_rows(m, t, 129, 2, raw, &d), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_st_rows_f32_from(m, t, NULL, 0, 1, a, &d), DSQ_ERR_INVALID_ARG);
+    dsq_st_close(m);
+    assert_int_equal(dsq_st_parse_buffer(&mb, f.p, f.n, "x", 0, &d), DSQ_OK);
+    assert_int_equal(dsq_st_pread_rows(mb, dsq_st_find(mb, "l.weight"), 0, 1, raw, &d), DSQ_ERR_UNSUPPORTED);
+    dsq_st_close(mb);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+    free(f.p);
+}
+
 static void test_fp8_scale_errors(void **state)
 {
     (void)state;
@@ -758,6 +802,7 @@ int main(void)
         cmocka_unit_test(test_bf16_f16_all_values),
         cmocka_unit_test(test_int_and_f64),
         cmocka_unit_test(test_fp8_ragged_dequant),
+        cmocka_unit_test(test_pread_rows),
         cmocka_unit_test(test_fp8_scale_errors),
         cmocka_unit_test(test_concurrent_reads),
         cmocka_unit_test(test_open_paths),
