@@ -1964,9 +1964,11 @@ static int w8dyn_target(void *ctx, const char *t, int64_t rows, int64_t cols, co
  * layer's down_proj (docs/calibration.md): the up_proj -> down_proj scales
  * searched on the calibration text lower the simulated W8A8_DYNAMIC output
  * error of down_proj (int8 weights, per-token int8 activations) on held-out
- * rows well below round-to-nearest. Measured -27% (python fake-quant
- * reference, bench/w8a8_dyn_decompose.py, -28% at alpha 0.6); the test asks
- * for -10%, so seeds and row samples cannot flip it. */
+ * rows well below round-to-nearest. Measured -37.8% on 2,048 held-out rows
+ * (-51% on the calibration rows); the test asks for -20%. It is as far as
+ * smoothing goes on that tensor: per-token rounding of its sparse input, not
+ * channel outliers, is the error (docs/calibration.md, "Weights or
+ * activations?"), so the KLD is not asserted. */
 static void test_sample_dynamic_down_smoothing(void **state)
 {
     (void)state;
