@@ -14,7 +14,11 @@
 # Calibration: samples/data/calib.txt, 64 x 512 tokens. The band is ds-eval
 # kld's bootstrap over whole 512-token windows (eval/eval_metrics.h).
 # EXTRA_FLAGS are added to every calibrated row (e.g. a --gptq variant);
-# EXTRA_ROWS=0 drops the rows that are not RTN/calibrated pairs.
+# EXTRA_ROWS=0 drops the rows that are not RTN/calibrated pairs; ROWS=REGEX
+# runs only the rows whose label matches (grep -E), e.g. ROWS=w8a8-dynamic.
+# bpw is over the quantized linears; "bpw, all linears" also counts the
+# projection weights a --keep recipe left in BF16 (16 bits), so a row that
+# keeps tensors float is compared at its real size.
 # Work files go to bench/out/calib-quality/ (gitignored). Measurement, not a
 # test: tests/test_calib.c asserts the orderings that cannot flip by noise.
 set -e
@@ -45,20 +49,31 @@ bpw() {
         | {b: .raw_bytes, n: (.shape | reduce .[] as $x (1; . * $x))}]
         | if length == 0 then "-" else ((map(.b) | add) * 8 / (map(.n) | add) * 100 | round / 100 | tostring) end'
 }
+# the same over every projection weight (quantized, or kept BF16 / f32 by a
+# recipe); the MoE router (mlp.gate), embeddings and norms are not linears
+# that any row quantizes, so they are left out of both columns
+bpw_all() {
+    bin/ds-inspect --json "$1" | jq -r '[.tensors[] | select((.scheme != "f32" and .scheme != "bf16")
+            or (.name | test("(_proj|_proj_with_mqa)\\.weight$")))
+        | {b: .raw_bytes, n: (.shape | reduce .[] as $x (1; . * $x))}]
+        | if length == 0 then "-" else ((map(.b) | add) * 8 / (map(.n) | add) * 100 | round / 100 | tostring) end'
+}
 kld() {   # json-file -> "mean [lo, hi] | median | p99 | same top-1"
     jq -r '"\(.kld_mean * 1e5 | round / 1e5) [\(.kld_mean_lo * 1e5 | round / 1e5), \(.kld_mean_hi * 1e5 | round / 1e5)] | \(.kld_median * 1e8 | round / 1e8) | \(.kld_p99 * 1e5 | round / 1e5) | \(.same_top1 * 1e4 | round / 100)%"' "$1"
 }
 
 echo
-echo "| scheme | bpw | heldout: KLD mean [95% band] | median | p99 | same top-1 | GSM test: KLD mean [95% band] | median | p99 | same top-1 |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| scheme | bpw | bpw, all linears | heldout: KLD mean [95% band] | median | p99 | same top-1 | GSM test: KLD mean [95% band] | median | p99 | same top-1 |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 row() {   # label args...
-    label=$1; shift; tag=$(echo "$label" | tr -c 'a-zA-Z0-9\n' '_')
+    label=$1; shift
+    [ -z "${ROWS:-}" ] || echo "$label" | grep -Eq -- "$ROWS" || return 0
+    tag=$(echo "$label" | tr -c 'a-zA-Z0-9\n' '_')
     bin/ds-quant -q -f --json "$@" "$MODEL" $OUT/$tag.dsq > $OUT/$tag.quant.json
     for t in heldout gsm; do
         bin/ds-eval kld -q -m $OUT/$tag.dsq --base $OUT/base_$t.logp --json > $OUT/$tag.$t.json
     done
-    echo "| $label | $(bpw $OUT/$tag.dsq) | $(kld $OUT/$tag.heldout.json) | $(kld $OUT/$tag.gsm.json) |"
+    echo "| $label | $(bpw $OUT/$tag.dsq) | $(bpw_all $OUT/$tag.dsq) | $(kld $OUT/$tag.heldout.json) | $(kld $OUT/$tag.gsm.json) |"
     rm -f $OUT/$tag.dsq
 }
 row "awq-w4a16 g128, RTN" --scheme awq-w4a16

@@ -1950,6 +1950,84 @@ static void test_sample_awq_generalises(void **state)
     dsq_model_free(m);
 }
 
+static int w8dyn_target(void *ctx, const char *t, int64_t rows, int64_t cols, const dsq_scheme **sc, int32_t *gs)
+{
+    (void)ctx;
+    (void)rows;
+    (void)cols;
+    *sc = strstr(t, "mlp.gate.weight") ? NULL : dsq_scheme_by_name("w8a8-dynamic");
+    *gs = DSQ_GROUP_DEFAULT;
+    return 0;
+}
+
+/* w8a8-dynamic on the tensor that carries its KLD on the sample, the dense
+ * layer's down_proj (docs/calibration.md): the up_proj -> down_proj scales
+ * searched on the calibration text lower the simulated W8A8_DYNAMIC output
+ * error of down_proj (int8 weights, per-token int8 activations) on held-out
+ * rows well below round-to-nearest. Measured -37.8% on 2,048 held-out rows
+ * (-51% on the calibration rows); the test asks for -20%. It is as far as
+ * smoothing goes on that tensor: per-token rounding of its sparse input, not
+ * channel outliers, is the error (docs/calibration.md, "Weights or
+ * activations?"), so the KLD is not asserted. */
+static void test_sample_dynamic_down_smoothing(void **state)
+{
+    (void)state;
+    const char *model = "samples/tiny-dsv3";
+    if (!sample_present(model, "samples/data/calib.txt", "samples/data/heldout.txt", (char *)NULL)) return;
+    dsq_model *m = open_lazy(model);
+    dsq_tokenizer *tk;
+    assert_int_equal(dsq_tokenizer_load(&tk, model, NULL), 0);
+    const dsq_model_config *cfg = dsq_model_get_config(m);
+    const int NS = 8, T = 256;
+    dsq_hstore *ha = text_states(m, tk, "samples/data/calib.txt", NS, T);
+    dsq_hstore *hb = text_states(m, tk, "samples/data/heldout.txt", NS, T);
+    int checked = 0;
+    for (int l = 0; l < (int)cfg->num_hidden_layers && !dsq_model_config_is_moe_layer(cfg, l); l++) {
+        dsq_layer_stats la, lb;
+        assert_int_equal(dsq_layer_stats_init(&la, l, 0), 0);
+        assert_int_equal(dsq_layer_stats_init(&lb, l, 0), 0);
+        /* every held-out row (NS * T) scored; the search keeps its 512 */
+        dsq_collect_opts ca = { .sample_cap_dense = 512, .sample_cap_expert = 64, .seed = 7 };
+        dsq_collect_opts cb = { .sample_cap_dense = NS * T, .sample_cap_expert = 64, .seed = 7 };
+        const int next = l + 1 < (int)cfg->num_hidden_layers;
+        assert_int_equal(dsq_collect_layer(m, l, ha, next, &ca, &la, NULL, NULL), 0);
+        assert_int_equal(dsq_collect_layer(m, l, hb, next, &cb, &lb, NULL, NULL), 0);
+        if (next) {
+            assert_int_equal(dsq_hstore_swap(ha, NULL), 0);
+            assert_int_equal(dsq_hstore_swap(hb, NULL), 0);
+        }
+        dsq_group_list gl;
+        assert_int_equal(dsq_groups_build(m, l, DSQ_GROUPS_SMOOTH, &gl, NULL), 0);
+        for (int i = 0; i < gl.n; i++) {
+            const dsq_scale_group *g = &gl.v[i];
+            if (!g->prev_lin || !strstr(g->prev, ".mlp.up_proj.weight")) continue;
+            dsq_search_opts so = { DSQ_SEARCH_SMOOTH, 0, w8dyn_target, NULL, dsq_model_pool(m), NULL, 0 };
+            float *s = malloc((size_t)g->n * sizeof *s);
+            dsq_search_report rep;
+            assert_int_equal(dsq_scale_search(g, &la, &so, s, &rep, NULL), 0);
+            double e0, e1;
+            int64_t rows;
+            assert_int_equal(dsq_scale_eval(g, &lb, &so, s, &e0, &e1, &rows, NULL), 0);
+            fprintf(stderr, "  layer %d down_proj, w8a8-dynamic output MSE on %lld held-out rows, RTN / smoothed: "
+                    "%.4g / %.4g (%+.1f%%; calibration rows %.4g / %.4g)\n", l, (long long)rows, e0, e1,
+                    100.0 * (e1 - e0) / e0, rep.loss_identity, rep.loss_best);
+            assert_true(rows == (int64_t)NS * T);
+            assert_true(e1 < 0.8 * e0);
+            checked++;
+            free(s);
+        }
+        dsq_groups_release(&gl);
+        dsq_layer_stats_release(&la);
+        dsq_layer_stats_release(&lb);
+        dsq_model_layer_release(m, l);
+    }
+    assert_true(checked > 0);
+    dsq_hstore_free(ha, 1);
+    dsq_hstore_free(hb, 1);
+    dsq_tokenizer_free(tk);
+    dsq_model_free(m);
+}
+
 /* ---- attention block loss (awq.h ATTN) --------------------------------------- */
 
 /* the engine's attention input (q_a / q_proj) and context (o_proj input) */
@@ -2199,6 +2277,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sample_ordering, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_dynamic_smoothing, setup, teardown),
         cmocka_unit_test(test_sample_awq_generalises),
+        cmocka_unit_test(test_sample_dynamic_down_smoothing),
         cmocka_unit_test(test_attn_block_matches_engine),
         cmocka_unit_test(test_sample_clip_cov),
     };
