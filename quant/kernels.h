@@ -40,9 +40,13 @@ typedef struct dsq_actbuf {
 typedef struct dsq_bfact {
     int64_t         T;
     const float    *x;       /* [T][cols] */
-    int64_t         kpad;    /* xh / xl / xl2 row stride: align(cols, 32), zero padded */
-    const uint16_t *xh, *xl; /* [T][kpad] */
-    const uint16_t *xl2;     /* [T][kpad] third term bf16(x - xh - xl), or NULL (two terms) */
+    int64_t         kpad;    /* xh / xl / xl2 columns: >= align(cols, 32), zero padded */
+    const uint16_t *xh, *xl; /* token t at xh + t * ld (kpad columns) */
+    const uint16_t *xl2;     /* third term bf16(x - xh - xl), or NULL (two terms) */
+    int64_t         ld;      /* token stride of xh / xl / xl2 in elements; 0: kpad. The
+                              * driver interleaves a token's terms (xl = xh + kpad, ...)
+                              * and keeps kpad / 32 odd, so a tile's rows of terms fall
+                              * in distinct L1 sets instead of aliasing at 4 KB strides */
 } dsq_bfact;
 
 #define DSQ_BF16_KALIGN 32   /* xh / xl rows are padded to this many columns */
