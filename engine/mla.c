@@ -89,6 +89,7 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
     dsq_qview sub = ly->kv_b_run.w;
     sub.w = ly->kvb_rows + (size_t)(h * hw + j->nope) * ly->kvb_stride;
     sub.shape.rows = j->vd;
+    sub.bf16_terms = r->m->opts.bf16_terms;
     /* T = 1 needs no scratch up to 8192 columns (kv_lora_rank; V3: 512), so
      * it cannot fail */
     (void)sub.scheme->gemm(&sub, cv, 1, out, NULL, NULL, 0);

@@ -280,6 +280,9 @@ typedef struct dsq_qview {
     const int32_t *rowsum;     /* [rows] (w8 schemes) or NULL */
     float          act_scale;  /* static activation params (w8a8) */
     int32_t        act_offset;
+    int            bf16_terms; /* bf16 weights on a native-bf16 level: activations
+                                  split in this many bf16 terms (1, 2, 3; "bf16
+                                  prefill" above); 0: DSQ_BF16_TERMS or 3 */
 } dsq_qview;
 
 /* One table row. All function pointers are non-NULL for implemented rows. */

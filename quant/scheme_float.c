@@ -160,18 +160,20 @@ static size_t bf16_split_bytes(const dsq_qview *v, int64_t T)
     return (size_t)T * (size_t)bf16_kpad(v) * 3 * sizeof(uint16_t);
 }
 
-/* Terms of the activation split (scheme.h, "bf16 prefill"): 3 (default)
- * keeps f32 accuracy; DSQ_BF16_TERMS=2 in the environment trades 2^-16
- * relative error per activation for 1.5x fewer dot products, =1 rounds
+/* Terms of the activation split (scheme.h, "bf16 prefill"): the view's
+ * bf16_terms (the engine's --bf16-terms) when set, else DSQ_BF16_TERMS from
+ * the environment, else 3, which keeps f32 accuracy; 2 trades 2^-16
+ * relative error per activation for 1.5x fewer dot products, 1 rounds
  * activations to bf16 as llama.cpp's and vLLM's bf16 paths do (2^-9, 3x
- * fewer; for speed comparisons at equal numerics, not for KLD baselines). */
-static int bf16_terms(void)
+ * fewer; for speed at llama.cpp's numerics, not for KLD baselines). */
+static int bf16_terms(const dsq_qview *v)
 {
+    if (v->bf16_terms >= 1 && v->bf16_terms <= 3) return v->bf16_terms;
     static _Atomic int cached;
     int t = cached;
     if (!t) {
         const char *e = getenv("DSQ_BF16_TERMS");
-        t = e && (e[0] == '1' || e[0] == '2') && e[1] == 0 ? e[0] - '0' : 3;
+        t = e && e[0] >= '1' && e[0] <= '3' && e[1] == 0 ? e[0] - '0' : 3;
         cached = t;
     }
     return t;
@@ -321,7 +323,7 @@ static int bf16_gemm(const dsq_kernels *k, const dsq_qview *v, const float *x, i
         /* a token's terms side by side: xh, xl, xl2 at kpad apart, ld per token */
         j.a.kpad = bf16_kpad(v);
         j.xh = scratch;
-        const int terms = bf16_terms();
+        const int terms = bf16_terms(v);
         j.a.ld = terms * j.a.kpad;
         if (terms >= 2) j.xl = j.xh + j.a.kpad;
         if (terms == 3) j.xl2 = j.xl + j.a.kpad;
