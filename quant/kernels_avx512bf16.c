@@ -252,7 +252,8 @@ AI void bfp_prefetch(bfp_pf *f)
 
 /* One 32-row x NT-token tile over np column pairs of the packed chunk;
  * first: store into y, else add. m0 / m1: the rows of each half that exist.
- * pf: the next block to prefetch (two lines per column pair), or NULL. */
+ * pf: the next block, one line fetched per column pair until it is all
+ * asked for (spread over the tiles: a burst would queue on memory). */
 AI void bfp_tile(const u32a *wp, int64_t np, const dsq_bfact *a, int64_t t0, const int NT,
                  const int TERMS, int64_t k0, int first, float *y, int64_t rows, int64_t n,
                  __mmask16 m0, __mmask16 m1, bfp_pf *pf)
@@ -267,10 +268,7 @@ AI void bfp_tile(const u32a *wp, int64_t np, const dsq_bfact *a, int64_t t0, con
     for (int64_t p = 0; p < np; p++) {
         const __m512bh w0 = (__m512bh)_mm512_load_si512((const void *)(wp + 16 * p));
         const __m512bh w1 = (__m512bh)_mm512_load_si512((const void *)(wp + 16 * (BFP_KC / 2 + p)));
-        if (pf) {
-            bfp_prefetch(pf);
-            bfp_prefetch(pf);
-        }
+        bfp_prefetch(pf);
 #pragma GCC unroll 12
         for (int t = 0; t < NT; t++) {
             __m512bh b = (__m512bh)_mm512_set1_epi32((int)xh[t * kq + p]);
@@ -321,7 +319,7 @@ AI void bfp_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1,
                 pn = n0;
                 pk = k1;
             }
-            bfp_pf pf = { NULL, ws, 0, 0, 0, 0 };
+            bfp_pf pf = { NULL, ws, 0, 0, 0, 0 };   /* rows = 0: nothing to fetch */
             if (pk < kend) {
                 const int64_t pk1 = pk + BFP_KC < kend ? pk + BFP_KC : kend;
                 pf.base = (const char *)v->w + (size_t)pn * ws + (size_t)pk * 2;
@@ -330,11 +328,9 @@ AI void bfp_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1,
             }
             int64_t t = 0;
             for (; t + BFP_PT <= a->T; t += BFP_PT)
-                bfp_tile(wp, np, a, t, BFP_PT, TERMS, k0, k0 == 0, y, rows, n, m0, m1,
-                         pf.base && t == 0 ? &pf : NULL);
+                bfp_tile(wp, np, a, t, BFP_PT, TERMS, k0, k0 == 0, y, rows, n, m0, m1, &pf);
             switch (a->T - t) {
-#define BFP_CASE(K) case K: bfp_tile(wp, np, a, t, K, TERMS, k0, k0 == 0, y, rows, n, m0, m1, \
-                                     pf.base && t == 0 ? &pf : NULL); break;
+#define BFP_CASE(K) case K: bfp_tile(wp, np, a, t, K, TERMS, k0, k0 == 0, y, rows, n, m0, m1, &pf); break;
             BFP_CASE(11) BFP_CASE(10) BFP_CASE(9) BFP_CASE(8) BFP_CASE(7) BFP_CASE(6)
             BFP_CASE(5) BFP_CASE(4) BFP_CASE(3) BFP_CASE(2) BFP_CASE(1)
 #undef BFP_CASE
