@@ -106,6 +106,17 @@ extern const dsq_kernels dsq_kernels_avx2_impl;
 extern const dsq_kernels dsq_kernels_avx512_impl;
 extern const dsq_kernels dsq_kernels_avx512bf16_impl;  /* avx512 + AVX512_BF16 */
 void dsq_avx512bf16_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y);
+/* The packed bf16 prefill block of kernels_avx512bf16.c, for other weight
+ * formats that dequantize to bf16 (call only where the avx512bf16 level is
+ * the CPU's): 32 rows [n, n + nr) (nr <= 32) times every token of a, over
+ * np column pairs starting at column k0 (even; a's terms read from there).
+ * wp: 64-byte aligned, u32 wp[2][DSQ_BF16_PACK_KC / 2][16], wp[h][p][i] =
+ * the bf16 pair (low half: column k0 + 2p, high: k0 + 2p + 1) of row
+ * n + 16h + i; rows >= nr and columns past the matrix must be 0. first:
+ * y[t * rows + n + i] = the block's dot, else +=. np <= DSQ_BF16_PACK_KC / 2. */
+#define DSQ_BF16_PACK_KC 512
+void dsq_avx512bf16_packed_block(const uint32_t *wp, int64_t np, const dsq_bfact *a, int64_t k0,
+                                 int first, float *y, int64_t rows, int64_t n, int nr);
 #endif
 #if defined(__aarch64__)
 extern const dsq_kernels dsq_kernels_neon_impl;

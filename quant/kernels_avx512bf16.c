@@ -176,7 +176,7 @@ AI void gemm_terms(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n
  * paid once per weight for all T tokens. Chunks of BFP_KC columns add to y
  * in column order, so the sum order depends on the shape only. */
 
-#define BFP_KC 512   /* columns per packed chunk (multiple of 32): 32 x 512 bf16 = 32 KB */
+#define BFP_KC DSQ_BF16_PACK_KC   /* columns per packed chunk: 32 x 512 bf16 = 32 KB */
 #define BFP_PT 12    /* tokens per packed tile */
 
 typedef uint32_t u32a __attribute__((may_alias));
@@ -299,6 +299,22 @@ AI void bfp_tile(const u32a *wp, int64_t np, const dsq_bfact *a, int64_t t0, con
     }
 }
 
+/* Every token of a against one packed block (32 rows, np pairs from column k0). */
+AI void bfp_block(const u32a *wp, int64_t np, const dsq_bfact *a, const int TERMS, int64_t k0,
+                  int first, float *y, int64_t rows, int64_t n, __mmask16 m0, __mmask16 m1, bfp_pf *pf)
+{
+    int64_t t = 0;
+    for (; t + BFP_PT <= a->T; t += BFP_PT)
+        bfp_tile(wp, np, a, t, BFP_PT, TERMS, k0, first, y, rows, n, m0, m1, pf);
+    switch (a->T - t) {
+#define BFP_CASE(K) case K: bfp_tile(wp, np, a, t, K, TERMS, k0, first, y, rows, n, m0, m1, pf); break;
+    BFP_CASE(11) BFP_CASE(10) BFP_CASE(9) BFP_CASE(8) BFP_CASE(7) BFP_CASE(6)
+    BFP_CASE(5) BFP_CASE(4) BFP_CASE(3) BFP_CASE(2) BFP_CASE(1)
+#undef BFP_CASE
+    default: break;
+    }
+}
+
 AI void bfp_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, const int TERMS,
                  float *y)
 {
@@ -326,18 +342,21 @@ AI void bfp_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1,
                 pf.rows = n1 - pn < 32 ? (int)(n1 - pn) : 32;
                 pf.lines = (int)((pk1 - pk) / 32);
             }
-            int64_t t = 0;
-            for (; t + BFP_PT <= a->T; t += BFP_PT)
-                bfp_tile(wp, np, a, t, BFP_PT, TERMS, k0, k0 == 0, y, rows, n, m0, m1, &pf);
-            switch (a->T - t) {
-#define BFP_CASE(K) case K: bfp_tile(wp, np, a, t, K, TERMS, k0, k0 == 0, y, rows, n, m0, m1, &pf); break;
-            BFP_CASE(11) BFP_CASE(10) BFP_CASE(9) BFP_CASE(8) BFP_CASE(7) BFP_CASE(6)
-            BFP_CASE(5) BFP_CASE(4) BFP_CASE(3) BFP_CASE(2) BFP_CASE(1)
-#undef BFP_CASE
-            default: break;
-            }
+            bfp_block(wp, np, a, TERMS, k0, k0 == 0, y, rows, n, m0, m1, &pf);
         }
     }
+}
+
+void dsq_avx512bf16_packed_block(const uint32_t *wp, int64_t np, const dsq_bfact *a, int64_t k0,
+                                 int first, float *y, int64_t rows, int64_t n, int nr)
+{
+    const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+    const __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+    bfp_pf pf = { NULL, 0, 0, 0, 0, 0 };
+    const u32a *w = (const u32a *)wp;
+    if (!a->xl) bfp_block(w, np, a, 1, k0, first, y, rows, n, m0, m1, &pf);
+    else if (a->xl2) bfp_block(w, np, a, 3, k0, first, y, rows, n, m0, m1, &pf);
+    else bfp_block(w, np, a, 2, k0, first, y, rows, n, m0, m1, &pf);
 }
 
 void dsq_avx512bf16_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y)

@@ -1037,6 +1037,40 @@ static void test_bf16_kernel_terms(void **state)
         }
         free(b2);
     }
+#if defined(__x86_64__)
+    /* the packed block entry point (for formats that dequantize to bf16):
+     * columns [512, 1024) of the 13 rows, packed here by hand, one term */
+    for (int l = 0; l < nl; l++) {
+        if (strcmp(lv[l]->name, "avx512bf16") != 0) continue;
+        uint32_t *wp = dsq_aligned_alloc(2 * DSQ_BF16_PACK_KC / 2 * 16 * sizeof *wp);
+        assert_non_null(wp);
+        memset(wp, 0, 2 * DSQ_BF16_PACK_KC / 2 * 16 * sizeof *wp);
+        const int64_t k0 = 512, np = 256;
+        for (int64_t n = 0; n < sh.rows; n++) {
+            const uint16_t *row = (const uint16_t *)(const void *)(v.w + (size_t)n * v.layout.row_bytes);
+            for (int64_t p = 0; p < np; p++)
+                wp[((n / 16) * (DSQ_BF16_PACK_KC / 2) + p) * 16 + n % 16] =
+                    row[k0 + 2 * p] | (uint32_t)row[k0 + 2 * p + 1] << 16;
+        }
+        dsq_bfact a = { T, x, kp, pl[0], NULL, NULL, 0 };
+        dsq_avx512bf16_packed_block(wp, np, &a, k0, 1, y, sh.rows, 0, (int)sh.rows);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t n = 0; n < sh.rows; n++) {
+                double ex = 0, ab = 0;
+                for (int64_t k = k0; k < k0 + 2 * np; k++) {
+                    double p = (double)deq[n * sh.cols + k] * x[t * sh.cols + k];
+                    ex += p;
+                    ab += fabs(p);
+                }
+                if (!(fabs(y[t * sh.rows + n] - ex) <= (2.0 * 512 * 0x1p-24 + 0x1p-8) * ab + 1e-30)) {
+                    fprintf(stderr, "packed block t=%lld n=%lld: %g vs %g\n", (long long)t, (long long)n,
+                            y[t * sh.rows + n], ex);
+                    fail();
+                }
+            }
+        free(wp);
+    }
+#endif
     for (int i = 0; i < 3; i++) free(pl[i]);
     free(r);
     free(x);
