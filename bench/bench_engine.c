@@ -1,7 +1,12 @@
 /* bench_engine.c - engine speed: prefill, decode and batched decode tokens/s,
  * next to what the machine can do.
  *
- *   bench_engine [-t threads] [-p prefill_tokens] [-n decode_steps] [-r reps] [MODEL ...]
+ *   bench_engine [-t threads] [-p prefill_tokens] [-n decode_steps] [-r reps]
+ *                [-b bf16_terms] [MODEL ...]
+ *
+ * -b 1|2|3: dsq_model_opts.bf16_terms (BF16 weights: bf16 terms per f32
+ * activation; default the engine's, 3, or DSQ_BF16_TERMS). 1 is llama.cpp's
+ * numerics, for prefill comparisons at equal work.
  *
  * MODEL is anything dsq_model_open accepts (safetensors dir/file, .dsq).
  * Without models, two synthetic ones are written to a temp dir, a small
@@ -349,12 +354,14 @@ static void active_weights(const dsq_model *m, double *el, double *by, double *h
 /* Prefill tok/s of P tokens with a 1-thread model (process CPU time: the
  * single-thread figure that multi-core scaling is judged against). */
 static int g_t1;   /* -1: also time prefill on one thread */
+static int g_terms; /* -b: dsq_model_opts.bf16_terms (0: default) */
 
 static double prefill_1thread(const char *path, int P, int reps)
 {
     dsq_model_opts o;
     dsq_model_opts_default(&o);
     o.threads = 1;
+    o.bf16_terms = g_terms;
     dsq_model *m;
     if (dsq_model_open(&m, path, &o, NULL) != 0) return 0.0;
     const int V = (int)dsq_model_get_config(m)->vocab_size;
@@ -385,6 +392,7 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
     dsq_model_opts o;
     dsq_model_opts_default(&o);
     o.threads = threads;
+    o.bf16_terms = g_terms;
     dsq_model *m;
     dsq_diag d;
     dsq_diag_clear(&d);
@@ -467,15 +475,22 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
 int main(int argc, char **argv)
 {
     int threads = 0, P = 128, N = 32, reps = 3, opt;
-    while ((opt = getopt(argc, argv, "t:p:n:r:1h")) != -1) {
+    while ((opt = getopt(argc, argv, "t:p:n:r:b:1h")) != -1) {
         switch (opt) {
         case '1': g_t1 = 1; break;
+        case 'b':
+            g_terms = atoi(optarg);
+            if (g_terms < 1 || g_terms > 3) {
+                fprintf(stderr, "bench_engine: -b: expected 1..3, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case 't': threads = atoi(optarg); break;
         case 'p': P = atoi(optarg); break;
         case 'n': N = atoi(optarg); break;
         case 'r': reps = atoi(optarg); break;
         default:
-            fprintf(stderr, "usage: bench_engine [-t threads] [-p prefill] [-n decode] [-r reps] [-1] [MODEL ...]\n");
+            fprintf(stderr, "usage: bench_engine [-t threads] [-p prefill] [-n decode] [-r reps] [-b bf16_terms] [-1] [MODEL ...]\n");
             return opt == 'h' ? 0 : 2;
         }
     }
@@ -487,10 +502,12 @@ int main(int argc, char **argv)
     g_bw_llc = mem_bandwidth(pool, (size_t)8 << 20);
     dsq_pool_free(pool);
     g_gf = sgemm_gflops(nt, P);
-    printf("engine bench: %d thread(s), prefill %d tokens, decode %d steps, best of %d (%s time)\n"
+    printf("engine bench: %d thread(s), prefill %d tokens, decode %d steps, best of %d (%s time)%s\n"
            "machine: memory read %.1f GB/s (512 MB), %.1f GB/s (8 MB, cache), OpenBLAS sgemm %.1f GFLOP/s "
            "([%d x 1024] x [1024 x 1024])\n",
-           nt, P, N, reps, g_cpu_clock ? "process CPU" : "wall", g_bw, g_bw_llc, g_gf, P);
+           nt, P, N, reps, g_cpu_clock ? "process CPU" : "wall",
+           g_terms == 1 ? ", bf16 terms 1" : g_terms == 2 ? ", bf16 terms 2" : g_terms == 3 ? ", bf16 terms 3" : "",
+           g_bw, g_bw_llc, g_gf, P);
     int fails = 0;
     if (optind < argc) {
         for (int i = optind; i < argc; i++) fails += bench_one(argv[i], threads, P, N, reps);

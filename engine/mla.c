@@ -119,6 +119,7 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
      * T = 1 needs no scratch up to 8192 columns (kv_lora_rank; V3: 512), so
      * it cannot fail */
     dsq_qview sub = ly->kv_b_run.w;
+    sub.bf16_terms = r->m->opts.bf16_terms;
     const int64_t ch = kvb_chunk_rows(ly);
     if (ch > 0) {
         _Alignas(64) float buf[KVB_CHUNK];

@@ -677,6 +677,9 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
 int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts, dsq_diag *d)
 {
     *out = NULL;
+    if (opts && (opts->bf16_terms < 0 || opts->bf16_terms > 3))
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, path, NULL, -1, "bf16_terms %d: expected 0..3",
+                        opts->bf16_terms);
     dsq_model_verify *vj = NULL;
     dsq_model *m = calloc(1, sizeof *m);
     if (!m) return DSQ_ERR_NOMEM;
@@ -847,7 +850,11 @@ int dsq_linear_gemm(dsq_run *r, const dsq_linear *l, const float *x, int T, floa
         size_t need = sc->gemm_scratch(&l->w, T, dsq_pool_size(pool));
         if (need <= r->sc->gemm_size) { scratch = r->sc->gemm_buf; ssize = r->sc->gemm_size; }
     }
-    int rc = sc->gemm(&l->w, x, T, y, pool, scratch, ssize);
+    /* the view with the model's activation split for bf16 weights (a copy:
+     * the loaded view is shared by every run) */
+    dsq_qview w = l->w;
+    w.bf16_terms = r->m->opts.bf16_terms;
+    int rc = sc->gemm(&w, x, T, y, pool, scratch, ssize);
     if (rc < 0) return rc;
     if (l->bias)
         for (int t = 0; t < T; t++) {

@@ -70,6 +70,12 @@ typedef struct dsq_model_opts {
                              as DeepSeek's fp8_cast_bf16.py. */
     int no_verify;        /* skip the SHA-256 check of .dsq payloads stored raw
                              (model_verify.h); compressed ones are always checked */
+    int bf16_terms;       /* BF16 weights on a CPU with a bf16 dot product: split
+                             each f32 activation in 1, 2 or 3 bf16 terms (3: f32
+                             accuracy, the KLD baseline; 1: activations rounded to
+                             bf16 as llama.cpp does, about 2.5x faster prefill;
+                             quant/scheme.h "bf16 prefill"). 0: DSQ_BF16_TERMS
+                             from the environment, else 3 */
 } dsq_model_opts;
 
 void dsq_model_opts_default(dsq_model_opts *o);

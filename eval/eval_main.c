@@ -55,6 +55,10 @@ static const char usage_text[] =
 "                          (default: the model's, min(max positions, 4096))\n"
 "      --no-verify         skip the SHA-256 check of .dsq payloads stored\n"
 "                          uncompressed (a damaged file then gives wrong numbers)\n"
+"      --bf16-terms N      BF16 weights: bf16 terms per f32 activation in the\n"
+"                          dot products, 3 (default: f32 accuracy, the KLD\n"
+"                          baseline), 2, or 1 (activations rounded to bf16 as\n"
+"                          llama.cpp does: faster, not a baseline)\n"
 "\n"
 "ppl:\n"
 "      --data FILE         text to score (read as bytes)\n"
@@ -129,7 +133,7 @@ enum {
     O_TOKENIZER = 256, O_CTX, O_DATA, O_LIMIT_TOKENS, O_SAVE_LOGITS, O_LOGITS_FORMAT,
     O_LOGITS_TOPK, O_BASE, O_TRAIN, O_SHOTS, O_SEED, O_LIMIT, O_BATCH, O_MAX_NEW, O_BOS,
     O_SCORE, O_OUT, O_JSON, O_NO_PROGRESS, O_ENDPOINT, O_SERVED_MODEL, O_API_KEY_ENV, O_CONCURRENCY,
-    O_TIMEOUT, O_RETRIES, O_NO_VERIFY
+    O_TIMEOUT, O_RETRIES, O_NO_VERIFY, O_BF16_TERMS
 };
 
 typedef struct opts {
@@ -148,6 +152,7 @@ typedef struct opts {
     int concurrency, retries;
     double timeout;
     int no_verify;
+    int bf16_terms;        /* 0: the engine's default */
 } opts;
 
 #define BIT(opt) (1ull << ((opt) - 256))
@@ -207,7 +212,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         { "endpoint", required_argument, 0, O_ENDPOINT }, { "served-model", required_argument, 0, O_SERVED_MODEL },
         { "api-key-env", required_argument, 0, O_API_KEY_ENV }, { "concurrency", required_argument, 0, O_CONCURRENCY },
         { "timeout", required_argument, 0, O_TIMEOUT }, { "retries", required_argument, 0, O_RETRIES },
-        { "no-verify", no_argument, 0, O_NO_VERIFY },
+        { "no-verify", no_argument, 0, O_NO_VERIFY }, { "bf16-terms", required_argument, 0, O_BF16_TERMS },
         { "threads", required_argument, 0, 'T' },    { "force", no_argument, 0, 'f' },
         { "quiet", no_argument, 0, 'q' },            { "verbose", no_argument, 0, 'v' },
         { "help", no_argument, 0, 'h' },             { "version", no_argument, 0, 'V' },
@@ -237,6 +242,10 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         case O_DATA: o->data = a; break;
         case O_SAVE_LOGITS: o->save_logits = a; break;
         case O_NO_VERIFY: o->no_verify = 1; break;
+        case O_BF16_TERMS:
+            if (dsq_cli_parse_int(a, 1, 3, &o->bf16_terms))
+                return dsq_cli_usage_error(cli, "--bf16-terms: expected 1..3, got '%s'", a);
+            break;
         case O_BASE: o->base = a; break;
         case O_TRAIN: o->train = a; break;
         case O_SCORE: o->score = a; break;
@@ -440,6 +449,7 @@ static int open_model(const dsq_cli *cli, const opts *o, runner *r, int max_batc
     dsq_model_opts_default(&mo);
     mo.threads = cli->threads;
     mo.no_verify = o->no_verify;
+    mo.bf16_terms = o->bf16_terms;
     double t0 = dsq_now();
     int rc = dsq_model_open(&r->m, o->model, &mo, d);
     if (rc < 0) return rc;

@@ -40,9 +40,13 @@ typedef struct dsq_actbuf {
 typedef struct dsq_bfact {
     int64_t         T;
     const float    *x;       /* [T][cols] */
-    int64_t         kpad;    /* xh / xl / xl2 row stride: align(cols, 32), zero padded */
-    const uint16_t *xh, *xl; /* [T][kpad] */
-    const uint16_t *xl2;     /* [T][kpad] third term bf16(x - xh - xl), or NULL (two terms) */
+    int64_t         kpad;    /* xh / xl / xl2 columns: >= align(cols, 32), zero padded */
+    const uint16_t *xh, *xl; /* token t at xh + t * ld (kpad columns) */
+    const uint16_t *xl2;     /* third term bf16(x - xh - xl), or NULL (two terms) */
+    int64_t         ld;      /* token stride of xh / xl / xl2 in elements; 0: kpad. The
+                              * driver interleaves a token's terms (xl = xh + kpad, ...)
+                              * and keeps kpad / 32 odd, so a tile's rows of terms fall
+                              * in distinct L1 sets instead of aliasing at 4 KB strides */
 } dsq_bfact;
 
 #define DSQ_BF16_KALIGN 32   /* xh / xl rows are padded to this many columns */
@@ -102,6 +106,17 @@ extern const dsq_kernels dsq_kernels_avx2_impl;
 extern const dsq_kernels dsq_kernels_avx512_impl;
 extern const dsq_kernels dsq_kernels_avx512bf16_impl;  /* avx512 + AVX512_BF16 */
 void dsq_avx512bf16_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y);
+/* The packed bf16 prefill block of kernels_avx512bf16.c, for other weight
+ * formats that dequantize to bf16 (call only where the avx512bf16 level is
+ * the CPU's): 32 rows [n, n + nr) (nr <= 32) times every token of a, over
+ * np column pairs starting at column k0 (even; a's terms read from there).
+ * wp: 64-byte aligned, u32 wp[2][DSQ_BF16_PACK_KC / 2][16], wp[h][p][i] =
+ * the bf16 pair (low half: column k0 + 2p, high: k0 + 2p + 1) of row
+ * n + 16h + i; rows >= nr and columns past the matrix must be 0. first:
+ * y[t * rows + n + i] = the block's dot, else +=. np <= DSQ_BF16_PACK_KC / 2. */
+#define DSQ_BF16_PACK_KC 512
+void dsq_avx512bf16_packed_block(const uint32_t *wp, int64_t np, const dsq_bfact *a, int64_t k0,
+                                 int first, float *y, int64_t rows, int64_t n, int nr);
 #endif
 #if defined(__aarch64__)
 extern const dsq_kernels dsq_kernels_neon_impl;

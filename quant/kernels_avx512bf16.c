@@ -11,7 +11,10 @@
  * multiplied by each: 3x the dot products of a one-term kernel, each 32
  * multiply-adds (an f32 FMA does 16), and no widening of the weights.
  *
- * Blocking: the driver gives a block of rows (scheme_float.c). Columns are
+ * Two paths. T >= BFP_MIN_T (prefill): the packed path at the end of this
+ * file (weights repacked per call so that no horizontal sum is needed).
+ * Fewer tokens (decode): the dot-layout tile below. Blocking of the latter:
+ * the driver gives a block of rows (scheme_float.c). Columns are
  * walked in BK chunks; within a chunk, tokens in blocks of TT = 6 and rows
  * in blocks of R = 4 make a 4 x 6 tile of 16-lane accumulators (24 zmm,
  * plus 4 weight and up to 3 activation registers): per 32 columns, 4
@@ -39,6 +42,9 @@
 
 #define BK 2048   /* columns per chunk (multiple of 32) */
 #define TT 6      /* tokens per tile */
+#ifndef BFP_MIN_T
+#define BFP_MIN_T 8   /* from this many tokens on, the packed path (below) */
+#endif
 
 /* One R x NT tile over columns [k0, k1) (k1 - k0 a multiple of 32; the
  * weight load of the last 32 is masked to the row's real columns, so the
@@ -76,7 +82,7 @@ AI void tile(const dsq_qview *v, const dsq_bfact *a, int64_t n, const int R, int
              const int NT, const int TERMS, int64_t k0, int64_t k1, int first, int npf, float *y)
 {
     const int S = NT <= 2 ? TERMS : 1;
-    const int64_t cols = v->shape.cols, rows = v->shape.rows, kp = a->kpad;
+    const int64_t cols = v->shape.cols, rows = v->shape.rows, kp = a->ld ? a->ld : a->kpad;
     const size_t ws = v->layout.row_bytes;
     const uint16_t *w = (const uint16_t *)(const void *)(v->w + (size_t)n * ws);
     const uint16_t *xh = a->xh + t0 * kp, *xl = TERMS >= 2 ? a->xl + t0 * kp : NULL;
@@ -154,10 +160,216 @@ AI void gemm_terms(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n
     }
 }
 
+/* ---- packed path (T >= BFP_MIN_T) -----------------------------------------
+ *
+ * The dot-layout tile above leaves 16 lanes per (row, token) to be summed
+ * horizontally and feeds each multiply from two streams. With more tokens
+ * the weights are worth repacking: a block of 32 rows x BFP_KC columns is
+ * rewritten (per call, into a 32 KB buffer that stays in L1) so that one
+ * zmm holds one column pair of 16 rows, wp[half][pair][16] (u32 = two
+ * bf16). vdpbf16ps of that zmm with a broadcast activation pair (one token's
+ * two columns, an embedded {1to16} load) adds to 16 rows of that token at
+ * once: the accumulators are y's own layout, no horizontal sum. A 32-row x
+ * 12-token tile is 24 accumulators, fed per column pair by 2 weight loads
+ * (L1) and 12 (24, 36) broadcast loads for 24 (48, 72) dot products. The
+ * repack (a 16x16 u32 transpose per 32 columns of 16 rows, 64 shuffles) is
+ * paid once per weight for all T tokens. Chunks of BFP_KC columns add to y
+ * in column order, so the sum order depends on the shape only. */
+
+#define BFP_KC DSQ_BF16_PACK_KC   /* columns per packed chunk: 32 x 512 bf16 = 32 KB */
+#define BFP_PT 12    /* tokens per packed tile */
+
+typedef uint32_t u32a __attribute__((may_alias));
+
+/* In-place transpose of a 16 x 16 block of u32: r[i] lane j <- r[j] lane i. */
+AI void tr16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* r[4q + j] now holds, in each 128-bit lane L, rows 4q..4q+3 of column 4L + j */
+    for (int q = 0; q < 16; q += 8)
+        for (int j = 0; j < 4; j++) {
+            t[q + j] = _mm512_shuffle_i32x4(r[q + j], r[q + 4 + j], 0x88);
+            t[q + 4 + j] = _mm512_shuffle_i32x4(r[q + j], r[q + 4 + j], 0xdd);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
+        r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
+    }
+}
+
+/* Rows [n, n + nr) (nr <= 32), columns [k0, k1) (k0, k1 multiples of 32)
+ * into wp[h][(k - k0) / 2][16] (half h = rows n + 16h ..), zeros for rows
+ * >= nr and columns >= cols (the row padding is never read). */
+static void bfp_pack(const dsq_qview *v, int64_t n, int nr, int64_t k0, int64_t k1, u32a *wp)
+{
+    const int64_t cols = v->shape.cols;
+    const size_t ws = v->layout.row_bytes / 2;
+    const uint16_t *w = (const uint16_t *)(const void *)(v->w) + (size_t)n * ws;
+    for (int h = 0; h < 2; h++)
+        for (int64_t k = k0; k < k1; k += 32) {
+            const __mmask32 m = cols - k >= 32 ? (__mmask32)~0u : (__mmask32)((1u << (cols - k)) - 1);
+            __m512i r[16];
+            for (int i = 0; i < 16; i++) {
+                const int row = 16 * h + i;
+                r[i] = row < nr ? _mm512_maskz_loadu_epi16(m, w + (size_t)row * ws + k)
+                                : _mm512_setzero_si512();
+            }
+            tr16(r);
+            u32a *o = wp + ((size_t)h * (BFP_KC / 2) + (size_t)(k - k0) / 2) * 16;
+            for (int i = 0; i < 16; i++) _mm512_store_si512((void *)(o + 16 * i), r[i]);
+        }
+}
+
+/* The next block's weights, fetched into L2 while a tile computes: the
+ * pack reads 32 rows x 1 KB, too short a run per row for the hardware
+ * prefetcher, and would otherwise wait on memory at every block. */
+typedef struct bfp_pf {
+    const char *base;   /* row 0, first column of the next block; NULL: none */
+    size_t stride;      /* bytes per row */
+    int rows, lines;    /* rows, 64-byte lines per row */
+    int r, l;           /* next line to fetch */
+} bfp_pf;
+
+AI void bfp_prefetch(bfp_pf *f)
+{
+    if (f->r >= f->rows) return;
+    _mm_prefetch(f->base + (size_t)f->r * f->stride + 64 * (size_t)f->l, _MM_HINT_T1);
+    if (++f->l == f->lines) {
+        f->l = 0;
+        f->r++;
+    }
+}
+
+/* One 32-row x NT-token tile over np column pairs of the packed chunk;
+ * first: store into y, else add. m0 / m1: the rows of each half that exist.
+ * pf: the next block, one line fetched per column pair until it is all
+ * asked for (spread over the tiles: a burst would queue on memory). */
+AI void bfp_tile(const u32a *wp, int64_t np, const dsq_bfact *a, int64_t t0, const int NT,
+                 const int TERMS, int64_t k0, int first, float *y, int64_t rows, int64_t n,
+                 __mmask16 m0, __mmask16 m1, bfp_pf *pf)
+{
+    const int64_t ld = a->ld ? a->ld : a->kpad, kq = ld / 2;   /* u32 pairs per token */
+    const u32a *xh = (const u32a *)(const void *)(a->xh + t0 * ld + k0);
+    const u32a *xl = TERMS >= 2 ? (const u32a *)(const void *)(a->xl + t0 * ld + k0) : NULL;
+    const u32a *x2 = TERMS == 3 ? (const u32a *)(const void *)(a->xl2 + t0 * ld + k0) : NULL;
+    __m512 acc[2][BFP_PT];
+#pragma GCC unroll 12
+    for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < np; p++) {
+        const __m512bh w0 = (__m512bh)_mm512_load_si512((const void *)(wp + 16 * p));
+        const __m512bh w1 = (__m512bh)_mm512_load_si512((const void *)(wp + 16 * (BFP_KC / 2 + p)));
+        bfp_prefetch(pf);
+#pragma GCC unroll 12
+        for (int t = 0; t < NT; t++) {
+            __m512bh b = (__m512bh)_mm512_set1_epi32((int)xh[t * kq + p]);
+            acc[0][t] = _mm512_dpbf16_ps(acc[0][t], w0, b);
+            acc[1][t] = _mm512_dpbf16_ps(acc[1][t], w1, b);
+            if (TERMS >= 2) {
+                b = (__m512bh)_mm512_set1_epi32((int)xl[t * kq + p]);
+                acc[0][t] = _mm512_dpbf16_ps(acc[0][t], w0, b);
+                acc[1][t] = _mm512_dpbf16_ps(acc[1][t], w1, b);
+            }
+            if (TERMS == 3) {
+                b = (__m512bh)_mm512_set1_epi32((int)x2[t * kq + p]);
+                acc[0][t] = _mm512_dpbf16_ps(acc[0][t], w0, b);
+                acc[1][t] = _mm512_dpbf16_ps(acc[1][t], w1, b);
+            }
+        }
+    }
+#pragma GCC unroll 12
+    for (int t = 0; t < NT; t++) {
+        float *o = y + (t0 + t) * rows + n;
+        if (first) {
+            _mm512_mask_storeu_ps(o, m0, acc[0][t]);
+            _mm512_mask_storeu_ps(o + 16, m1, acc[1][t]);
+        } else {
+            _mm512_mask_storeu_ps(o, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), acc[0][t]));
+            _mm512_mask_storeu_ps(o + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o + 16), acc[1][t]));
+        }
+    }
+}
+
+/* Every token of a against one packed block (32 rows, np pairs from column k0). */
+AI void bfp_block(const u32a *wp, int64_t np, const dsq_bfact *a, const int TERMS, int64_t k0,
+                  int first, float *y, int64_t rows, int64_t n, __mmask16 m0, __mmask16 m1, bfp_pf *pf)
+{
+    int64_t t = 0;
+    for (; t + BFP_PT <= a->T; t += BFP_PT)
+        bfp_tile(wp, np, a, t, BFP_PT, TERMS, k0, first, y, rows, n, m0, m1, pf);
+    switch (a->T - t) {
+#define BFP_CASE(K) case K: bfp_tile(wp, np, a, t, K, TERMS, k0, first, y, rows, n, m0, m1, pf); break;
+    BFP_CASE(11) BFP_CASE(10) BFP_CASE(9) BFP_CASE(8) BFP_CASE(7) BFP_CASE(6)
+    BFP_CASE(5) BFP_CASE(4) BFP_CASE(3) BFP_CASE(2) BFP_CASE(1)
+#undef BFP_CASE
+    default: break;
+    }
+}
+
+AI void bfp_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, const int TERMS,
+                 float *y)
+{
+    _Alignas(64) u32a wp[BFP_KC * 16];   /* 2 halves x BFP_KC / 2 pairs x 16 rows */
+    const int64_t cols = v->shape.cols, rows = v->shape.rows, kend = (cols + 31) & ~(int64_t)31;
+    const size_t ws = v->layout.row_bytes;
+    for (int64_t k0 = 0; k0 < kend; k0 += BFP_KC) {
+        const int64_t k1 = k0 + BFP_KC < kend ? k0 + BFP_KC : kend;
+        const int64_t np = ((k1 < cols ? k1 : cols) - k0 + 1) / 2;   /* pairs past cols are 0 */
+        for (int64_t n = n0; n < n1; n += 32) {
+            const int nr = n1 - n < 32 ? (int)(n1 - n) : 32;
+            const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+            const __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+            bfp_pack(v, n, nr, k0, k1, wp);
+            /* next block: the next 32 rows of this chunk, else the first of the next chunk */
+            int64_t pn = n + 32, pk = k0;
+            if (pn >= n1) {
+                pn = n0;
+                pk = k1;
+            }
+            bfp_pf pf = { NULL, ws, 0, 0, 0, 0 };   /* rows = 0: nothing to fetch */
+            if (pk < kend) {
+                const int64_t pk1 = pk + BFP_KC < kend ? pk + BFP_KC : kend;
+                pf.base = (const char *)v->w + (size_t)pn * ws + (size_t)pk * 2;
+                pf.rows = n1 - pn < 32 ? (int)(n1 - pn) : 32;
+                pf.lines = (int)((pk1 - pk) / 32);
+            }
+            bfp_block(wp, np, a, TERMS, k0, k0 == 0, y, rows, n, m0, m1, &pf);
+        }
+    }
+}
+
+void dsq_avx512bf16_packed_block(const uint32_t *wp, int64_t np, const dsq_bfact *a, int64_t k0,
+                                 int first, float *y, int64_t rows, int64_t n, int nr)
+{
+    const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+    const __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+    bfp_pf pf = { NULL, 0, 0, 0, 0, 0 };
+    const u32a *w = (const u32a *)wp;
+    if (!a->xl) bfp_block(w, np, a, 1, k0, first, y, rows, n, m0, m1, &pf);
+    else if (a->xl2) bfp_block(w, np, a, 3, k0, first, y, rows, n, m0, m1, &pf);
+    else bfp_block(w, np, a, 2, k0, first, y, rows, n, m0, m1, &pf);
+}
+
 void dsq_avx512bf16_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y)
 {
-    if (!a->xl) gemm_terms(v, a, n0, n1, 1, y);
-    else if (a->xl2) gemm_terms(v, a, n0, n1, 3, y);
+    const int terms = !a->xl ? 1 : a->xl2 ? 3 : 2;
+    if (a->T >= BFP_MIN_T) {
+        if (terms == 1) bfp_gemm(v, a, n0, n1, 1, y);
+        else if (terms == 3) bfp_gemm(v, a, n0, n1, 3, y);
+        else bfp_gemm(v, a, n0, n1, 2, y);
+        return;
+    }
+    if (terms == 1) gemm_terms(v, a, n0, n1, 1, y);
+    else if (terms == 3) gemm_terms(v, a, n0, n1, 3, y);
     else gemm_terms(v, a, n0, n1, 2, y);
 }
 

@@ -64,7 +64,7 @@
  *     NOT pinned (prefill uses OpenBLAS sgemm or the blocked bf16 kernel);
  *     fast vs ref agree within the float dot error bound
  *     2*cols*2^-24*sum|w x| (tested).
- *   bf16 prefill (T > 4) on a CPU with a bf16 dot product (AVX-512 BF16,
+ *   bf16 gemm (prefill and decode) on a CPU with a bf16 dot product (AVX-512 BF16,
  *     kernel level "avx512bf16"): each activation is split into bf16 terms,
  *     xh = bf16(x), xl = bf16(x - xh), xl2 = bf16(x - xh - xl) (each
  *     difference exact in f32), and the kernel adds w*xh + w*xl (+ w*xl2),
@@ -73,14 +73,17 @@
  *     default) leave |x - xh - xl - xl2| <= 2^-24 |x|: the f32 dot bound
  *     holds as for the other levels, and the engine's parity with PyTorch
  *     is unchanged (tiny-dsv3 max |dlogit| 7.6e-6 with three terms, 3.9e-5
- *     with two). DSQ_BF16_TERMS=2 in the environment drops xl2: 2^-16 |x|
+ *     with two). The number of terms is the user's choice: dsq_qview.
+ *     bf16_terms, set by the engine from dsq_model_opts.bf16_terms
+ *     (--bf16-terms of ds-eval / ds-serve, -b of bench_engine); unset, the
+ *     environment's DSQ_BF16_TERMS, else 3. Two terms drop xl2: 2^-16 |x|
  *     per element (bound: float dot bound + 2^-16 sum|w x|) for 1.5x fewer
- *     dot products. DSQ_BF16_TERMS=1 is one term, what llama.cpp's and
- *     vLLM's bf16 gemms do: 2^-9 |x| per element (speed comparisons at
- *     equal numerics; never the default, never a KLD baseline).
- *     A bf16 x that overflows (|x| >= 2^128 (1 - 2^-9)) gives Inf. Decode
- *     (T <= 4) and the other levels widen the bf16 weights to f32 and use
- *     x as is.
+ *     dot products. One term is what llama.cpp's and vLLM's bf16 gemms do:
+ *     2^-9 |x| per element (bound: float dot bound + 2^-8 sum|w x|; on the
+ *     tiny-dsv3 sample KL 1e-5 against PyTorch, logits 0.7% off; about 2.5x
+ *     faster prefill; never the default, never a KLD baseline).
+ *     A bf16 x that overflows (|x| >= 2^128 (1 - 2^-9)) gives Inf. The other
+ *     levels widen the bf16 weights to f32 and use x as is (terms ignored).
  * Int accumulators cannot overflow: int schemes require cols <= 65536
  * (DSQ_QMAX_INT_COLS); 65536*255*127 < 2^31.
  *
@@ -280,6 +283,9 @@ typedef struct dsq_qview {
     const int32_t *rowsum;     /* [rows] (w8 schemes) or NULL */
     float          act_scale;  /* static activation params (w8a8) */
     int32_t        act_offset;
+    int            bf16_terms; /* bf16 weights on a native-bf16 level: activations
+                                  split in this many bf16 terms (1, 2, 3; "bf16
+                                  prefill" above); 0: DSQ_BF16_TERMS or 3 */
 } dsq_qview;
 
 /* One table row. All function pointers are non-NULL for implemented rows. */

@@ -145,25 +145,35 @@ double dsq_bf16_error_bound(const dsq_qview *v, int64_t row, int64_t col, float 
 
 /* ---- float gemm driver --------------------------------------------------- */
 
-/* bf16 prefill: split activations, up to three u16 planes of T x kpad */
-static size_t bf16_split_bytes(const dsq_qview *v, int64_t T)
+/* Columns of one split term: cols rounded up to DSQ_BF16_KALIGN, and to an
+ * odd multiple of it (dsq_bfact.ld): a 4 KB-multiple token stride would put
+ * every row of a kernel tile in the same two L1 sets. */
+static int64_t bf16_kpad(const dsq_qview *v)
 {
     int64_t kpad = (v->shape.cols + DSQ_BF16_KALIGN - 1) / DSQ_BF16_KALIGN * DSQ_BF16_KALIGN;
-    return (size_t)T * (size_t)kpad * 3 * sizeof(uint16_t);
+    return (kpad / DSQ_BF16_KALIGN) % 2 ? kpad : kpad + DSQ_BF16_KALIGN;
 }
 
-/* Terms of the activation split (scheme.h, "bf16 prefill"): 3 (default)
- * keeps f32 accuracy; DSQ_BF16_TERMS=2 in the environment trades 2^-16
- * relative error per activation for 1.5x fewer dot products, =1 rounds
- * activations to bf16 as llama.cpp's and vLLM's bf16 paths do (2^-9, 3x
- * fewer; for speed comparisons at equal numerics, not for KLD baselines). */
-static int bf16_terms(void)
+/* bf16 prefill: split activations, up to three terms of kpad per token */
+static size_t bf16_split_bytes(const dsq_qview *v, int64_t T)
 {
+    return (size_t)T * (size_t)bf16_kpad(v) * 3 * sizeof(uint16_t);
+}
+
+/* Terms of the activation split (scheme.h, "bf16 prefill"): the view's
+ * bf16_terms (the engine's --bf16-terms) when set, else DSQ_BF16_TERMS from
+ * the environment, else 3, which keeps f32 accuracy; 2 trades 2^-16
+ * relative error per activation for 1.5x fewer dot products, 1 rounds
+ * activations to bf16 as llama.cpp's and vLLM's bf16 paths do (2^-9, 3x
+ * fewer; for speed at llama.cpp's numerics, not for KLD baselines). */
+static int bf16_terms(const dsq_qview *v)
+{
+    if (v->bf16_terms >= 1 && v->bf16_terms <= 3) return v->bf16_terms;
     static _Atomic int cached;
     int t = cached;
     if (!t) {
         const char *e = getenv("DSQ_BF16_TERMS");
-        t = e && (e[0] == '1' || e[0] == '2') && e[1] == 0 ? e[0] - '0' : 3;
+        t = e && e[0] >= '1' && e[0] <= '3' && e[1] == 0 ? e[0] - '0' : 3;
         cached = t;
     }
     return t;
@@ -251,9 +261,9 @@ static void split_task(void *ctx, size_t item, int tid)
 {
     (void)tid;
     struct bf16_job *j = ctx;
-    const int64_t cols = j->v->shape.cols, kp = j->a.kpad;
+    const int64_t cols = j->v->shape.cols, kp = j->a.kpad, ld = j->a.ld;
     const float *x = j->a.x + (int64_t)item * cols;
-    uint16_t *h = j->xh + (int64_t)item * kp, *l = j->xl ? j->xl + (int64_t)item * kp : NULL;
+    uint16_t *h = j->xh + (int64_t)item * ld, *l = j->xl ? j->xl + (int64_t)item * ld : NULL;
     if (!l) {   /* one term: plain rounding */
         j->k->f32_to_bf16(x, cols, h);
         for (int64_t c = cols; c < kp; c++) h[c] = 0;
@@ -264,7 +274,7 @@ static void split_task(void *ctx, size_t item, int tid)
     else j->k->split_bf16(x, cols, h, l);
     for (int64_t c = cols; c < kp; c++) h[c] = l[c] = 0;
     if (!j->xl2) return;
-    uint16_t *l2 = j->xl2 + (int64_t)item * kp;
+    uint16_t *l2 = j->xl2 + (int64_t)item * ld;
     enum { CH = 512 };
     float r[CH];
     for (int64_t c0 = 0; c0 < cols; c0 += CH) {
@@ -294,12 +304,12 @@ static int bf16_gemm(const dsq_kernels *k, const dsq_qview *v, const float *x, i
                      dsq_pool *pool, void *scratch, size_t scratch_size)
 {
     const int64_t rows = v->shape.rows, cols = v->shape.cols;
-    struct bf16_job j = { k, v, { T, x, 0, NULL, NULL, NULL }, NULL, NULL, NULL, y };
+    struct bf16_job j = { k, v, { T, x, 0, NULL, NULL, NULL, 0 }, NULL, NULL, NULL, y };
     void *own = NULL;
     /* decode-sized calls without scratch (small sub-views) split on the
      * stack instead of calling malloc per call; declared here, not in the
      * block below, because the gemm tasks read it after that block */
-    _Alignas(64) uint16_t local[24576];   /* 48 KB: one token of up to 8192 columns */
+    _Alignas(64) uint16_t local[3 * 8224];   /* 48 KB: one token of up to 8192 columns */
     if (k->bf16_split) {
         size_t need = bf16_split_bytes(v, T);
         if (!scratch && need <= sizeof local) {
@@ -310,11 +320,13 @@ static int bf16_gemm(const dsq_kernels *k, const dsq_qview *v, const float *x, i
         } else if (scratch_size < need) {
             return DSQ_ERR_INVALID_ARG;
         }
-        j.a.kpad = (cols + DSQ_BF16_KALIGN - 1) / DSQ_BF16_KALIGN * DSQ_BF16_KALIGN;
+        /* a token's terms side by side: xh, xl, xl2 at kpad apart, ld per token */
+        j.a.kpad = bf16_kpad(v);
         j.xh = scratch;
-        const int terms = bf16_terms();
-        if (terms >= 2) j.xl = j.xh + (size_t)T * (size_t)j.a.kpad;
-        if (terms == 3) j.xl2 = j.xl + (size_t)T * (size_t)j.a.kpad;
+        const int terms = bf16_terms(v);
+        j.a.ld = terms * j.a.kpad;
+        if (terms >= 2) j.xl = j.xh + j.a.kpad;
+        if (terms == 3) j.xl2 = j.xl + j.a.kpad;
         j.a.xh = j.xh;
         j.a.xl = j.xl;
         j.a.xl2 = j.xl2;

@@ -89,6 +89,7 @@ typedef struct dsq_server_opts {
     int port;                   /* 0: any free port (dsq_server_port says which) */
     const char *api_key;        /* NULL: no authentication */
     int threads;                /* engine threads, 0: all cores */
+    int bf16_terms;             /* dsq_model_opts.bf16_terms (0: the default, 3) */
     int slots;                  /* sequences decoded together (KV-cache slots) */
     int queue;                  /* sequences waiting beyond the slots; more -> 503 */
     int64_t ctx;                /* context per slot, 0: the model's default */

@@ -896,7 +896,12 @@ static void test_hostile_blobs(void **state)
 /* bf16 prefill keeps f32 activations' precision: x = 1 + 2^-10 is not a
  * bf16 (it rounds to 1), so a kernel that rounded activations to one bf16
  * would be 2^-10 off on every term of an all-positive dot; the split keeps
- * it within the f32 accumulation error. Every level, every token count. */
+ * it within the f32 accumulation error. Every level, token counts on both
+ * sides of the packed path's threshold, and every bf16_terms of the view
+ * (0: the default, 3): two and three terms stay within 2^-16, one term (on
+ * levels with a native bf16 dot product; the others ignore it) is
+ * activations rounded to bf16: off by 2^-11..2^-8 relative, no more, and
+ * really that far off, so a view option that did not reach the kernel fails. */
 static void test_bf16_prefill_precision(void **state)
 {
     (void)state;
@@ -908,26 +913,32 @@ static void test_bf16_prefill_precision(void **state)
     uint8_t *blob = make_blob(sc, &sh, w, NULL, &nb, 0);
     dsq_qview v;
     assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, nb, NULL), 0);
-    enum { T = 9 };
-    float *x = malloc((size_t)(T * sh.cols) * sizeof *x), y[T * 37];
-    for (int64_t i = 0; i < T * sh.cols; i++) x[i] = 1.0f + 0x1p-10f + (float)(i % 3) * 0x1p-12f;
+    enum { TMAX = 26 };
+    float *x = malloc((size_t)(TMAX * sh.cols) * sizeof *x), y[TMAX * 37];
+    for (int64_t i = 0; i < TMAX * sh.cols; i++) x[i] = 1.0f + 0x1p-10f + (float)(i % 3) * 0x1p-12f;
     const dsq_kernels *lv[8];
     int nl = dsq_kernels_list(lv, 8);
-    for (int l = 0; l < nl; l++) {
-        assert_int_equal(dsq_qgemm_with(lv[l], &v, x, T, y, NULL, NULL, 0), 0);
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t n = 0; n < sh.rows; n++) {
-                double ref = 0.0;
-                for (int64_t k = 0; k < sh.cols; k++)
-                    ref += (double)w[n * sh.cols + k] * x[t * sh.cols + k];
-                double rel = fabs(y[t * sh.rows + n] - ref) / ref;
-                if (!(rel < 0x1p-16)) {
-                    fprintf(stderr, "%s bf16 prefill t=%lld n=%lld rel err %g\n", lv[l]->name,
-                            (long long)t, (long long)n, rel);
-                    fail();
-                }
+    static const int Ts[] = { 3, 9, 26 };
+    for (int l = 0; l < nl; l++)
+        for (int ti = 0; ti < 3; ti++)
+            for (int terms = 0; terms <= 3; terms++) {
+                const int64_t T = Ts[ti];
+                const int one = terms == 1 && lv[l]->bf16_split;
+                v.bf16_terms = terms;
+                assert_int_equal(dsq_qgemm_with(lv[l], &v, x, T, y, NULL, NULL, 0), 0);
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t n = 0; n < sh.rows; n++) {
+                        double ref = 0.0;
+                        for (int64_t k = 0; k < sh.cols; k++)
+                            ref += (double)w[n * sh.cols + k] * x[t * sh.cols + k];
+                        double rel = fabs(y[t * sh.rows + n] - ref) / ref;
+                        if (one ? !(rel >= 0x1p-11 && rel <= 0x1p-8) : !(rel < 0x1p-16)) {
+                            fprintf(stderr, "%s bf16 prefill terms=%d T=%lld t=%lld n=%lld rel err %g\n",
+                                    lv[l]->name, terms, (long long)T, (long long)t, (long long)n, rel);
+                            fail();
+                        }
+                    }
             }
-    }
     free(x);
     free(blob);
     free(w);
@@ -949,7 +960,7 @@ static void test_bf16_kernel_terms(void **state)
     assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, nb, NULL), 0);
     float *deq = malloc((size_t)(sh.rows * sh.cols) * sizeof *deq);
     sc->dequantize(&v, 0, sh.rows, deq);
-    enum { T = 11 };
+    enum { T = 29 };   /* calls below take 3 (dot-layout tile), 11 and 29 (packed: 12-token tiles + tails) */
     const int64_t kp = (sh.cols + DSQ_BF16_KALIGN - 1) / DSQ_BF16_KALIGN * DSQ_BF16_KALIGN;
     float *x = rand_x(T, sh.cols), *r = malloc((size_t)sh.cols * sizeof *r), y[T * 13];
     uint16_t *pl[3];
@@ -964,13 +975,14 @@ static void test_bf16_kernel_terms(void **state)
     int nl = dsq_kernels_list(lv, 8);
     for (int l = 0; l < nl; l++) {
         if (!lv[l]->gemm_bf16) continue;
-        for (int terms = 1; terms <= 3; terms++) {
-            dsq_bfact a = { T, x, kp, pl[0], terms >= 2 ? pl[1] : NULL, terms == 3 ? pl[2] : NULL };
+        for (int terms = 1; terms <= 3; terms++)
+        for (int nt = 3; nt <= T; nt = nt == 3 ? 11 : nt == 11 ? T : T + 1) {
+            dsq_bfact a = { nt, x, kp, pl[0], terms >= 2 ? pl[1] : NULL, terms == 3 ? pl[2] : NULL, 0 };
             memset(y, 0xff, sizeof y);
             lv[l]->gemm_bf16(&v, &a, 0, 5, y);     /* two calls: row ranges as the pool gives */
             lv[l]->gemm_bf16(&v, &a, 5, sh.rows, y);
             double rel = lv[l]->bf16_split ? (terms == 1 ? 0x1p-8 : terms == 2 ? 0x1p-16 : 0x1p-23) : 0.0;
-            for (int64_t t = 0; t < T; t++)
+            for (int64_t t = 0; t < nt; t++)
                 for (int64_t n = 0; n < sh.rows; n++) {
                     double ex = 0, ab = 0;
                     for (int64_t k = 0; k < sh.cols; k++) {
@@ -992,15 +1004,15 @@ static void test_bf16_kernel_terms(void **state)
      * three terms give the exact dot, two lose 2^-18 of it, one 2^-10 */
     {
         dsq_qshape s2 = { 4, 64, 0 };
-        float w1[4 * 64], x1[5 * 64], y1[5 * 4];
+        float w1[4 * 64], x1[13 * 64], y1[13 * 4];   /* 5 tokens: dot-layout tile; 13: packed */
         for (int i = 0; i < 4 * 64; i++) w1[i] = 1.0f;
-        for (int i = 0; i < 5 * 64; i++) x1[i] = 1.0f + 0x1p-10f + 0x1p-18f;
+        for (int i = 0; i < 13 * 64; i++) x1[i] = 1.0f + 0x1p-10f + 0x1p-18f;
         size_t nb2;
         uint8_t *b2 = make_blob(sc, &s2, w1, NULL, &nb2, 0);
         dsq_qview v2;
         assert_int_equal(dsq_qview_init(&v2, sc, &s2, b2, nb2, NULL), 0);
-        uint16_t q[3][5 * 64];
-        for (int i = 0; i < 5 * 64; i++) {
+        uint16_t q[3][13 * 64];
+        for (int i = 0; i < 13 * 64; i++) {
             q[0][i] = 0x3f80;   /* 1 */
             q[1][i] = 0x3a80;   /* 2^-10 */
             q[2][i] = 0x3680;   /* 2^-18 */
@@ -1012,10 +1024,11 @@ static void test_bf16_kernel_terms(void **state)
         const double exact = 64.0 * (1.0 + 0x1p-10 + 0x1p-18);
         for (int l = 0; l < nl; l++) {
             if (!lv[l]->gemm_bf16 || !lv[l]->bf16_split) continue;
-            for (int terms = 1; terms <= 3; terms++) {
-                dsq_bfact a = { 5, x1, 64, q[0], terms >= 2 ? q[1] : NULL, terms == 3 ? q[2] : NULL };
+            for (int terms = 1; terms <= 3; terms++)
+            for (int nt = 5; nt <= 13; nt += 8) {
+                dsq_bfact a = { nt, x1, 64, q[0], terms >= 2 ? q[1] : NULL, terms == 3 ? q[2] : NULL, 0 };
                 lv[l]->gemm_bf16(&v2, &a, 0, 4, y1);
-                for (int i = 0; i < 5 * 4; i++) {
+                for (int i = 0; i < nt * 4; i++) {
                     if (terms == 3) assert_true(y1[i] == (float)exact);
                     else if (terms == 2) assert_true(fabs(y1[i] - exact) >= 0.5 * 64.0 * 0x1p-18);
                     else assert_true(fabs(y1[i] - exact) >= 0.5 * 64.0 * 0x1p-10);
@@ -1024,6 +1037,40 @@ static void test_bf16_kernel_terms(void **state)
         }
         free(b2);
     }
+#if defined(__x86_64__)
+    /* the packed block entry point (for formats that dequantize to bf16):
+     * columns [512, 1024) of the 13 rows, packed here by hand, one term */
+    for (int l = 0; l < nl; l++) {
+        if (strcmp(lv[l]->name, "avx512bf16") != 0) continue;
+        uint32_t *wp = dsq_aligned_alloc(2 * DSQ_BF16_PACK_KC / 2 * 16 * sizeof *wp);
+        assert_non_null(wp);
+        memset(wp, 0, 2 * DSQ_BF16_PACK_KC / 2 * 16 * sizeof *wp);
+        const int64_t k0 = 512, np = 256;
+        for (int64_t n = 0; n < sh.rows; n++) {
+            const uint16_t *row = (const uint16_t *)(const void *)(v.w + (size_t)n * v.layout.row_bytes);
+            for (int64_t p = 0; p < np; p++)
+                wp[((n / 16) * (DSQ_BF16_PACK_KC / 2) + p) * 16 + n % 16] =
+                    row[k0 + 2 * p] | (uint32_t)row[k0 + 2 * p + 1] << 16;
+        }
+        dsq_bfact a = { T, x, kp, pl[0], NULL, NULL, 0 };
+        dsq_avx512bf16_packed_block(wp, np, &a, k0, 1, y, sh.rows, 0, (int)sh.rows);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t n = 0; n < sh.rows; n++) {
+                double ex = 0, ab = 0;
+                for (int64_t k = k0; k < k0 + 2 * np; k++) {
+                    double p = (double)deq[n * sh.cols + k] * x[t * sh.cols + k];
+                    ex += p;
+                    ab += fabs(p);
+                }
+                if (!(fabs(y[t * sh.rows + n] - ex) <= (2.0 * 512 * 0x1p-24 + 0x1p-8) * ab + 1e-30)) {
+                    fprintf(stderr, "packed block t=%lld n=%lld: %g vs %g\n", (long long)t, (long long)n,
+                            y[t * sh.rows + n], ex);
+                    fail();
+                }
+            }
+        free(wp);
+    }
+#endif
     for (int i = 0; i < 3; i++) free(pl[i]);
     free(r);
     free(x);
