@@ -27,12 +27,11 @@
  * partial of the first chunk, then y += next): the order depends on the
  * shape only, never on the thread count.
  *
- * Speed (bench/bench_quant, 2048 x 7168, one core, machine shared): one
- * term beats the f32 FMA path (dequantized tiles + sgemm, gemv_f) by about
- * 1.2x in prefill and decode; two and three terms do not (an f32 FMA is 16
- * multiply-adds, a vdpbf16ps 32 per term, and vpermw costs about as much as
- * a dot product here), so the driver uses this kernel for one term only
- * (scheme_awq.c).
+ * Speed: with one term it beats the f32 FMA path (gemv_f, dequantized
+ * tiles + sgemm) at every T; with two or three only for few tokens (batch
+ * decode, small expert gemms), where sgemm is inefficient: an f32 FMA does
+ * 16 multiply-adds, a vdpbf16ps 32 per term, and vpermw costs about as much
+ * as a dot product here. scheme_awq.c (awq_use_kernel) picks.
  */
 #if defined(__x86_64__) || defined(__i386__)
 

@@ -167,19 +167,31 @@ void dsq_awq_dequantize(const dsq_qview *v, int64_t row0, int64_t nrows, float *
 }
 
 /* ---- gemm ------------------------------------------------------------------
- * The float driver (scheme_float.c: gemv_f for decode, dequantized tiles and
- * sgemm for prefill) serves by default. On a level with gemm_awq (AVX-512
- * BF16) and one-term activations (DSQ_BF16_TERMS=1, bf16-rounded x as
- * llama.cpp's and vLLM's bf16 gemms) the bf16 kernel runs instead, for every
- * T: AWQ_DEC_ROWS-row blocks over the pool for decode, DSQ_AWQ_RB-row blocks
- * (each with its thread's unpack buffer) for prefill. With two or three
- * terms it is not faster than the f32 FMA path on the machine measured
- * (each term is one more vdpbf16ps per 32 weights, and an f32 FMA does half
- * the work of one vdpbf16ps; bench/bench_quant, README), so those keep the
- * float driver and its numerics. Results never depend on the pool size. */
+ * Two drivers: the float one (scheme_float.c: gemv_f for decode, dequantized
+ * tiles and sgemm for prefill; f32 FMAs, x as is) and, on a level with
+ * gemm_awq (AVX-512 BF16), the bf16 kernel over x split in bf16 terms as for
+ * bf16 prefill (DSQ_BF16_TERMS, scheme.h): AWQ_DEC_ROWS-row blocks over the
+ * pool for decode, DSQ_AWQ_RB-row blocks (each with its thread's unpack
+ * buffer) for more tokens. Each term is one more vdpbf16ps per 32 weights,
+ * and an f32 FMA does half the work of one vdpbf16ps, so which is faster
+ * depends on the terms and on T (sgemm is slow on few tokens, fast on
+ * many). awq_use_kernel picks by the measurements in its comment. Results
+ * never depend on the pool size. */
 
-#define AWQ_DEC_ROWS     32
-#define AWQ_KERNEL_TERMS 1   /* split terms at which gemm_awq replaces the float driver */
+#define AWQ_DEC_ROWS 32
+
+/* The bf16 kernel where it was faster (bench_quant-style calls, 2048 x 7168,
+ * one core, 2026-11-25, machine shared; ns per weight per token, float
+ * driver / kernel): one term: T=1 0.029 / 0.023, T=128 0.014 / 0.011, every
+ * T. Two terms: T=1 0.029 / 0.028 (float kept), T=8 0.081 / 0.024, T=32
+ * 0.029 / 0.022, T=64 0.018 / 0.023. Three terms: T=8 0.081 / 0.030, T=16
+ * 0.034 / 0.026, T=32 0.029 / 0.033. */
+static int awq_use_kernel(int terms, int64_t T)
+{
+    if (terms == 1) return 1;
+    if (T <= DSQ_AWQ_DECODE_T) return 0;
+    return T <= (terms == 2 ? 48 : 24);
+}
 
 /* Terms of the activation split: the same choice as bf16 prefill (3 by
  * default, DSQ_BF16_TERMS=1|2 in the environment; scheme.h). */
@@ -224,7 +236,7 @@ static size_t awq_need(const dsq_qview *v, int64_t T, int nthreads)
 size_t dsq_awq_gemm_scratch(const dsq_qview *v, int64_t T, int nthreads)
 {
     if (!v || T < 1) return 0;
-    if (!awq_fast(dsq_kernels_get(), v) || awq_terms() != AWQ_KERNEL_TERMS)
+    if (!awq_fast(dsq_kernels_get(), v) || !awq_use_kernel(awq_terms(), T))
         return dsq_float_gemm_scratch(v, T, nthreads);
     return awq_need(v, T, nthreads);
 }
@@ -327,8 +339,9 @@ int dsq_awq_gemm_terms(const dsq_kernels *k, const dsq_qview *v, const float *x,
 int dsq_awq_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
                       float *y, dsq_pool *pool, void *scratch, size_t scratch_size)
 {
-    if (awq_fast(k, v) && awq_terms() == AWQ_KERNEL_TERMS)
-        return dsq_awq_gemm_terms(k, v, x, T, y, pool, scratch, scratch_size, AWQ_KERNEL_TERMS);
+    const int terms = awq_terms();
+    if (awq_fast(k, v) && awq_use_kernel(terms, T))
+        return dsq_awq_gemm_terms(k, v, x, T, y, pool, scratch, scratch_size, terms);
     return dsq_float_gemm_with(k, v, x, T, y, pool, scratch, scratch_size);
 }
 

@@ -473,7 +473,8 @@ static void check_gemm(const dsq_scheme *sc, const shp *s)
                 } else {
                     for (size_t i = 0; i < ny; i++) {
                         /* + the activation split of bf16 prefill (scheme.h) */
-                        double split = lv[l]->bf16_split && sc->id == DSQ_SCHEME_BF16
+                        double split = lv[l]->bf16_split && (sc->id == DSQ_SCHEME_BF16 ||
+                                                             sc->id == DSQ_SCHEME_AWQ_W4A16)
                                            ? 0x1p-16 : 0.0;
                         double tol = (2.0 * sh.cols * 0x1p-24 + split) * ya[i] + 1e-30;
                         if (!(fabs((double)y1[i] - y0[i]) <= tol)) {
