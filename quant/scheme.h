@@ -82,7 +82,7 @@
  *     (T <= 4) and the other levels widen the bf16 weights to f32 and use
  *     x as is.
  *   awq-w4a16 on the "avx512bf16" level, where scheme_awq.c picks the bf16
- *     kernel (one term: every T; two terms: 4 < T <= 48; three: 4 < T <= 24;
+ *     kernel (one term: every T; two terms: T > 4; three: 4 < T <= 24;
  *     elsewhere the f32 path above): y = sum_g s_g * sum_{k in g} (q_k - z_g)
  *     * (xh + xl + xl2)_k with x split as for bf16 prefill: (q - z) is an
  *     integer in -15..15, exact in bf16, each product exact, the group sums

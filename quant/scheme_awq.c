@@ -180,17 +180,21 @@ void dsq_awq_dequantize(const dsq_qview *v, int64_t row0, int64_t nrows, float *
 
 #define AWQ_DEC_ROWS 32
 
-/* The bf16 kernel where it was faster (bench_quant-style calls, 2048 x 7168,
- * one core, 2026-11-25, machine shared; ns per weight per token, float
- * driver / kernel): one term: T=1 0.029 / 0.023, T=128 0.014 / 0.011, every
- * T. Two terms: T=1 0.029 / 0.028 (float kept), T=8 0.081 / 0.024, T=32
- * 0.029 / 0.022, T=64 0.018 / 0.023. Three terms: T=8 0.081 / 0.030, T=16
- * 0.034 / 0.026, T=32 0.029 / 0.033. */
+/* The bf16 kernel where it was faster (2026-11-25, one core, machine
+ * shared). bench_quant-style calls on 2048 x 7168, ns per weight per token,
+ * float driver / kernel: one term T=1 0.029 / 0.023, T=128 0.014 / 0.011;
+ * two terms T=1 0.029 / 0.028, T=8 0.081 / 0.024, T=32 0.029 / 0.022, T=64
+ * 0.018 / 0.023; three terms T=8 0.081 / 0.030, T=16 0.034 / 0.026, T=32
+ * 0.029 / 0.033. bench_engine -t 1 -p 128 on the e16 layer (experts see
+ * fewer tokens each, where sgemm is weak), prefill tok/s float / kernel for
+ * every T > 4: two terms 56 / 80, three 56-62 / 55. So: one term always;
+ * two for every T > 4; three for 4 < T <= 24 (batch decode, small expert
+ * gemms). */
 static int awq_use_kernel(int terms, int64_t T)
 {
     if (terms == 1) return 1;
     if (T <= DSQ_AWQ_DECODE_T) return 0;
-    return T <= (terms == 2 ? 48 : 24);
+    return terms == 2 || T <= 24;
 }
 
 /* Terms of the activation split: the same choice as bf16 prefill (3 by
