@@ -51,6 +51,25 @@ typedef struct dsq_bfact {
 
 #define DSQ_BF16_KALIGN 32   /* xh / xl rows are padded to this many columns */
 
+/* gemm_awq: tokens up to DSQ_AWQ_DECODE_T stream the packed weights through
+ * registers; more tokens unpack DSQ_AWQ_RB rows x DSQ_AWQ_BK columns at a
+ * time into work (bf16, L2 sized) and reuse them for every token. */
+#define DSQ_AWQ_DECODE_T   4
+#define DSQ_AWQ_RB         64
+#define DSQ_AWQ_BK         2048
+#define DSQ_AWQ_WORK_BYTES ((size_t)DSQ_AWQ_RB * DSQ_AWQ_BK * 2)
+
+/* gemm_awq's activation order: position p of a 128-column block holds column
+ * dsq_awq_perm(p) of that block. One 16-bit lane of a packed block holds the
+ * nibbles of columns 2w, 2w + 64, 2w + 1, 2w + 65 (int4 layout, scheme.h), so
+ * shifting the 32 lanes by 0, 4, 8, 12 gives the weights of positions
+ * 0..31, 32..63, 64..95, 96..127 with no shuffle of the weights. */
+static inline int dsq_awq_perm(int p)
+{
+    int j = p >> 5, w = p & 31;
+    return 2 * w + (j >> 1) + 64 * (j & 1);
+}
+
 typedef struct dsq_kernels {
     const char *name;        /* "ref", "avx2", "avx512", "avx512bf16", "neon" */
     /* 1: gemm_bf16 reads the split activations a->xh / a->xl (native bf16
@@ -89,6 +108,15 @@ typedef struct dsq_kernels {
      * tokens. Within split error (scheme.h) plus the float dot bound of the
      * reference; order not pinned. NULL in the ref level (gemv_f serves). */
     void (*gemm_bf16)(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y);
+    /* awq-w4a16 weights on a native bf16 dot product, every T: y[t*rows + n]
+     * for rows [n0, n1) against split activations a (as gemm_bf16, but each
+     * 128-column block in the order of dsq_awq_perm, kpad a multiple of 128,
+     * zero past cols). Groups: a multiple of 128 columns or one per row.
+     * work: DSQ_AWQ_WORK_BYTES, 64-byte aligned, when T > DSQ_AWQ_DECODE_T.
+     * Within split error plus the float dot bound (scheme.h); order not
+     * pinned. NULL where the level has none (gemv_f / dequant_tile serve). */
+    void (*gemm_awq)(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y,
+                     void *work);
 
     /* Float schemes (f32, bf16, awq): y[t*rows+n] = dot(deq(W[n,:]), x[t,:])
      * for rows [n0, n1), small T (decode). Order not pinned. */
@@ -117,6 +145,8 @@ void dsq_avx512bf16_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int
 #define DSQ_BF16_PACK_KC 512
 void dsq_avx512bf16_packed_block(const uint32_t *wp, int64_t np, const dsq_bfact *a, int64_t k0,
                                  int first, float *y, int64_t rows, int64_t n, int nr);
+void dsq_avx512awq_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y,
+                        void *work);
 #endif
 #if defined(__aarch64__)
 extern const dsq_kernels dsq_kernels_neon_impl;
@@ -200,6 +230,10 @@ int dsq_float_gemm(const dsq_qview *v, const float *x, int64_t T, float *y, dsq_
                    void *scratch, size_t scratch_size);
 int dsq_float_gemm_ref(const dsq_qview *v, const float *x, int64_t T, float *y);
 size_t dsq_float_gemm_scratch(const dsq_qview *v, int64_t T, int nthreads);
+/* Terms of the bf16 activation split for v (scheme.h, "bf16 prefill"):
+ * v->bf16_terms when 1..3, else DSQ_BF16_TERMS from the environment, else 3.
+ * bf16 prefill and awq-w4a16's bf16 kernel both follow it. */
+int dsq_bf16_terms(const dsq_qview *v);
 /* Same drivers with an explicit kernel level (tests, bench). */
 int dsq_qgemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
                    float *y, dsq_pool *pool, void *scratch, size_t scratch_size);
@@ -244,6 +278,15 @@ int  dsq_awq_blob_size(const dsq_qshape *s, size_t *out);
 int  dsq_awq_quantize(const float *, int64_t, int64_t, const dsq_qshape *, const dsq_qparams *,
                       uint8_t *, dsq_diag *);
 void dsq_awq_dequantize(const dsq_qview *, int64_t, int64_t, float *);
+int  dsq_awq_gemm(const dsq_qview *, const float *, int64_t, float *, dsq_pool *, void *, size_t);
+size_t dsq_awq_gemm_scratch(const dsq_qview *, int64_t, int);
+int  dsq_awq_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
+                       float *y, dsq_pool *pool, void *scratch, size_t scratch_size);
+/* The level's gemm_awq with an explicit number of split terms (1..3), for
+ * tests and benchmarks; DSQ_ERR_UNSUPPORTED where the level or the group
+ * size has no gemm_awq. */
+int  dsq_awq_gemm_terms(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
+                        float *y, dsq_pool *pool, void *scratch, size_t scratch_size, int terms);
 
 /* Grid error bound shared by the int rows (see dsq_scheme.error_bound). */
 double dsq_grid_error_bound(const dsq_qview *, int64_t, int64_t, float);

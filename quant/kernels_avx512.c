@@ -783,18 +783,21 @@ static void z_gemm_bf16(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int6
     for (int64_t n = n0; n < n1; n += 8) z_gemv_f(v, a->x, a->T, n, n + 8 < n1 ? n + 8 : n1, y);
 }
 
-#define Z_LEVEL(NAME, SPLIT, GEMM_BF16)                                             \
+#define Z_LEVEL(NAME, SPLIT, GEMM_BF16, GEMM_AWQ)                                   \
     {                                                                               \
         .name = NAME, .bf16_split = SPLIT, .absmax_bits = z_absmax_bits,            \
         .minmax = z_minmax, .quant_i8 = z_quant_i8, .sum_i8 = z_sum_i8,             \
         .f32_to_bf16 = z_f32_to_bf16, .split_bf16 = z_split_bf16,                   \
-        .gemm_bf16 = GEMM_BF16, .gemm_w8 = z_gemm_w8, .gemm_w4 = z_gemm_w4,         \
+        .gemm_bf16 = GEMM_BF16, .gemm_awq = GEMM_AWQ, .gemm_w8 = z_gemm_w8,         \
+        .gemm_w4 = z_gemm_w4,                                                       \
         .gemv_f = z_gemv_f, .dequant_tile = z_dequant_tile,                         \
     }
 
-const dsq_kernels dsq_kernels_avx512_impl = Z_LEVEL("avx512", 0, z_gemm_bf16);
-/* the same level with the vdpbf16ps prefill (kernels_avx512bf16.c) */
-const dsq_kernels dsq_kernels_avx512bf16_impl = Z_LEVEL("avx512bf16", 1, dsq_avx512bf16_gemm);
+const dsq_kernels dsq_kernels_avx512_impl = Z_LEVEL("avx512", 0, z_gemm_bf16, NULL);
+/* the same level with the vdpbf16ps bf16 prefill (kernels_avx512bf16.c) and
+ * awq gemm (kernels_avx512awq.c) */
+const dsq_kernels dsq_kernels_avx512bf16_impl =
+    Z_LEVEL("avx512bf16", 1, dsq_avx512bf16_gemm, dsq_avx512awq_gemm);
 #undef Z_LEVEL
 
 #if defined(__clang__)

@@ -72,8 +72,8 @@ static const dsq_scheme g_schemes[DSQ_SCHEME_ID_COUNT] = {
         .default_group_size = 128, .symmetric = 0, .qmin = 0, .qmax = 15,
         .has_scales = 1, .has_zeros = 1,
         .blob_size = dsq_awq_blob_size, .quantize = dsq_awq_quantize,
-        .dequantize = dsq_awq_dequantize, .gemm = dsq_float_gemm,
-        .gemm_ref = dsq_float_gemm_ref, .gemm_scratch = dsq_float_gemm_scratch,
+        .dequantize = dsq_awq_dequantize, .gemm = dsq_awq_gemm,
+        .gemm_ref = dsq_float_gemm_ref, .gemm_scratch = dsq_awq_gemm_scratch,
         .error_bound = dsq_grid_error_bound,
     },
     /* [DSQ_SCHEME_F16] reserved: all zero */
@@ -473,6 +473,8 @@ int dsq_qgemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int
         return dsq_w8_gemm_with(k, v, x, T, y, pool, scratch, scratch_size);
     case DSQ_SCHEME_W4A8:
         return dsq_w4a8_gemm_with(k, v, x, T, y, pool, scratch, scratch_size);
+    case DSQ_SCHEME_AWQ_W4A16:
+        return dsq_awq_gemm_with(k, v, x, T, y, pool, scratch, scratch_size);
     default:
         return dsq_float_gemm_with(k, v, x, T, y, pool, scratch, scratch_size);
     }

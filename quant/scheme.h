@@ -84,6 +84,14 @@
  *     faster prefill; never the default, never a KLD baseline).
  *     A bf16 x that overflows (|x| >= 2^128 (1 - 2^-9)) gives Inf. The other
  *     levels widen the bf16 weights to f32 and use x as is (terms ignored).
+ *   awq-w4a16 on the "avx512bf16" level, where scheme_awq.c picks the bf16
+ *     kernel (one term: every T; two terms: T > 4; three: 4 < T <= 24;
+ *     elsewhere the f32 path above): y = sum_g s_g * sum_{k in g} (q_k - z_g)
+ *     * (xh + xl + xl2)_k with x split as for bf16 prefill (the same terms choice): (q - z) is an
+ *     integer in -15..15, exact in bf16, each product exact, the group sums
+ *     added in f32 (vdpbf16ps, subnormals flushed), one f32 FMA by s_g per
+ *     group. Error: the float dot bound plus the split's (none more for
+ *     three terms, 2^-16 sum|w x| for two, 2^-9 sum|w x| for one; tested).
  * Int accumulators cannot overflow: int schemes require cols <= 65536
  * (DSQ_QMAX_INT_COLS); 65536*255*127 < 2^31.
  *

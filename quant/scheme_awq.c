@@ -165,3 +165,178 @@ void dsq_awq_dequantize(const dsq_qview *v, int64_t row0, int64_t nrows, float *
         }
     }
 }
+
+/* ---- gemm ------------------------------------------------------------------
+ * Two drivers: the float one (scheme_float.c: gemv_f for decode, dequantized
+ * tiles and sgemm for prefill; f32 FMAs, x as is) and, on a level with
+ * gemm_awq (AVX-512 BF16), the bf16 kernel over x split in bf16 terms as for
+ * bf16 prefill (DSQ_BF16_TERMS, scheme.h): AWQ_DEC_ROWS-row blocks over the
+ * pool for decode, DSQ_AWQ_RB-row blocks (each with its thread's unpack
+ * buffer) for more tokens. Each term is one more vdpbf16ps per 32 weights,
+ * and an f32 FMA does half the work of one vdpbf16ps, so which is faster
+ * depends on the terms and on T (sgemm is slow on few tokens, fast on
+ * many). awq_use_kernel picks by the measurements in its comment. Results
+ * never depend on the pool size. */
+
+#define AWQ_DEC_ROWS 32
+
+/* The bf16 kernel where it was faster (2026-11-25, one core, machine
+ * shared). bench_quant-style calls on 2048 x 7168, ns per weight per token,
+ * float driver / kernel: one term T=1 0.029 / 0.023, T=128 0.014 / 0.011;
+ * two terms T=1 0.029 / 0.028, T=8 0.081 / 0.024, T=32 0.029 / 0.022, T=64
+ * 0.018 / 0.023; three terms T=8 0.081 / 0.030, T=16 0.034 / 0.026, T=32
+ * 0.029 / 0.033. bench_engine -t 1 -p 128 on the e16 layer (experts see
+ * fewer tokens each, where sgemm is weak), prefill tok/s float / kernel for
+ * every T > 4: two terms 56 / 80, three 56-62 / 55. So: one term always;
+ * two for every T > 4; three for 4 < T <= 24 (batch decode, small expert
+ * gemms). */
+static int awq_use_kernel(int terms, int64_t T)
+{
+    if (terms == 1) return 1;
+    if (T <= DSQ_AWQ_DECODE_T) return 0;
+    return terms == 2 || T <= 24;
+}
+
+static int64_t awq_kpad(int64_t cols)
+{
+    return (cols + 127) / 128 * 128;
+}
+
+/* The kernel unpacks whole 128-column blocks and changes group only between
+ * them: groups of a multiple of 128 columns, or one group per row. */
+static int awq_fast(const dsq_kernels *k, const dsq_qview *v)
+{
+    return k && k->gemm_awq && k->bf16_split && v && v->scheme &&
+           (v->layout.ngroups == 1 || v->layout.gsize % 128 == 0);
+}
+
+static size_t awq_split_bytes(const dsq_qview *v, int64_t T)
+{
+    return (size_t)T * (size_t)awq_kpad(v->shape.cols) * 3 * sizeof(uint16_t);
+}
+
+/* Scratch of the split, then (prefill) one work buffer per thread. */
+static size_t awq_need(const dsq_qview *v, int64_t T, int nthreads)
+{
+    size_t n = dsq_align_up(awq_split_bytes(v, T), 64);
+    if (T > DSQ_AWQ_DECODE_T) n += (size_t)(nthreads < 1 ? 1 : nthreads) * DSQ_AWQ_WORK_BYTES;
+    return n;
+}
+
+size_t dsq_awq_gemm_scratch(const dsq_qview *v, int64_t T, int nthreads)
+{
+    if (!v || T < 1) return 0;
+    if (!awq_fast(dsq_kernels_get(), v) || !awq_use_kernel(dsq_bf16_terms(v), T))
+        return dsq_float_gemm_scratch(v, T, nthreads);
+    return awq_need(v, T, nthreads);
+}
+
+struct awq_job {
+    const dsq_kernels *k;
+    const dsq_qview *v;
+    dsq_bfact a;
+    uint16_t *xh, *xl, *xl2;
+    uint8_t *work;   /* DSQ_AWQ_WORK_BYTES per thread (prefill) */
+    int64_t rb;      /* rows per task */
+    float *y;
+};
+
+/* One token's split into the job's terms (scheme.h), in the kernel's order
+ * (dsq_awq_perm) and zero padded to kpad, a chunk of blocks at a time: one
+ * term rounds; two are (hi, lo) of x; three take hi, then (lo, lo2) of the
+ * residual x - hi (exact in f32; 0 where hi is not finite). */
+static void awq_split_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    struct awq_job *j = ctx;
+    const int64_t cols = j->v->shape.cols, kp = j->a.kpad;
+    const float *x = j->a.x + (int64_t)item * cols;
+    uint16_t *h = j->xh + (int64_t)item * kp;
+    uint16_t *l = j->xl ? j->xl + (int64_t)item * kp : NULL;
+    uint16_t *l2 = j->xl2 ? j->xl2 + (int64_t)item * kp : NULL;
+    enum { CH = 512 };
+    float xp[CH], r[CH];
+    for (int64_t c0 = 0; c0 < kp; c0 += CH) {
+        const int64_t n = kp - c0 < CH ? kp - c0 : CH;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t c = c0 + (i & ~(int64_t)127) + dsq_awq_perm((int)(i & 127));
+            xp[i] = c < cols ? x[c] : 0.0f;
+        }
+        if (!l) {
+            j->k->f32_to_bf16(xp, n, h + c0);
+        } else if (!l2) {
+            j->k->split_bf16(xp, n, h + c0, l + c0);
+        } else {
+            j->k->f32_to_bf16(xp, n, h + c0);
+            for (int64_t i = 0; i < n; i++) {
+                float hf = dsq_bf16_to_f32(h[c0 + i]);
+                r[i] = isfinite(hf) ? xp[i] - hf : 0.0f;
+            }
+            j->k->split_bf16(r, n, l + c0, l2 + c0);
+        }
+    }
+}
+
+static void awq_gemm_task(void *ctx, size_t item, int tid)
+{
+    struct awq_job *j = ctx;
+    int64_t n0 = (int64_t)item * j->rb, n1 = n0 + j->rb;
+    if (n1 > j->v->shape.rows) n1 = j->v->shape.rows;
+    j->k->gemm_awq(j->v, &j->a, n0, n1, j->y,
+                   j->work ? j->work + (size_t)tid * DSQ_AWQ_WORK_BYTES : NULL);
+}
+
+int dsq_awq_gemm_terms(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
+                       float *y, dsq_pool *pool, void *scratch, size_t scratch_size, int terms)
+{
+    if (!awq_fast(k, v) || terms < 1 || terms > 3) return DSQ_ERR_UNSUPPORTED;
+    if (T < 0 || (T > 0 && (!x || !y))) return DSQ_ERR_INVALID_ARG;
+    if (T == 0) return DSQ_OK;
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    dsq_pool *gp = dsq_gemm_pool(pool, rows, cols, T);
+    const int nthreads = gp ? dsq_pool_size(gp) : 1;
+    const size_t need = awq_need(v, T, nthreads);
+    /* decode of sub-views without scratch (mla.c) splits on the stack */
+    _Alignas(64) uint16_t local[24576];   /* 48 KB: three terms of 8192 columns */
+    void *own = NULL;
+    if (!scratch || scratch_size < need) {
+        if (need <= sizeof local) {
+            scratch = local;
+        } else {
+            scratch = own = dsq_aligned_alloc(need);
+            if (!own) return DSQ_ERR_NOMEM;
+        }
+    }
+    struct awq_job j = { k, v, { T, x, awq_kpad(cols), NULL, NULL, NULL }, NULL, NULL, NULL,
+                         NULL, AWQ_DEC_ROWS, y };
+    const size_t plane = (size_t)T * (size_t)j.a.kpad;
+    j.xh = scratch;
+    if (terms >= 2) j.xl = j.xh + plane;
+    if (terms == 3) j.xl2 = j.xl + plane;
+    j.a.xh = j.xh;
+    j.a.xl = j.xl;
+    j.a.xl2 = j.xl2;
+    if (T > DSQ_AWQ_DECODE_T) {
+        j.work = (uint8_t *)scratch + dsq_align_up(awq_split_bytes(v, T), 64);
+        j.rb = DSQ_AWQ_RB;
+    }
+    dsq_pool_run(dsq_gemm_pool(pool, 1, cols, T * 64), (size_t)T, awq_split_task, &j);
+    dsq_pool_run(gp, (size_t)((rows + j.rb - 1) / j.rb), awq_gemm_task, &j);
+    free(own);
+    return DSQ_OK;
+}
+
+int dsq_awq_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
+                      float *y, dsq_pool *pool, void *scratch, size_t scratch_size)
+{
+    const int terms = dsq_bf16_terms(v);
+    if (awq_fast(k, v) && awq_use_kernel(terms, T))
+        return dsq_awq_gemm_terms(k, v, x, T, y, pool, scratch, scratch_size, terms);
+    return dsq_float_gemm_with(k, v, x, T, y, pool, scratch, scratch_size);
+}
+
+int dsq_awq_gemm(const dsq_qview *v, const float *x, int64_t T, float *y, dsq_pool *pool,
+                 void *scratch, size_t scratch_size)
+{
+    return dsq_awq_gemm_with(dsq_kernels_get(), v, x, T, y, pool, scratch, scratch_size);
+}

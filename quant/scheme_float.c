@@ -165,8 +165,9 @@ static size_t bf16_split_bytes(const dsq_qview *v, int64_t T)
  * the environment, else 3, which keeps f32 accuracy; 2 trades 2^-16
  * relative error per activation for 1.5x fewer dot products, 1 rounds
  * activations to bf16 as llama.cpp's and vLLM's bf16 paths do (2^-9, 3x
- * fewer; for speed at llama.cpp's numerics, not for KLD baselines). */
-static int bf16_terms(const dsq_qview *v)
+ * fewer; for speed at llama.cpp's numerics, not for KLD baselines).
+ * awq-w4a16's bf16 kernel takes the same choice. */
+int dsq_bf16_terms(const dsq_qview *v)
 {
     if (v->bf16_terms >= 1 && v->bf16_terms <= 3) return v->bf16_terms;
     static _Atomic int cached;
@@ -323,7 +324,7 @@ static int bf16_gemm(const dsq_kernels *k, const dsq_qview *v, const float *x, i
         /* a token's terms side by side: xh, xl, xl2 at kpad apart, ld per token */
         j.a.kpad = bf16_kpad(v);
         j.xh = scratch;
-        const int terms = bf16_terms(v);
+        const int terms = dsq_bf16_terms(v);
         j.a.ld = terms * j.a.kpad;
         if (terms >= 2) j.xl = j.xh + j.a.kpad;
         if (terms == 3) j.xl2 = j.xl + j.a.kpad;

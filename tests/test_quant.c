@@ -388,6 +388,41 @@ static void float_reference(const dsq_qview *v, const float *deq, const float *x
     free(s);
 }
 
+/* awq-w4a16 on each level's bf16 kernel (gemm_awq) with 1, 2 and 3 split
+ * terms, whatever DSQ_BF16_TERMS says: within the float dot bound plus the
+ * split's error per activation (one term rounds x to bf16, 2^-9 |x|, allowed
+ * twice that; two terms 2^-16 |x|; three within the dot bound; scheme.h),
+ * with and without a pool, and the same bits for every pool size. */
+static void check_awq_terms(const dsq_qview *v, const float *x, int64_t T, const dsq_kernels **lv,
+                            int nl, dsq_pool **pools, const float *y0, const double *ya)
+{
+    const int64_t cols = v->shape.cols;
+    const size_t ny = (size_t)(T * v->shape.rows);
+    float *y1 = malloc(ny * sizeof *y1), *y2 = malloc(ny * sizeof *y2);
+    for (int l = 0; l < nl; l++)
+        for (int terms = 1; terms <= 3; terms++)
+            for (int pi = 0; pi < 3; pi++) {
+                float *y = pi ? y2 : y1;
+                memset(y, 0xff, ny * sizeof *y);
+                int rc = dsq_awq_gemm_terms(lv[l], v, x, T, y, pools[pi], NULL, 0, terms);
+                if (rc == DSQ_ERR_UNSUPPORTED) break;   /* no gemm_awq, or g not a multiple of 128 */
+                assert_int_equal(rc, 0);
+                const double split = terms == 1 ? 0x1p-8 : terms == 2 ? 0x1p-16 : 0.0;
+                for (size_t i = 0; i < ny; i++) {
+                    double tol = (2.0 * cols * 0x1p-24 + split) * ya[i] + 1e-30;
+                    if (!(fabs((double)y[i] - y0[i]) <= tol)) {
+                        fprintf(stderr, "%s awq terms=%d [%lld x %lld] T=%lld i=%zu: %g vs ref %g\n",
+                                lv[l]->name, terms, (long long)v->shape.rows, (long long)cols,
+                                (long long)T, i, y[i], y0[i]);
+                        fail();
+                    }
+                }
+                if (pi) assert_memory_equal(y1, y2, ny * sizeof *y1);
+            }
+    free(y1);
+    free(y2);
+}
+
 static void check_gemm(const dsq_scheme *sc, const shp *s)
 {
     dsq_qshape sh = { s->rows, s->cols, s->g };
@@ -438,7 +473,8 @@ static void check_gemm(const dsq_scheme *sc, const shp *s)
                 } else {
                     for (size_t i = 0; i < ny; i++) {
                         /* + the activation split of bf16 prefill (scheme.h) */
-                        double split = lv[l]->bf16_split && sc->id == DSQ_SCHEME_BF16
+                        double split = lv[l]->bf16_split && (sc->id == DSQ_SCHEME_BF16 ||
+                                                             sc->id == DSQ_SCHEME_AWQ_W4A16)
                                            ? 0x1p-16 : 0.0;
                         double tol = (2.0 * sh.cols * 0x1p-24 + split) * ya[i] + 1e-30;
                         if (!(fabs((double)y1[i] - y0[i]) <= tol)) {
@@ -450,6 +486,7 @@ static void check_gemm(const dsq_scheme *sc, const shp *s)
                 }
             }
         }
+        if (sc->id == DSQ_SCHEME_AWQ_W4A16) check_awq_terms(&v, x, T, lv, nl, pools, y0, ya);
         /* the dispatched gemm: any thread count gives identical bits */
         float *y2 = malloc(ny * sizeof *y2);
         assert_int_equal(sc->gemm(&v, x, T, y1, NULL, NULL, 0), 0);

@@ -1,0 +1,316 @@
+/* kernels_avx512awq.c - awq-w4a16 gemm on the CPU's bf16 dot product
+ * (vdpbf16ps, AVX512_BF16); the gemm_awq of the "avx512bf16" level.
+ *
+ * Numerics (scheme.h, "awq-w4a16 on a bf16 dot product"): the reference is
+ * y = sum_k (q_k - z_g) s_g x_k. Here y = sum_g s_g * sum_{k in g} (q_k - z_g)
+ * x_k: (q - z) is an integer in -15..15, exact in bf16, and x comes split in
+ * bf16 terms (scheme_awq.c, as for bf16 prefill), so every product is exact
+ * and only the f32 additions round; one FMA per group applies the scale.
+ *
+ * Unpacking (dsq_awq_perm, kernels.h): a 128-column block is 64 bytes, 32
+ * 16-bit lanes; lane w holds the nibbles of columns 2w, 2w + 64, 2w + 1 and
+ * 2w + 65. Shifting the lanes by 0, 4, 8, 12 and one vpermw each through a
+ * table of bf16(i - z) (the group's zero point; vpermw reads 5 index bits,
+ * so the table is written twice and no mask is needed) gives 4 vectors of
+ * 32 bf16 weights; the activations come in the same order. Per 128 weights:
+ * 1 load, 3 shifts, 4 vpermw. Past cols the weights are whatever the
+ * padding nibbles say (finite) and the activations are 0.
+ *
+ * Decode (T <= 4): 4 rows at a time are unpacked and multiplied in
+ * registers as they stream, the next 4 rows prefetched.
+ * Prefill (T > 4): per BK-column chunk the block's rows are unpacked once
+ * into work (RB x BK bf16, 256 KB, L2 resident), and 4-row x 6-token tiles
+ * of the bf16 weights run over it, so the unpack is paid once per call. The
+ * 24 group sums live in registers (with 4 weights and one activation term);
+ * the totals are touched once per group and live in L1.
+ * Each tile's lanes are summed at the end of a chunk and added to y (y =
+ * partial of the first chunk, then y += next): the order depends on the
+ * shape only, never on the thread count.
+ *
+ * Speed: with one term it beats the f32 FMA path (gemv_f, dequantized
+ * tiles + sgemm) at every T; with two or three only for few tokens (batch
+ * decode, small expert gemms), where sgemm is inefficient: an f32 FMA does
+ * 16 multiply-adds, a vdpbf16ps 32 per term, and vpermw costs about as much
+ * as a dot product here. scheme_awq.c (awq_use_kernel) picks.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
+#pragma GCC optimize("O3")
+#endif
+
+#include "kernels.h"
+
+#include <immintrin.h>
+
+#define AI static inline __attribute__((always_inline))
+
+#define BK DSQ_AWQ_BK   /* columns per prefill chunk (multiple of 128) */
+#define TT 6            /* tokens per prefill tile */
+
+/* bf16(i - z) for i = 0..15, twice (words 0..15 and 16..31): the vpermw
+ * table of a group. vpermw reads 5 index bits, so the fifth bit (the next
+ * nibble's lowest) needs no masking. */
+AI __m512i awq_table(int z)
+{
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m256bh t = _mm512_cvtneps_pbh(_mm512_sub_ps(iota, _mm512_set1_ps((float)z)));
+    return _mm512_broadcast_i64x4((__m256i)t);
+}
+
+/* Weights j = 0..3 of a 128-column block d (64 bytes, 32 words) in the
+ * kernel's order (kernels.h, DSQ_AWQ_PERM): word w holds columns 2w
+ * (bits 0-3), 2w + 64 (4-7), 2w + 1 (8-11) and 2w + 65 (12-15). */
+AI __m512i awq_w(__m512i d, const int j, __m512i tab)
+{
+    return _mm512_permutexvar_epi16(j ? _mm512_srli_epi16(d, 4 * j) : d, tab);
+}
+
+/* acc + w . x over bf16 pairs. The operands stay __m512i until here: GCC 12
+ * keeps arrays of __m512bh in memory, which costs a load per dot product. */
+AI __m512 dp(__m512 acc, __m512i w, __m512i x)
+{
+    return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x);
+}
+
+/* Group of the 128-column block b: groups are multiples of 128 columns here
+ * (the driver checks), the last one also holds the padding. */
+AI int64_t blk_group(int64_t b, int64_t ng, int64_t gs)
+{
+    int64_t g = b * 128 / gs;
+    return g < ng ? g : ng - 1;
+}
+
+/* ---- decode: unpack in registers ----------------------------------------- */
+
+/* R rows (4 or 1) from n against NT tokens (1 or 2) from t0, every column.
+ * One token: each term has its own group sum (S = TERMS chains per row). */
+AI void dec_tile(const dsq_qview *v, const dsq_bfact *a, int64_t n, const int R, int64_t t0,
+                 const int NT, const int TERMS, int npf, float *y)
+{
+    const int S = NT == 1 ? TERMS : 1;
+    const int64_t rows = v->shape.rows, kp = a->kpad, nb = (v->shape.cols + 127) >> 7;
+    const int64_t ng = v->layout.ngroups, gs = v->layout.gsize;
+    const size_t rb = v->layout.row_bytes;
+    const uint8_t *w = v->w + (size_t)n * rb;
+    const uint16_t *xt[3] = { a->xh + t0 * kp, TERMS >= 2 ? a->xl + t0 * kp : NULL,
+                              TERMS == 3 ? a->xl2 + t0 * kp : NULL };
+    __m512 acc[4][2], gacc[4][2][3];
+    __m512i tab[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        tab[r] = _mm512_setzero_si512();   /* set at the first block; quiets -Wmaybe-uninitialized */
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) {
+            acc[r][t] = _mm512_setzero_ps();
+#pragma GCC unroll 3
+            for (int i = 0; i < S; i++) gacc[r][t][i] = acc[r][t];
+        }
+    }
+    for (int64_t b = 0, g = -1; b <= nb; b++) {
+        const int64_t gb = b < nb ? blk_group(b, ng, gs) : -2;
+        if (gb != g) {   /* close group g, open gb */
+            if (g >= 0)
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const __m512 sv = _mm512_set1_ps(v->scales[(n + r) * ng + g]);
+#pragma GCC unroll 2
+                    for (int t = 0; t < NT; t++) {
+                        __m512 s = gacc[r][t][0];
+#pragma GCC unroll 3
+                        for (int i = 1; i < S; i++) s = _mm512_add_ps(s, gacc[r][t][i]);
+                        acc[r][t] = _mm512_fmadd_ps(s, sv, acc[r][t]);
+                    }
+                }
+            if (b == nb) break;
+            g = gb;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                tab[r] = awq_table(v->zeros[(n + r) * ng + g]);
+#pragma GCC unroll 2
+                for (int t = 0; t < NT; t++)
+#pragma GCC unroll 3
+                    for (int i = 0; i < S; i++) gacc[r][t][i] = _mm512_setzero_ps();
+            }
+        }
+        /* decode streams each row once: fetch the next tile's rows while this
+         * one computes, so a new tile does not start on cold streams */
+        for (int r = 0; r < npf; r++) _mm_prefetch((const char *)(w + (size_t)(R + r) * rb + b * 64), _MM_HINT_T0);
+        __m512i d[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) d[r] = _mm512_loadu_si512(w + (size_t)r * rb + b * 64);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m512i wv[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) wv[r] = awq_w(d[r], j, tab[r]);
+#pragma GCC unroll 2
+            for (int t = 0; t < NT; t++)
+#pragma GCC unroll 3
+                for (int i = 0; i < TERMS; i++) {
+                    __m512i xv = _mm512_loadu_si512(xt[i] + t * kp + b * 128 + 32 * j);
+#pragma GCC unroll 4
+                    for (int r = 0; r < R; r++) gacc[r][t][i % S] = dp(gacc[r][t][i % S], wv[r], xv);
+                }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < NT; t++) y[(t0 + t) * rows + n + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+AI void dec_terms(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, const int TERMS,
+                  float *y)
+{
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) {
+        const int npf = n1 - (n + 4) < 4 ? (int)(n1 - (n + 4)) : 4;
+        int64_t t = 0;
+        for (; t + 2 <= a->T; t += 2) dec_tile(v, a, n, 4, t, 2, TERMS, t ? 0 : npf, y);
+        if (t < a->T) dec_tile(v, a, n, 4, t, 1, TERMS, t ? 0 : npf, y);
+    }
+    for (; n < n1; n++) {
+        int64_t t = 0;
+        for (; t + 2 <= a->T; t += 2) dec_tile(v, a, n, 1, t, 2, TERMS, 0, y);
+        if (t < a->T) dec_tile(v, a, n, 1, t, 1, TERMS, 0, y);
+    }
+}
+
+/* ---- prefill: unpack a chunk once, tiles over tokens --------------------- */
+
+/* Rows [n0, n1), columns [k0, k1) (multiples of 128) as bf16 (q - z) into
+ * work[(n - n0) * BK + (k - k0)], in the kernel's column order. */
+static void unpack_chunk(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
+                         uint16_t *work)
+{
+    const int64_t ng = v->layout.ngroups, gs = v->layout.gsize;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = v->w + (size_t)n * v->layout.row_bytes;
+        uint16_t *o = work + (n - n0) * BK - k0;
+        int64_t g = -1;
+        __m512i tab = _mm512_setzero_si512();
+        for (int64_t k = k0; k < k1; k += 128) {
+            const int64_t gb = blk_group(k >> 7, ng, gs);
+            if (gb != g) tab = awq_table(v->zeros[n * ng + (g = gb)]);
+            const __m512i d = _mm512_loadu_si512(row + (k >> 7) * 64);
+            _mm512_storeu_si512(o + k, awq_w(d, 0, tab));
+            _mm512_storeu_si512(o + k + 32, awq_w(d, 1, tab));
+            _mm512_storeu_si512(o + k + 64, awq_w(d, 2, tab));
+            _mm512_storeu_si512(o + k + 96, awq_w(d, 3, tab));
+        }
+    }
+}
+
+/* R x NT tile of rows n.. and tokens t0.. over the chunk [k0, k1) of work.
+ * The group sums live in registers (4 x 6 of them, plus 4 weights and one
+ * activation term); the totals are touched once per group and live in
+ * memory (L1), which leaves the registers to the group sums. */
+AI void pre_tile(const dsq_qview *v, const dsq_bfact *a, const uint16_t *work, int64_t n0,
+                 int64_t n, const int R, int64_t t0, const int NT, const int TERMS, int64_t k0,
+                 int64_t k1, int first, float *y)
+{
+    const int64_t rows = v->shape.rows, kp = a->kpad, ng = v->layout.ngroups, gs = v->layout.gsize;
+    const uint16_t *wb = work + (n - n0) * BK - k0;
+    const uint16_t *xt[3] = { a->xh + t0 * kp, TERMS >= 2 ? a->xl + t0 * kp : NULL,
+                              TERMS == 3 ? a->xl2 + t0 * kp : NULL };
+    _Alignas(64) float acc[4][TT][16];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int t = 0; t < NT; t++) _mm512_store_ps(acc[r][t], _mm512_setzero_ps());
+    for (int64_t g = blk_group(k0 >> 7, ng, gs), k = k0; k < k1; g++) {
+        const int64_t ke = g == ng - 1 || (g + 1) * gs > k1 ? k1 : (g + 1) * gs;
+        __m512 gacc[4][TT];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+            for (int t = 0; t < NT; t++) gacc[r][t] = _mm512_setzero_ps();
+        for (; k < ke; k += 32) {
+            __m512i wv[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_si512(wb + r * BK + k);
+#pragma GCC unroll 6
+            for (int t = 0; t < NT; t++)
+#pragma GCC unroll 3
+                for (int i = 0; i < TERMS; i++) {
+                    __m512i xv = _mm512_loadu_si512(xt[i] + t * kp + k);
+#pragma GCC unroll 4
+                    for (int r = 0; r < R; r++) gacc[r][t] = dp(gacc[r][t], wv[r], xv);
+                }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 sv = _mm512_set1_ps(v->scales[(n + r) * ng + g]);
+#pragma GCC unroll 6
+            for (int t = 0; t < NT; t++)
+                _mm512_store_ps(acc[r][t], _mm512_fmadd_ps(gacc[r][t], sv, _mm512_load_ps(acc[r][t])));
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int t = 0; t < NT; t++) {
+            float s = _mm512_reduce_add_ps(_mm512_load_ps(acc[r][t]));
+            float *o = y + (t0 + t) * rows + n + r;
+            *o = first ? s : *o + s;
+        }
+}
+
+AI void pre_rows(const dsq_qview *v, const dsq_bfact *a, const uint16_t *work, int64_t n0,
+                 int64_t n1, int64_t t0, const int NT, const int TERMS, int64_t k0, int64_t k1,
+                 int first, float *y)
+{
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) pre_tile(v, a, work, n0, n, 4, t0, NT, TERMS, k0, k1, first, y);
+    for (; n < n1; n++) pre_tile(v, a, work, n0, n, 1, t0, NT, TERMS, k0, k1, first, y);
+}
+
+AI void pre_terms(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, const int TERMS,
+                  uint16_t *work, float *y)
+{
+    const int64_t kend = (v->shape.cols + 127) & ~(int64_t)127;
+    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+        const int64_t k1 = k0 + BK < kend ? k0 + BK : kend;
+        const int first = k0 == 0;
+        unpack_chunk(v, n0, n1, k0, k1, work);
+        int64_t t = 0;
+        for (; t + TT <= a->T; t += TT) pre_rows(v, a, work, n0, n1, t, TT, TERMS, k0, k1, first, y);
+        switch (a->T - t) {
+        case 5: pre_rows(v, a, work, n0, n1, t, 5, TERMS, k0, k1, first, y); break;
+        case 4: pre_rows(v, a, work, n0, n1, t, 4, TERMS, k0, k1, first, y); break;
+        case 3: pre_rows(v, a, work, n0, n1, t, 3, TERMS, k0, k1, first, y); break;
+        case 2: pre_rows(v, a, work, n0, n1, t, 2, TERMS, k0, k1, first, y); break;
+        case 1: pre_rows(v, a, work, n0, n1, t, 1, TERMS, k0, k1, first, y); break;
+        default: break;
+        }
+    }
+}
+
+void dsq_avx512awq_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y,
+                        void *work)
+{
+    const int terms = !a->xl ? 1 : a->xl2 ? 3 : 2;
+    if (a->T <= DSQ_AWQ_DECODE_T) {
+        if (terms == 1) dec_terms(v, a, n0, n1, 1, y);
+        else if (terms == 2) dec_terms(v, a, n0, n1, 2, y);
+        else dec_terms(v, a, n0, n1, 3, y);
+        return;
+    }
+    /* rows beyond DSQ_AWQ_RB per call go in DSQ_AWQ_RB blocks (work's size) */
+    for (int64_t b = n0; b < n1; b += DSQ_AWQ_RB) {
+        const int64_t e = b + DSQ_AWQ_RB < n1 ? b + DSQ_AWQ_RB : n1;
+        if (terms == 1) pre_terms(v, a, b, e, 1, work, y);
+        else if (terms == 2) pre_terms(v, a, b, e, 2, work, y);
+        else pre_terms(v, a, b, e, 3, work, y);
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+
+#endif /* x86 */
