@@ -17,18 +17,22 @@ static float *falloc(int64_t n)
     return dsq_aligned_alloc((size_t)(n > 0 ? n : 1) * sizeof(float));
 }
 
-static void gemm_need(const dsq_linear *l, int64_t T, int nthreads, size_t *mx)
+/* terms: the model's bf16 activation split (dsq_linear_gemm's view has it,
+ * and the awq-w4a16 kernel's scratch depends on it) */
+static void gemm_need(const dsq_linear *l, int64_t T, int nthreads, int terms, size_t *mx)
 {
     if (!l->w.scheme) return;
-    size_t s = l->w.scheme->gemm_scratch(&l->w, T, nthreads);
+    dsq_qview w = l->w;
+    w.bf16_terms = terms;
+    size_t s = l->w.scheme->gemm_scratch(&w, T, nthreads);
     if (s > *mx) *mx = s;
 }
 
-static void mlp_need(const dsq_mlp *p, int64_t T, int nt, size_t *mx)
+static void mlp_need(const dsq_mlp *p, int64_t T, int nt, int tm, size_t *mx)
 {
-    gemm_need(&p->gate, T, nt, mx);
-    gemm_need(&p->up, T, nt, mx);
-    gemm_need(&p->down, T, nt, mx);
+    gemm_need(&p->gate, T, nt, tm, mx);
+    gemm_need(&p->up, T, nt, tm, mx);
+    gemm_need(&p->down, T, nt, tm, mx);
 }
 
 /* Largest gemm scratch over the loaded linears for T rows (MLA naive also
@@ -37,18 +41,18 @@ static void mlp_need(const dsq_mlp *p, int64_t T, int nt, size_t *mx)
 static size_t gemm_scratch_size(const dsq_model *m, int64_t T, int64_t ctx)
 {
     size_t mx = 0;
-    int nt = m->nthreads;
-    gemm_need(&m->w.lm_head, T, nt, &mx);
+    int nt = m->nthreads, tm = m->opts.bf16_terms;
+    gemm_need(&m->w.lm_head, T, nt, tm, &mx);
     for (int64_t l = 0; l < m->n_layers; l++) {
         const dsq_layer *ly = &m->w.layers[l];
         if (!ly->loaded) continue;
         const dsq_linear *ls[] = { &ly->q, &ly->k, &ly->v, &ly->o, &ly->q_a, &ly->q_b, &ly->kv_a, &ly->router };
-        for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) gemm_need(ls[i], T, nt, &mx);
-        gemm_need(&ly->kv_b_run, ctx > T ? ctx : T, nt, &mx);
-        mlp_need(&ly->mlp, T, nt, &mx);
-        mlp_need(&ly->shared, T, nt, &mx);
+        for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) gemm_need(ls[i], T, nt, tm, &mx);
+        gemm_need(&ly->kv_b_run, ctx > T ? ctx : T, nt, tm, &mx);
+        mlp_need(&ly->mlp, T, nt, tm, &mx);
+        mlp_need(&ly->shared, T, nt, tm, &mx);
         if (ly->experts)
-            for (int64_t e = 0; e < m->cfg.n_routed_experts; e++) mlp_need(&ly->experts[e], T, nt, &mx);
+            for (int64_t e = 0; e < m->cfg.n_routed_experts; e++) mlp_need(&ly->experts[e], T, nt, tm, &mx);
     }
     return mx;
 }

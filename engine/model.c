@@ -846,14 +846,14 @@ int dsq_linear_gemm(dsq_run *r, const dsq_linear *l, const float *x, int T, floa
     void *scratch = NULL;
     size_t ssize = 0;
     dsq_pool *pool = r->m->pool;
-    if (r->sc && r->sc->gemm_buf) {
-        size_t need = sc->gemm_scratch(&l->w, T, dsq_pool_size(pool));
-        if (need <= r->sc->gemm_size) { scratch = r->sc->gemm_buf; ssize = r->sc->gemm_size; }
-    }
     /* the view with the model's activation split for bf16 weights (a copy:
-     * the loaded view is shared by every run) */
+     * the loaded view is shared by every run); the scratch depends on it */
     dsq_qview w = l->w;
     w.bf16_terms = r->m->opts.bf16_terms;
+    if (r->sc && r->sc->gemm_buf) {
+        size_t need = sc->gemm_scratch(&w, T, dsq_pool_size(pool));
+        if (need <= r->sc->gemm_size) { scratch = r->sc->gemm_buf; ssize = r->sc->gemm_size; }
+    }
     int rc = sc->gemm(&w, x, T, y, pool, scratch, ssize);
     if (rc < 0) return rc;
     if (l->bias)
