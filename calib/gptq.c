@@ -311,17 +311,18 @@ int dsq_gptq_quantize(const dsq_scheme *sc, const dsq_qshape *shape, const float
  * This is a SYRK of 2.5e13 flops per DeepSeek-V3 layer over 128 x 512
  * tokens (o_proj's 16384-wide input alone 1.8e13), so it is cut into square
  * tiles of HESS_TILE columns of the upper triangle, one pool item each, and
- * a tile is built in single precision (sgemm, ssyrk on the diagonal: about
- * twice the speed of the double syrk on this AVX-512 core) over runs of
- * HESS_RUN rows, each run's float tile added into the double Hessian. The
- * float rounding is that of a 256-term sum however many tokens calibration
- * has (as the clip covariance, stats.c cov_add; GPTQModel keeps the whole H
- * in float), far below the 1% dampening. Determinism: a tile's value is the
- * same sequence of calls whichever thread runs it and however many threads
- * there are (OpenBLAS runs single-threaded under the pool, model.c), so the
- * Hessian, and every blob after it, is the same bytes for any -T. Tile-outer,
- * run-inner order keeps each tile's 512 KiB of H in cache across the call's
- * rows: H is read and written once per call, not once per run. */
+ * a tile is built in single precision (sgemm, ssyrk on the diagonal: 1.8x
+ * the double syrk's flops per CPU second here, bench_calib --gptq-hess) over
+ * runs of up to HESS_RUN rows, each run's float tile added into the double
+ * Hessian. The float rounding is that of a sum of at most 1024 terms however
+ * many tokens calibration has (GPTQModel keeps the whole H in float): 3.5e-7
+ * of sqrt(H_ii H_jj) at most on 2048 x 7168 rows, far below the 1%
+ * dampening. Runs of 256 rows cost 1.4x as much (49 vs 69 GFLOP per CPU-s):
+ * the float-to-double add of a 512 KiB tile is memory-bound.
+ * Determinism: a tile's value is the same sequence of calls whichever thread
+ * runs it and however many threads there are (OpenBLAS runs single-threaded
+ * under the pool, model.c), so the Hessian, and every blob after it, is the
+ * same bytes for any -T. A calibration sample (512 tokens) is one run. */
 #define HESS_TILE 256
 #define HESS_RUN  1024
 

@@ -114,8 +114,8 @@ int dsq_gptq_quantize(const dsq_scheme *sc, const dsq_qshape *shape, const float
                       dsq_gptq_report *rep, dsq_diag *d);
 
 /* xtx [in][in] += X^T X for x [T][in], both halves; on the calling thread.
- * Tiles of 256 columns, each a sum over runs of 256 rows computed in float
- * and added in double (gptq.c hess_add_upper says why). */
+ * Tiles of 256 columns, each a sum over runs of up to 1024 rows computed in
+ * float and added in double (gptq.c hess_add_upper says why). */
 int dsq_gptq_hess_add(double *xtx, int64_t in, const float *x, int64_t T);
 /* The Hessian of the scaled input x_j / s_j: h_ij /= s_i s_j. */
 void dsq_gptq_hess_scale(double *h, int64_t n, const float *in_scale);
