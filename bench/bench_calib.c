@@ -4,6 +4,8 @@
  *
  *   build/bench/bench_calib [--experts E] [--samples N] [--seqlen L]
  *                           [--scheme S] [-T threads] [--moe-all] [--gptq] [--dir D]
+ *   build/bench/bench_calib [--scheme S] --gptq-solve ROWS COLS [GROUP]
+ *   build/bench/bench_calib [-T threads] --gptq-hess ROWS COLS
  *
  * Defaults: 32 of the 256 experts and 8 samples x 512 tokens, so it runs in
  * minutes on a small box; --experts 256 --samples 128 is the full case
@@ -41,6 +43,14 @@
  * CPU seconds of the factorization and of the column loop, the per-linear
  * cost at scale without the forward (e.g. 2048 7168: an expert's gate;
  * give --scheme before it).
+ * --gptq-hess ROWS COLS times the Hessian accumulation of the forward pass
+ * (dsq_gptq_hset_add: X^T X of ROWS rows of a COLS-wide input, tiles on the
+ * -T pool; give -T before it; H already allocated and touched, as from the
+ * second sample on), wall and process CPU seconds, next to the
+ * previous method on the same rows in the same run (one double dsyrk per
+ * 256 rows on one thread) and the largest difference between the two
+ * relative to sqrt(H_ii H_jj). 512 16384 is one sample of o_proj's input;
+ * a V3 layer adds 128 such samples for o_proj and for two 7168-wide inputs.
  * Speed only; correctness is tests/test_calib.c and tests/test_gptq.c. */
 #include "calib.h"
 #include <cblas.h>
@@ -50,6 +60,7 @@
 #include "synth_ckpt.h"
 
 #include <json-c/json.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +148,72 @@ static int solve_bench(const char *scheme, int64_t rows, int64_t cols, int32_t g
     return 0;
 }
 
+/* The accumulation before the tiles (gptq.c until 2026-11-25): the
+ * reference the tiled one is timed and checked against. */
+static void hess_double_syrk(double *xtx, int64_t in, const float *x, int64_t T)
+{
+    const int64_t C = 256;
+    double *xd = malloc((size_t)C * (size_t)in * sizeof *xd);
+    if (!xd) return;
+    for (int64_t t0 = 0; t0 < T; t0 += C) {
+        int64_t n = T - t0 < C ? T - t0 : C;
+        for (int64_t i = 0; i < n * in; i++) xd[i] = (double)x[t0 * in + i];
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)in, (int)n, 1.0, xd, (int)in, 1.0, xtx, (int)in);
+    }
+    free(xd);
+}
+
+static int hess_bench(int64_t rows, int64_t cols, int threads)
+{
+    if (rows < 2 || cols < 1 || cols > 65536) {
+        fprintf(stderr, "bench_calib: bad shape\n");
+        return 2;
+    }
+    openblas_set_num_threads(1);   /* as under the engine's pool */
+    dsq_pool *pool = dsq_pool_create(threads);
+    float *x = malloc((size_t)(rows * cols) * sizeof *x);
+    double *ref = calloc((size_t)(cols * cols), sizeof *ref);
+    if (!pool || !x || !ref) return 1;
+    uint64_t st = 7;
+    for (int64_t i = 0; i < rows * cols; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(st >> 11) / 9007199254740992.0 - 0.5);
+    }
+    /* both Hessians created and touched first (one row each, untimed):
+     * calibration adds 128 samples to the same H, so its page faults are
+     * paid once per layer, not per sample */
+    dsq_gptq_hset hs;
+    memset(&hs, 0, sizeof hs);
+    int rc = dsq_gptq_hset_add(&hs, "x", x, 1, cols, pool);
+    hess_double_syrk(ref, cols, x, 1);
+    double c0 = cpu_seconds(), t0 = now();
+    if (rc == DSQ_OK) rc = dsq_gptq_hset_add(&hs, "x", x + cols, rows - 1, cols, pool);
+    double cn = cpu_seconds() - c0, wn = now() - t0;
+    c0 = cpu_seconds();
+    t0 = now();
+    hess_double_syrk(ref, cols, x + cols, rows - 1);
+    double cr = cpu_seconds() - c0, wr = now() - t0;
+    const double *h = rc == DSQ_OK ? dsq_gptq_hset_find(&hs, "x", cols, NULL) : NULL;
+    if (!h) return 1;
+    double err = 0.0;
+    for (int64_t i = 0; i < cols; i++)
+        for (int64_t j = i; j < cols; j++) {
+            double e = fabs(h[i * cols + j] - ref[i * cols + j]) / sqrt(ref[i * cols + i] * ref[j * cols + j]);
+            if (e > err) err = e;
+        }
+    double gf = (double)(rows - 1) * (double)cols * (double)(cols + 1) / 1e9;   /* multiply-adds x 2 over the upper half */
+    printf("{\"bench\": \"gptq_hessian\", \"rows\": %lld, \"cols\": %lld, \"threads\": %d, "
+           "\"tiled\": {\"wall_seconds\": %.3f, \"cpu_seconds\": %.3f, \"gflop_per_cpu_s\": %.1f}, "
+           "\"double_syrk_1_thread\": {\"wall_seconds\": %.3f, \"cpu_seconds\": %.3f, \"gflop_per_cpu_s\": %.1f}, "
+           "\"max_rel_diff\": %.2e}\n",
+           (long long)rows, (long long)cols, dsq_pool_size(pool), wn, cn, gf / cn, wr, cr, gf / cr, err);
+    dsq_gptq_hset_release(&hs);
+    dsq_pool_free(pool);
+    free(x);
+    free(ref);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int experts = 32, samples = 8, seqlen = 512, threads = 0, all = 0, gptq = 0;
@@ -156,9 +233,11 @@ int main(int argc, char **argv)
             int32_t g = i + 3 < argc && argv[i + 3][0] != '-' ? atoi(argv[i + 3]) : 0;
             return solve_bench(scheme, r, c, g);
         }
+        else if (!strcmp(a, "--gptq-hess") && i + 2 < argc)
+            return hess_bench(atoll(argv[i + 1]), atoll(argv[i + 2]), threads);
         else {
             fprintf(stderr, "usage: bench_calib [--experts E] [--samples N] [--seqlen L] [--scheme S] [-T threads] "
-                            "[--moe-all] [--gptq] [--dir D]\n");
+                            "[--moe-all] [--gptq] [--dir D] | --gptq-solve ROWS COLS [GROUP] | --gptq-hess ROWS COLS\n");
             return 2;
         }
     }

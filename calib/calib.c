@@ -933,7 +933,7 @@ static uint64_t task_bytes(const run *c, const gphase *p, size_t k)
     for (size_t i = p->start[k]; i < p->start[k + 1]; i++) {
         const dsq_linear *l = p->jobs[i].l;
         uint64_t in = (uint64_t)l->in, out = (uint64_t)l->out;
-        uint64_t v = 12 * in * in + 8 * out * in + 256 * 4 * ((uint64_t)c->moe.in + 2 * in);
+        uint64_t v = 12 * in * in + 8 * out * in + DSQ_GPTQ_GATHER * 4 * ((uint64_t)c->moe.in + 2 * in);
         if (v > b) b = v;
     }
     return b;
@@ -1455,7 +1455,7 @@ static int gptq_tap(void *ctx, const char *site, const float *x, int64_t T, int6
     if (e >= 0 && c->moe.idx) { /* routed expert: remember which rows (down_proj's input is recomputed) */
         if (n > 16 && !strcmp(site + n - 16, "gate_proj.weight")) rc = dsq_gptq_moe_add_routed(&c->moe, e, token_index, T);
     } else {
-        rc = dsq_gptq_hset_add(&c->hs, site, x, T, in);
+        rc = dsq_gptq_hset_add(&c->hs, site, x, T, in, dsq_model_pool(c->m));
         if (rc == DSQ_OK && c->moe.idx && n > 16 && !strcmp(site + n - 16, ".mlp.gate.weight"))
             rc = dsq_gptq_moe_add_rows(&c->moe, x, T);
     }

@@ -77,9 +77,10 @@
  * from the kept rows for experts), OpenBLAS at one thread per call and blobs
  * kept in layer order, so results are the same bytes for any thread count.
  * With P tasks at once, P Hessians: each task holds its H (f64, factored in
- * place), U (f32) and the weights twice, 0.73 GB for a V3 gate/up (7168^2 f64
+ * place), U (f32), the weights twice and its row gathers (gptq.h
+ * DSQ_GPTQ_GATHER), 0.82 GB for a V3 gate/up (7168^2 f64
  * = 411 MB) and 4.2 GB for o_proj; the tasks running together stay within
- * ram_limit (a larger one runs alone), so P <= ram_limit / 0.73 GB for the
+ * ram_limit (a larger one runs alone), so P <= ram_limit / 0.82 GB for the
  * experts (gptq_lanes reports min(threads, tasks, ram_limit / smallest)).
  * Holding every expert's Hessian instead would take 106 GiB. Blobs stay in RAM (the
  * quantized model's size in total) and go into the statistics checkpoint

@@ -306,26 +306,87 @@ int dsq_gptq_quantize(const dsq_scheme *sc, const dsq_qshape *shape, const float
 /* xtx's upper half += X^T X (the lower half is left alone). The layer's
  * Hessians stay upper-only while they accumulate: dsq_gptq_factor_init
  * reads the diagonal and upper half and mirrors it once itself, so a mirror
- * per added chunk (a cache-hostile cols^2 pass, as long as the syrk for an
- * expert's 256-row chunk) is work done for nothing. */
-static int hess_add_upper(double *xtx, int64_t in, const float *x, int64_t T)
+ * per added chunk (a cache-hostile cols^2 pass) is work done for nothing.
+ *
+ * This is a SYRK of 2.5e13 flops per DeepSeek-V3 layer over 128 x 512
+ * tokens (o_proj's 16384-wide input alone 1.8e13), so it is cut into square
+ * tiles of HESS_TILE columns of the upper triangle, one pool item each, and
+ * a tile is built in single precision (sgemm, ssyrk on the diagonal: 1.8x
+ * the double syrk's flops per CPU second here, bench_calib --gptq-hess) over
+ * runs of up to HESS_RUN rows, each run's float tile added into the double
+ * Hessian. The float rounding is that of a sum of at most 1024 terms however
+ * many tokens calibration has (GPTQModel keeps the whole H in float): 3.5e-7
+ * of sqrt(H_ii H_jj) at most on 2048 x 7168 rows, far below the 1%
+ * dampening. Runs of 256 rows cost 1.4x as much (49 vs 69 GFLOP per CPU-s):
+ * the float-to-double add of a 512 KiB tile is memory-bound.
+ * Determinism: a tile's value is the same sequence of calls whichever thread
+ * runs it and however many threads there are (OpenBLAS runs single-threaded
+ * under the pool, model.c), so the Hessian, and every blob after it, is the
+ * same bytes for any -T. A calibration sample (512 tokens) is one run. */
+#define HESS_TILE 256
+#define HESS_RUN  1024
+
+typedef struct hess_job {
+    double *xtx;
+    int64_t in, T, nb;     /* nb tiles per side */
+    const float *x;
+    float *tmp;            /* [threads][HESS_TILE^2] */
+} hess_job;
+
+/* Item -> tile (bi, bj), bj >= bi, in row order of the upper triangle. */
+static void tile_of(int64_t item, int64_t nb, int64_t *bi, int64_t *bj)
 {
-    if (!xtx || !x || in <= 0 || T < 0) return DSQ_ERR_INVALID_ARG;
-    const int64_t C = 256;   /* rows per chunk, widened to double */
-    double *xd = malloc((size_t)C * (size_t)in * sizeof *xd);
-    if (!xd) return DSQ_ERR_NOMEM;
-    for (int64_t t0 = 0; t0 < T; t0 += C) {
-        int64_t n = T - t0 < C ? T - t0 : C;
-        for (int64_t i = 0; i < n * in; i++) xd[i] = (double)x[t0 * in + i];
-        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)in, (int)n, 1.0, xd, (int)in, 1.0, xtx, (int)in);
+    int64_t i = 0;
+    while (item >= nb - i) {
+        item -= nb - i;
+        i++;
     }
-    free(xd);
+    *bi = i;
+    *bj = i + item;
+}
+
+static void hess_tile(void *ctx, size_t item, int tid)
+{
+    const hess_job *j = ctx;
+    int64_t bi, bj;
+    tile_of((int64_t)item, j->nb, &bi, &bj);
+    const int64_t in = j->in, i0 = bi * HESS_TILE, j0 = bj * HESS_TILE;
+    const int64_t wi = in - i0 < HESS_TILE ? in - i0 : HESS_TILE, wj = in - j0 < HESS_TILE ? in - j0 : HESS_TILE;
+    float *tmp = j->tmp + (size_t)tid * HESS_TILE * HESS_TILE;
+    for (int64_t t0 = 0; t0 < j->T; t0 += HESS_RUN) {
+        const int64_t n = j->T - t0 < HESS_RUN ? j->T - t0 : HESS_RUN;
+        const float *a = j->x + (size_t)t0 * (size_t)in;
+        if (bi == bj)
+            cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)wi, (int)n, 1.0f, a + i0, (int)in, 0.0f, tmp,
+                        HESS_TILE);
+        else
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)wi, (int)wj, (int)n, 1.0f, a + i0, (int)in,
+                        a + j0, (int)in, 0.0f, tmp, HESS_TILE);
+        for (int64_t r = 0; r < wi; r++) {
+            double *h = j->xtx + (size_t)(i0 + r) * (size_t)in + (size_t)j0;
+            const float *s = tmp + (size_t)r * HESS_TILE;
+            for (int64_t k = bi == bj ? r : 0; k < wj; k++) h[k] += (double)s[k];
+        }
+    }
+}
+
+static int hess_add_upper(double *xtx, int64_t in, const float *x, int64_t T, dsq_pool *pool)
+{
+    if (!xtx || (!x && T > 0) || in <= 0 || in > INT32_MAX || T < 0) return DSQ_ERR_INVALID_ARG;
+    if (T == 0) return DSQ_OK;
+    hess_job j = { xtx, in, T, (in + HESS_TILE - 1) / HESS_TILE, x, NULL };
+    const int64_t tiles = j.nb * (j.nb + 1) / 2;
+    if (tiles == 1) pool = NULL;
+    j.tmp = malloc((size_t)dsq_pool_size(pool) * HESS_TILE * HESS_TILE * sizeof *j.tmp);   /* one per tid */
+    if (!j.tmp) return DSQ_ERR_NOMEM;
+    dsq_pool_run(pool, (size_t)tiles, hess_tile, &j);
+    free(j.tmp);
     return DSQ_OK;
 }
 
 int dsq_gptq_hess_add(double *xtx, int64_t in, const float *x, int64_t T)
 {
-    int rc = hess_add_upper(xtx, in, x, T);
+    int rc = hess_add_upper(xtx, in, x, T, NULL);
     if (rc < 0) return rc;
     for (int64_t i = 0; i < in; i++)   /* the whole symmetric matrix */
         for (int64_t j = 0; j < i; j++) xtx[i * in + j] = xtx[j * in + i];
@@ -339,7 +400,7 @@ void dsq_gptq_hess_scale(double *h, int64_t n, const float *s)
         for (int64_t j = 0; j < n; j++) h[i * n + j] /= (double)s[i] * (double)s[j];
 }
 
-int dsq_gptq_hset_add(dsq_gptq_hset *hs, const char *site, const float *x, int64_t T, int64_t in)
+int dsq_gptq_hset_add(dsq_gptq_hset *hs, const char *site, const float *x, int64_t T, int64_t in, dsq_pool *pool)
 {
     int i = 0;
     while (i < hs->n && strcmp(hs->name[i], site) != 0) i++;
@@ -373,7 +434,7 @@ int dsq_gptq_hset_add(dsq_gptq_hset *hs, const char *site, const float *x, int64
         hs->n++;
     }
     if (hs->in[i] != in) return DSQ_ERR_SHAPE;
-    int rc = hess_add_upper(hs->xtx[i], in, x, T);
+    int rc = hess_add_upper(hs->xtx[i], in, x, T, pool);
     if (rc == DSQ_OK) hs->rows[i] += (uint64_t)T;
     return rc;
 }
@@ -479,13 +540,13 @@ static int64_t gather(const dsq_gptq_moe *m, int e, uint64_t k, int64_t C, float
 int dsq_gptq_moe_hessian_in(const dsq_gptq_moe *m, int e, double *h, uint64_t *rows)
 {
     if (e < 0 || e >= m->n_experts) return DSQ_ERR_INVALID_ARG;
-    const int64_t C = 256;
+    const int64_t C = DSQ_GPTQ_GATHER;
     memset(h, 0, (size_t)m->in * (size_t)m->in * sizeof *h);
     float *buf = malloc((size_t)C * (size_t)m->in * sizeof *buf);
     if (!buf) return DSQ_ERR_NOMEM;
     int rc = DSQ_OK;
     for (uint64_t k = 0; k < m->n[e] && rc == DSQ_OK; k += (uint64_t)C)
-        rc = hess_add_upper(h, m->in, buf, gather(m, e, k, C, buf));
+        rc = hess_add_upper(h, m->in, buf, gather(m, e, k, C, buf), NULL);
     free(buf);
     *rows = m->n[e];
     return rc;
@@ -496,7 +557,7 @@ int dsq_gptq_moe_hessian_down(const dsq_gptq_moe *m, int e, const dsq_linear *ga
 {
     if (e < 0 || e >= m->n_experts || gate->in != m->in || up->in != m->in || up->out != gate->out)
         return DSQ_ERR_INVALID_ARG;
-    const int64_t C = 256, F = gate->out;
+    const int64_t C = DSQ_GPTQ_GATHER, F = gate->out;
     memset(h, 0, (size_t)F * (size_t)F * sizeof *h);
     float *buf = malloc((size_t)C * (size_t)m->in * sizeof *buf), *g = malloc((size_t)C * (size_t)F * sizeof *g),
           *u = malloc((size_t)C * (size_t)F * sizeof *u);
@@ -507,7 +568,7 @@ int dsq_gptq_moe_hessian_down(const dsq_gptq_moe *m, int e, const dsq_linear *ga
         if (rc == DSQ_OK) rc = up->w.scheme->gemm(&up->w, buf, n, u, pool, NULL, 0);
         if (rc == DSQ_OK) {
             dsq_silu_mul(g, u, (size_t)n * (size_t)F);   /* as engine/moe.c */
-            rc = hess_add_upper(h, F, g, n);
+            rc = hess_add_upper(h, F, g, n, NULL);
         }
     }
     free(buf);

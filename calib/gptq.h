@@ -113,7 +113,9 @@ int dsq_gptq_quantize(const dsq_scheme *sc, const dsq_qshape *shape, const float
                       const dsq_gptq_opts *o, const dsq_qparams *base, uint8_t *blob,
                       dsq_gptq_report *rep, dsq_diag *d);
 
-/* xtx [in][in] += X^T X for x [T][in] (double accumulation, rows in order). */
+/* xtx [in][in] += X^T X for x [T][in], both halves; on the calling thread.
+ * Tiles of 256 columns, each a sum over runs of up to 1024 rows computed in
+ * float and added in double (gptq.c hess_add_upper says why). */
 int dsq_gptq_hess_add(double *xtx, int64_t in, const float *x, int64_t T);
 /* The Hessian of the scaled input x_j / s_j: h_ij /= s_i s_j. */
 void dsq_gptq_hess_scale(double *h, int64_t n, const float *in_scale);
@@ -130,8 +132,10 @@ typedef struct dsq_gptq_hset {
 
 /* Add x [T][in] to site's Hessian (created on first use). The set's and the
  * experts' Hessians hold the upper half only (the lower half is 0):
- * dsq_gptq_factor_init and dsq_gptq_hess_scale need no more. */
-int dsq_gptq_hset_add(dsq_gptq_hset *hs, const char *site, const float *x, int64_t T, int64_t in);
+ * dsq_gptq_factor_init and dsq_gptq_hess_scale need no more. The tiles of
+ * the upper triangle run on pool (NULL: this thread; not from inside one of
+ * its tasks); the result is the same bytes for any pool size. */
+int dsq_gptq_hset_add(dsq_gptq_hset *hs, const char *site, const float *x, int64_t T, int64_t in, dsq_pool *pool);
 /* The site's X^T X and row count, or NULL. */
 const double *dsq_gptq_hset_find(const dsq_gptq_hset *hs, const char *site, int64_t in, uint64_t *rows);
 void dsq_gptq_hset_release(dsq_gptq_hset *hs);
@@ -145,6 +149,10 @@ void dsq_gptq_hset_release(dsq_gptq_hset *hs);
  * quantized, and its down_proj Hessian from silu(gate x) * up x of the same
  * rows (the engine's own linears and activation). At 671B with 128 x 512
  * calibration tokens: 1.9 GB of rows + 2 MB of indices + one expert's H. */
+/* Rows an expert's Hessian gathers at a time (the tiles sweep H once per
+ * gather): 1024 x 7168 floats = 29 MB of buffer per task at V3 shapes. */
+#define DSQ_GPTQ_GATHER 1024
+
 typedef struct dsq_gptq_moe {
     int64_t in;               /* hidden */
     float *rows;              /* [nrows][in] */

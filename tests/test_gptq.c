@@ -2,11 +2,13 @@
  * table: its codes pack exactly into the scheme's blob through the given
  * scale path; with H = I it is round-to-nearest byte for byte; on a random
  * problem with correlated inputs it lowers ||X W^T - X Q^T||^2 against RTN
- * with a wide margin; dead input channels; hostile arguments. */
+ * with a wide margin; dead input channels; hostile arguments; the tiled
+ * Hessian accumulation is the same bytes for any pool size. */
 #include "dsq_test.h"
 #include "gptq.h"
 #include "scheme.h"
 #include "dsq_mem.h"
+#include "dsq_thread.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -301,6 +303,63 @@ static void test_hess_scale(void **st)
         for (int j = 0; j < in; j++) assert_true(h[i * in + j] == h[j * in + i]);
 }
 
+/* The layer's Hessians are built in tiles of the upper triangle spread over
+ * the pool: the same bytes for 1, 2 and 3 threads (calibration's blobs are
+ * compared across -T), the lower half left at 0, and within float rounding
+ * of a plain double X^T X. 600 columns and 700 rows leave partial tiles and
+ * runs at the edges; the rows arrive in two calls, as samples do. */
+static void test_hess_tiles(void **st)
+{
+    (void)st;
+    const int64_t in = 600, T = 700, T1 = 300;
+    float *x = make_x(T, in, 0);
+    double *ref = calloc((size_t)(in * in), sizeof *ref);
+    assert_non_null(ref);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < in; i++)
+            for (int64_t j = i; j < in; j++) ref[i * in + j] += (double)x[t * in + i] * (double)x[t * in + j];
+    const double *h[3];
+    dsq_gptq_hset hs[3];
+    dsq_pool *pool[3] = { NULL, dsq_pool_create(2), dsq_pool_create(3) };
+    for (int k = 0; k < 3; k++) {
+        memset(&hs[k], 0, sizeof hs[k]);
+        assert_int_equal(dsq_gptq_hset_add(&hs[k], "site", x, T1, in, pool[k]), DSQ_OK);
+        assert_int_equal(dsq_gptq_hset_add(&hs[k], "site", x + T1 * in, T - T1, in, pool[k]), DSQ_OK);
+        uint64_t rows = 0;
+        h[k] = dsq_gptq_hset_find(&hs[k], "site", in, &rows);
+        assert_non_null(h[k]);
+        assert_int_equal(rows, T);
+    }
+    assert_memory_equal(h[0], h[1], (size_t)(in * in) * sizeof(double));
+    assert_memory_equal(h[0], h[2], (size_t)(in * in) * sizeof(double));
+    for (int64_t i = 0; i < in; i++)
+        for (int64_t j = 0; j < in; j++) {
+            if (j < i) {
+                assert_true(h[0][i * in + j] == 0.0);
+                continue;
+            }
+            double tol = 1e-5 * sqrt(ref[i * in + i] * ref[j * in + j]);
+            assert_true(fabs(h[0][i * in + j] - ref[i * in + j]) <= tol);
+        }
+    /* dsq_gptq_hess_add: the same upper half, mirrored */
+    double *full = calloc((size_t)(in * in), sizeof *full);
+    assert_non_null(full);
+    assert_int_equal(dsq_gptq_hess_add(full, in, x, T1), DSQ_OK);
+    assert_int_equal(dsq_gptq_hess_add(full, in, x + T1 * in, T - T1), DSQ_OK);
+    for (int64_t i = 0; i < in; i++)
+        for (int64_t j = i; j < in; j++) {
+            assert_true(full[i * in + j] == h[0][i * in + j]);
+            assert_true(full[j * in + i] == h[0][i * in + j]);
+        }
+    for (int k = 0; k < 3; k++) {
+        dsq_gptq_hset_release(&hs[k]);
+        dsq_pool_free(pool[k]);
+    }
+    free(full);
+    free(ref);
+    free(x);
+}
+
 static void test_bad_args(void **st)
 {
     (void)st;
@@ -333,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_given_scale_exact), cmocka_unit_test(test_identity_is_rtn),
         cmocka_unit_test(test_beats_rtn),         cmocka_unit_test(test_dead_columns),
         cmocka_unit_test(test_hess_scale),        cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_hess_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
