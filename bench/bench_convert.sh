@@ -6,7 +6,7 @@
 #
 #   sh bench/bench_convert.sh [EXPERTS] [SCHEMES...]
 #
-# For each scheme: GB/s of BF16 input with SHA-256 and zstd (default level -1) on,
+# For each scheme: GB/s of BF16 input with SHA-256 and zstd (default level 1) on,
 # against `cat` of the same input to /dev/null in the same run (page cache
 # warm for both), peak RSS from /usr/bin/time -v, and CPU seconds (user+sys),
 # which give the throughput the run would reach on otherwise idle cores

@@ -10,7 +10,7 @@
 # sgemm and dsq's int8 / int4 GOPS (bench_quant, W 2048x7168, T=64), and the
 # BF16 / int8 dot-product peaks (bench_peak, register-only).
 # dsq: conversion GB/s of BF16 input and CPU-s per GB per scheme (SHA-256 +
-# zstd at the default level -1 on, resume journal on, output fsynced; against the 2 GB/s goal, or 90% of the disk's
+# zstd at the default level 1 on, resume journal on, output fsynced; against the 2 GB/s goal, or 90% of the disk's
 # write speed where the output is bigger than the disk writes in that time),
 # and prefill / decode tok/s per scheme with decode as % of the read
 # bandwidth (bench_engine -p ENGINE_P -n ENGINE_N -r ENGINE_R).
