@@ -79,7 +79,7 @@ done
 echo
 
 # ---------------- conversion ----------------
-echo "== conversion (ds-quant -T N, SHA-256 + zstd -1 (default), journal on, fsynced; page cache warm)"
+echo "== conversion (ds-quant -T N, SHA-256 + zstd level 1 (default), journal on, fsynced; page cache warm)"
 printf '%-14s %3s %7s %7s %7s %8s %8s %8s %8s  %s\n' scheme T "GB/s" "wall s" "cpu s" "cpu-s/GB" "RSS MB" "out GB" "out/disk" goal
 for s in $SCHEMES; do
     for t in $THREADS; do
