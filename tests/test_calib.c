@@ -1845,13 +1845,14 @@ static dsq_hstore *text_states(dsq_model *m, dsq_tokenizer *tk, const char *file
     return hs;
 }
 
-static int awq_g128_target(void *ctx, const char *t, int64_t rows, int64_t cols, const dsq_scheme **sc, int32_t *gs)
+/* Every linear but the router gets the scheme named by ctx: awq-w4a16 at
+ * group 128, the integer schemes per row. */
+static int sample_target(void *ctx, const char *t, int64_t rows, int64_t cols, const dsq_scheme **sc, int32_t *gs)
 {
-    (void)ctx;
     (void)rows;
     (void)cols;
-    *sc = strstr(t, "mlp.gate.weight") ? NULL : dsq_scheme_by_name("awq-w4a16");
-    *gs = 128;
+    *sc = strstr(t, "mlp.gate.weight") ? NULL : dsq_scheme_by_name((const char *)ctx);
+    *gs = *sc && (*sc)->id == DSQ_SCHEME_AWQ_W4A16 ? 128 : DSQ_GROUP_DEFAULT;
     return 0;
 }
 
@@ -1892,7 +1893,7 @@ static void test_sample_awq_generalises(void **state)
         assert_int_equal(dsq_groups_build(m, l, DSQ_GROUPS_AWQ, &gl, NULL), 0);
         double lid = 0.0, ls = 0.0;
         for (int i = 0; i < gl.n; i++) {
-            dsq_search_opts so = { DSQ_SEARCH_AWQ, 0, awq_g128_target, NULL, dsq_model_pool(m), NULL, 1 };
+            dsq_search_opts so = { DSQ_SEARCH_AWQ, 0, sample_target, (void *)"awq-w4a16", dsq_model_pool(m), NULL, 1 };
             float *s = malloc((size_t)gl.v[i].n * sizeof *s);
             if (gl.v[i].attn_model) {
                 /* the attention input on AutoAWQ's objective (the MLA block
@@ -1950,16 +1951,6 @@ static void test_sample_awq_generalises(void **state)
     dsq_model_free(m);
 }
 
-static int w8dyn_target(void *ctx, const char *t, int64_t rows, int64_t cols, const dsq_scheme **sc, int32_t *gs)
-{
-    (void)ctx;
-    (void)rows;
-    (void)cols;
-    *sc = strstr(t, "mlp.gate.weight") ? NULL : dsq_scheme_by_name("w8a8-dynamic");
-    *gs = DSQ_GROUP_DEFAULT;
-    return 0;
-}
-
 /* w8a8-dynamic on the tensor that carries its KLD on the sample, the dense
  * layer's down_proj (docs/calibration.md): the up_proj -> down_proj scales
  * searched on the calibration text lower the simulated W8A8_DYNAMIC output
@@ -2001,7 +1992,7 @@ static void test_sample_dynamic_down_smoothing(void **state)
         for (int i = 0; i < gl.n; i++) {
             const dsq_scale_group *g = &gl.v[i];
             if (!g->prev_lin || !strstr(g->prev, ".mlp.up_proj.weight")) continue;
-            dsq_search_opts so = { DSQ_SEARCH_SMOOTH, 0, w8dyn_target, NULL, dsq_model_pool(m), NULL, 0 };
+            dsq_search_opts so = { DSQ_SEARCH_SMOOTH, 0, sample_target, (void *)"w8a8-dynamic", dsq_model_pool(m), NULL, 0 };
             float *s = malloc((size_t)g->n * sizeof *s);
             dsq_search_report rep;
             assert_int_equal(dsq_scale_search(g, &la, &so, s, &rep, NULL), 0);
