@@ -1193,6 +1193,23 @@ static void convert_has_blobs(const char *m, const dsq_calib_result *r, dsq_reci
     dsq_ctr_close(rd);
 }
 
+/* Over the model's tensors with a calibration entry: how many were
+ * calibrated and how many carry a GPTQ blob; only calibrated ones may. */
+static void count_blobs(const char *m, const dsq_calib_result *r, size_t *calibrated, size_t *withblob)
+{
+    dsq_st_model *st;
+    assert_int_equal(dsq_st_open(&st, m, NULL), 0);
+    *calibrated = *withblob = 0;
+    for (size_t i = 0; i < dsq_st_count(st); i++) {
+        const dsq_calib_tensor *e = dsq_calib_lookup(r, dsq_st_get(st, i)->name);
+        if (!e || e->cols == 0) continue;
+        *calibrated += e->status == DSQ_CALIB_CALIBRATED;
+        *withblob += e->gptq_blob != NULL;
+        if (e->status != DSQ_CALIB_CALIBRATED) assert_null(e->gptq_blob);
+    }
+    dsq_st_close(st);
+}
+
 /* More entries than the result's first allocation (256), made while GPTQ
  * solves are queued (--no-smooth: no scaling group makes the experts'
  * entries beforehand): the queued solves must still land in the final
@@ -1218,16 +1235,8 @@ static void test_gptq_many_entries(void **state)
     dsq_calib_result *a = calibrate(m, &o);
     dsq_calib_totals tt;
     dsq_calib_get_totals(a, &tt);
-    size_t withblob = 0, calibrated = 0;
-    dsq_st_model *st;
-    assert_int_equal(dsq_st_open(&st, m, NULL), 0);
-    for (size_t i = 0; i < dsq_st_count(st); i++) {
-        const dsq_calib_tensor *e = dsq_calib_lookup(a, dsq_st_get(st, i)->name);
-        if (!e || e->cols == 0) continue;
-        calibrated += e->status == DSQ_CALIB_CALIBRATED;
-        withblob += e->gptq_blob != NULL;
-    }
-    dsq_st_close(st);
+    size_t withblob, calibrated;
+    count_blobs(m, a, &calibrated, &withblob);
     assert_true(calibrated > 256);
     assert_int_equal(withblob, calibrated);
     assert_int_equal(withblob, tt.gptq_tensors);
@@ -1264,17 +1273,8 @@ static void test_gptq_driver(void **state)
         dsq_calib_get_totals(a, &tt);
         assert_true(tt.gptq_tensors > 0);
         assert_true(tt.gptq_hess_peak > 0);
-        size_t withblob = 0, calibrated = 0;
-        dsq_st_model *st;
-        assert_int_equal(dsq_st_open(&st, m, NULL), 0);
-        for (size_t i = 0; i < dsq_st_count(st); i++) {
-            const dsq_calib_tensor *e = dsq_calib_lookup(a, dsq_st_get(st, i)->name);
-            if (!e || e->cols == 0) continue;
-            calibrated += e->status == DSQ_CALIB_CALIBRATED;
-            withblob += e->gptq_blob != NULL;
-            if (e->status != DSQ_CALIB_CALIBRATED) assert_null(e->gptq_blob);
-        }
-        dsq_st_close(st);
+        size_t withblob, calibrated;
+        count_blobs(m, a, &calibrated, &withblob);
         assert_int_equal(withblob, tt.gptq_tensors);
         assert_true(withblob > 0 && withblob <= calibrated);
         /* thread count independent: the solves run on 2 and 4 lanes (one
