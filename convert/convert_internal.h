@@ -7,6 +7,8 @@
 #include "convert.h"
 #include "safetensors.h"
 
+#include <pthread.h>
+
 /* Row blocks handed to quantize are about this many bytes of float32: small
  * enough to stay in L2 between read, quantize and error measurement. */
 #define DSQ_CONV_BLOCK_BYTES (1u << 20)
@@ -40,6 +42,9 @@ typedef struct dsq_conv_result {
     dsq_ctr_blob blob;      /* whole tensor: encoded */
     uint8_t *piece;         /* streamed: piece blob, piece_size bytes */
     size_t piece_size;
+    size_t piece_cap;       /* its allocation (dsq_conv_buf_put) */
+    void *blob_buf;         /* whole tensor: the buffer blob.data points into */
+    size_t blob_cap;
     double err2, ref2;
     uint8_t src_sha[DSQ_SHA256_LEN]; /* ledger digest of the item's source rows */
 } dsq_conv_result;
@@ -86,12 +91,33 @@ int dsq_conv_sink_item(dsq_conv_sink *s, const dsq_conv_item *it, dsq_conv_resul
 int dsq_conv_pipeline_run(dsq_convert *c, const dsq_conv_item *items, size_t nitems,
                           dsq_conv_sink *sink, dsq_diag *d);
 
+/* Output buffers handed from the workers to the writer and back
+ * (convert_pool.c). A fresh allocation of a tensor's size is a fresh
+ * mapping: glibc serves it by mmap and unmaps it on free, so each item paid
+ * a page fault per 4 KiB of its output (10-15% of a conversion's CPU in
+ * this VM, `perf record`), and glibc's adaptive threshold made the count
+ * vary 2x between runs. Recycled buffers are faulted in once. */
+#define DSQ_CONV_BUFS_MAX 64
+typedef struct dsq_conv_bufs {
+    pthread_mutex_t mu;
+    void *p[DSQ_CONV_BUFS_MAX];
+    size_t cap[DSQ_CONV_BUFS_MAX];
+    int n;
+    uint64_t held, limit;   /* bytes cached, and the most that may be */
+} dsq_conv_bufs;
+
+/* A buffer of at least need bytes (*cap: its size), or NULL; bufs may be NULL. */
+void *dsq_conv_buf_get(dsq_conv_bufs *b, size_t need, size_t *cap);
+/* Give a buffer back (kept for reuse or freed); NULL p is ignored. */
+void dsq_conv_buf_put(dsq_conv_bufs *b, void *p, size_t cap);
+
 /* A worker's reusable output buffer. */
 typedef struct dsq_conv_scratch {
     uint8_t *buf;
     size_t cap;
     uint8_t *src;           /* source bytes of one row block (dsq_st_pread_rows) */
     size_t src_cap;
+    dsq_conv_bufs *bufs;    /* where output buffers come from (may be NULL) */
 } dsq_conv_scratch;
 
 /* Process one item on the calling thread (exposed for the pipeline only). */

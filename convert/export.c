@@ -250,11 +250,12 @@ static int shard_open(dsq_export *ex, int s, dsq_diag *d)
         if (ex->fd < 0) rc = dsq_fail_errno(d, errno, p, "cannot create");
     }
     if (rc == DSQ_OK) {
+        dsq_dpw_open(&ex->dpw, ex->fd, p);
         uint8_t pre[8];
         uint64_t N = hlen;
         for (int k = 0; k < 8; k++) pre[k] = (uint8_t)(N >> (8 * k));
-        if (pwrite(ex->fd, pre, 8, 0) != 8 || pwrite(ex->fd, hdr, hlen, 8) != (ssize_t)hlen)
-            rc = dsq_fail_errno(d, errno, p, "write failed");
+        rc = dsq_dpw_pwrite(&ex->dpw, pre, 8, 0, d);
+        if (rc == DSQ_OK) rc = dsq_dpw_pwrite(&ex->dpw, hdr, hlen, 8, d);
         ex->data_start = 8 + hlen;
         ex->cur = s;
     }
@@ -279,6 +280,7 @@ static int shard_commit(dsq_export *ex, dsq_diag *d)
             total = ex->data_start + ex->xt[i].off + ex->xt[i].nbytes;
     if (rc == DSQ_OK && ftruncate(ex->fd, (off_t)total) != 0) rc = dsq_fail_errno(d, errno, p, "truncate failed");
     if (rc == DSQ_OK && fsync(ex->fd) != 0) rc = dsq_fail_errno(d, errno, p, "fsync failed");
+    dsq_dpw_close(&ex->dpw);
     if (ex->fd >= 0) close(ex->fd);
     ex->fd = -1;
     if (rc == DSQ_OK && rename(p, fin) != 0) rc = dsq_fail_errno(d, errno, fin, "rename failed");
@@ -504,18 +506,10 @@ int dsq_export_put(dsq_export *ex, size_t i, const void *blob, size_t size, dsq_
             free(buf);
             return rc;
         }
-        uint64_t done = 0;
-        while (done < x->nbytes) {
-            ssize_t w = pwrite(ex->fd, buf + done, (size_t)(x->nbytes - done),
-                               (off_t)(ex->data_start + x->off + done));
-            if (w <= 0) {
-                free(buf);
-                return dsq_fail_errno(d, errno, ex->tmpdir, "write failed");
-            }
-            done += (uint64_t)w;
-        }
-        ex->sum.weight_bytes += x->nbytes;
+        rc = dsq_dpw_pwrite(&ex->dpw, buf, (size_t)x->nbytes, ex->data_start + x->off, d);
         free(buf);
+        if (rc < 0) return rc;
+        ex->sum.weight_bytes += x->nbytes;
     }
     /* Last source of this shard: commit it. */
     if (shard_first_src(ex, shard + 1) <= ex->next) DSQ_TRY(shard_commit(ex, d));
@@ -565,12 +559,8 @@ int dsq_export_put_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, c
         uint8_t *buf = malloc(nb ? nb : 1);
         if (!buf) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, x->name, -1, "out of memory");
         int rc = dsq_x_fill(ex, x, &v, buf, d);
-        uint64_t at = ex->data_start + x->off + rb * (uint64_t)row0, done = 0;
-        while (rc == DSQ_OK && done < nb) {
-            ssize_t w = pwrite(ex->fd, buf + done, (size_t)(nb - done), (off_t)(at + done));
-            if (w <= 0) rc = dsq_fail_errno(d, errno, ex->tmpdir, "write failed");
-            else done += (uint64_t)w;
-        }
+        uint64_t at = ex->data_start + x->off + rb * (uint64_t)row0;
+        if (rc == DSQ_OK) rc = dsq_dpw_pwrite(&ex->dpw, buf, (size_t)nb, at, d);
         free(buf);
         if (rc < 0) {
             if (d && !d->tensor[0]) snprintf(d->tensor, sizeof d->tensor, "%s", x->name);
@@ -771,6 +761,7 @@ int dsq_export_finish(dsq_export *ex, dsq_export_summary *s, dsq_diag *d)
 void dsq_export_free(dsq_export *ex, int keep)
 {
     if (!ex) return;
+    dsq_dpw_close(&ex->dpw);
     if (ex->fd >= 0) close(ex->fd);
     if (ex->tmpdir && !keep) remove_flat_dir(ex->tmpdir);
     for (size_t i = 0; i < ex->nxt; i++) free(ex->xt[i].name);

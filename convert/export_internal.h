@@ -4,6 +4,7 @@
 #ifndef DSQ_EXPORT_INTERNAL_H
 #define DSQ_EXPORT_INTERNAL_H
 
+#include "dsq_dpw.h"
 #include "export.h"
 
 #include <json-c/json.h>
@@ -72,6 +73,7 @@ struct dsq_export {
     /* current shard */
     int cur;
     int fd;
+    dsq_dpw dpw;                  /* fd's writes, past the page cache */
     uint64_t data_start;
     size_t next;                  /* next source index expected */
     /* static W8A8 fused pairs: first member's params by pair key */

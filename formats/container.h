@@ -131,6 +131,15 @@ typedef struct dsq_ctr_blob {
  * Deterministic for a given (bytes, level). raw may be NULL when n == 0.
  * On failure *out is zeroed. Free with dsq_ctr_blob_free. */
 int  dsq_ctr_encode(const void *raw, size_t n, int zstd_level, dsq_ctr_blob *out, dsq_diag *d);
+/* The same into the caller's buffer: dst holds dst_cap >= dsq_ctr_encode_bound(n)
+ * bytes and outlives the blob; out->data points into dst and the blob owns
+ * nothing (dsq_ctr_blob_free only zeroes it). Same bytes, hash and choice
+ * as dsq_ctr_encode. It lets a caller recycle output buffers: a fresh
+ * allocation of a tensor's size costs a page fault per 4 KiB on first write
+ * (~10% of a conversion's CPU in a VM, `perf record`). */
+size_t dsq_ctr_encode_bound(size_t n);
+int  dsq_ctr_encode_into(const void *raw, size_t n, int zstd_level, void *dst, size_t dst_cap,
+                         dsq_ctr_blob *out, dsq_diag *d);
 /* Release the blob's memory; safe on a zeroed blob; leaves it zeroed. */
 void dsq_ctr_blob_free(dsq_ctr_blob *b);
 

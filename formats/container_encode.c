@@ -50,59 +50,85 @@ void dsq_ctr_blob_free(dsq_ctr_blob *b)
     memset(b, 0, sizeof *b);
 }
 
-int dsq_ctr_encode(const void *raw, size_t n, int zstd_level, dsq_ctr_blob *out, dsq_diag *d)
+size_t dsq_ctr_encode_bound(size_t n)
 {
-    memset(out, 0, sizeof *out);
+    size_t b = ZSTD_compressBound(n);
+    return b > n ? b : n ? n : 1;
+}
+
+/* Hash, then compress into dst (cap bytes, >= the bound) or copy raw into it.
+ * Fills everything in *out but owned. */
+static int encode_to(const void *raw, size_t n, int zstd_level, uint8_t *dst, size_t cap,
+                     dsq_ctr_blob *out, dsq_diag *d)
+{
+    int rc = dsq_sha256_buf(raw, n, out->sha256);
+    if (rc < 0) return dsq_fail(d, rc, NULL, NULL, -1, "cannot start SHA-256");
+    out->raw_size = n;
+    out->data = dst;
+    if (zstd_level > 0 && n > 0) {
+        int owned;
+        ZSTD_CCtx *c = thread_cctx(&owned);
+        if (!c) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        size_t z = dsq_ctr_cctx_setup(c, zstd_level) == 0 ? ZSTD_compress2(c, dst, cap, raw, n)
+                                                           : (size_t)-1;
+        if (owned) ZSTD_freeCCtx(c);
+        if (ZSTD_isError(z))
+            return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "zstd compression failed: %s",
+                            ZSTD_getErrorName(z));
+        if (dsq_ctr_compression_pays(z, n)) {
+            out->stored_size = z;
+            out->compression = DSQ_CTR_COMP_ZSTD;
+            return DSQ_OK;
+        }
+        /* Not worth it: the raw bytes instead (cap >= n). */
+    }
+    if (n) memcpy(dst, raw, n);
+    out->stored_size = n;
+    out->compression = DSQ_CTR_COMP_NONE;
+    return DSQ_OK;
+}
+
+static int encode_args(const void *raw, size_t n, int zstd_level, dsq_diag *d)
+{
     if (zstd_level < 0 || zstd_level > DSQ_CTR_LEVEL_MAX)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
                         "zstd level %d outside 0..%d", zstd_level, DSQ_CTR_LEVEL_MAX);
     if (!raw && n)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "NULL buffer of %zu bytes", n);
-    int rc = dsq_sha256_buf(raw, n, out->sha256);
-    if (rc < 0) return dsq_fail(d, rc, NULL, NULL, -1, "cannot start SHA-256");
-    out->raw_size = n;
+    return DSQ_OK;
+}
 
-    if (zstd_level > 0 && n > 0) {
-        size_t cap = ZSTD_compressBound(n);
-        uint8_t *buf = malloc(cap ? cap : 1);
-        if (!buf) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory (%zu bytes)", cap);
-        int owned;
-        ZSTD_CCtx *c = thread_cctx(&owned);
-        if (!c) { free(buf); return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory"); }
-        size_t z = dsq_ctr_cctx_setup(c, zstd_level) == 0 ? ZSTD_compress2(c, buf, cap, raw, n)
-                                                           : (size_t)-1;
-        if (owned) ZSTD_freeCCtx(c);
-        if (ZSTD_isError(z)) {
-            free(buf);
-            return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "zstd compression failed: %s",
-                            ZSTD_getErrorName(z));
-        }
-        if (dsq_ctr_compression_pays(z, n)) {
-            uint8_t *shrunk = realloc(buf, z);  /* give back the bound's slack */
-            if (shrunk) buf = shrunk;
-            out->owned = buf;
-            out->data = buf;
-            out->stored_size = z;
-            out->compression = DSQ_CTR_COMP_ZSTD;
-            return DSQ_OK;
-        }
-        /* Not worth it: reuse the buffer (cap >= n) for the raw copy. */
-        memcpy(buf, raw, n);
-        uint8_t *shrunk = realloc(buf, n);
-        if (shrunk) buf = shrunk;
-        out->owned = buf;
-        out->data = buf;
-        out->stored_size = n;
-        out->compression = DSQ_CTR_COMP_NONE;
-        return DSQ_OK;
+int dsq_ctr_encode_into(const void *raw, size_t n, int zstd_level, void *dst, size_t dst_cap,
+                        dsq_ctr_blob *out, dsq_diag *d)
+{
+    memset(out, 0, sizeof *out);
+    DSQ_TRY(encode_args(raw, n, zstd_level, d));
+    if (!dst || dst_cap < dsq_ctr_encode_bound(n))
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
+                        "output buffer of %zu bytes below the bound %zu", dst_cap,
+                        dsq_ctr_encode_bound(n));
+    int rc = encode_to(raw, n, zstd_level, dst, dst_cap, out, d);
+    if (rc < 0) memset(out, 0, sizeof *out);
+    return rc;
+}
+
+int dsq_ctr_encode(const void *raw, size_t n, int zstd_level, dsq_ctr_blob *out, dsq_diag *d)
+{
+    memset(out, 0, sizeof *out);
+    DSQ_TRY(encode_args(raw, n, zstd_level, d));
+    /* Compressing needs the bound; a raw copy only n bytes. */
+    size_t cap = zstd_level > 0 && n > 0 ? dsq_ctr_encode_bound(n) : n ? n : 1;
+    uint8_t *buf = malloc(cap);
+    if (!buf) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory (%zu bytes)", cap);
+    int rc = encode_to(raw, n, zstd_level, buf, cap, out, d);
+    if (rc < 0) {
+        free(buf);
+        memset(out, 0, sizeof *out);
+        return rc;
     }
-    /* Stored raw: the blob still owns a copy, so the caller may free raw. */
-    uint8_t *copy = malloc(n ? n : 1);
-    if (!copy) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory (%zu bytes)", n);
-    if (n) memcpy(copy, raw, n);
-    out->owned = copy;
-    out->data = copy;
-    out->stored_size = n;
-    out->compression = DSQ_CTR_COMP_NONE;
+    uint8_t *shrunk = realloc(buf, out->stored_size ? out->stored_size : 1);  /* the bound's slack */
+    if (shrunk) buf = shrunk;
+    out->owned = buf;
+    out->data = buf;
     return DSQ_OK;
 }
