@@ -20,6 +20,7 @@
 #include "dsq_mem.h"
 #include "kernels.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* The absorbed path's q' = q_nope W_UK[h] is a transposed product (rows
@@ -139,6 +140,38 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
     (void)sub.scheme->gemm(&sub, cv, 1, out, NULL, NULL, 0);
 }
 
+/* Naive path: one head's attention block over the expanded k_nope | v. */
+typedef struct naive_job {
+    dsq_run *r;
+    const mla_job *j;
+    const float *lat, *pe;
+    int64_t P;
+    float *S;   /* per thread [T, P] scores; NULL: serial heads on sc->scores */
+} naive_job;
+
+static void naive_head(const naive_job *nj, int64_t h, float *S, dsq_pool *pool)
+{
+    const dsq_run *r = nj->r;
+    const dsq_model *m = r->m;
+    const mla_job *j = nj->j;
+    dsq_scratch *sc = r->sc;
+    const int64_t qk = j->nope + j->rope, hw = j->nope + j->vd, row = j->H * hw;
+    const int qdim = (int)m->q_dim;
+    const float *kx = sc->kv_exp + h * hw;
+    dsq_attend_block(r->T, (int)nj->P, sc->q + h * qk, qdim, kx, (int)row, (int)j->nope, sc->q + h * qk + j->nope,
+                     qdim, nj->pe, (int)j->rope, (int)j->rope, kx + j->nope, (int)row, (int)j->vd, sc->vis,
+                     m->attn_scale, S, sc->att + h * j->vd, (int)m->attn_out_dim, pool);
+}
+
+/* Heads are independent and each runs the same calls as on one thread (the
+ * softmax rows inline instead of on the pool): the same values. Prefill's
+ * 2 x H small sgemms were serial on the caller's thread before. */
+static void naive_head_task(void *ctx, size_t item, int tid)
+{
+    const naive_job *nj = ctx;
+    naive_head(nj, (int64_t)item, nj->S + (size_t)tid * (size_t)nj->r->T * (size_t)nj->P, NULL);
+}
+
 int dsq_mla_forward(dsq_run *r, const float *x)
 {
     const dsq_model *m = r->m;
@@ -204,12 +237,16 @@ int dsq_mla_forward(dsq_run *r, const float *x)
         DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_b, lat, (int)P, NULL));
         DSQ_TRY(dsq_linear_gemm(r, &ly->kv_b_run, lat, (int)P, sc->kv_exp));
         for (int t = 0; t < T; t++) sc->vis[t] = (int32_t)dsq_kv_index(r, t) + 1;
-        const int64_t hw = j.nope + j.vd, row = j.H * hw;
-        for (int64_t h = 0; h < j.H; h++) {
-            const float *kx = sc->kv_exp + h * hw;
-            dsq_attend_block(T, (int)P, sc->q + h * qk, qdim, kx, (int)row, (int)j.nope, sc->q + h * qk + j.nope, qdim,
-                             pe, (int)j.rope, (int)j.rope, kx + j.nope, (int)row, (int)j.vd, sc->vis, m->attn_scale,
-                             sc->scores, sc->att + h * j.vd, (int)m->attn_out_dim, m->pool);
+        naive_job nj = { r, &j, lat, pe, P, NULL };
+        /* heads in parallel, each thread with its own score block; without
+         * that memory, one head at a time (its softmax rows on the pool) */
+        const int nth = dsq_pool_size(m->pool);
+        if (nth > 1 && j.H > 1) nj.S = malloc((size_t)nth * (size_t)T * (size_t)P * sizeof(float));
+        if (nj.S) {
+            dsq_pool_run(m->pool, (size_t)j.H, naive_head_task, &nj);
+            free(nj.S);
+        } else {
+            for (int64_t h = 0; h < j.H; h++) naive_head(&nj, h, sc->scores, m->pool);
         }
     }
 
