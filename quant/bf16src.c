@@ -1,6 +1,7 @@
 /* bf16src.c - quantize from BF16 source rows (bf16src.h).
  *
- * Direct path so far: the bf16 scheme itself. A finite BF16 value widened to
+ * A scheme's direct path is its table row's quantize_bf16 (so far the bf16
+ * scheme's, below: the row points here). A finite BF16 value widened to
  * f32 is exact and rounds back to the same bits (round-to-nearest-even of
  * a representable value is the value; subnormals and signed zeros
  * included), so the blob's W rows are the source bytes plus zero padding.
@@ -60,10 +61,11 @@ static int any_nonfinite(const uint8_t *src, size_t n)
     return acc != 0;
 }
 
-static int bf16_copy(const dsq_scheme *sc, const uint8_t *src, int64_t row0, int64_t nrows,
-                     const dsq_qshape *shape, const dsq_qparams *p, uint8_t *blob,
-                     dsq_diag *diag)
+int dsq_bf16_quantize_bf16(const uint8_t *src, int64_t row0, int64_t nrows,
+                           const dsq_qshape *shape, const dsq_qparams *p, uint8_t *blob,
+                           dsq_diag *diag)
 {
+    const dsq_scheme *sc = dsq_scheme_by_id(DSQ_SCHEME_BF16);
     dsq_qlayout L;
     int rc = dsq_quantize_check(sc, row0, nrows, shape, p, &L, diag);
     if (rc < 0) return rc;
@@ -83,9 +85,9 @@ int dsq_quantize_bf16src(const dsq_scheme *sc, const uint8_t *src, int64_t row0,
                          float *fbuf, int *widened, dsq_diag *diag)
 {
     *widened = 0;
-    if (sc && sc->id == DSQ_SCHEME_BF16 && shape && src && nrows >= 0 && shape->cols >= 0 &&
+    if (sc && sc->quantize_bf16 && shape && src && nrows >= 0 && shape->cols >= 0 &&
         !(p && p->in_scale) && !any_nonfinite(src, (size_t)nrows * (size_t)shape->cols))
-        return bf16_copy(sc, src, row0, nrows, shape, p, blob, diag);
+        return sc->quantize_bf16(src, row0, nrows, shape, p, blob, diag);
     *widened = 1;
     return dsq_quantize_bf16src_ref(sc, src, row0, nrows, shape, p, blob, fbuf, diag);
 }

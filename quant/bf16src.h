@@ -25,6 +25,12 @@ int dsq_quantize_bf16src(const dsq_scheme *sc, const uint8_t *src, int64_t row0,
                          const dsq_qshape *shape, const dsq_qparams *p, uint8_t *blob,
                          float *fbuf, int *widened, dsq_diag *diag);
 
+/* The bf16 scheme's direct path (its row's quantize_bf16): the source rows
+ * copied into the blob's W rows, padded with zeros. */
+int dsq_bf16_quantize_bf16(const uint8_t *src, int64_t row0, int64_t nrows,
+                           const dsq_qshape *shape, const dsq_qparams *p, uint8_t *blob,
+                           dsq_diag *diag);
+
 /* The reference: widen src into fbuf, then sc->quantize. */
 int dsq_quantize_bf16src_ref(const dsq_scheme *sc, const uint8_t *src, int64_t row0,
                              int64_t nrows, const dsq_qshape *shape, const dsq_qparams *p,

@@ -3,6 +3,7 @@
 #include "scheme.h"
 #include "kernels.h"
 #include "actq.h"
+#include "bf16src.h"
 #include "dsq_mem.h"
 
 #include <math.h>
@@ -31,7 +32,7 @@ static const dsq_scheme g_schemes[DSQ_SCHEME_ID_COUNT] = {
         .blob_size = dsq_bf16_blob_size, .quantize = dsq_bf16_quantize,
         .dequantize = dsq_bf16_dequantize, .gemm = dsq_float_gemm,
         .gemm_ref = dsq_float_gemm_ref, .gemm_scratch = dsq_float_gemm_scratch,
-        .error_bound = dsq_bf16_error_bound,
+        .error_bound = dsq_bf16_error_bound, .quantize_bf16 = dsq_bf16_quantize_bf16,
     },
     [DSQ_SCHEME_W8A8_DYNAMIC] = {
         .name = "w8a8-dynamic",

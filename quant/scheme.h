@@ -344,6 +344,14 @@ typedef struct dsq_scheme {
      * outside it (clipping), plus float rounding slack. w is the value that
      * was quantized (after in_scale). 0-ish for f32; bf16 half-ulp for bf16. */
     double (*error_bound)(const dsq_qview *v, int64_t row, int64_t col, float w);
+
+    /* Optional direct path from BF16 source rows (bf16src.h): same contract
+     * and same bytes as widening to f32 and calling quantize, for rows whose
+     * values are all finite and params without in_scale (the caller,
+     * dsq_quantize_bf16src, checks both). NULL: no direct path. */
+    int (*quantize_bf16)(const uint8_t *src, int64_t row0, int64_t nrows,
+                         const dsq_qshape *shape, const dsq_qparams *params,
+                         uint8_t *blob, dsq_diag *diag);
 } dsq_scheme;
 
 /* ---- the table ----------------------------------------------------------- */
