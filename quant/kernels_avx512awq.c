@@ -180,6 +180,138 @@ AI void dec_terms(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1
     }
 }
 
+/* ---- decode in f32: x as is (gemv_awq) ------------------------------------
+ * The three-term split costs 12 vdpbf16ps per 128 weights; with x in f32 the
+ * same products take 8 FMAs. A 64-byte block is 16 dword lanes of 8 nibbles
+ * (dsq_awq_perm16): per 128 weights and row, 7 shifts, 8 vpermps through the
+ * group's table deq[i] = (i - z) * s (the reference's dequantized value of
+ * code i, so each product is the reference's, rounded once by the FMA) and
+ * 8 FMAs, x read in the matching order (the driver permutes it once per
+ * call). vpermps reads the low 4 index bits only: no masking. R = 4 rows
+ * share each x load; up to 4 tokens share each unpacked weight vector. */
+
+#define F(z) { 0 - (z), 1 - (z), 2 - (z), 3 - (z), 4 - (z), 5 - (z), 6 - (z), 7 - (z),     \
+               8 - (z), 9 - (z), 10 - (z), 11 - (z), 12 - (z), 13 - (z), 14 - (z), 15 - (z) }
+/* (i - z) for i = 0..15, one row per zero point (checked <= 15 by qview_init) */
+static const float awq_iz[16][16] __attribute__((aligned(64))) = {
+    F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7),
+    F(8), F(9), F(10), F(11), F(12), F(13), F(14), F(15),
+};
+#undef F
+
+/* One 128-column block b of R rows against NT tokens. MASK: the last,
+ * partial block, where lanes past cols are zeroed (their nibbles are
+ * padding, and a huge scale times a padding code could be Inf, Inf * 0 NaN). */
+AI void gv_block(const uint8_t *w, size_t rb, const int R, const float *xt, int64_t kp,
+                 const int NT, int64_t b, const __m512 *tab, const int MASK, const __mmask16 *tm,
+                 __m512 acc[4][4][2])
+{
+    const int A = NT == 1 ? 2 : 1;
+    __m512i d[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) d[r] = _mm512_loadu_si512(w + (size_t)r * rb + b * 64);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) xv[t] = _mm512_loadu_ps(xt + t * kp + b * 128 + 16 * s);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512i idx = s ? _mm512_srli_epi32(d[r], 4 * s) : d[r];
+            const __m512 wv = MASK ? _mm512_maskz_permutexvar_ps(tm[s], idx, tab[r])
+                                   : _mm512_permutexvar_ps(idx, tab[r]);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) acc[r][t][s % A] = _mm512_fmadd_ps(wv, xv[t], acc[r][t][s % A]);
+        }
+    }
+}
+
+/* R rows (4 or 1) from n against NT (1..4) tokens from t0; npf rows after
+ * the tile are prefetched block by block, so the next tile does not start
+ * on cold streams. */
+AI void gv_tile(const dsq_qview *v, const float *xp, int64_t kp, int64_t n, const int R,
+                int64_t t0, const int NT, int npf, const __mmask16 *tm, float *y)
+{
+    const int A = NT == 1 ? 2 : 1;
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    const int64_t ng = v->layout.ngroups, gs = v->layout.gsize;
+    const int64_t nfull = cols >> 7, nb = (cols + 127) >> 7;
+    const size_t rb = v->layout.row_bytes;
+    const uint8_t *w = v->w + (size_t)n * rb;
+    const float *xt = xp + t0 * kp;
+    __m512 acc[4][4][2], tab[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        tab[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+#pragma GCC unroll 2
+            for (int a = 0; a < A; a++) acc[r][t][a] = _mm512_setzero_ps();
+    }
+    /* blocks per group (the last group also holds the padding); no division per block */
+    const int64_t gpb = ng == 1 ? nb : gs >> 7;
+    const uint8_t *zp[4];
+    const float *sp[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        zp[r] = v->zeros + (n + r) * ng;
+        sp[r] = v->scales + (n + r) * ng;
+    }
+    for (int64_t g = 0, b0 = 0; g < ng; g++, b0 += gpb) {
+        const int64_t b1 = g == ng - 1 ? nb : b0 + gpb;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            tab[r] = _mm512_mul_ps(_mm512_load_ps(awq_iz[zp[r][g] & 15]), _mm512_set1_ps(sp[r][g]));
+        for (int64_t b = b0; b < b1; b++) {
+            for (int r = 0; r < npf; r++)
+                _mm_prefetch((const char *)(w + (size_t)(R + r) * rb + b * 64), _MM_HINT_T0);
+            if (b < nfull) gv_block(w, rb, R, xt, kp, NT, b, tab, 0, tm, acc);
+            else gv_block(w, rb, R, xt, kp, NT, b, tab, 1, tm, acc);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512 sum = A == 2 ? _mm512_add_ps(acc[r][t][0], acc[r][t][1]) : acc[r][t][0];
+            y[(t0 + t) * rows + n + r] = _mm512_reduce_add_ps(sum);
+        }
+}
+
+AI void gv_rows(const dsq_qview *v, const float *xp, int64_t kp, int64_t n0, int64_t n1,
+                int64_t t0, const int NT, const __mmask16 *tm, float *y)
+{
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) {
+        const int npf = n1 - (n + 4) < 4 ? (int)(n1 - (n + 4)) : 4;
+        gv_tile(v, xp, kp, n, 4, t0, NT, npf, tm, y);
+    }
+    for (; n < n1; n++) gv_tile(v, xp, kp, n, 1, t0, NT, 0, tm, y);
+}
+
+void dsq_avx512awq_gemv(const dsq_qview *v, const float *xp, int64_t T, int64_t kpad, int64_t n0,
+                        int64_t n1, float *y)
+{
+    /* lanes of the last block that hold columns < cols, per shift */
+    const int64_t rem = v->shape.cols & 127;
+    __mmask16 tm[8];
+    for (int s = 0; s < 8; s++) {
+        unsigned m = 0;
+        for (int l = 0; l < 16; l++)
+            if (dsq_awq_perm16(16 * s + l) < rem) m |= 1u << l;
+        tm[s] = (__mmask16)m;
+    }
+    /* four tokens per pass; more (not the decode case) re-read the rows from cache */
+    for (int64_t t = 0; t < T; t += 4) {
+        switch (T - t < 4 ? T - t : 4) {
+        case 1: gv_rows(v, xp, kpad, n0, n1, t, 1, tm, y); break;
+        case 2: gv_rows(v, xp, kpad, n0, n1, t, 2, tm, y); break;
+        case 3: gv_rows(v, xp, kpad, n0, n1, t, 3, tm, y); break;
+        default: gv_rows(v, xp, kpad, n0, n1, t, 4, tm, y); break;
+        }
+    }
+}
+
 /* ---- prefill: unpack a chunk once, tiles over tokens --------------------- */
 
 /* Rows [n0, n1), columns [k0, k1) (multiples of 128) as bf16 (q - z) into
