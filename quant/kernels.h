@@ -135,7 +135,7 @@ typedef struct dsq_kernels {
      * T >= 1 tokens (decode, and prefill where it beats the alternatives:
      * scheme_awq.c); xp[t * kpad + c] holds x in the
      * order of dsq_awq_perm16 within each 128-column block, kpad a multiple
-     * of 128, zero past cols. Groups: a multiple of 128 columns or one per
+     * of 128, zero past cols. Groups: a multiple of 64 columns or one per
      * row. Each weight is the reference's deq, (q - z) * s rounded to f32,
      * times x, summed in f32: the float dot bound of gemv_f, no split error;
      * order not pinned. NULL where the level has none (gemv_f serves). */

@@ -1,5 +1,7 @@
 /* kernels_avx512awq.c - awq-w4a16 gemm on the CPU's bf16 dot product
- * (vdpbf16ps, AVX512_BF16); the gemm_awq of the "avx512bf16" level.
+ * (vdpbf16ps, AVX512_BF16), the gemm_awq of the "avx512bf16" level; and the
+ * f32 kernel gemv_awq of both AVX-512 levels (AVX512F/BW only; section
+ * "f32" below).
  *
  * Numerics (scheme.h, "awq-w4a16 on a bf16 dot product"): the reference is
  * y = sum_k (q_k - z_g) s_g x_k. Here y = sum_g s_g * sum_{k in g} (q_k - z_g)
@@ -27,11 +29,11 @@
  * partial of the first chunk, then y += next): the order depends on the
  * shape only, never on the thread count.
  *
- * Speed: with one term it beats the f32 FMA path (gemv_f, dequantized
- * tiles + sgemm) at every T; with two or three only for few tokens (batch
- * decode, small expert gemms), where sgemm is inefficient: an f32 FMA does
- * 16 multiply-adds, a vdpbf16ps 32 per term, and vpermw costs about as much
- * as a dot product here. scheme_awq.c (awq_use_kernel) picks.
+ * Speed: with one term it beats every f32 path at every T (4 vdpbf16ps per
+ * 128 weights); with two or three terms the f32 kernel of this file
+ * (dsq_avx512awq_gemv, gemv_awq: 8 FMAs per 128 weights, x as is) is as
+ * fast or faster at every T and has no split error. scheme_awq.c
+ * (awq_use_f32) picks.
  */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -203,8 +205,8 @@ static const float awq_iz[16][16] __attribute__((aligned(64))) = {
  * partial block, where lanes past cols are zeroed (their nibbles are
  * padding, and a huge scale times a padding code could be Inf, Inf * 0 NaN). */
 AI void gv_block(const uint8_t *w, size_t rb, const int R, const float *xt, int64_t kp,
-                 const int NT, int64_t b, const __m512 *tab, const int MASK, const __mmask16 *tm,
-                 __m512 acc[4][4][2])
+                 const int NT, int64_t b, const __m512 *ta, const __m512 *tb, const int MASK,
+                 const __mmask16 *tm, __m512 acc[4][4][2])
 {
     const int A = NT == 1 ? 2 : 1;
     __m512i d[4];
@@ -218,8 +220,9 @@ AI void gv_block(const uint8_t *w, size_t rb, const int R, const float *xt, int6
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512i idx = s ? _mm512_srli_epi32(d[r], 4 * s) : d[r];
-            const __m512 wv = MASK ? _mm512_maskz_permutexvar_ps(tm[s], idx, tab[r])
-                                   : _mm512_permutexvar_ps(idx, tab[r]);
+            const __m512 tv = s & 1 ? tb[r] : ta[r];   /* odd shifts: columns 64..127 */
+            const __m512 wv = MASK ? _mm512_maskz_permutexvar_ps(tm[s], idx, tv)
+                                   : _mm512_permutexvar_ps(idx, tv);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) acc[r][t][s % A] = _mm512_fmadd_ps(wv, xv[t], acc[r][t][s % A]);
         }
@@ -248,8 +251,6 @@ AI void gv_tile(const dsq_qview *v, const float *xp, int64_t kp, int64_t n, cons
 #pragma GCC unroll 2
             for (int a = 0; a < A; a++) acc[r][t][a] = _mm512_setzero_ps();
     }
-    /* blocks per group (the last group also holds the padding); no division per block */
-    const int64_t gpb = ng == 1 ? nb : gs >> 7;
     const uint8_t *zp[4];
     const float *sp[4];
 #pragma GCC unroll 4
@@ -257,18 +258,51 @@ AI void gv_tile(const dsq_qview *v, const float *xp, int64_t kp, int64_t n, cons
         zp[r] = v->zeros + (n + r) * ng;
         sp[r] = v->scales + (n + r) * ng;
     }
-    for (int64_t g = 0, b0 = 0; g < ng; g++, b0 += gpb) {
-        const int64_t b1 = g == ng - 1 ? nb : b0 + gpb;
+#define GV_TAB(r, g) _mm512_mul_ps(_mm512_load_ps(awq_iz[zp[r][g] & 15]), _mm512_set1_ps(sp[r][g]))
+#define GV_PF(b)                                                                                   \
+    for (int r = 0; r < npf; r++) _mm_prefetch((const char *)(w + (size_t)(R + r) * rb + (b) * 64), _MM_HINT_T0)
+    if (ng == 1 || gs % 128 == 0) {
+        /* blocks per group (the last group also holds the padding); no division per block */
+        const int64_t gpb = ng == 1 ? nb : gs >> 7;
+        for (int64_t g = 0, b0 = 0; g < ng; g++, b0 += gpb) {
+            const int64_t b1 = g == ng - 1 ? nb : b0 + gpb;
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            tab[r] = _mm512_mul_ps(_mm512_load_ps(awq_iz[zp[r][g] & 15]), _mm512_set1_ps(sp[r][g]));
-        for (int64_t b = b0; b < b1; b++) {
-            for (int r = 0; r < npf; r++)
-                _mm_prefetch((const char *)(w + (size_t)(R + r) * rb + b * 64), _MM_HINT_T0);
-            if (b < nfull) gv_block(w, rb, R, xt, kp, NT, b, tab, 0, tm, acc);
-            else gv_block(w, rb, R, xt, kp, NT, b, tab, 1, tm, acc);
+            for (int r = 0; r < R; r++) tab[r] = GV_TAB(r, g);
+            for (int64_t b = b0; b < b1; b++) {
+                GV_PF(b);
+                if (b < nfull) gv_block(w, rb, R, xt, kp, NT, b, tab, tab, 0, tm, acc);
+                else gv_block(w, rb, R, xt, kp, NT, b, tab, tab, 1, tm, acc);
+            }
+        }
+    } else {
+        /* groups of an odd multiple of 64 columns: a block's two 64-column
+         * halves (even / odd shifts) may lie in different groups */
+        const int64_t hpg = gs >> 6;   /* halves per group */
+        __m512 tb[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                         _mm512_setzero_ps() };
+        int64_t gh = 0, left = hpg, ga = -1, gb = -1;
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t g0 = gh, g1;
+            if (--left == 0) { gh += gh + 1 < ng; left = hpg; }
+            g1 = gh;
+            if (--left == 0) { gh += gh + 1 < ng; left = hpg; }
+            if (g0 != ga) {
+                ga = g0;
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) tab[r] = g0 == gb ? tb[r] : GV_TAB(r, g0);
+            }
+            if (g1 != gb) {
+                gb = g1;
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) tb[r] = g1 == ga ? tab[r] : GV_TAB(r, g1);
+            }
+            GV_PF(b);
+            if (b < nfull) gv_block(w, rb, R, xt, kp, NT, b, tab, tb, 0, tm, acc);
+            else gv_block(w, rb, R, xt, kp, NT, b, tab, tb, 1, tm, acc);
         }
     }
+#undef GV_PF
+#undef GV_TAB
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4

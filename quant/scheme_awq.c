@@ -189,11 +189,11 @@ static int awq_fast(const dsq_kernels *k, const dsq_qview *v);
  * 3.3 / 2.3-2.5, T=24 7.6-8.0 / 6.8, T=64 18.6 / 18.6, T=128 36-37 / 37-38:
  * as fast or faster, and without the split's 2^-16 error. One term (x
  * rounded to bf16) is the bf16 kernel's alone: 4 vdpbf16ps per 128
- * weights against 8 FMAs. Groups must change only at 128-column blocks. */
+ * weights against 8 FMAs. Groups: multiples of 64 columns, or one per row. */
 static int awq_use_f32(const dsq_kernels *k, const dsq_qview *v, int64_t T)
 {
     if (!(k && k->gemv_awq && v && v->scheme && T >= 1 &&
-          (v->layout.ngroups == 1 || v->layout.gsize % 128 == 0)))
+          (v->layout.ngroups == 1 || v->layout.gsize % 64 == 0)))
         return 0;
     return !awq_fast(k, v) || dsq_bf16_terms(v) >= 2;
 }

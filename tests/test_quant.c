@@ -574,7 +574,7 @@ static void check_awq_f32(const shp *s, double worst[2])
             }
         const double dot = 2.0 * (double)sh.cols * 0x1p-24;
         for (int l = 0; l < nl; l++) {
-            if (lv[l]->gemv_awq && (s->g == 0 || s->g % 128 == 0)) {
+            if (lv[l]->gemv_awq && (s->g == 0 || s->g % 64 == 0)) {
                 /* rows [0, r1) and [r1, rows): r1 odd, so tiles split */
                 const int64_t r1 = sh.rows / 2 | 1;
                 memset(y, 0xff, ny * sizeof *y);
@@ -634,7 +634,8 @@ static void test_awq_f32_kernel(void **state)
     static const shp sh[] = { { 1, 1, 0 },      { 5, 100, 0 },    { 7, 130, 0 },
                               { 13, 300, 0 },   { 9, 383, 128 },  { 6, 384, 128 },
                               { 33, 1000, 128 }, { 10, 513, 256 }, { 3, 4163, 0 },
-                              { 4, 257, 64 } };
+                              { 4, 257, 64 },   { 7, 1000, 64 },  { 5, 700, 192 },
+                              { 6, 200, 320 } };
     double worst[2] = { 0.0, 0.0 };
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) check_awq_f32(&sh[i], worst);
     /* the worst error relative to sum |w x| of the fast levels, for the
