@@ -233,7 +233,7 @@ AI void gv_block(const uint8_t *w, size_t rb, const int R, const float *xt, int6
  * the tile are prefetched block by block, so the next tile does not start
  * on cold streams. */
 AI void gv_tile(const dsq_qview *v, const float *xp, int64_t kp, int64_t n, const int R,
-                int64_t t0, const int NT, int npf, const __mmask16 *tm, float *y)
+                int64_t t0, const int NT, const int npf, const __mmask16 *tm, float *y)
 {
     const int A = NT == 1 ? 2 : 1;
     const int64_t rows = v->shape.rows, cols = v->shape.cols;
@@ -251,16 +251,14 @@ AI void gv_tile(const dsq_qview *v, const float *xp, int64_t kp, int64_t n, cons
 #pragma GCC unroll 2
             for (int a = 0; a < A; a++) acc[r][t][a] = _mm512_setzero_ps();
     }
-    const uint8_t *zp[4];
-    const float *sp[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        zp[r] = v->zeros + (n + r) * ng;
-        sp[r] = v->scales + (n + r) * ng;
-    }
-#define GV_TAB(r, g) _mm512_mul_ps(_mm512_load_ps(awq_iz[zp[r][g] & 15]), _mm512_set1_ps(sp[r][g]))
+    /* one base pointer each and the row stride (fewer live registers than 4
+     * row pointers: the group setup runs every block at g128) */
+    const uint8_t *zp = v->zeros + n * ng;
+    const float *sp = v->scales + n * ng;
+#define GV_TAB(r, g)                                                                               \
+    _mm512_mul_ps(_mm512_load_ps(awq_iz[zp[(g) + (r) * ng] & 15]), _mm512_set1_ps(sp[(g) + (r) * ng]))
 #define GV_PF(b)                                                                                   \
-    for (int r = 0; r < npf; r++) _mm_prefetch((const char *)(w + (size_t)(R + r) * rb + (b) * 64), _MM_HINT_T0)
+    _Pragma("GCC unroll 4") for (int r = 0; r < npf; r++) _mm_prefetch((const char *)(w + (size_t)(R + r) * rb + (b) * 64), _MM_HINT_T0)
     if (ng == 1 || gs % 128 == 0) {
         /* blocks per group (the last group also holds the padding); no division per block */
         const int64_t gpb = ng == 1 ? nb : gs >> 7;
@@ -316,10 +314,10 @@ AI void gv_rows(const dsq_qview *v, const float *xp, int64_t kp, int64_t n0, int
                 int64_t t0, const int NT, const __mmask16 *tm, float *y)
 {
     int64_t n = n0;
-    for (; n + 4 <= n1; n += 4) {
-        const int npf = n1 - (n + 4) < 4 ? (int)(n1 - (n + 4)) : 4;
-        gv_tile(v, xp, kp, n, 4, t0, NT, npf, tm, y);
-    }
+    /* a constant prefetch count (4 rows, none on the last tiles): the
+     * block loop keeps no loop for it */
+    for (; n + 8 <= n1; n += 4) gv_tile(v, xp, kp, n, 4, t0, NT, 4, tm, y);
+    for (; n + 4 <= n1; n += 4) gv_tile(v, xp, kp, n, 4, t0, NT, 0, tm, y);
     for (; n < n1; n++) gv_tile(v, xp, kp, n, 1, t0, NT, 0, tm, y);
 }
 
