@@ -70,6 +70,19 @@ static inline int dsq_awq_perm(int p)
     return 2 * w + (j >> 1) + 64 * (j & 1);
 }
 
+/* gemv_awq's activation order (f32 decode): position p of a 128-column block
+ * holds column dsq_awq_perm16(p) of that block. A 32-bit lane L of a packed
+ * block holds the nibbles of columns 4L, 4L + 64, 4L + 1, 4L + 65, ..., 4L + 3,
+ * 4L + 67 (int4 layout, scheme.h); shifting the 16 lanes by 4s puts column
+ * 4L + s / 2 + 64 (s & 1) in the low nibble, and a 16-entry table lookup
+ * (vpermps reads 4 index bits) turns it into the weight: positions 16s..16s+15
+ * are the lanes of shift s. */
+static inline int dsq_awq_perm16(int p)
+{
+    int s = p >> 4, l = p & 15;
+    return 4 * l + (s >> 1) + 64 * (s & 1);
+}
+
 typedef struct dsq_kernels {
     const char *name;        /* "ref", "avx2", "avx512", "avx512bf16", "neon" */
     /* 1: gemm_bf16 reads the split activations a->xh / a->xl (native bf16
@@ -118,6 +131,16 @@ typedef struct dsq_kernels {
     void (*gemm_awq)(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y,
                      void *work);
 
+    /* awq-w4a16 with x as is (f32): y[t*rows + n] for rows [n0, n1) and
+     * T >= 1 tokens (decode, and prefill where it beats the alternatives:
+     * scheme_awq.c); xp[t * kpad + c] holds x in the
+     * order of dsq_awq_perm16 within each 128-column block, kpad a multiple
+     * of 128, zero past cols. Groups: a multiple of 64 columns or one per
+     * row. Each weight is the reference's deq, (q - z) * s rounded to f32,
+     * times x, summed in f32: the float dot bound of gemv_f, no split error;
+     * order not pinned. NULL where the level has none (gemv_f serves). */
+    void (*gemv_awq)(const dsq_qview *v, const float *xp, int64_t T, int64_t kpad, int64_t n0,
+                     int64_t n1, float *y);
     /* Float schemes (f32, bf16, awq): y[t*rows+n] = dot(deq(W[n,:]), x[t,:])
      * for rows [n0, n1), small T (decode). Order not pinned. */
     void (*gemv_f)(const dsq_qview *v, const float *x, int64_t T, int64_t n0, int64_t n1,
@@ -147,6 +170,8 @@ void dsq_avx512bf16_packed_block(const uint32_t *wp, int64_t np, const dsq_bfact
                                  int first, float *y, int64_t rows, int64_t n, int nr);
 void dsq_avx512awq_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y,
                         void *work);
+void dsq_avx512awq_gemv(const dsq_qview *v, const float *xp, int64_t T, int64_t kpad, int64_t n0,
+                        int64_t n1, float *y);
 #endif
 #if defined(__aarch64__)
 extern const dsq_kernels dsq_kernels_neon_impl;

@@ -789,7 +789,7 @@ static void z_gemm_bf16(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int6
         .minmax = z_minmax, .quant_i8 = z_quant_i8, .sum_i8 = z_sum_i8,             \
         .f32_to_bf16 = z_f32_to_bf16, .split_bf16 = z_split_bf16,                   \
         .gemm_bf16 = GEMM_BF16, .gemm_awq = GEMM_AWQ, .gemm_w8 = z_gemm_w8,         \
-        .gemm_w4 = z_gemm_w4,                                                       \
+        .gemm_w4 = z_gemm_w4, .gemv_awq = dsq_avx512awq_gemv,                       \
         .gemv_f = z_gemv_f, .dequant_tile = z_dequant_tile,                         \
     }
 

@@ -1,5 +1,7 @@
 /* kernels_avx512awq.c - awq-w4a16 gemm on the CPU's bf16 dot product
- * (vdpbf16ps, AVX512_BF16); the gemm_awq of the "avx512bf16" level.
+ * (vdpbf16ps, AVX512_BF16), the gemm_awq of the "avx512bf16" level; and the
+ * f32 kernel gemv_awq of both AVX-512 levels (AVX512F/BW only; section
+ * "f32" below).
  *
  * Numerics (scheme.h, "awq-w4a16 on a bf16 dot product"): the reference is
  * y = sum_k (q_k - z_g) s_g x_k. Here y = sum_g s_g * sum_{k in g} (q_k - z_g)
@@ -27,11 +29,11 @@
  * partial of the first chunk, then y += next): the order depends on the
  * shape only, never on the thread count.
  *
- * Speed: with one term it beats the f32 FMA path (gemv_f, dequantized
- * tiles + sgemm) at every T; with two or three only for few tokens (batch
- * decode, small expert gemms), where sgemm is inefficient: an f32 FMA does
- * 16 multiply-adds, a vdpbf16ps 32 per term, and vpermw costs about as much
- * as a dot product here. scheme_awq.c (awq_use_kernel) picks.
+ * Speed: with one term it beats every f32 path at every T (4 vdpbf16ps per
+ * 128 weights); with two or three terms the f32 kernel of this file
+ * (dsq_avx512awq_gemv, gemv_awq: 8 FMAs per 128 weights, x as is) is as
+ * fast or faster at every T and has no split error. scheme_awq.c
+ * (awq_use_f32) picks.
  */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -177,6 +179,168 @@ AI void dec_terms(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1
         int64_t t = 0;
         for (; t + 2 <= a->T; t += 2) dec_tile(v, a, n, 1, t, 2, TERMS, 0, y);
         if (t < a->T) dec_tile(v, a, n, 1, t, 1, TERMS, 0, y);
+    }
+}
+
+/* ---- decode in f32: x as is (gemv_awq) ------------------------------------
+ * The three-term split costs 12 vdpbf16ps per 128 weights; with x in f32 the
+ * same products take 8 FMAs. A 64-byte block is 16 dword lanes of 8 nibbles
+ * (dsq_awq_perm16): per 128 weights and row, 7 shifts, 8 vpermps through the
+ * group's table deq[i] = (i - z) * s (the reference's dequantized value of
+ * code i, so each product is the reference's, rounded once by the FMA) and
+ * 8 FMAs, x read in the matching order (the driver permutes it once per
+ * call). vpermps reads the low 4 index bits only: no masking. R = 4 rows
+ * share each x load; up to 4 tokens share each unpacked weight vector. */
+
+#define F(z) { 0 - (z), 1 - (z), 2 - (z), 3 - (z), 4 - (z), 5 - (z), 6 - (z), 7 - (z),     \
+               8 - (z), 9 - (z), 10 - (z), 11 - (z), 12 - (z), 13 - (z), 14 - (z), 15 - (z) }
+/* (i - z) for i = 0..15, one row per zero point (checked <= 15 by qview_init) */
+static const float awq_iz[16][16] __attribute__((aligned(64))) = {
+    F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7),
+    F(8), F(9), F(10), F(11), F(12), F(13), F(14), F(15),
+};
+#undef F
+
+/* One 128-column block b of R rows against NT tokens. MASK: the last,
+ * partial block, where lanes past cols are zeroed (their nibbles are
+ * padding, and a huge scale times a padding code could be Inf, Inf * 0 NaN). */
+AI void gv_block(const uint8_t *w, size_t rb, const int R, const float *xt, int64_t kp,
+                 const int NT, int64_t b, const __m512 *ta, const __m512 *tb, const int MASK,
+                 const __mmask16 *tm, __m512 acc[4][4][2])
+{
+    const int A = NT == 1 ? 2 : 1;
+    __m512i d[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) d[r] = _mm512_loadu_si512(w + (size_t)r * rb + b * 64);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) xv[t] = _mm512_loadu_ps(xt + t * kp + b * 128 + 16 * s);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512i idx = s ? _mm512_srli_epi32(d[r], 4 * s) : d[r];
+            const __m512 tv = s & 1 ? tb[r] : ta[r];   /* odd shifts: columns 64..127 */
+            const __m512 wv = MASK ? _mm512_maskz_permutexvar_ps(tm[s], idx, tv)
+                                   : _mm512_permutexvar_ps(idx, tv);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) acc[r][t][s % A] = _mm512_fmadd_ps(wv, xv[t], acc[r][t][s % A]);
+        }
+    }
+}
+
+/* R rows (4 or 1) from n against NT (1..4) tokens from t0; npf rows after
+ * the tile are prefetched block by block, so the next tile does not start
+ * on cold streams. */
+AI void gv_tile(const dsq_qview *v, const float *xp, int64_t kp, int64_t n, const int R,
+                int64_t t0, const int NT, const int npf, const __mmask16 *tm, float *y)
+{
+    const int A = NT == 1 ? 2 : 1;
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    const int64_t ng = v->layout.ngroups, gs = v->layout.gsize;
+    const int64_t nfull = cols >> 7, nb = (cols + 127) >> 7;
+    const size_t rb = v->layout.row_bytes;
+    const uint8_t *w = v->w + (size_t)n * rb;
+    const float *xt = xp + t0 * kp;
+    __m512 acc[4][4][2], tab[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        tab[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+#pragma GCC unroll 2
+            for (int a = 0; a < A; a++) acc[r][t][a] = _mm512_setzero_ps();
+    }
+    /* one base pointer each and the row stride (fewer live registers than 4
+     * row pointers: the group setup runs every block at g128) */
+    const uint8_t *zp = v->zeros + n * ng;
+    const float *sp = v->scales + n * ng;
+#define GV_TAB(r, g)                                                                               \
+    _mm512_mul_ps(_mm512_load_ps(awq_iz[zp[(g) + (r) * ng] & 15]), _mm512_set1_ps(sp[(g) + (r) * ng]))
+#define GV_PF(b)                                                                                   \
+    _Pragma("GCC unroll 4") for (int r = 0; r < npf; r++) _mm_prefetch((const char *)(w + (size_t)(R + r) * rb + (b) * 64), _MM_HINT_T0)
+    if (ng == 1 || gs % 128 == 0) {
+        /* blocks per group (the last group also holds the padding); no division per block */
+        const int64_t gpb = ng == 1 ? nb : gs >> 7;
+        for (int64_t g = 0, b0 = 0; g < ng; g++, b0 += gpb) {
+            const int64_t b1 = g == ng - 1 ? nb : b0 + gpb;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) tab[r] = GV_TAB(r, g);
+            for (int64_t b = b0; b < b1; b++) {
+                GV_PF(b);
+                if (b < nfull) gv_block(w, rb, R, xt, kp, NT, b, tab, tab, 0, tm, acc);
+                else gv_block(w, rb, R, xt, kp, NT, b, tab, tab, 1, tm, acc);
+            }
+        }
+    } else {
+        /* groups of an odd multiple of 64 columns: a block's two 64-column
+         * halves (even / odd shifts) may lie in different groups */
+        const int64_t hpg = gs >> 6;   /* halves per group */
+        __m512 tb[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                         _mm512_setzero_ps() };
+        int64_t gh = 0, left = hpg, ga = -1, gb = -1;
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t g0 = gh, g1;
+            if (--left == 0) { gh += gh + 1 < ng; left = hpg; }
+            g1 = gh;
+            if (--left == 0) { gh += gh + 1 < ng; left = hpg; }
+            if (g0 != ga) {
+                ga = g0;
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) tab[r] = g0 == gb ? tb[r] : GV_TAB(r, g0);
+            }
+            if (g1 != gb) {
+                gb = g1;
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) tb[r] = g1 == ga ? tab[r] : GV_TAB(r, g1);
+            }
+            GV_PF(b);
+            if (b < nfull) gv_block(w, rb, R, xt, kp, NT, b, tab, tb, 0, tm, acc);
+            else gv_block(w, rb, R, xt, kp, NT, b, tab, tb, 1, tm, acc);
+        }
+    }
+#undef GV_PF
+#undef GV_TAB
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512 sum = A == 2 ? _mm512_add_ps(acc[r][t][0], acc[r][t][1]) : acc[r][t][0];
+            y[(t0 + t) * rows + n + r] = _mm512_reduce_add_ps(sum);
+        }
+}
+
+AI void gv_rows(const dsq_qview *v, const float *xp, int64_t kp, int64_t n0, int64_t n1,
+                int64_t t0, const int NT, const __mmask16 *tm, float *y)
+{
+    int64_t n = n0;
+    /* a constant prefetch count (4 rows, none on the last tiles): the
+     * block loop keeps no loop for it */
+    for (; n + 8 <= n1; n += 4) gv_tile(v, xp, kp, n, 4, t0, NT, 4, tm, y);
+    for (; n + 4 <= n1; n += 4) gv_tile(v, xp, kp, n, 4, t0, NT, 0, tm, y);
+    for (; n < n1; n++) gv_tile(v, xp, kp, n, 1, t0, NT, 0, tm, y);
+}
+
+void dsq_avx512awq_gemv(const dsq_qview *v, const float *xp, int64_t T, int64_t kpad, int64_t n0,
+                        int64_t n1, float *y)
+{
+    /* lanes of the last block that hold columns < cols, per shift */
+    const int64_t rem = v->shape.cols & 127;
+    __mmask16 tm[8];
+    for (int s = 0; s < 8; s++) {
+        unsigned m = 0;
+        for (int l = 0; l < 16; l++)
+            if (dsq_awq_perm16(16 * s + l) < rem) m |= 1u << l;
+        tm[s] = (__mmask16)m;
+    }
+    /* four tokens per pass; more (not the decode case) re-read the rows from cache */
+    for (int64_t t = 0; t < T; t += 4) {
+        switch (T - t < 4 ? T - t : 4) {
+        case 1: gv_rows(v, xp, kpad, n0, n1, t, 1, tm, y); break;
+        case 2: gv_rows(v, xp, kpad, n0, n1, t, 2, tm, y); break;
+        case 3: gv_rows(v, xp, kpad, n0, n1, t, 3, tm, y); break;
+        default: gv_rows(v, xp, kpad, n0, n1, t, 4, tm, y); break;
+        }
     }
 }
 

@@ -172,6 +172,23 @@ static void ref_gemv_f(const dsq_qview *v, const float *x, int64_t T, int64_t n0
         }
 }
 
+/* gemv_awq's contract on the reference: x in the order of dsq_awq_perm16
+ * (kernels.h), the reference's deq of each weight, double accumulation. */
+static void ref_gemv_awq(const dsq_qview *v, const float *xp, int64_t T, int64_t kpad, int64_t n0,
+                         int64_t n1, float *y)
+{
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    for (int64_t n = n0; n < n1; n++)
+        for (int64_t t = 0; t < T; t++) {
+            double acc = 0.0;
+            for (int64_t p = 0; p < kpad; p++) {
+                int64_t k = (p & ~(int64_t)127) + dsq_awq_perm16((int)(p & 127));
+                if (k < cols) acc += (double)ref_deq(v, n, k) * xp[t * kpad + p];
+            }
+            y[t * rows + n] = (float)acc;
+        }
+}
+
 static void ref_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
                              float *out, int64_t ldo)
 {
@@ -191,6 +208,7 @@ const dsq_kernels dsq_kernels_ref_impl = {
     .gemm_w8 = ref_gemm_w8,
     .gemm_w4 = ref_gemm_w4,
     .gemv_f = ref_gemv_f,
+    .gemv_awq = ref_gemv_awq,
     .dequant_tile = ref_dequant_tile,
 };
 

@@ -84,9 +84,11 @@
  *     faster prefill; never the default, never a KLD baseline).
  *     A bf16 x that overflows (|x| >= 2^128 (1 - 2^-9)) gives Inf. The other
  *     levels widen the bf16 weights to f32 and use x as is (terms ignored).
- *   awq-w4a16 on the "avx512bf16" level, where scheme_awq.c picks the bf16
- *     kernel (one term: every T; two terms: T > 4; three: 4 < T <= 24;
- *     elsewhere the f32 path above): y = sum_g s_g * sum_{k in g} (q_k - z_g)
+ *   awq-w4a16 on the AVX-512 levels with two or three terms (or without
+ *     AVX512_BF16): the f32 kernel gemv_awq, every T; each weight is the
+ *     reference's deq, x as is: the float dot bound above, no split error.
+ *   awq-w4a16 on the "avx512bf16" level with one term, the bf16 kernel
+ *     (dsq_awq_gemm_terms runs it with any number of terms): y = sum_g s_g * sum_{k in g} (q_k - z_g)
  *     * (xh + xl + xl2)_k with x split as for bf16 prefill (the same terms choice): (q - z) is an
  *     integer in -15..15, exact in bf16, each product exact, the group sums
  *     added in f32 (vdpbf16ps, subnormals flushed), one f32 FMA by s_g per

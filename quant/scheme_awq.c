@@ -167,34 +167,35 @@ void dsq_awq_dequantize(const dsq_qview *v, int64_t row0, int64_t nrows, float *
 }
 
 /* ---- gemm ------------------------------------------------------------------
- * Two drivers: the float one (scheme_float.c: gemv_f for decode, dequantized
- * tiles and sgemm for prefill; f32 FMAs, x as is) and, on a level with
- * gemm_awq (AVX-512 BF16), the bf16 kernel over x split in bf16 terms as for
- * bf16 prefill (DSQ_BF16_TERMS, scheme.h): AWQ_DEC_ROWS-row blocks over the
- * pool for decode, DSQ_AWQ_RB-row blocks (each with its thread's unpack
- * buffer) for more tokens. Each term is one more vdpbf16ps per 32 weights,
- * and an f32 FMA does half the work of one vdpbf16ps, so which is faster
- * depends on the terms and on T (sgemm is slow on few tokens, fast on
- * many). awq_use_kernel picks by the measurements in its comment. Results
- * never depend on the pool size. */
+ * Three drivers: the f32 kernel (gemv_awq: x as is, each weight the
+ * reference's deq; AWQ_DEC_ROWS-row blocks over the pool), the bf16 kernel
+ * (gemm_awq, AVX-512 BF16) over x split in bf16 terms as for bf16 prefill
+ * (DSQ_BF16_TERMS, scheme.h; AWQ_DEC_ROWS-row blocks for decode,
+ * DSQ_AWQ_RB-row blocks with a per-thread unpack buffer for more tokens),
+ * and the float one (scheme_float.c: gemv_f, or dequantized tiles and
+ * sgemm) where a level has neither. awq_use_f32 picks by the measurements
+ * in its comment. Results never depend on the pool size. */
 
 #define AWQ_DEC_ROWS 32
 
-/* The bf16 kernel where it was faster (2026-11-25, one core, machine
- * shared). bench_quant-style calls on 2048 x 7168, ns per weight per token,
- * float driver / kernel: one term T=1 0.029 / 0.023, T=128 0.014 / 0.011;
- * two terms T=1 0.029 / 0.028, T=8 0.081 / 0.024, T=32 0.029 / 0.022, T=64
- * 0.018 / 0.023; three terms T=8 0.081 / 0.030, T=16 0.034 / 0.026, T=32
- * 0.029 / 0.033. bench_engine -t 1 -p 128 on the e16 layer (experts see
- * fewer tokens each, where sgemm is weak), prefill tok/s float / kernel for
- * every T > 4: two terms 56 / 80, three 56-62 / 55. So: one term always;
- * two for every T > 4; three for 4 < T <= 24 (batch decode, small expert
- * gemms). */
-static int awq_use_kernel(int terms, int64_t T)
+static int64_t awq_kpad(int64_t cols);
+static int awq_fast(const dsq_kernels *k, const dsq_qview *v);
+
+/* The f32 kernel unless one bf16 term is asked for and the bf16 kernel runs
+ * here (2026-11-25, one core, machine shared; bench_quant 2048 x 7168, ms
+ * per call, bf16 kernel / f32 kernel). Three terms: T=1 0.53 / 0.45 (the
+ * float driver's gemv_f before), T=8 3.7 / 2.0, T=24 9.0 / 6.1, T=64 24.8 /
+ * 16.6 (sgemm on dequantized tiles), T=128 49 / 33 (sgemm). Two terms: T=8
+ * 3.3 / 2.3-2.5, T=24 7.6-8.0 / 6.8, T=64 18.6 / 18.6, T=128 36-37 / 37-38:
+ * as fast or faster, and without the split's 2^-16 error. One term (x
+ * rounded to bf16) is the bf16 kernel's alone: 4 vdpbf16ps per 128
+ * weights against 8 FMAs. Groups: multiples of 64 columns, or one per row. */
+static int awq_use_f32(const dsq_kernels *k, const dsq_qview *v, int64_t T)
 {
-    if (terms == 1) return 1;
-    if (T <= DSQ_AWQ_DECODE_T) return 0;
-    return terms == 2 || T <= 24;
+    if (!(k && k->gemv_awq && v && v->scheme && T >= 1 &&
+          (v->layout.ngroups == 1 || v->layout.gsize % 64 == 0)))
+        return 0;
+    return !awq_fast(k, v) || dsq_bf16_terms(v) >= 2;
 }
 
 static int64_t awq_kpad(int64_t cols)
@@ -223,11 +224,16 @@ static size_t awq_need(const dsq_qview *v, int64_t T, int nthreads)
     return n;
 }
 
+static size_t awq_xp_bytes(const dsq_qview *v, int64_t T)
+{
+    return (size_t)T * (size_t)awq_kpad(v->shape.cols) * sizeof(float);
+}
+
 size_t dsq_awq_gemm_scratch(const dsq_qview *v, int64_t T, int nthreads)
 {
     if (!v || T < 1) return 0;
-    if (!awq_fast(dsq_kernels_get(), v) || !awq_use_kernel(dsq_bf16_terms(v), T))
-        return dsq_float_gemm_scratch(v, T, nthreads);
+    if (awq_use_f32(dsq_kernels_get(), v, T)) return awq_xp_bytes(v, T);
+    if (!awq_fast(dsq_kernels_get(), v)) return dsq_float_gemm_scratch(v, T, nthreads);
     return awq_need(v, T, nthreads);
 }
 
@@ -326,12 +332,77 @@ int dsq_awq_gemm_terms(const dsq_kernels *k, const dsq_qview *v, const float *x,
     return DSQ_OK;
 }
 
+struct awq_dec_job {
+    const dsq_kernels *k;
+    const dsq_qview *v;
+    const float *x;
+    float *xp;
+    int64_t T, kpad, rb;
+    float *y;
+};
+
+static void awq_dec_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    struct awq_dec_job *j = ctx;
+    int64_t n0 = (int64_t)item * j->rb, n1 = n0 + j->rb;
+    if (n1 > j->v->shape.rows) n1 = j->v->shape.rows;
+    j->k->gemv_awq(j->v, j->xp, j->T, j->kpad, n0, n1, j->y);
+}
+
+/* x into the f32 kernel's order (dsq_awq_perm16), one token per item. */
+static void awq_perm_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    const struct awq_dec_job *j = ctx;
+    const int64_t cols = j->v->shape.cols, kp = j->kpad;
+    const float *xt = j->x + (int64_t)item * cols;
+    float *o = j->xp + (int64_t)item * kp;
+    int64_t b = 0;
+    /* full blocks: dsq_awq_perm16 is a 4 x 16 transpose of each 64-column
+     * half (position 32m + 16h + l holds column 64h + 4l + m) */
+    for (; b + 128 <= cols; b += 128)
+        for (int m = 0; m < 4; m++)
+            for (int h = 0; h < 2; h++)
+                for (int l = 0; l < 16; l++) o[b + 32 * m + 16 * h + l] = xt[b + 64 * h + 4 * l + m];
+    for (int64_t p = b; p < kp; p++) {
+        int64_t c = b + dsq_awq_perm16((int)(p - b));
+        o[p] = c < cols ? xt[c] : 0.0f;
+    }
+}
+
+/* The f32 kernel: x permuted once per call (a few microseconds per token
+ * against a stream of rows x cols nibbles), then row blocks over the pool. */
+static int awq_gemm_f32(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
+                        float *y, dsq_pool *pool, void *scratch, size_t scratch_size)
+{
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    const size_t need = awq_xp_bytes(v, T);
+    _Alignas(64) float local[8192];   /* 32 KB: one token of 8192 columns (mla.c's sub-views) */
+    void *own = NULL;
+    if (!scratch || scratch_size < need) {
+        if (need <= sizeof local) {
+            scratch = local;
+        } else {
+            scratch = own = dsq_aligned_alloc(need);
+            if (!own) return DSQ_ERR_NOMEM;
+        }
+    }
+    struct awq_dec_job j = { k, v, x, scratch, T, awq_kpad(cols), AWQ_DEC_ROWS, y };
+    dsq_pool_run(dsq_gemm_pool(pool, 1, cols, T * 64), (size_t)T, awq_perm_task, &j);
+    dsq_pool_run(dsq_gemm_pool(pool, rows, cols, T), (size_t)((rows + j.rb - 1) / j.rb),
+                 awq_dec_task, &j);
+    free(own);
+    return DSQ_OK;
+}
+
 int dsq_awq_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
                       float *y, dsq_pool *pool, void *scratch, size_t scratch_size)
 {
-    const int terms = dsq_bf16_terms(v);
-    if (awq_fast(k, v) && awq_use_kernel(terms, T))
-        return dsq_awq_gemm_terms(k, v, x, T, y, pool, scratch, scratch_size, terms);
+    if (T >= 1 && (!x || !y)) return DSQ_ERR_INVALID_ARG;
+    if (awq_use_f32(k, v, T)) return awq_gemm_f32(k, v, x, T, y, pool, scratch, scratch_size);
+    if (awq_fast(k, v))
+        return dsq_awq_gemm_terms(k, v, x, T, y, pool, scratch, scratch_size, dsq_bf16_terms(v));
     return dsq_float_gemm_with(k, v, x, T, y, pool, scratch, scratch_size);
 }
 

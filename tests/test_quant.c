@@ -535,6 +535,115 @@ static void test_gemm_large(void **state)
     }
 }
 
+/* awq-w4a16's f32 kernel (gemv_awq) of every level that has one, called
+ * directly on x in its order (dsq_awq_perm16) and through the dispatch of
+ * every level (ref, avx2, avx512, neon: whichever path the level takes):
+ * odd row counts, K not a multiple of 128, T = 1..6 (the kernel's token
+ * chunks of 4 and their remainders), row ranges that split 4-row tiles, and
+ * pools of 1..3 threads giving the same bits. Each weight is the
+ * reference's deq, so the bound is the float dot's alone (no split term),
+ * except the one-bf16-term kernel where the dispatch picks it. */
+static void check_awq_f32(const shp *s, double worst[2])
+{
+    const dsq_scheme *sc = dsq_scheme_by_id(DSQ_SCHEME_AWQ_W4A16);
+    dsq_qshape sh = { s->rows, s->cols, s->g };
+    float *w = rand_matrix(sh.rows, sh.cols, 0.05f);
+    dsq_qparams p;
+    dsq_qparams_init(&p);
+    size_t nb;
+    uint8_t *blob = make_blob(sc, &sh, w, &p, &nb, 0);
+    dsq_qview v;
+    assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, nb, NULL), 0);
+    float *deq = malloc((size_t)(sh.rows * sh.cols) * sizeof *deq);
+    sc->dequantize(&v, 0, sh.rows, deq);
+    const dsq_kernels *lv[8];
+    const int nl = dsq_kernels_list(lv, 8);
+    dsq_pool *pools[3] = { NULL, dsq_pool_create(2), dsq_pool_create(3) };
+    const int64_t kp = (sh.cols + 127) / 128 * 128;
+    for (int64_t T = 1; T <= 6; T++) {
+        float *x = rand_x(T, sh.cols);
+        const size_t ny = (size_t)(T * sh.rows);
+        float *xp = calloc((size_t)(T * kp), sizeof *xp);
+        float *y = malloc(ny * sizeof *y), *y1 = malloc(ny * sizeof *y1);
+        double *yr = malloc(ny * sizeof *yr), *ya = malloc(ny * sizeof *ya);
+        float_reference(&v, deq, x, T, yr, ya);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t q = 0; q < kp; q++) {
+                int64_t c = q / 128 * 128 + dsq_awq_perm16((int)(q % 128));
+                if (c < sh.cols) xp[t * kp + q] = x[t * sh.cols + c];
+            }
+        const double dot = 2.0 * (double)sh.cols * 0x1p-24;
+        for (int l = 0; l < nl; l++) {
+            if (lv[l]->gemv_awq && (s->g == 0 || s->g % 64 == 0)) {
+                /* rows [0, r1) and [r1, rows): r1 odd, so tiles split */
+                const int64_t r1 = sh.rows / 2 | 1;
+                memset(y, 0xff, ny * sizeof *y);
+                lv[l]->gemv_awq(&v, xp, T, kp, 0, r1 < sh.rows ? r1 : sh.rows, y);
+                if (r1 < sh.rows) lv[l]->gemv_awq(&v, xp, T, kp, r1, sh.rows, y);
+                for (size_t i = 0; i < ny; i++) {
+                    const double e = fabs((double)y[i] - yr[i]) / (ya[i] + 1e-30);
+                    if (!(e <= dot)) {
+                        fprintf(stderr, "%s gemv_awq [%lld x %lld g%d] T=%lld i=%zu: %g vs %g\n",
+                                lv[l]->name, (long long)sh.rows, (long long)sh.cols, s->g,
+                                (long long)T, i, y[i], yr[i]);
+                        fail();
+                    }
+                    if (strcmp(lv[l]->name, "ref") && e > worst[0]) worst[0] = e;
+                }
+            }
+            if (strcmp(lv[l]->name, "ref") && T <= 4) {   /* the float driver's gemv_f, for the record */
+                lv[l]->gemv_f(&v, x, T, 0, sh.rows, y);
+                for (size_t i = 0; i < ny; i++) {
+                    const double e = fabs((double)y[i] - yr[i]) / (ya[i] + 1e-30);
+                    if (e > worst[1]) worst[1] = e;
+                }
+            }
+            const int one = dsq_bf16_terms(&v) == 1 && lv[l]->gemm_awq;
+            for (int pi = 0; pi < 3; pi++) {
+                float *o = pi ? y1 : y;
+                memset(o, 0xff, ny * sizeof *o);
+                assert_int_equal(dsq_awq_gemm_with(lv[l], &v, x, T, o, pools[pi], NULL, 0), 0);
+                for (size_t i = 0; i < ny; i++) {
+                    double tol = (dot + (one ? 0x1p-8 : 0.0)) * ya[i] + 1e-30;
+                    if (!(fabs((double)o[i] - yr[i]) <= tol)) {
+                        fprintf(stderr, "%s awq dispatch [%lld x %lld g%d] T=%lld i=%zu: %g vs %g\n",
+                                lv[l]->name, (long long)sh.rows, (long long)sh.cols, s->g,
+                                (long long)T, i, o[i], yr[i]);
+                        fail();
+                    }
+                }
+                if (pi) assert_memory_equal(y, y1, ny * sizeof *y);
+            }
+        }
+        free(x);
+        free(xp);
+        free(y);
+        free(y1);
+        free(yr);
+        free(ya);
+    }
+    for (int pi = 1; pi < 3; pi++) dsq_pool_free(pools[pi]);
+    free(deq);
+    free(blob);
+    free(w);
+}
+
+static void test_awq_f32_kernel(void **state)
+{
+    (void)state;
+    static const shp sh[] = { { 1, 1, 0 },      { 5, 100, 0 },    { 7, 130, 0 },
+                              { 13, 300, 0 },   { 9, 383, 128 },  { 6, 384, 128 },
+                              { 33, 1000, 128 }, { 10, 513, 256 }, { 3, 4163, 0 },
+                              { 4, 257, 64 },   { 7, 1000, 64 },  { 5, 700, 192 },
+                              { 6, 200, 320 } };
+    double worst[2] = { 0.0, 0.0 };
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) check_awq_f32(&sh[i], worst);
+    /* the worst error relative to sum |w x| of the fast levels, for the
+     * record (the bound above is 2 cols 2^-24, far looser than f32 sums) */
+    fprintf(stderr, "awq: worst |y - ref| / sum|w x|: gemv_awq %.3g, gemv_f %.3g\n", worst[0],
+            worst[1]);
+}
+
 /* ---- error paths ----------------------------------------------------------- */
 
 static void test_nonfinite(void **state)
@@ -1129,6 +1238,7 @@ int main(void)
         cmocka_unit_test(test_bf16_kernel_terms),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_large),
+        cmocka_unit_test(test_awq_f32_kernel),
         cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_zero_rows),
         cmocka_unit_test(test_w8a8_needs_stats),
