@@ -47,6 +47,10 @@ static const shp g_shapes[] = {
     { 1, 1, 0 }, { 3, 5, 0 }, { 7, 64, 0 }, { 17, 130, 0 }, { 33, 300, 0 }, { 8, 1000, 0 },
     { 5, 4163, 0 }, { 9, 200, 64 }, { 6, 384, 128 }, { 11, 1000, 128 }, { 4, 513, 256 },
     { 3, 100, 128 }, { 70, 257, 64 },
+    /* int4 decode tiles (8 rows, T 1..3, both nibble halves per load) with
+     * groups of several 128-column blocks, a ragged last group, tail rows
+     * and prefetch past a pool item into the next one */
+    { 75, 700, 256 }, { 21, 1000, 384 },
 };
 #define N_SHAPES ((int)(sizeof g_shapes / sizeof g_shapes[0]))
 
