@@ -18,7 +18,7 @@ struct dsq_pool {
     atomic_int busy;            /* workers still inside the current job */
     atomic_int sleepers;        /* workers blocked on start_cv */
     atomic_int caller_sleeps;   /* the caller is blocked on done_cv */
-    long spin_ns;               /* how long to spin before sleeping */
+    atomic_long spin_ns;        /* how long to spin before sleeping (set between jobs) */
     dsq_task_fn fn;
     void *ctx;
     size_t n;
@@ -114,7 +114,7 @@ static void *worker(void *arg)
     free(wa);
     unsigned long seen = 0;
     for (;;) {
-        unsigned long g = spin_while_ul(&p->generation, seen, p->spin_ns);
+        unsigned long g = spin_while_ul(&p->generation, seen, atomic_load_explicit(&p->spin_ns, memory_order_relaxed));
         if (g == seen && !atomic_load(&p->quit)) {
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
@@ -141,13 +141,14 @@ dsq_pool *dsq_pool_create(int nthreads)
     dsq_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->nthreads = nthreads;
-    p->spin_ns = DSQ_POOL_SPIN_NS_DEFAULT;
+    long spin = DSQ_POOL_SPIN_NS_DEFAULT;
     const char *e = getenv("DSQ_POOL_SPIN_US");
     if (e && *e) {
         char *end;
         long us = strtol(e, &end, 10);
-        if (*end == 0 && us >= 0 && us <= 1000000) p->spin_ns = us * 1000L;
+        if (*end == 0 && us >= 0 && us <= DSQ_POOL_SPIN_US_MAX) spin = us * 1000L;
     }
+    atomic_init(&p->spin_ns, spin);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->start_cv, NULL);
     pthread_cond_init(&p->done_cv, NULL);
@@ -172,6 +173,18 @@ dsq_pool *dsq_pool_create(int nthreads)
 
 int dsq_pool_size(const dsq_pool *p) { return p ? p->nthreads : 1; }
 
+int dsq_pool_set_spin_us(dsq_pool *p, long us)
+{
+    if (!p || us < 0 || us > DSQ_POOL_SPIN_US_MAX) return -1;
+    atomic_store_explicit(&p->spin_ns, us * 1000L, memory_order_relaxed);
+    return 0;
+}
+
+long dsq_pool_spin_us(const dsq_pool *p)
+{
+    return p ? atomic_load_explicit(&p->spin_ns, memory_order_relaxed) / 1000L : 0;
+}
+
 void dsq_pool_run(dsq_pool *p, size_t n, dsq_task_fn fn, void *ctx)
 {
     if (!p || p->nthreads == 1 || n <= 1) {
@@ -191,7 +204,7 @@ void dsq_pool_run(dsq_pool *p, size_t n, dsq_task_fn fn, void *ctx)
     }
     drain(p, 0);
     /* the workers finish their last items: usually a few microseconds */
-    if (spin_while_nonzero(&p->busy, p->spin_ns) != 0) {
+    if (spin_while_nonzero(&p->busy, atomic_load_explicit(&p->spin_ns, memory_order_relaxed)) != 0) {
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->caller_sleeps, 1);
         while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done_cv, &p->mu);
