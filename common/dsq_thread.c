@@ -3,6 +3,7 @@
 #include "dsq_mem.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -31,8 +32,25 @@ struct dsq_pool {
  * costs a futex wake-up on the caller's side and a scheduler wake-up (tens
  * of microseconds on a loaded machine) before it helps with the next job.
  * Spinning ~50 us covers those gaps; an idle pool (between requests) still
- * sleeps. DSQ_POOL_SPIN_US overrides it (0: sleep at once, as before). */
+ * sleeps. With more threads than the CPUs this process may run on, a
+ * spinning thread holds a CPU that a thread with work needs: there the
+ * default is 0 (bench/bench_pool.c, 4 threads on 2 cores, e16 w4a8 decode:
+ * spinning cost 41% more CPU time per token and was slower in wall time
+ * too). DSQ_POOL_SPIN_US overrides either default (0: sleep at once). */
 #define DSQ_POOL_SPIN_NS_DEFAULT 50000L
+
+/* CPUs the process may run on (its affinity mask), else the online count. */
+static int usable_cpus(void)
+{
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+#endif
+    return dsq_cpu_count();
+}
 
 static long mono_ns(void)
 {
@@ -141,7 +159,7 @@ dsq_pool *dsq_pool_create(int nthreads)
     dsq_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->nthreads = nthreads;
-    long spin = DSQ_POOL_SPIN_NS_DEFAULT;
+    long spin = nthreads > usable_cpus() ? 0 : DSQ_POOL_SPIN_NS_DEFAULT;
     const char *e = getenv("DSQ_POOL_SPIN_US");
     if (e && *e) {
         char *end;

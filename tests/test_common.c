@@ -164,6 +164,22 @@ static void test_pool_spin_setting(void **state)
         }
     }
     dsq_pool_free(p);
+    /* the default: spin with no more threads than CPUs, not with more
+     * (a spinning thread would hold a CPU that one with work needs) */
+    p = dsq_pool_create(1);
+    assert_non_null(p);
+    assert_true(dsq_pool_spin_us(p) > 0);
+    dsq_pool_free(p);
+    p = dsq_pool_create(dsq_cpu_count() + 1);
+    assert_non_null(p);
+    assert_int_equal(dsq_pool_spin_us(p), 0);
+    dsq_pool_free(p);
+    setenv("DSQ_POOL_SPIN_US", "3", 1);   /* the environment overrides both */
+    p = dsq_pool_create(dsq_cpu_count() + 1);
+    assert_non_null(p);
+    assert_int_equal(dsq_pool_spin_us(p), 3);
+    dsq_pool_free(p);
+    unsetenv("DSQ_POOL_SPIN_US");
 }
 
 static void test_atomic_outfile(void **state)
