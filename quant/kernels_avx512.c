@@ -836,13 +836,24 @@ static void z_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k
         } else if (v->scheme->id == DSQ_SCHEME_W4A8) {
             /* (u - 8) * s, as awq with every zero point 8 (MLA's absorbed
              * kv_b reads its rows through here at every decode step) */
-            if ((k & 63) == 0)
+            if ((k & 63) == 0 && k + 64 <= k1) {
+                /* groups are whole 64-column chunks: step to the next group
+                 * at its boundary instead of a 64-bit division per chunk
+                 * (decode dequantizes every kv_b row per token) */
+                int64_t g = k / gs, ge = (g + 1) * gs;
+                __m512 sv = _mm512_set1_ps(v->scales[n * ng + g]);
+                const __m512i z8 = _mm512_set1_epi8(8);
                 for (; k + 64 <= k1; k += 64) {
-                    int64_t g = k / gs;
+                    if (k >= ge) {
+                        g++;
+                        ge += gs;
+                        sv = _mm512_set1_ps(v->scales[n * ng + g]);
+                    }
                     __m512 w[4];
-                    awq_deq64(row, k, _mm512_set1_epi8(8), _mm512_set1_ps(v->scales[n * ng + g]), w);
+                    awq_deq64(row, k, z8, sv, w);
                     for (int i = 0; i < 4; i++) _mm512_storeu_ps(o + k + 16 * i, w[i]);
                 }
+            }
         } else if (v->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC || v->scheme->id == DSQ_SCHEME_W8A8) {
             const __m512 sv = _mm512_set1_ps(v->scales[n]);
             for (; k + 16 <= k1; k += 16)
