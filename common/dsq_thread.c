@@ -3,6 +3,7 @@
 #include "dsq_mem.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -18,7 +19,7 @@ struct dsq_pool {
     atomic_int busy;            /* workers still inside the current job */
     atomic_int sleepers;        /* workers blocked on start_cv */
     atomic_int caller_sleeps;   /* the caller is blocked on done_cv */
-    long spin_ns;               /* how long to spin before sleeping */
+    atomic_long spin_ns;        /* how long to spin before sleeping (set between jobs) */
     dsq_task_fn fn;
     void *ctx;
     size_t n;
@@ -31,8 +32,25 @@ struct dsq_pool {
  * costs a futex wake-up on the caller's side and a scheduler wake-up (tens
  * of microseconds on a loaded machine) before it helps with the next job.
  * Spinning ~50 us covers those gaps; an idle pool (between requests) still
- * sleeps. DSQ_POOL_SPIN_US overrides it (0: sleep at once, as before). */
+ * sleeps. With more threads than the CPUs this process may run on, a
+ * spinning thread holds a CPU that a thread with work needs: there the
+ * default is 0 (bench/bench_pool.c, 4 threads on 2 cores, e16 w4a8 decode:
+ * spinning cost 41% more CPU time per token and was slower in wall time
+ * too). DSQ_POOL_SPIN_US overrides either default (0: sleep at once). */
 #define DSQ_POOL_SPIN_NS_DEFAULT 50000L
+
+/* CPUs the process may run on (its affinity mask), else the online count. */
+static int usable_cpus(void)
+{
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+#endif
+    return dsq_cpu_count();
+}
 
 static long mono_ns(void)
 {
@@ -114,7 +132,7 @@ static void *worker(void *arg)
     free(wa);
     unsigned long seen = 0;
     for (;;) {
-        unsigned long g = spin_while_ul(&p->generation, seen, p->spin_ns);
+        unsigned long g = spin_while_ul(&p->generation, seen, atomic_load_explicit(&p->spin_ns, memory_order_relaxed));
         if (g == seen && !atomic_load(&p->quit)) {
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
@@ -141,13 +159,14 @@ dsq_pool *dsq_pool_create(int nthreads)
     dsq_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->nthreads = nthreads;
-    p->spin_ns = DSQ_POOL_SPIN_NS_DEFAULT;
+    long spin = nthreads > usable_cpus() ? 0 : DSQ_POOL_SPIN_NS_DEFAULT;
     const char *e = getenv("DSQ_POOL_SPIN_US");
     if (e && *e) {
         char *end;
         long us = strtol(e, &end, 10);
-        if (*end == 0 && us >= 0 && us <= 1000000) p->spin_ns = us * 1000L;
+        if (*end == 0 && us >= 0 && us <= DSQ_POOL_SPIN_US_MAX) spin = us * 1000L;
     }
+    atomic_init(&p->spin_ns, spin);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->start_cv, NULL);
     pthread_cond_init(&p->done_cv, NULL);
@@ -172,6 +191,18 @@ dsq_pool *dsq_pool_create(int nthreads)
 
 int dsq_pool_size(const dsq_pool *p) { return p ? p->nthreads : 1; }
 
+int dsq_pool_set_spin_us(dsq_pool *p, long us)
+{
+    if (!p || us < 0 || us > DSQ_POOL_SPIN_US_MAX) return -1;
+    atomic_store_explicit(&p->spin_ns, us * 1000L, memory_order_relaxed);
+    return 0;
+}
+
+long dsq_pool_spin_us(const dsq_pool *p)
+{
+    return p ? atomic_load_explicit(&p->spin_ns, memory_order_relaxed) / 1000L : 0;
+}
+
 void dsq_pool_run(dsq_pool *p, size_t n, dsq_task_fn fn, void *ctx)
 {
     if (!p || p->nthreads == 1 || n <= 1) {
@@ -191,7 +222,7 @@ void dsq_pool_run(dsq_pool *p, size_t n, dsq_task_fn fn, void *ctx)
     }
     drain(p, 0);
     /* the workers finish their last items: usually a few microseconds */
-    if (spin_while_nonzero(&p->busy, p->spin_ns) != 0) {
+    if (spin_while_nonzero(&p->busy, atomic_load_explicit(&p->spin_ns, memory_order_relaxed)) != 0) {
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->caller_sleeps, 1);
         while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done_cv, &p->mu);

@@ -24,6 +24,16 @@ int dsq_pool_size(const dsq_pool *p);
  * fn must not call dsq_pool_run on the same pool. */
 void dsq_pool_run(dsq_pool *p, size_t n, dsq_task_fn fn, void *ctx);
 
+/* Idle workers (and the caller waiting for them) spin this many
+ * microseconds before sleeping; DSQ_POOL_SPIN_US in the environment at
+ * dsq_pool_create sets it, else the default in dsq_thread.c (50, or 0 when
+ * the pool has more threads than the CPUs the process may run on). The setter is
+ * for benchmarks that compare settings on one pool (bench/bench_pool.c);
+ * call it between jobs. -1 if us is outside [0, DSQ_POOL_SPIN_US_MAX]. */
+#define DSQ_POOL_SPIN_US_MAX 1000000L
+int dsq_pool_set_spin_us(dsq_pool *p, long us);
+long dsq_pool_spin_us(const dsq_pool *p);
+
 int dsq_cpu_count(void);
 
 #endif

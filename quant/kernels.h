@@ -196,6 +196,26 @@ static inline dsq_pool *dsq_gemm_pool(dsq_pool *pool, int64_t rows, int64_t cols
     return (double)rows * (double)cols * (double)T < (double)DSQ_GEMM_SERIAL_MACS ? NULL : pool;
 }
 
+/* Decode (T < 4) row blocks in pool order: the gemv tiles prefetch the
+ * rows after their block (the fast levels' gemm_w8 / gemm_w4), which pays
+ * only if the same thread reads them next. Threads take items in turn, so
+ * item i goes to block (i % nt) * per + i / nt: while they alternate, each
+ * thread walks a contiguous run of blocks. nt * per >= nblocks items; an
+ * item whose block is >= nblocks has no rows (return -1). Any thread
+ * ordering still runs every block once. */
+static inline size_t dsq_decode_items(size_t nblocks, int nt, size_t *per)
+{
+    const size_t n = nt > 1 ? (size_t)nt : 1;
+    *per = (nblocks + n - 1) / n;
+    return *per * n;
+}
+
+static inline int64_t dsq_decode_block(size_t item, int nt, size_t per, size_t nblocks)
+{
+    const size_t n = nt > 1 ? (size_t)nt : 1, b = (item % n) * per + item / n;
+    return b < nblocks ? (int64_t)b : -1;
+}
+
 /* The reference split_bf16 (levels without a faster one use it). */
 void dsq_split_bf16_scalar(const float *x, int64_t n, uint16_t *hi, uint16_t *lo);
 

@@ -286,8 +286,10 @@ static void z_gemm_w8(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64
             for (; t < T; t++) w8_block(v, a, n, t, 1, 1, 0, y);
         }
     } else {
+        /* as w4: the prefetch reaches into the next pool item's rows */
+        const int64_t rows = v->shape.rows;
         for (; n + 8 <= n1; n += 8) {
-            const int npf = T > 1 ? 0 : n1 - (n + 8) < 8 ? (int)(n1 - (n + 8)) : 8;
+            const int npf = T > 1 ? 0 : rows - (n + 8) < 8 ? (int)(rows - (n + 8)) : 8;
             for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 8, 1, npf, y);
         }
         for (; n < n1; n++)
@@ -496,6 +498,72 @@ static void w4_gemm_pc45(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, in
     }
 }
 
+/* Decode tile: 8 rows x TT tokens (TT 1..3), for groups of whole 128-column
+ * blocks (one group per row, or gsize a multiple of 128). Each 64-byte load
+ * of a row gives both nibble halves (128 columns), used at once: one load,
+ * one shift and two ands per 128 columns instead of w4_block's two loads,
+ * two shifts and two ands. The weights are streamed once per step, so the
+ * loop must keep memory busy: every row of the next tile (npf of them, up
+ * to the end of the matrix, which may lie in the next pool item) is
+ * prefetched at the same offset as it is read, one line per row per
+ * iteration. Exact int sums; the epilogue is w4_block's VEC8 one per token
+ * (lane-wise fma, as fmaf), so y is bit for bit the other tiles'. */
+AI void w4_dec8(const dsq_qview *v, const dsq_actbuf *a, int64_t n, const int TT, int npf, float *y)
+{
+    enum { R = 8 };
+    const int64_t ng = v->layout.ngroups, gs = v->layout.gsize, kpad = a->kpad, T = a->T;
+    const int64_t rows = v->shape.rows;
+    const size_t ws = v->layout.row_bytes;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const uint8_t *wr = v->w + (size_t)n * ws;
+    const int8_t *x = a->q;
+    __m256 fs[3];
+#pragma GCC unroll 3
+    for (int t = 0; t < TT; t++) fs[t] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        const int64_t k0 = g * gs, k1 = g == ng - 1 ? kpad : k0 + gs;
+        __m512i acc[R][3];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 3
+            for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_si512();
+        for (int64_t k = k0; k < k1; k += 128) {
+            const size_t boff = (size_t)(k >> 1);
+            __m512i lo[R], hi[R];
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                __m512i raw = _mm512_loadu_si512(wr + (size_t)r * ws + boff);
+                lo[r] = _mm512_and_si512(raw, m4);
+                hi[r] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+            }
+            for (int r = 0; r < npf; r++)
+                _mm_prefetch((const char *)(wr + (size_t)(R + r) * ws + boff), _MM_HINT_T0);
+#pragma GCC unroll 3
+            for (int t = 0; t < TT; t++) {
+                const __m512i xl = _mm512_loadu_si512(x + t * kpad + k);
+                const __m512i xh = _mm512_loadu_si512(x + t * kpad + k + 64);
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++)
+                    acc[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[r][t], lo[r], xl), hi[r], xh);
+            }
+        }
+        const float *sg = v->scales + n * ng + g;
+        const __m256 sv = _mm256_setr_ps(sg[0], sg[ng], sg[2 * ng], sg[3 * ng], sg[4 * ng], sg[5 * ng],
+                                         sg[6 * ng], sg[7 * ng]);
+#pragma GCC unroll 3
+        for (int t = 0; t < TT; t++) {
+            __m512i A[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) A[r] = acc[r][t];
+            __m256i iacc = _mm256_sub_epi32(reduce8_epi32(A), _mm256_set1_epi32(8 * a->gsum[g * T + t]));
+            fs[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc), sv, fs[t]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int t = 0; t < TT; t++)
+        _mm256_storeu_ps(y + t * rows + n, _mm256_mul_ps(fs[t], _mm256_set1_ps(a->scale[t])));
+}
+
 static void z_gemm_w4(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y)
 {
     const int64_t T = a->T;
@@ -513,6 +581,18 @@ static void z_gemm_w4(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64
             for (; t + 4 <= T; t += 4) w4_block(v, a, n, t, 1, 4, 0, y);
             for (; t < T; t++) w4_block(v, a, n, t, 1, 1, 0, y);
         }
+    } else if (v->layout.ngroups == 1 || v->layout.gsize % 128 == 0) {
+        /* prefetch reaches past n1 (the next pool item's rows) but not past
+         * the matrix */
+        const int64_t rows = v->shape.rows;
+        for (; n + 8 <= n1; n += 8) {
+            const int npf = rows - (n + 8) < 8 ? (int)(rows - (n + 8)) : 8;
+            if (T == 1) w4_dec8(v, a, n, 1, npf, y);
+            else if (T == 2) w4_dec8(v, a, n, 2, npf, y);
+            else w4_dec8(v, a, n, 3, npf, y);
+        }
+        for (; n < n1; n++)
+            for (int64_t t = 0; t < T; t++) w4_block(v, a, n, t, 1, 1, 0, y);
     } else {
         for (; n + 8 <= n1; n += 8) {
             const int npf = T > 1 ? 0 : n1 - (n + 8) < 8 ? (int)(n1 - (n + 8)) : 8;
@@ -756,13 +836,24 @@ static void z_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k
         } else if (v->scheme->id == DSQ_SCHEME_W4A8) {
             /* (u - 8) * s, as awq with every zero point 8 (MLA's absorbed
              * kv_b reads its rows through here at every decode step) */
-            if ((k & 63) == 0)
+            if ((k & 63) == 0 && k + 64 <= k1) {
+                /* groups are whole 64-column chunks: step to the next group
+                 * at its boundary instead of a 64-bit division per chunk
+                 * (decode dequantizes every kv_b row per token) */
+                int64_t g = k / gs, ge = (g + 1) * gs;
+                __m512 sv = _mm512_set1_ps(v->scales[n * ng + g]);
+                const __m512i z8 = _mm512_set1_epi8(8);
                 for (; k + 64 <= k1; k += 64) {
-                    int64_t g = k / gs;
+                    if (k >= ge) {
+                        g++;
+                        ge += gs;
+                        sv = _mm512_set1_ps(v->scales[n * ng + g]);
+                    }
                     __m512 w[4];
-                    awq_deq64(row, k, _mm512_set1_epi8(8), _mm512_set1_ps(v->scales[n * ng + g]), w);
+                    awq_deq64(row, k, z8, sv, w);
                     for (int i = 0; i < 4; i++) _mm512_storeu_ps(o + k + 16 * i, w[i]);
                 }
+            }
         } else if (v->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC || v->scheme->id == DSQ_SCHEME_W8A8) {
             const __m512 sv = _mm512_set1_ps(v->scales[n]);
             for (; k + 16 <= k1; k += 16)

@@ -134,6 +134,54 @@ static void test_pool_short_jobs_each_item_once(void **state)
     unsetenv("DSQ_POOL_SPIN_US");
 }
 
+/* The spin setting: the environment reaches a new pool, the setter changes
+ * it between jobs (bench_pool switches settings on one pool), values out of
+ * range are refused and leave it as it was, and jobs after each change run
+ * every item once. */
+static void test_pool_spin_setting(void **state)
+{
+    (void)state;
+    setenv("DSQ_POOL_SPIN_US", "7", 1);
+    dsq_pool *p = dsq_pool_create(2);
+    assert_non_null(p);
+    unsetenv("DSQ_POOL_SPIN_US");
+    assert_int_equal(dsq_pool_spin_us(p), 7);
+    assert_int_equal(dsq_pool_set_spin_us(p, -1), -1);
+    assert_int_equal(dsq_pool_set_spin_us(p, DSQ_POOL_SPIN_US_MAX + 1), -1);
+    assert_int_equal(dsq_pool_spin_us(p), 7);
+    assert_int_equal(dsq_pool_set_spin_us(NULL, 5), -1);
+    const long settings[] = { 0, 50, 1, 0 };
+    for (int s = 0; s < 4; s++) {
+        assert_int_equal(dsq_pool_set_spin_us(p, settings[s]), 0);
+        assert_int_equal(dsq_pool_spin_us(p), settings[s]);
+        for (int rep = 0; rep < 300; rep++) {
+            struct once_ctx c;
+            size_t n = 2 + (size_t)(rep % 31);
+            for (int i = 0; i < 64; i++) atomic_init(&c.hits[i], 0);
+            dsq_pool_run(p, n, hit_item, &c);
+            for (size_t i = 0; i < 64; i++) assert_int_equal(atomic_load(&c.hits[i]), i < n ? 1 : 0);
+            if (rep % 100 == 0) usleep(500);   /* longer than a 1 us spin: workers sleep */
+        }
+    }
+    dsq_pool_free(p);
+    /* the default: spin with no more threads than CPUs, not with more
+     * (a spinning thread would hold a CPU that one with work needs) */
+    p = dsq_pool_create(1);
+    assert_non_null(p);
+    assert_true(dsq_pool_spin_us(p) > 0);
+    dsq_pool_free(p);
+    p = dsq_pool_create(dsq_cpu_count() + 1);
+    assert_non_null(p);
+    assert_int_equal(dsq_pool_spin_us(p), 0);
+    dsq_pool_free(p);
+    setenv("DSQ_POOL_SPIN_US", "3", 1);   /* the environment overrides both */
+    p = dsq_pool_create(dsq_cpu_count() + 1);
+    assert_non_null(p);
+    assert_int_equal(dsq_pool_spin_us(p), 3);
+    dsq_pool_free(p);
+    unsetenv("DSQ_POOL_SPIN_US");
+}
+
 static void test_atomic_outfile(void **state)
 {
     (void)state;
@@ -309,6 +357,7 @@ int main(void)
         cmocka_unit_test(test_crc32c),
         cmocka_unit_test(test_pool_runs_every_item),
         cmocka_unit_test(test_pool_short_jobs_each_item_once),
+        cmocka_unit_test(test_pool_spin_setting),
         cmocka_unit_test(test_atomic_outfile),
         cmocka_unit_test(test_outfile_direct_io),
         cmocka_unit_test(test_enospc_is_clean),

@@ -47,6 +47,10 @@ static const shp g_shapes[] = {
     { 1, 1, 0 }, { 3, 5, 0 }, { 7, 64, 0 }, { 17, 130, 0 }, { 33, 300, 0 }, { 8, 1000, 0 },
     { 5, 4163, 0 }, { 9, 200, 64 }, { 6, 384, 128 }, { 11, 1000, 128 }, { 4, 513, 256 },
     { 3, 100, 128 }, { 70, 257, 64 },
+    /* int4 decode tiles (8 rows, T 1..3, both nibble halves per load) with
+     * groups of several 128-column blocks, a ragged last group, tail rows
+     * and prefetch past a pool item into the next one */
+    { 75, 700, 256 }, { 21, 1000, 384 },
 };
 #define N_SHAPES ((int)(sizeof g_shapes / sizeof g_shapes[0]))
 
@@ -240,6 +244,20 @@ static void check_scheme_roundtrip(const dsq_scheme *sc, const shp *s)
             fprintf(stderr, "%s/%s dequant_tile differs [%lld x %lld]\n", lv[l]->name, sc->name,
                     (long long)sh.rows, (long long)sh.cols);
             fail();
+        }
+        /* windows that start inside a group, on and off a 64-column
+         * boundary, and end before the row does (MLA reads kv_b this way) */
+        const int64_t k0s[] = { 64, 1, 192 };
+        for (int wi = 0; wi < 3; wi++) {
+            const int64_t k0 = k0s[wi], k1 = sh.cols - 1, r0 = sh.rows / 2;
+            if (k0 >= k1) continue;
+            lv[l]->dequant_tile(&v, r0, sh.rows, k0, k1, tile, k1 - k0);
+            for (int64_t r = r0; r < sh.rows; r++)
+                if (memcmp(deq + r * sh.cols + k0, tile + (r - r0) * (k1 - k0), (size_t)(k1 - k0) * sizeof *deq)) {
+                    fprintf(stderr, "%s/%s dequant_tile window [%lld, %lld) differs at row %lld\n", lv[l]->name,
+                            sc->name, (long long)k0, (long long)k1, (long long)r);
+                    fail();
+                }
         }
     }
     /* relative error helper */
@@ -526,11 +544,13 @@ static void test_gemm(void **state)
 static void test_gemm_large(void **state)
 {
     (void)state;
-    static const shp big[] = { { 130, 1300, 0 }, { 67, 2200, 128 } };
+    /* 333 rows: 6 pool items of 64 rows, mapped to blocks out of order at
+     * decode with 2 and 3 threads (dsq_decode_block), 5 tail rows */
+    static const shp big[] = { { 130, 1300, 0 }, { 67, 2200, 128 }, { 333, 200, 0 } };
     for (int i = 0; i < dsq_scheme_count(); i++) {
         const dsq_scheme *sc = dsq_scheme_at(i);
         if (!sc) continue;
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 3; k++)
             if (shape_ok(sc, &big[k])) check_gemm(sc, &big[k]);
     }
 }
