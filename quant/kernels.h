@@ -216,6 +216,29 @@ static inline int64_t dsq_decode_block(size_t item, int nt, size_t per, size_t n
     return b < nblocks ? (int64_t)b : -1;
 }
 
+/* A gemm's row blocks as pool items: in order, or for decode (T < 4 on
+ * more than one thread) in the order above. Returns the item count. */
+typedef struct dsq_rowsplit {
+    int nt;          /* 0: item i is block i */
+    size_t per, nblocks;
+} dsq_rowsplit;
+
+static inline size_t dsq_rowsplit_init(dsq_rowsplit *s, size_t nblocks, int64_t T, int nthreads)
+{
+    s->nt = 0;
+    s->per = 0;
+    s->nblocks = nblocks;
+    if (T >= 4 || nthreads <= 1) return nblocks;
+    s->nt = nthreads;
+    return dsq_decode_items(nblocks, nthreads, &s->per);
+}
+
+/* The block of an item, or -1 when it has no rows. */
+static inline int64_t dsq_rowsplit_block(const dsq_rowsplit *s, size_t item)
+{
+    return s->nt ? dsq_decode_block(item, s->nt, s->per, s->nblocks) : (int64_t)item;
+}
+
 /* The reference split_bf16 (levels without a faster one use it). */
 void dsq_split_bf16_scalar(const float *x, int64_t n, uint16_t *hi, uint16_t *lo);
 

@@ -117,15 +117,14 @@ struct w4_job {
     const dsq_qview *v;
     const dsq_actbuf *a;
     float *y;
-    int nt;          /* decode: items map to blocks by dsq_decode_block */
-    size_t per, nblocks;
+    dsq_rowsplit split;
 };
 
 static void w4_task(void *ctx, size_t item, int tid)
 {
     (void)tid;
     struct w4_job *j = ctx;
-    int64_t b = j->nt ? dsq_decode_block(item, j->nt, j->per, j->nblocks) : (int64_t)item;
+    int64_t b = dsq_rowsplit_block(&j->split, item);
     if (b < 0) return;
     int64_t n0 = b * W4_ROW_BLOCK, n1 = n0 + W4_ROW_BLOCK;
     if (n1 > j->v->shape.rows) n1 = j->v->shape.rows;
@@ -155,14 +154,10 @@ int dsq_w4a8_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x,
     dsq_actq_token_k(k, x, T, cols, q, kpad, s);
     dsq_actq_group_sums(q, T, kpad, v->layout.gsize, v->layout.ngroups, gsum, T);
     dsq_actbuf a = { T, kpad, q, s, gsum };
-    struct w4_job j = { k, v, &a, y, 0, 0, 0 };
-    size_t nblocks = (size_t)((v->shape.rows + W4_ROW_BLOCK - 1) / W4_ROW_BLOCK), items = nblocks;
+    struct w4_job j = { k, v, &a, y, { 0, 0, 0 } };
     dsq_pool *use = dsq_gemm_pool(pool, v->shape.rows, cols, T);
-    if (T < 4 && dsq_pool_size(use) > 1) {   /* decode: see dsq_decode_block */
-        j.nt = dsq_pool_size(use);
-        j.nblocks = nblocks;
-        items = dsq_decode_items(nblocks, j.nt, &j.per);
-    }
+    size_t items = dsq_rowsplit_init(&j.split, (size_t)((v->shape.rows + W4_ROW_BLOCK - 1) / W4_ROW_BLOCK), T,
+                                     dsq_pool_size(use));
     dsq_pool_run(use, items, w4_task, &j);
     free(own);
     return DSQ_OK;

@@ -168,15 +168,14 @@ struct w8_job {
     const dsq_qview *v;
     const dsq_actbuf *a;
     float *y;
-    int nt;          /* decode: items map to blocks by dsq_decode_block */
-    size_t per, nblocks;
+    dsq_rowsplit split;
 };
 
 static void w8_task(void *ctx, size_t item, int tid)
 {
     (void)tid;
     struct w8_job *j = ctx;
-    int64_t b = j->nt ? dsq_decode_block(item, j->nt, j->per, j->nblocks) : (int64_t)item;
+    int64_t b = dsq_rowsplit_block(&j->split, item);
     if (b < 0) return;
     int64_t n0 = b * W8_ROW_BLOCK, n1 = n0 + W8_ROW_BLOCK;
     if (n1 > j->v->shape.rows) n1 = j->v->shape.rows;
@@ -206,14 +205,10 @@ int dsq_w8_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, i
         dsq_actq_token_k(k, x, T, cols, q, kpad, s);
     }
     dsq_actbuf a = { T, kpad, q, s, NULL };
-    struct w8_job j = { k, v, &a, y, 0, 0, 0 };
-    size_t nblocks = (size_t)((v->shape.rows + W8_ROW_BLOCK - 1) / W8_ROW_BLOCK), items = nblocks;
+    struct w8_job j = { k, v, &a, y, { 0, 0, 0 } };
     dsq_pool *use = dsq_gemm_pool(pool, v->shape.rows, cols, T);
-    if (T < 4 && dsq_pool_size(use) > 1) {   /* decode: see dsq_decode_block */
-        j.nt = dsq_pool_size(use);
-        j.nblocks = nblocks;
-        items = dsq_decode_items(nblocks, j.nt, &j.per);
-    }
+    size_t items = dsq_rowsplit_init(&j.split, (size_t)((v->shape.rows + W8_ROW_BLOCK - 1) / W8_ROW_BLOCK), T,
+                                     dsq_pool_size(use));
     dsq_pool_run(use, items, w8_task, &j);
     free(own);
     return DSQ_OK;
