@@ -198,6 +198,17 @@ static int awq_use_f32(const dsq_kernels *k, const dsq_qview *v, int64_t T)
     return !awq_fast(k, v) || dsq_bf16_terms(v) >= 2;
 }
 
+/* The caller's scratch when it holds need bytes, else the stack buffer
+ * local when need fits it, else an allocation the caller frees (*own).
+ * NULL: out of memory. */
+static void *awq_scratch(void *scratch, size_t scratch_size, size_t need, void *local,
+                         size_t local_size, void **own)
+{
+    if (scratch && scratch_size >= need) return scratch;
+    if (need <= local_size) return local;
+    return *own = dsq_aligned_alloc(need);
+}
+
 static int64_t awq_kpad(int64_t cols)
 {
     return (cols + 127) / 128 * 128;
@@ -305,14 +316,8 @@ int dsq_awq_gemm_terms(const dsq_kernels *k, const dsq_qview *v, const float *x,
     /* decode of sub-views without scratch (mla.c) splits on the stack */
     _Alignas(64) uint16_t local[24576];   /* 48 KB: three terms of 8192 columns */
     void *own = NULL;
-    if (!scratch || scratch_size < need) {
-        if (need <= sizeof local) {
-            scratch = local;
-        } else {
-            scratch = own = dsq_aligned_alloc(need);
-            if (!own) return DSQ_ERR_NOMEM;
-        }
-    }
+    scratch = awq_scratch(scratch, scratch_size, need, local, sizeof local, &own);
+    if (!scratch) return DSQ_ERR_NOMEM;
     struct awq_job j = { k, v, { T, x, awq_kpad(cols), NULL, NULL, NULL }, NULL, NULL, NULL,
                          NULL, AWQ_DEC_ROWS, y };
     const size_t plane = (size_t)T * (size_t)j.a.kpad;
@@ -380,14 +385,8 @@ static int awq_gemm_f32(const dsq_kernels *k, const dsq_qview *v, const float *x
     const size_t need = awq_xp_bytes(v, T);
     _Alignas(64) float local[8192];   /* 32 KB: one token of 8192 columns (mla.c's sub-views) */
     void *own = NULL;
-    if (!scratch || scratch_size < need) {
-        if (need <= sizeof local) {
-            scratch = local;
-        } else {
-            scratch = own = dsq_aligned_alloc(need);
-            if (!own) return DSQ_ERR_NOMEM;
-        }
-    }
+    scratch = awq_scratch(scratch, scratch_size, need, local, sizeof local, &own);
+    if (!scratch) return DSQ_ERR_NOMEM;
     struct awq_dec_job j = { k, v, x, scratch, T, awq_kpad(cols), AWQ_DEC_ROWS, y };
     dsq_pool_run(dsq_gemm_pool(pool, 1, cols, T * 64), (size_t)T, awq_perm_task, &j);
     dsq_pool_run(dsq_gemm_pool(pool, rows, cols, T), (size_t)((rows + j.rb - 1) / j.rb),
