@@ -85,9 +85,15 @@ int dsq_quantize_bf16src(const dsq_scheme *sc, const uint8_t *src, int64_t row0,
                          float *fbuf, int *widened, dsq_diag *diag)
 {
     *widened = 0;
-    if (sc && sc->quantize_bf16 && shape && src && nrows >= 0 && shape->cols >= 0 &&
-        !(p && p->in_scale) && !any_nonfinite(src, (size_t)nrows * (size_t)shape->cols))
-        return sc->quantize_bf16(src, row0, nrows, shape, p, blob, diag);
+    if (sc && sc->quantize_bf16 && shape && src && !(p && p->in_scale)) {
+        /* The row range is checked before src is read (as the reference
+         * does): a range outside the shape must fail, not read past src. */
+        dsq_qlayout L;
+        int rc = dsq_quantize_check(sc, row0, nrows, shape, p, &L, diag);
+        if (rc < 0) return rc;
+        if (!any_nonfinite(src, (size_t)nrows * (size_t)shape->cols))
+            return sc->quantize_bf16(src, row0, nrows, shape, p, blob, diag);
+    }
     *widened = 1;
     return dsq_quantize_bf16src_ref(sc, src, row0, nrows, shape, p, blob, fbuf, diag);
 }
