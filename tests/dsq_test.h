@@ -17,5 +17,14 @@ void dsq_test_rmtree(const char *path);
 char *dsq_test_shared(const char *rel);
 /* Write bytes to path (asserts on failure). */
 void dsq_test_write(const char *path, const void *data, size_t n);
+/* One xorshift64 step, high 32 bits. Each test file keeps its own state and
+ * seed, so its data do not depend on which other tests ran before it. */
+static inline uint32_t dsq_test_xorshift(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (uint32_t)(*s >> 32);
+}
 
 #endif

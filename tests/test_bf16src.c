@@ -14,13 +14,7 @@
 static void store_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
-static uint32_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
+static uint32_t rnd(void) { return dsq_test_xorshift(&g_rng); }
 
 /* Random finite BF16 weights (|x| around 2^-4..2^3), plus the special
  * values of `kind`: 0 none, 1 subnormals / signed zeros / extremes,

@@ -13,13 +13,7 @@
 #include <unistd.h>
 
 static uint64_t g_rng = 0x13198a2e03707344ull;
-static uint32_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
+static uint32_t rnd(void) { return dsq_test_xorshift(&g_rng); }
 
 #define SIZE ((size_t)DSQ_DPW_STAGE * 2 + 12345)
 

@@ -15,13 +15,7 @@
 #include <string.h>
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
-static uint32_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
+static uint32_t rnd(void) { return dsq_test_xorshift(&g_rng); }
 static float nrand(void)
 {
     float s = 0;

@@ -16,13 +16,7 @@
 /* ---- helpers ------------------------------------------------------------- */
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
+static uint32_t rnd(void) { return dsq_test_xorshift(&g_rng); }
 static float frand(void) { return (float)rnd() / 4294967296.0f; }          /* [0,1) */
 static float nrand(void)                                                      /* ~N(0,1) */
 {
