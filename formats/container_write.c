@@ -42,6 +42,12 @@ struct dsq_ctr_writer {
 
     /* checkpoints */
     double ckpt_interval, ckpt_last, ckpt_cost;
+    /* A checkpoint waiting for the background flush of its bytes: the
+     * first ckpt_n entries, ending at ckpt_end, durable once the flush of
+     * [0, ckpt_upto) is done (dsq_outfile_sync_begin). */
+    int ckpt_pending;
+    size_t ckpt_n;
+    uint64_t ckpt_end, ckpt_upto;
     dsq_ctr_presync_fn presync;
     void *presync_ctx;
 };
@@ -174,6 +180,7 @@ int dsq_ctr_writer_checkpoint(dsq_ctr_writer *w, dsq_diag *d)
 {
     if (!resuming(w)) return DSQ_OK;
     if (w->failed) return w->failed;
+    w->ckpt_pending = 0;   /* this one covers more */
     double t0 = now_s();
     /* Data first: the journal must never describe bytes not yet durable. */
     DSQ_TRY(dsq_outfile_sync(&w->f, d));
@@ -185,14 +192,51 @@ int dsq_ctr_writer_checkpoint(dsq_ctr_writer *w, dsq_diag *d)
     return DSQ_OK;
 }
 
+/* The pending checkpoint's journal, its bytes being durable. t0: when the
+ * writer's own part of it began (its cost counts toward the interval). */
+static int ckpt_save(dsq_ctr_writer *w, double t0, dsq_diag *d)
+{
+    w->ckpt_pending = 0;
+    int rc = w->presync ? w->presync(w->presync_ctx, d) : DSQ_OK;
+    if (rc == DSQ_OK)
+        rc = dsq_ctr_journal_save(w->journal, w->fingerprint, w->header_sha, w->e, w->ckpt_n,
+                                  w->ckpt_end, d);
+    if (rc < 0) return w->failed = rc;
+    w->ckpt_cost = now_s() - t0;
+    return DSQ_OK;
+}
+
+/* Checkpoints in two steps, so the writer never waits for the disk: at the
+ * interval the entries so far are noted and a flush of their bytes is
+ * asked of the output's background syncer (dsq_syncer.h); at a later call,
+ * once that flush is done, the journal naming exactly those entries is
+ * saved. The journal still never describes a byte that is not durable.
+ * (Without the syncer the flush happens in place and the journal at once.)
+ * An interval of 0 asks for every tensor to be journaled before the next
+ * begins: that stays a checkpoint in place. */
 static int maybe_checkpoint(dsq_ctr_writer *w, dsq_diag *d)
 {
     if (!resuming(w)) return DSQ_OK;
+    if (w->ckpt_interval <= 0) return dsq_ctr_writer_checkpoint(w, d);
+    if (w->ckpt_pending) {
+        int r = dsq_outfile_synced(&w->f, w->ckpt_upto, d);
+        if (r < 0) return w->failed = r;
+        return r ? ckpt_save(w, now_s(), d) : DSQ_OK;
+    }
     double wait = w->ckpt_interval;
     /* Rewriting the journal is O(tensors): keep it under ~5% of the time. */
     if (wait > 0 && wait < 20 * w->ckpt_cost) wait = 20 * w->ckpt_cost;
     if (wait > 0 && now_s() - w->ckpt_last < wait) return DSQ_OK;
-    return dsq_ctr_writer_checkpoint(w, d);
+    double t0 = now_s();
+    w->ckpt_n = w->n;
+    w->ckpt_end = entries_end(w);
+    int rc = dsq_outfile_sync_begin(&w->f, &w->ckpt_upto, d);
+    if (rc < 0) return w->failed = rc;
+    w->ckpt_pending = 1;
+    w->ckpt_last = t0;
+    int r = dsq_outfile_synced(&w->f, w->ckpt_upto, d);
+    if (r < 0) return w->failed = r;
+    return r ? ckpt_save(w, t0, d) : DSQ_OK;
 }
 
 /* ---- open / resume ---- */
@@ -353,7 +397,8 @@ int dsq_ctr_writer_open_ex(dsq_ctr_writer **out, const char *path, unsigned flag
         rc = dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory");
     /* Containers are written once, appended in large pieces and rarely read
      * back soon: past the page cache (dsq_file.h says why). */
-    unsigned oflags = (flags & (DSQ_OUT_OVERWRITE | DSQ_OUT_KEEP_TMP)) | DSQ_OUT_DIRECT_IO;
+    unsigned oflags = (flags & (DSQ_OUT_OVERWRITE | DSQ_OUT_KEEP_TMP)) | DSQ_OUT_DIRECT_IO |
+                      DSQ_OUT_SYNC_BEHIND;
     if (resuming(w)) oflags |= DSQ_OUT_KEEP_TMP;
 
     if (rc == DSQ_OK && resuming(w) && dsq_path_exists(w->journal)) {
