@@ -1,6 +1,7 @@
 /* dsq_dpw.c - positional O_DIRECT writes (dsq_dpw.h). */
 #include "dsq_dpw.h"
 #include "dsq_file.h"   /* DSQ_OUT_DIO_ALIGN */
+#include "dsq_syncer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +17,9 @@ void dsq_dpw_open(dsq_dpw *w, int fd, const char *path)
     w->fd = fd;
     w->dio_fd = -1;
     w->path = strdup(path);
+    /* The disk persists only when flushed: flush behind the writes so the
+     * shard's commit does not wait for all of them (dsq_syncer.h). */
+    w->bg = dsq_syncer_start(fd);
     int dfd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
     if (dfd < 0) return;
     void *st = NULL;
@@ -38,12 +42,24 @@ static void dio_release(dsq_dpw *w)
 
 void dsq_dpw_close(dsq_dpw *w)
 {
+    (void)dsq_syncer_stop(w->bg);
+    w->bg = NULL;
     dio_release(w);
     free(w->path);
     w->path = NULL;
 }
 
 int dsq_dpw_direct(const dsq_dpw *w) { return w->stage != NULL; }
+
+int dsq_dpw_sync(dsq_dpw *w, dsq_diag *d)
+{
+    /* the syncer first: a failed flush of its took the error off fd */
+    int e = dsq_syncer_stop(w->bg);
+    w->bg = NULL;
+    if (e < 0 || fsync(w->fd) != 0)
+        return dsq_fail_errno(d, e < 0 ? -e : errno, w->path, "fsync failed");
+    return DSQ_OK;
+}
 
 /* errno of a failure, 0 when done */
 static int buffered(int fd, const uint8_t *p, size_t n, uint64_t off)
@@ -117,5 +133,7 @@ int dsq_dpw_pwrite(dsq_dpw *w, const void *buf, size_t n, uint64_t off, dsq_diag
     e = buffered(w->fd, buf, n, off);
 done:
     if (e) return dsq_fail_errno(d, e, w->path, "write failed at byte %llu", (unsigned long long)off);
+    w->out += n;
+    if (w->out - dsq_syncer_asked(w->bg) >= DSQ_SYNCER_BYTES) dsq_syncer_ask(w->bg, w->out);
     return DSQ_OK;
 }

@@ -28,6 +28,8 @@ typedef struct dsq_dpw {
     int dio_fd;        /* O_DIRECT descriptor of the same file, or -1 */
     uint8_t *stage;    /* DSQ_DPW_STAGE bytes, aligned */
     char *path;        /* for messages (a copy) */
+    struct dsq_syncer *bg;  /* background fdatasync (dsq_syncer.h), or NULL */
+    uint64_t out;      /* bytes written so far, any offsets: paces bg */
 } dsq_dpw;
 
 #define DSQ_DPW_STAGE (8u << 20)
@@ -37,6 +39,10 @@ typedef struct dsq_dpw {
 void dsq_dpw_open(dsq_dpw *w, int fd, const char *path);
 /* Write buf[0, n) at byte off. */
 int dsq_dpw_pwrite(dsq_dpw *w, const void *buf, size_t n, uint64_t off, dsq_diag *d);
+/* Make everything written durable: the background syncer's flushes
+ * (every DSQ_SYNCER_BYTES written, so this finds little left) are stopped,
+ * then fsync(fd). A failed flush of the syncer's is reported here. */
+int dsq_dpw_sync(dsq_dpw *w, dsq_diag *d);
 /* Nonzero while writes bypass the page cache. */
 int dsq_dpw_direct(const dsq_dpw *w);
 /* Release the O_DIRECT descriptor, the stage and the path (fd stays

@@ -1,5 +1,6 @@
 /* dsq_file.c - atomic output files, mappings, small-file helpers. */
 #include "dsq_file.h"
+#include "dsq_syncer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -238,6 +239,15 @@ static int dio_flush(dsq_outfile *f, dsq_diag *d)
     return DSQ_OK;
 }
 
+/* Ask the background syncer for a flush every DSQ_SYNCER_BYTES of bytes
+ * handed to the kernel (the stage's bytes are not yet). */
+static void sync_behind(dsq_outfile *f)
+{
+    if (!f->bg) return;
+    uint64_t on_file = f->stage ? f->stage_off : f->written;
+    if (on_file - dsq_syncer_asked(f->bg) >= DSQ_SYNCER_BYTES) dsq_syncer_ask(f->bg, on_file);
+}
+
 static int dio_append(dsq_outfile *f, const uint8_t *p, size_t n, dsq_diag *d)
 {
     while (n && f->stage) {
@@ -252,6 +262,7 @@ static int dio_append(dsq_outfile *f, const uint8_t *p, size_t n, dsq_diag *d)
             DSQ_TRY(dio_put(f, DSQ_OUT_STAGE_BYTES, &left, d));
             f->stage_off += DSQ_OUT_STAGE_BYTES;
             if (left) dio_free(f);
+            sync_behind(f);
         }
     }
     if (n) {   /* left the direct path mid-way: the rest buffered */
@@ -321,6 +332,7 @@ int dsq_outfile_open(dsq_outfile *f, const char *path, unsigned flags, dsq_diag 
         f->written = end > 0 ? (uint64_t)end : 0;
     }
     if (flags & DSQ_OUT_DIRECT_IO) dio_start(f);
+    if (flags & DSQ_OUT_SYNC_BEHIND) f->bg = dsq_syncer_start(f->fd);   /* NULL: in place */
     return DSQ_OK;
 }
 
@@ -373,6 +385,7 @@ int dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n, dsq_diag *d)
     DSQ_TRY(dsq_outfile_pwrite(f, buf, n, f->written, d));
     f->written += n;
     flush_behind(f);
+    sync_behind(f);
     return DSQ_OK;
 }
 
@@ -395,6 +408,7 @@ int dsq_outfile_truncate(dsq_outfile *f, uint64_t len, dsq_diag *d)
     if (ftruncate(f->fd, (off_t)len) != 0)
         return dsq_fail_errno(d, errno, f->tmp_path, "cannot truncate to %llu bytes", (unsigned long long)len);
     f->written = len;
+    dsq_syncer_truncated(f->bg, len);
     if (f->stage && len < f->stage_off) {
         /* the cut block is on disk: stage it again */
         int rc = dio_load(f, d);
@@ -409,11 +423,33 @@ int dsq_outfile_sync(dsq_outfile *f, dsq_diag *d)
     if (f->direct) return DSQ_OK; /* devices and pipes have nothing to sync */
     if (f->stage) DSQ_TRY(dio_flush(f, d));
     if (fsync(f->fd) != 0) return dsq_fail_errno(d, errno, f->tmp_path, "fsync failed");
+    /* a background flush that failed took the error off this descriptor */
+    int r = dsq_syncer_done(f->bg, 0);
+    if (r < 0) return dsq_fail_errno(d, -r, f->tmp_path, "fdatasync failed");
     return DSQ_OK;
+}
+
+int dsq_outfile_sync_begin(dsq_outfile *f, uint64_t *upto, dsq_diag *d)
+{
+    *upto = f->written;
+    if (!f->bg) return dsq_outfile_sync(f, d);
+    if (f->stage) DSQ_TRY(dio_flush(f, d));
+    dsq_syncer_ask(f->bg, f->written);
+    return DSQ_OK;
+}
+
+int dsq_outfile_synced(dsq_outfile *f, uint64_t upto, dsq_diag *d)
+{
+    if (!f->bg) return 1;
+    int r = dsq_syncer_done(f->bg, upto);
+    if (r < 0) return dsq_fail_errno(d, -r, f->tmp_path, "fdatasync failed");
+    return r;
 }
 
 static void release(dsq_outfile *f, int remove_tmp)
 {
+    (void)dsq_syncer_stop(f->bg);   /* before its descriptor closes */
+    f->bg = NULL;
     dio_free(f);
     if (f->fd >= 0) close(f->fd);
     f->fd = -1;
@@ -440,8 +476,12 @@ int dsq_outfile_commit(dsq_outfile *f, dsq_diag *d)
         release(f, 1);
         return rc;
     }
-    if (fsync(f->fd) != 0) {
-        rc = dsq_fail_errno(d, errno, f->tmp_path, "fsync failed");
+    /* The syncer first: a flush of its that failed took the error off the
+     * descriptor, and the fsync below would then succeed. */
+    int e = dsq_syncer_stop(f->bg);
+    f->bg = NULL;
+    if (e < 0 || fsync(f->fd) != 0) {
+        rc = dsq_fail_errno(d, e < 0 ? -e : errno, f->tmp_path, "fsync failed");
         release(f, 1);
         return rc;
     }

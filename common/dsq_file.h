@@ -32,6 +32,7 @@ typedef struct dsq_outfile {
     uint8_t *stage;      /* DSQ_OUT_STAGE_BYTES, aligned; holds [stage_off, written) */
     uint64_t stage_off;  /* multiple of DSQ_OUT_DIO_ALIGN */
     int dio_fd;          /* the temporary opened O_DIRECT (valid while stage) */
+    struct dsq_syncer *bg; /* DSQ_OUT_SYNC_BEHIND: background fdatasync, or NULL */
 } dsq_outfile;
 
 /* Direct I/O (DSQ_OUT_DIRECT_IO, used for .dsq containers): appends are
@@ -61,7 +62,9 @@ enum dsq_outfile_flags {
     DSQ_OUT_OVERWRITE = 1 << 0, /* replace an existing final file */
     DSQ_OUT_KEEP_TMP  = 1 << 1, /* signal cleanup leaves the temporary (resume) */
     DSQ_OUT_REOPEN    = 1 << 2, /* open an existing temporary without truncating */
-    DSQ_OUT_DIRECT_IO = 1 << 3  /* appends bypass the page cache (see above) */
+    DSQ_OUT_DIRECT_IO = 1 << 3, /* appends bypass the page cache (see above) */
+    DSQ_OUT_SYNC_BEHIND = 1 << 4 /* fdatasync in the background every
+                                  * DSQ_SYNCER_BYTES (dsq_syncer.h) */
 };
 
 /* Temporary name used for path: "<dir>/.<base>.partial". Deterministic so a
@@ -89,6 +92,15 @@ int  dsq_outfile_pad(dsq_outfile *f, size_t align, dsq_diag *d);
 int  dsq_outfile_truncate(dsq_outfile *f, uint64_t len, dsq_diag *d);
 /* Make the temporary durable: fsync it (used by resume checkpoints). */
 int  dsq_outfile_sync(dsq_outfile *f, dsq_diag *d);
+/* The same without waiting: every byte appended so far is handed to the
+ * kernel and a flush of [0, *upto) is asked of the background syncer;
+ * dsq_outfile_synced says when it is durable. Without DSQ_OUT_SYNC_BEHIND
+ * (or its thread) this is dsq_outfile_sync, and [0, *upto) is durable on
+ * return. */
+int  dsq_outfile_sync_begin(dsq_outfile *f, uint64_t *upto, dsq_diag *d);
+/* 1 when [0, upto) is durable, 0 not yet, < 0 when a background flush
+ * failed (the status, with the file named in d). */
+int  dsq_outfile_synced(dsq_outfile *f, uint64_t upto, dsq_diag *d);
 /* fsync, close, rename to the final name, fsync the directory. On failure the
  * temporary is removed. After commit f holds no resources. */
 int  dsq_outfile_commit(dsq_outfile *f, dsq_diag *d);

@@ -104,7 +104,7 @@ typedef struct dsq_convert_opts {
                                    0 = default: 512 MiB or 64 MiB per
                                    thread, whichever is more */
     uint64_t stream_bytes;      /* blobs above this are streamed; 0 = 64 MiB */
-    uint64_t piece_bytes;       /* streamed piece size; 0 = 16 MiB */
+    uint64_t piece_bytes;       /* streamed piece size; 0 = 4 MiB */
     double checkpoint_seconds;  /* resume journal interval; < 0 = writer default */
     const char *tool;           /* "ds-quant 0.1.0" (metadata "tool") */
     /* Calibration (calib/calib.h), borrowed, may be NULL (RTN): every tensor

@@ -279,7 +279,7 @@ static int shard_commit(dsq_export *ex, dsq_diag *d)
         if (ex->xt[i].shard == ex->cur && ex->data_start + ex->xt[i].off + ex->xt[i].nbytes > total)
             total = ex->data_start + ex->xt[i].off + ex->xt[i].nbytes;
     if (rc == DSQ_OK && ftruncate(ex->fd, (off_t)total) != 0) rc = dsq_fail_errno(d, errno, p, "truncate failed");
-    if (rc == DSQ_OK && fsync(ex->fd) != 0) rc = dsq_fail_errno(d, errno, p, "fsync failed");
+    if (rc == DSQ_OK) rc = dsq_dpw_sync(&ex->dpw, d);
     dsq_dpw_close(&ex->dpw);
     if (ex->fd >= 0) close(ex->fd);
     ex->fd = -1;

@@ -228,8 +228,13 @@ int dsq_ctr_writer_set_metadata(dsq_ctr_writer *w, const char *json, dsq_diag *d
 /* Resume checkpoints. With DSQ_CTR_RESUME the writer checkpoints after an
  * add/end when at least 'seconds' passed since the previous checkpoint
  * (default 1.0, stretched automatically so journal writing stays under ~5%
- * of the time); 0 = after every tensor. A checkpoint fsyncs the partial
- * file, then atomically replaces the journal. No-op without DSQ_CTR_RESUME. */
+ * of the time); 0 = after every tensor. A checkpoint makes the partial
+ * file durable, then atomically replaces the journal. With an interval the
+ * flush runs in the output's background syncer (dsq_syncer.h) and the
+ * journal naming the tensors it covers is saved at a later add/end, once
+ * the flush is done, so the writer does not wait for the disk; with 0, and
+ * in dsq_ctr_writer_checkpoint, it is done in place before returning.
+ * No-op without DSQ_CTR_RESUME. */
 void dsq_ctr_writer_set_checkpoint_interval(dsq_ctr_writer *w, double seconds);
 int  dsq_ctr_writer_checkpoint(dsq_ctr_writer *w, dsq_diag *d);
 /* Called by every checkpoint after the data is durable and before the

@@ -38,9 +38,12 @@ typedef struct { int64_t rows, cols; int32_t g; } shp;
 static const shp g_shapes[] = {
     { 1, 1, 0 }, { 3, 5, 0 }, { 2, 33, 0 }, { 5, 130, 0 }, { 4, 1000, 0 }, { 3, 4163, 0 },
     { 9, 200, 64 }, { 6, 384, 128 }, { 4, 513, 256 }, { 7, 257, 64 },
+    /* several runs of widened rows (bf16src.c: 64 KiB of floats each):
+     * 5 + 2 rows, one row per run, 5 + 4 rows */
+    { 7, 3000, 0 }, { 2, 17000, 0 }, { 9, 3072, 128 },
 };
 
-static float g_amin[8192], g_amax[8192], g_inscale[8192];
+static float g_amin[17408], g_amax[17408], g_inscale[17408];
 
 /* One comparison: rows [r0, r0 + nr) of an src of sh, fast vs reference. */
 static void compare(const dsq_scheme *sc, const dsq_qshape *sh, const uint8_t *src, int64_t r0,
@@ -82,7 +85,7 @@ static void compare(const dsq_scheme *sc, const dsq_qshape *sh, const uint8_t *s
 static void test_matches_reference(void **state)
 {
     (void)state;
-    for (int j = 0; j < 8192; j++) {
+    for (int j = 0; j < 17408; j++) {
         g_amin[j] = -1.5f;
         g_amax[j] = 3.0f;
         g_inscale[j] = 0.5f + (float)(rnd() % 1000) / 500.0f;

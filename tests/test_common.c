@@ -5,6 +5,7 @@
 #include "dsq_file.h"
 #include "dsq_mem.h"
 #include "dsq_sha256.h"
+#include "dsq_syncer.h"
 #include "dsq_thread.h"
 
 #include <math.h>
@@ -13,7 +14,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <time.h>
 
 static void test_strerror_covers_all(void **state)
 {
@@ -301,7 +304,7 @@ static void test_outfile_direct_io(void **state)
     dsq_diag d;
     dsq_diag_clear(&d);
     dsq_outfile f;
-    assert_int_equal(dsq_outfile_open(&f, path, DSQ_OUT_DIRECT_IO | DSQ_OUT_KEEP_TMP, &d), DSQ_OK);
+    assert_int_equal(dsq_outfile_open(&f, path, DSQ_OUT_DIRECT_IO | DSQ_OUT_KEEP_TMP | DSQ_OUT_SYNC_BEHIND, &d), DSQ_OK);
     size_t at = 0, step = 1;
     while (at < DSQ_OUT_STAGE_BYTES + 5000) {       /* odd sizes, growing */
         size_t k = step < DSQ_OUT_STAGE_BYTES + 5000 - at ? step : DSQ_OUT_STAGE_BYTES + 5000 - at;
@@ -321,7 +324,7 @@ static void test_outfile_direct_io(void **state)
     dsq_outfile_detach(&f);
     assert_int_equal(stat(tmp, &st), 0);
     assert_int_equal((uint64_t)st.st_size, at);
-    assert_int_equal(dsq_outfile_open(&f, path, DSQ_OUT_DIRECT_IO | DSQ_OUT_REOPEN, &d), DSQ_OK);
+    assert_int_equal(dsq_outfile_open(&f, path, DSQ_OUT_DIRECT_IO | DSQ_OUT_REOPEN | DSQ_OUT_SYNC_BEHIND, &d), DSQ_OK);
     assert_int_equal(f.written, at);
     assert_int_equal(dsq_outfile_write(&f, src + at, total - at - 100, &d), DSQ_OK);
     at = total - 100;
@@ -346,6 +349,103 @@ static void test_outfile_direct_io(void **state)
     free(dir);
 }
 
+/* Poll a syncer until [0, upto) is durable or a flush failed. The bound
+ * only stops a hung test; it is not a speed check. */
+static int syncer_wait(dsq_syncer *s, uint64_t upto)
+{
+    int r = 0;
+    for (int i = 0; i < 60000 && (r = dsq_syncer_done(s, upto)) == 0; i++) {
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+    return r;
+}
+
+static void test_syncer(void **state)
+{
+    (void)state;
+    char *dir = dsq_test_tmpdir();
+    char *path = dsq_path_join(dir, "s.bin");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "0123456789", 10), 10);
+    dsq_syncer *s = dsq_syncer_start(fd);
+    assert_non_null(s);
+    assert_int_equal(dsq_syncer_done(s, 1), 0);      /* nothing asked yet */
+    dsq_syncer_ask(s, 10);
+    assert_int_equal(dsq_syncer_asked(s), 10);
+    assert_int_equal(syncer_wait(s, 10), 1);
+    assert_int_equal(dsq_syncer_done(s, 11), 0);     /* never past what was asked */
+    dsq_syncer_ask(s, 5);                            /* asks only move forward */
+    assert_int_equal(dsq_syncer_asked(s), 10);
+    /* cut back: what lay past the cut is not durable any more */
+    assert_int_equal(ftruncate(fd, 4), 0);
+    dsq_syncer_truncated(s, 4);
+    assert_int_equal(dsq_syncer_asked(s), 4);
+    assert_int_equal(dsq_syncer_done(s, 4), 1);
+    assert_int_equal(dsq_syncer_done(s, 5), 0);
+    assert_int_equal(dsq_syncer_stop(s), 0);
+    assert_int_equal(dsq_syncer_stop(NULL), 0);
+    close(fd);
+
+    /* A flush that fails (a pipe cannot be synced: EINVAL) is reported by
+     * every later done and by stop. */
+    int pp[2];
+    assert_int_equal(pipe(pp), 0);
+    s = dsq_syncer_start(pp[1]);
+    assert_non_null(s);
+    dsq_syncer_ask(s, 1);
+    assert_int_equal(syncer_wait(s, 1), -EINVAL);
+    assert_int_equal(dsq_syncer_done(s, 0), -EINVAL);
+    assert_int_equal(dsq_syncer_stop(s), -EINVAL);
+    close(pp[0]);
+    close(pp[1]);
+
+    /* An outfile's two-step sync: every byte appended is durable once
+     * synced says so, and the file commits whole. */
+    char *out = dsq_path_join(dir, "o.bin");
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    dsq_outfile f;
+    assert_int_equal(dsq_outfile_open(&f, out, DSQ_OUT_DIRECT_IO | DSQ_OUT_SYNC_BEHIND, &d), DSQ_OK);
+    assert_non_null(f.bg);
+    assert_int_equal(dsq_outfile_write(&f, "hello", 5, &d), DSQ_OK);
+    uint64_t upto = 0;
+    assert_int_equal(dsq_outfile_sync_begin(&f, &upto, &d), DSQ_OK);
+    assert_int_equal(upto, 5);
+    int r = 0;
+    for (int i = 0; i < 60000 && (r = dsq_outfile_synced(&f, upto, &d)) == 0; i++) {
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(r, 1);
+    struct stat st;
+    char *tmp = dsq_outfile_tmp_name(out);
+    assert_int_equal(stat(tmp, &st), 0);
+    assert_int_equal(st.st_size, 5);                 /* the staged bytes are on the file */
+    assert_int_equal(dsq_outfile_write(&f, " world", 6, &d), DSQ_OK);
+    assert_int_equal(dsq_outfile_commit(&f, &d), DSQ_OK);
+    assert_null(f.bg);
+    char *got;
+    size_t n;
+    assert_int_equal(dsq_read_file(out, 100, &got, &n, &d), DSQ_OK);
+    assert_int_equal(n, 11);
+    assert_memory_equal(got, "hello world", 11);
+    free(got);
+    /* without the flag the first step syncs in place */
+    assert_int_equal(dsq_outfile_open(&f, out, DSQ_OUT_OVERWRITE, &d), DSQ_OK);
+    assert_null(f.bg);
+    assert_int_equal(dsq_outfile_write(&f, "abc", 3, &d), DSQ_OK);
+    assert_int_equal(dsq_outfile_sync_begin(&f, &upto, &d), DSQ_OK);
+    assert_int_equal(dsq_outfile_synced(&f, upto, &d), 1);
+    dsq_outfile_abort(&f);
+    free(tmp);
+    free(out);
+    free(path);
+    dsq_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -360,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_pool_spin_setting),
         cmocka_unit_test(test_atomic_outfile),
         cmocka_unit_test(test_outfile_direct_io),
+        cmocka_unit_test(test_syncer),
         cmocka_unit_test(test_enospc_is_clean),
     };
     return cmocka_run_group_tests_name("common", tests, NULL, NULL);

@@ -823,6 +823,56 @@ static void test_resume(void **state)
     free(want); free(clean); free(p); free(tmp);
 }
 
+/* Checkpoints with an interval go in two steps (the flush in the output's
+ * background syncer, the journal at a later add once it is done): a run
+ * that dies at any point leaves a journal naming a prefix of the tensors,
+ * with the end offset of exactly that prefix, and resuming from it gives
+ * the clean file. */
+static void test_resume_async_checkpoints(void **state)
+{
+    (void)state;
+    char *clean = tpath("aclean.dsq");
+    write_std(clean);
+    size_t n_clean;
+    uint8_t *want = read_all(clean, &n_clean);
+    char *p = tpath("aresume.dsq");
+    for (int stop = 1; stop <= N_STD; stop += 3) {
+        unlink(p);
+        pid_t pid = fork();
+        if (pid == 0) {
+            dsq_ctr_writer *cw;
+            if (dsq_ctr_writer_open_ex(&cw, p, DSQ_CTR_RESUME, "fp-a", NULL) != DSQ_OK) _exit(1);
+            dsq_ctr_writer_set_checkpoint_interval(cw, 1e-9);   /* > 0: the two-step path */
+            write_std_range(cw, 0, stop);
+            _exit(0);   /* "crash": no detach, no final checkpoint */
+        }
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+        dsq_ctr_writer *w;
+        dsq_diag d;
+        dsq_diag_clear(&d);
+        assert_int_equal(dsq_ctr_writer_open_ex(&w, p, DSQ_CTR_RESUME, "fp-a", &d), DSQ_OK);
+        size_t have = dsq_ctr_writer_count(w);
+        assert_true(have <= (size_t)stop);
+        for (size_t i = 0; i < have; i++) assert_string_equal(dsq_ctr_writer_name(w, i), std_names[i]);
+        if (have)
+            assert_int_equal(dsq_ctr_writer_bytes(w), dsq_ctr_writer_get(w, have - 1)->offset +
+                                                          dsq_ctr_writer_get(w, have - 1)->stored_size);
+        write_std_range(w, (int)have, N_STD);
+        assert_int_equal(dsq_ctr_writer_set_metadata(w, std_meta, &d), DSQ_OK);
+        assert_int_equal(dsq_ctr_writer_finish(w, &d), DSQ_OK);
+        size_t n_got;
+        uint8_t *got = read_all(p, &n_got);
+        assert_int_equal(n_got, n_clean);
+        assert_memory_equal(got, want, n_clean);
+        free(got);
+    }
+    unlink(p);
+    free(want); free(clean); free(p);
+}
+
 /* ---- disk full ---- */
 
 /* In a child: private mount namespace with a 256 KiB tmpfs (needs root or
@@ -918,6 +968,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hostile_layouts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_interrupted_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume_async_checkpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_full, setup, teardown),
         cmocka_unit_test(test_roles),
     };

@@ -56,6 +56,11 @@ static int run(const char *path, int force_buffered)
         dsq_diag_clear(&d);
         assert_int_equal(dsq_dpw_pwrite(&w, p, n, off, &d), 0);
     }
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_dpw_sync(&w, &d), DSQ_OK);
+    assert_null(w.bg);   /* stopped: a second sync is a plain fsync */
+    assert_int_equal(dsq_dpw_sync(&w, &d), DSQ_OK);
     dsq_dpw_close(&w);
     assert_int_equal(ftruncate(fd, (off_t)hi), 0);
     close(fd);
