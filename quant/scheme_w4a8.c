@@ -94,8 +94,14 @@ void dsq_w4a8_dequantize(const dsq_qview *v, int64_t row0, int64_t nrows, float 
     for (int64_t i = 0; i < nrows; i++) {
         int64_t n = row0 + i;
         const uint8_t *row = v->w + (size_t)n * v->layout.row_bytes;
-        for (int64_t j = 0; j < cols; j++)
-            out[i * cols + j] = (float)(dsq_i4_get(row, j) - 8) * v->scales[n * ng + j / gs];
+        float *o = out + i * cols;
+        /* group by group: no division per weight (this runs on every
+         * converted tensor's sampled rows for the error report) */
+        for (int64_t g = 0; g < ng; g++) {
+            float s = v->scales[n * ng + g];
+            int64_t j1 = (g + 1) * gs < cols ? (g + 1) * gs : cols;
+            for (int64_t j = g * gs; j < j1; j++) o[j] = (float)(dsq_i4_get(row, j) - 8) * s;
+        }
     }
 }
 
