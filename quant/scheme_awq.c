@@ -159,9 +159,15 @@ void dsq_awq_dequantize(const dsq_qview *v, int64_t row0, int64_t nrows, float *
     for (int64_t i = 0; i < nrows; i++) {
         int64_t n = row0 + i;
         const uint8_t *row = v->w + (size_t)n * v->layout.row_bytes;
-        for (int64_t j = 0; j < cols; j++) {
-            size_t gi = (size_t)(n * ng + j / gs);
-            out[i * cols + j] = (float)(dsq_i4_get(row, j) - (int)v->zeros[gi]) * v->scales[gi];
+        float *o = out + i * cols;
+        /* group by group, no division per weight (the converter's error
+         * report dequantizes every tensor's sampled rows) */
+        for (int64_t g = 0; g < ng; g++) {
+            size_t gi = (size_t)(n * ng + g);
+            int z = (int)v->zeros[gi];
+            float s = v->scales[gi];
+            int64_t j1 = (g + 1) * gs < cols ? (g + 1) * gs : cols;
+            for (int64_t j = g * gs; j < j1; j++) o[j] = (float)(dsq_i4_get(row, j) - z) * s;
         }
     }
 }
