@@ -660,7 +660,11 @@ static void test_awq_f32_kernel(void **state)
                                * (6-row tiles with and without the prefetch,
                                * then 4, 2 and 1 rows), g256 and one group per
                                * row with full blocks */
-                              { 29, 512, 128 }, { 23, 1024, 256 }, { 19, 640, 0 } };
+                              { 29, 512, 128 }, { 23, 1024, 256 }, { 19, 640, 0 },
+                              /* over DSQ_GEMM_SERIAL_MACS at T=1: the pools
+                               * split it, 7 blocks of 48 rows (the last 12)
+                               * in dsq_rowsplit order, some items empty */
+                              { 300, 3584, 128 } };
     double worst[2] = { 0.0, 0.0 };
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) check_awq_f32(&sh[i], worst);
     /* the worst error relative to sum |w x| of the fast levels, for the
