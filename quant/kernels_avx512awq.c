@@ -206,18 +206,18 @@ static const float awq_iz[16][16] __attribute__((aligned(64))) = {
  * padding, and a huge scale times a padding code could be Inf, Inf * 0 NaN). */
 AI void gv_block(const uint8_t *w, size_t rb, const int R, const float *xt, int64_t kp,
                  const int NT, int64_t b, const __m512 *ta, const __m512 *tb, const int MASK,
-                 const __mmask16 *tm, __m512 acc[][4][2])
+                 const __mmask16 *tm, __m512 acc[4][4][2])
 {
     const int A = NT == 1 ? 2 : 1;
-    __m512i d[6];
-#pragma GCC unroll 6
+    __m512i d[4];
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++) d[r] = _mm512_loadu_si512(w + (size_t)r * rb + b * 64);
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
         __m512 xv[4];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) xv[t] = _mm512_loadu_ps(xt + t * kp + b * 128 + 16 * s);
-#pragma GCC unroll 6
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512i idx = s ? _mm512_srli_epi32(d[r], 4 * s) : d[r];
             const __m512 tv = s & 1 ? tb[r] : ta[r];   /* odd shifts: columns 64..127 */
@@ -440,7 +440,7 @@ AI void d1_full_tile(const dsq_qview *v, const float *x, int64_t n, const int R,
     for (int r = 0; r < R; r++) y[n + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
 }
 
-static void d1_rows_full(const dsq_qview *v, const float *x, int64_t n0,
+static __attribute__((noinline)) void d1_rows_full(const dsq_qview *v, const float *x, int64_t n0,
                                                    int64_t n1, float *y)
 {
     const int64_t rows = v->shape.rows;
