@@ -190,7 +190,8 @@ AI void dec_terms(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1
  * code i, so each product is the reference's, rounded once by the FMA) and
  * 8 FMAs, x read in the matching order (the driver permutes it once per
  * call). vpermps reads the low 4 index bits only: no masking. R = 4 rows
- * share each x load; up to 4 tokens share each unpacked weight vector. */
+ * share each x load (6 for one token: d1_* below); up to 4 tokens share
+ * each unpacked weight vector. */
 
 #define F(z) { 0 - (z), 1 - (z), 2 - (z), 3 - (z), 4 - (z), 5 - (z), 6 - (z), 7 - (z),     \
                8 - (z), 9 - (z), 10 - (z), 11 - (z), 12 - (z), 13 - (z), 14 - (z), 15 - (z) }

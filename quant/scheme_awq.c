@@ -168,7 +168,8 @@ void dsq_awq_dequantize(const dsq_qview *v, int64_t row0, int64_t nrows, float *
 
 /* ---- gemm ------------------------------------------------------------------
  * Three drivers: the f32 kernel (gemv_awq: x as is, each weight the
- * reference's deq; AWQ_DEC_ROWS-row blocks over the pool), the bf16 kernel
+ * reference's deq; AWQ_DEC1_ROWS-row blocks for one token, in dsq_rowsplit
+ * order, AWQ_DEC_ROWS-row blocks for more), the bf16 kernel
  * (gemm_awq, AVX-512 BF16) over x split in bf16 terms as for bf16 prefill
  * (DSQ_BF16_TERMS, scheme.h; AWQ_DEC_ROWS-row blocks for decode,
  * DSQ_AWQ_RB-row blocks with a per-thread unpack buffer for more tokens),
