@@ -174,7 +174,8 @@ void dsq_awq_dequantize(const dsq_qview *v, int64_t row0, int64_t nrows, float *
 
 /* ---- gemm ------------------------------------------------------------------
  * Three drivers: the f32 kernel (gemv_awq: x as is, each weight the
- * reference's deq; AWQ_DEC_ROWS-row blocks over the pool), the bf16 kernel
+ * reference's deq; AWQ_DEC1_ROWS-row blocks for one token, in dsq_rowsplit
+ * order, AWQ_DEC_ROWS-row blocks for more), the bf16 kernel
  * (gemm_awq, AVX-512 BF16) over x split in bf16 terms as for bf16 prefill
  * (DSQ_BF16_TERMS, scheme.h; AWQ_DEC_ROWS-row blocks for decode,
  * DSQ_AWQ_RB-row blocks with a per-thread unpack buffer for more tokens),
@@ -183,6 +184,11 @@ void dsq_awq_dequantize(const dsq_qview *v, int64_t row0, int64_t nrows, float *
  * in its comment. Results never depend on the pool size. */
 
 #define AWQ_DEC_ROWS 32
+/* One token: a multiple of the f32 kernel's 6-row tiles (the AVX-512
+ * gemv_awq's decode tiles), so a block ends in no short tiles; its tiles
+ * prefetch past the block, which the same thread reads next (dsq_rowsplit
+ * gives each thread a contiguous run of blocks). */
+#define AWQ_DEC1_ROWS 48
 
 static int64_t awq_kpad(int64_t cols);
 static int awq_fast(const dsq_kernels *k, const dsq_qview *v);
@@ -350,13 +356,16 @@ struct awq_dec_job {
     float *xp;
     int64_t T, kpad, rb;
     float *y;
+    dsq_rowsplit split;
 };
 
 static void awq_dec_task(void *ctx, size_t item, int tid)
 {
     (void)tid;
     struct awq_dec_job *j = ctx;
-    int64_t n0 = (int64_t)item * j->rb, n1 = n0 + j->rb;
+    const int64_t b = dsq_rowsplit_block(&j->split, item);
+    if (b < 0) return;
+    int64_t n0 = b * j->rb, n1 = n0 + j->rb;
     if (n1 > j->v->shape.rows) n1 = j->v->shape.rows;
     j->k->gemv_awq(j->v, j->xp, j->T, j->kpad, n0, n1, j->y);
 }
@@ -393,10 +402,13 @@ static int awq_gemm_f32(const dsq_kernels *k, const dsq_qview *v, const float *x
     void *own = NULL;
     scratch = awq_scratch(scratch, scratch_size, need, local, sizeof local, &own);
     if (!scratch) return DSQ_ERR_NOMEM;
-    struct awq_dec_job j = { k, v, x, scratch, T, awq_kpad(cols), AWQ_DEC_ROWS, y };
+    struct awq_dec_job j = { k, v, x, scratch, T, awq_kpad(cols),
+                             T == 1 ? AWQ_DEC1_ROWS : AWQ_DEC_ROWS, y, { 0, 0, 0 } };
     dsq_pool_run(dsq_gemm_pool(pool, 1, cols, T * 64), (size_t)T, awq_perm_task, &j);
-    dsq_pool_run(dsq_gemm_pool(pool, rows, cols, T), (size_t)((rows + j.rb - 1) / j.rb),
-                 awq_dec_task, &j);
+    dsq_pool *use = dsq_gemm_pool(pool, rows, cols, T);
+    const size_t items = dsq_rowsplit_init(&j.split, (size_t)((rows + j.rb - 1) / j.rb), T,
+                                           dsq_pool_size(use));
+    dsq_pool_run(use, items, awq_dec_task, &j);
     free(own);
     return DSQ_OK;
 }

@@ -649,7 +649,16 @@ static void test_awq_f32_kernel(void **state)
                               { 13, 300, 0 },   { 9, 383, 128 },  { 6, 384, 128 },
                               { 33, 1000, 128 }, { 10, 513, 256 }, { 3, 4163, 0 },
                               { 4, 257, 64 },   { 7, 1000, 64 },  { 5, 700, 192 },
-                              { 6, 200, 320 } };
+                              { 6, 200, 320 },
+                              /* the one-token kernels: g128 with full blocks
+                               * (6-row tiles with and without the prefetch,
+                               * then 4, 2 and 1 rows), g256 and one group per
+                               * row with full blocks */
+                              { 29, 512, 128 }, { 23, 1024, 256 }, { 19, 640, 0 },
+                              /* over DSQ_GEMM_SERIAL_MACS at T=1: the pools
+                               * split it, 7 blocks of 48 rows (the last 12)
+                               * in dsq_rowsplit order, some items empty */
+                              { 300, 3584, 128 } };
     double worst[2] = { 0.0, 0.0 };
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) check_awq_f32(&sh[i], worst);
     /* the worst error relative to sum |w x| of the fast levels, for the
