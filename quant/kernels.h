@@ -149,6 +149,19 @@ typedef struct dsq_kernels {
      * (exact: the same values as scheme->dequantize). For the sgemm path. */
     void (*dequant_tile)(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
                          float *out, int64_t ldo);
+    /* MLA's absorbed decode on a quantized kv_b (engine/mla.c), reading the
+     * int codes in place instead of dequantizing them to a buffer first.
+     * gemv_i: gemv_f's contract for every scheme, int weights (w8a8,
+     * w8a8-dynamic, w4a8) included: y = dot(deq(W[n,:]), x) in f32.
+     * gemv_t (w8a8, w8a8-dynamic, w4a8 views only; others may take a
+     * scalar path): the transposed product of one token, y[c] += sum over n in
+     * [n0, n1) of a[n - n0] * deq(W)[n][c] for every column c (y holds
+     * cols floats). Both within the float dot bound of the reference
+     * (double accumulation of the reference's deq); order not pinned, but
+     * fixed for a level: the same call gives the same bits. NULL where the
+     * level has none (the engine dequantizes with dequant_tile instead). */
+    void (*gemv_i)(const dsq_qview *v, const float *x, int64_t T, int64_t n0, int64_t n1, float *y);
+    void (*gemv_t)(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, float *y);
 } dsq_kernels;
 
 extern const dsq_kernels dsq_kernels_ref_impl;
