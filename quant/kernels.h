@@ -210,8 +210,9 @@ static inline dsq_pool *dsq_gemm_pool(dsq_pool *pool, int64_t rows, int64_t cols
 }
 
 /* Decode (T < 4) row blocks in pool order: the gemv tiles prefetch the
- * rows after their block (the fast levels' gemm_w8 / gemm_w4), which pays
- * only if the same thread reads them next. Threads take items in turn, so
+ * rows after their block (the fast levels' gemm_w4, gemm_w8 at T 2..3) and
+ * gemm_w8's one-token rows are one sequential stream for the hardware
+ * prefetcher, which pays only if the same thread reads them next. Threads take items in turn, so
  * item i goes to block (i % nt) * per + i / nt: while they alternate, each
  * thread walks a contiguous run of blocks. nt * per >= nblocks items; an
  * item whose block is >= nblocks has no rows (return -1). Any thread

@@ -326,12 +326,9 @@ static void z_gemm_w8(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64
     } else if (T == 1) {
         w8_dec_rows(v, a, n0, n1, y);
     } else {
-        /* as w4: the prefetch reaches into the next pool item's rows */
-        const int64_t rows = v->shape.rows;
-        for (; n + 8 <= n1; n += 8) {
-            const int npf = T > 1 ? 0 : rows - (n + 8) < 8 ? (int)(rows - (n + 8)) : 8;
-            for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 8, 1, npf, y);
-        }
+        /* T 2..3: each token's 8 rows again from L1 / L2, no prefetch */
+        for (; n + 8 <= n1; n += 8)
+            for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 8, 1, 0, y);
         for (; n < n1; n++)
             for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 1, 1, 0, y);
     }
