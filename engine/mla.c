@@ -69,6 +69,17 @@ typedef struct mla_job {
  * buffer use the copy. */
 #define KVB_CHUNK 4096
 
+/* Levels with gemv_t / gemv_i (kernels.h) skip even that: the absorbed
+ * products read the int codes in place, one pass and no buffer (the dequant
+ * and store, then reload, cost about as much as streaming the codes). The
+ * products agree with the copy's to float rounding, not bit for bit. */
+static int kvb_in_place(const dsq_layer *ly, const dsq_kernels *kl)
+{
+    uint32_t id = ly->kv_b.w.scheme->id;
+    return ly->kv_b_run.w.scheme != ly->kv_b.w.scheme && kl->gemv_t && kl->gemv_i &&
+           (id == DSQ_SCHEME_W8A8_DYNAMIC || id == DSQ_SCHEME_W8A8 || id == DSQ_SCHEME_W4A8);
+}
+
 static int64_t kvb_chunk_rows(const dsq_layer *ly)
 {
     if (ly->kv_b_run.w.scheme == ly->kv_b.w.scheme) return 0;   /* BF16 / F32: in place */
@@ -88,6 +99,11 @@ static void absorb_q_task(void *ctx, size_t item, int tid)
     float *qp = r->sc->qabs + ((size_t)t * j->H + h) * R;
     memset(qp, 0, (size_t)R * sizeof *qp);
     const int64_t ch = kvb_chunk_rows(ly);
+    const dsq_kernels *kl = dsq_kernels_get();
+    if (kvb_in_place(ly, kl)) {
+        kl->gemv_t(&ly->kv_b.w, h * hw, h * hw + j->nope, q, qp);
+        return;
+    }
     if (ch > 0) {
         _Alignas(64) float buf[KVB_CHUNK];
         const int64_t ld = (int64_t)(ly->kvb_stride / sizeof(float));
@@ -122,6 +138,20 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
     dsq_qview sub = ly->kv_b_run.w;
     sub.bf16_terms = r->m->opts.bf16_terms;
     const int64_t ch = kvb_chunk_rows(ly);
+    const dsq_kernels *kl = dsq_kernels_get();
+    if (kvb_in_place(ly, kl)) {
+        /* the int rows of head h as a view of their own */
+        const dsq_qview *qv = &ly->kv_b.w;
+        const int64_t r0 = h * hw + j->nope;
+        sub = *qv;
+        sub.w = qv->w + (size_t)r0 * qv->layout.row_bytes;
+        if (qv->scales) sub.scales = qv->scales + (size_t)r0 * (size_t)qv->layout.ngroups;
+        if (qv->zeros) sub.zeros = qv->zeros + (size_t)r0 * (size_t)qv->layout.ngroups;
+        if (qv->rowsum) sub.rowsum = qv->rowsum + r0;
+        sub.shape.rows = j->vd;
+        kl->gemv_i(&sub, cv, 1, 0, j->vd, out);
+        return;
+    }
     if (ch > 0) {
         _Alignas(64) float buf[KVB_CHUNK];
         const int64_t ld = (int64_t)(ly->kvb_stride / sizeof(float));

@@ -149,6 +149,19 @@ typedef struct dsq_kernels {
      * (exact: the same values as scheme->dequantize). For the sgemm path. */
     void (*dequant_tile)(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
                          float *out, int64_t ldo);
+    /* MLA's absorbed decode on a quantized kv_b (engine/mla.c), reading the
+     * int codes in place instead of dequantizing them to a buffer first.
+     * gemv_i: gemv_f's contract for every scheme, int weights (w8a8,
+     * w8a8-dynamic, w4a8) included: y = dot(deq(W[n,:]), x) in f32.
+     * gemv_t (w8a8, w8a8-dynamic, w4a8 views only; others may take a
+     * scalar path): the transposed product of one token, y[c] += sum over n in
+     * [n0, n1) of a[n - n0] * deq(W)[n][c] for every column c (y holds
+     * cols floats). Both within the float dot bound of the reference
+     * (double accumulation of the reference's deq); order not pinned, but
+     * fixed for a level: the same call gives the same bits. NULL where the
+     * level has none (the engine dequantizes with dequant_tile instead). */
+    void (*gemv_i)(const dsq_qview *v, const float *x, int64_t T, int64_t n0, int64_t n1, float *y);
+    void (*gemv_t)(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, float *y);
 } dsq_kernels;
 
 extern const dsq_kernels dsq_kernels_ref_impl;
@@ -197,8 +210,9 @@ static inline dsq_pool *dsq_gemm_pool(dsq_pool *pool, int64_t rows, int64_t cols
 }
 
 /* Decode (T < 4) row blocks in pool order: the gemv tiles prefetch the
- * rows after their block (the fast levels' gemm_w8 / gemm_w4), which pays
- * only if the same thread reads them next. Threads take items in turn, so
+ * rows after their block (the fast levels' gemm_w4, gemm_w8 at T 2..3) and
+ * gemm_w8's one-token rows are one sequential stream for the hardware
+ * prefetcher, which pays only if the same thread reads them next. Threads take items in turn, so
  * item i goes to block (i % nt) * per + i / nt: while they alternate, each
  * thread walks a contiguous run of blocks. nt * per >= nblocks items; an
  * item whose block is >= nblocks has no rows (return -1). Any thread

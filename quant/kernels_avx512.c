@@ -30,6 +30,7 @@
 
 #define AI static inline __attribute__((always_inline))
 
+
 /* ---- quantize-side primitives -------------------------------------------- */
 
 static uint32_t z_absmax_bits(const float *x, int64_t n)
@@ -268,6 +269,43 @@ static void w8_gemm_46(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int6
     }
 }
 
+/* Decode, T = 1: rows [n0, n1) one after another. The rows of a matrix lie
+ * end to end, so a pool item's rows are one sequential stream, which the
+ * hardware prefetcher follows on its own; the 8-row tiles (w8_block) read 8
+ * streams 7 KB apart and prefetch 8 more, and were 4-8% slower per token
+ * (e16 w8a8-dynamic, one thread; software prefetch in this stream, 512 bytes
+ * ahead, was slower still). Eight accumulators over 512-byte steps. Exact
+ * wrapping int sums, so the order changes no bit; the epilogue is w8_store. */
+static void w8_dec_rows(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y)
+{
+    const size_t ws = v->layout.row_bytes;
+    const int64_t klen = (int64_t)ws;   /* a multiple of 64, <= kpad */
+    const int8_t *x = a->q;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int64_t n = n0; n < n1; n++) {
+        const int8_t *w = (const int8_t *)(v->w + (size_t)n * ws);
+        __m512i acc[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_si512();
+        int64_t k = 0;
+        for (; k + 512 <= klen; k += 512) {
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                __m512i xu = _mm512_xor_si512(_mm512_loadu_si512(x + k + 64 * i), flip);
+                acc[i] = _mm512_dpbusd_epi32(acc[i], xu, _mm512_loadu_si512(w + k + 64 * i));
+            }
+        }
+        for (int i = 0; k < klen; k += 64, i = (i + 1) & 7) {
+            __m512i xu = _mm512_xor_si512(_mm512_loadu_si512(x + k), flip);
+            acc[i] = _mm512_dpbusd_epi32(acc[i], xu, _mm512_loadu_si512(w + k));
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) acc[i] = _mm512_add_epi32(acc[i], acc[i + 4]);
+        __m512i sum = _mm512_add_epi32(_mm512_add_epi32(acc[0], acc[1]), _mm512_add_epi32(acc[2], acc[3]));
+        w8_store(v, a, n, 0, (uint32_t)_mm512_reduce_add_epi32(sum), y);
+    }
+}
+
 static void z_gemm_w8(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y)
 {
     const int64_t T = a->T;
@@ -285,13 +323,12 @@ static void z_gemm_w8(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64
             for (; t + 4 <= T; t += 4) w8_block(v, a, n, t, 1, 4, 0, y);
             for (; t < T; t++) w8_block(v, a, n, t, 1, 1, 0, y);
         }
+    } else if (T == 1) {
+        w8_dec_rows(v, a, n0, n1, y);
     } else {
-        /* as w4: the prefetch reaches into the next pool item's rows */
-        const int64_t rows = v->shape.rows;
-        for (; n + 8 <= n1; n += 8) {
-            const int npf = T > 1 ? 0 : rows - (n + 8) < 8 ? (int)(rows - (n + 8)) : 8;
-            for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 8, 1, npf, y);
-        }
+        /* T 2..3: each token's 8 rows again from L1 / L2, no prefetch */
+        for (; n + 8 <= n1; n += 8)
+            for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 8, 1, 0, y);
         for (; n < n1; n++)
             for (int64_t t = 0; t < T; t++) w8_block(v, a, n, t, 1, 1, 0, y);
     }
@@ -649,7 +686,7 @@ AI void flt_load64(const dsq_qview *v, const uint8_t *row, int64_t k, __m512 out
     }
 }
 
-enum { K_F32, K_BF16, K_AWQ };
+enum { K_F32, K_BF16, K_AWQ, K_I8 };
 
 /* 16 codes (q - z) of one awq row from 16 packed block bytes (HI: high
  * nibbles) as floats: exact small integers. */
@@ -663,6 +700,8 @@ AI __m512 awq_qz16(const uint8_t *p, const int HI, __m512i zv)
 AI __m512 flt_load16(const int KIND, const uint8_t *row, int64_t k)
 {
     if (KIND == K_F32) return _mm512_loadu_ps((const float *)row + k);
+    if (KIND == K_I8)   /* int8 codes: exact small integers; the row scale comes last */
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(row + k))));
     return _mm512_castsi512_ps(_mm512_slli_epi32(
         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + k))), 16));
 }
@@ -694,7 +733,7 @@ AI void gemv_tile(const dsq_qview *v, int64_t n, const int R, const float *x, co
             __m512 ga[4][2][2];
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                zv[r] = _mm512_set1_epi32(v->zeros[(n + r) * ng + g]);
+                zv[r] = _mm512_set1_epi32(v->zeros ? v->zeros[(n + r) * ng + g] : 8);   /* w4a8: u - 8 */
 #pragma GCC unroll 2
                 for (int t = 0; t < NT; t++)
 #pragma GCC unroll 2
@@ -779,6 +818,7 @@ AI void gemv_tile(const dsq_qview *v, int64_t n, const int R, const float *x, co
         for (int t = 0; t < NT; t++) {
             __m512 sum = A == 2 ? _mm512_add_ps(acc[r][t][0], acc[r][t][1]) : acc[r][t][0];
             float s = _mm512_reduce_add_ps(sum);
+            if (KIND == K_I8) s *= v->scales[n + r];
             for (int64_t j = k; j < cols; j++) s += deq_scalar(v, rp[r], n + r, j) * x[t * cols + j];
             y[t * rows + n + r] = s;
         }
@@ -805,10 +845,72 @@ static void z_gemv_f(const dsq_qview *v, const float *x, int64_t T, int64_t n0, 
     switch (v->scheme->id) {
     case DSQ_SCHEME_F32: GEMV_KIND(K_F32); break;
     case DSQ_SCHEME_BF16: GEMV_KIND(K_BF16); break;
-    default: GEMV_KIND(K_AWQ); break;
+    case DSQ_SCHEME_W8A8_DYNAMIC:
+    case DSQ_SCHEME_W8A8: GEMV_KIND(K_I8); break;
+    default: GEMV_KIND(K_AWQ); break;   /* awq-w4a16, w4a8 (zero point 8) */
     }
 }
 #undef GEMV_KIND
+
+/* gemv_t: 16 int8 codes as floats (w8 rows, or w4a8 nibbles already
+ * shifted down by 8). */
+AI __m512 i8x16_ps(__m512i c, const int q)
+{
+    __m128i l = q == 0 ? _mm512_castsi512_si128(c) : _mm512_extracti32x4_epi32(c, q);
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(l));
+}
+
+/* Columns [c0, c0 + 128) of rows [n0, n1): 8 accumulators stay in
+ * registers while the rows pass (each row's 128 codes are one 64-byte load
+ * for w4a8, two for w8); weight q times the row's coefficient a * s. */
+AI void gemv_t128(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, int64_t c0, int64_t g,
+                  const int W4, float *y)
+{
+    const size_t ws = v->layout.row_bytes;
+    const int64_t ng = v->layout.ngroups;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), e8 = _mm512_set1_epi8(8);
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) acc[i] = _mm512_loadu_ps(y + c0 + 16 * i);
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = v->w + (size_t)n * ws;
+        const __m512 cf = _mm512_set1_ps(a[n - n0] * v->scales[W4 ? n * ng + g : n]);
+        __m512i c[2];
+        if (W4) {
+            const __m512i raw = _mm512_loadu_si512(row + (c0 >> 1));
+            c[0] = _mm512_sub_epi8(_mm512_and_si512(raw, m4), e8);
+            c[1] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), e8);
+        } else {
+            c[0] = _mm512_loadu_si512(row + c0);
+            c[1] = _mm512_loadu_si512(row + c0 + 64);
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) acc[h * 4 + q] = _mm512_fmadd_ps(i8x16_ps(c[h], q), cf, acc[h * 4 + q]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) _mm512_storeu_ps(y + c0 + 16 * i, acc[i]);
+}
+
+static void z_gemv_t(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, float *y)
+{
+    const int64_t cols = v->shape.cols, gs = v->layout.gsize;
+    const int w4 = v->scheme->id == DSQ_SCHEME_W4A8;
+    int64_t c0 = 0;
+    /* whole 128-column blocks inside one group (w8: one per row) */
+    if (!w4 || v->layout.ngroups == 1 || gs % 128 == 0)
+        for (; c0 + 128 <= cols; c0 += 128) {
+            const int64_t g = w4 ? c0 / gs : 0;
+            if (w4) gemv_t128(v, n0, n1, a, c0, g, 1, y);
+            else gemv_t128(v, n0, n1, a, c0, 0, 0, y);
+        }
+    for (int64_t c = c0; c < cols; c++) {
+        float s = y[c];
+        for (int64_t n = n0; n < n1; n++) s += a[n - n0] * deq_scalar(v, v->w + (size_t)n * v->layout.row_bytes, n, c);
+        y[c] = s;
+    }
+}
 
 static void z_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
                            float *out, int64_t ldo)
@@ -881,7 +983,8 @@ static void z_gemm_bf16(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int6
         .f32_to_bf16 = z_f32_to_bf16, .split_bf16 = z_split_bf16,                   \
         .gemm_bf16 = GEMM_BF16, .gemm_awq = GEMM_AWQ, .gemm_w8 = z_gemm_w8,         \
         .gemm_w4 = z_gemm_w4, .gemv_awq = dsq_avx512awq_gemv,                       \
-        .gemv_f = z_gemv_f, .dequant_tile = z_dequant_tile,                         \
+        .gemv_f = z_gemv_f, .dequant_tile = z_dequant_tile, .gemv_i = z_gemv_f,     \
+        .gemv_t = z_gemv_t,                                                         \
     }
 
 const dsq_kernels dsq_kernels_avx512_impl = Z_LEVEL("avx512", 0, z_gemm_bf16, NULL);

@@ -196,6 +196,17 @@ static void ref_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t
         for (int64_t k = k0; k < k1; k++) out[(n - n0) * ldo + (k - k0)] = ref_deq(v, n, k);
 }
 
+/* gemv_t's contract: per column, the rows in order, double accumulation
+ * of the reference's deq, added to y. */
+static void ref_gemv_t(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, float *y)
+{
+    for (int64_t c = 0; c < v->shape.cols; c++) {
+        double acc = y[c];
+        for (int64_t n = n0; n < n1; n++) acc += (double)a[n - n0] * ref_deq(v, n, c);
+        y[c] = (float)acc;
+    }
+}
+
 const dsq_kernels dsq_kernels_ref_impl = {
     .name = "ref",
     .absmax_bits = ref_absmax_bits,
@@ -208,6 +219,8 @@ const dsq_kernels dsq_kernels_ref_impl = {
     .gemm_w8 = ref_gemm_w8,
     .gemm_w4 = ref_gemm_w4,
     .gemv_f = ref_gemv_f,
+    .gemv_i = ref_gemv_f,   /* ref_deq covers every scheme */
+    .gemv_t = ref_gemv_t,
     .gemv_awq = ref_gemv_awq,
     .dequant_tile = ref_dequant_tile,
 };

@@ -461,9 +461,10 @@ static void test_mla_naive_vs_absorbed(void **st)
 }
 
 /* A quantized kv_b_proj: prefill (naive MLA) multiplies by its F32
- * dequantized copy, decode (absorbed MLA) dequantizes its int rows on the
- * fly through the kernel level's dequant_tile. Both must be the same
- * function; and decode must not depend on the thread count. */
+ * dequantized copy, decode (absorbed MLA) reads its int rows in place
+ * (the kernel level's gemv_t / gemv_i, or dequant_tile where it has none).
+ * Both must be the same function to float rounding; and decode must not
+ * depend on the thread count. */
 static void test_mla_quantized_kvb_decode(void **st)
 {
     (void)st;
