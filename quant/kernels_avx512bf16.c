@@ -266,11 +266,11 @@ AI void bfp_masks(int nr, const int H, __mmask16 m[4])
 
 /* One 16 H-row x NT-token tile over np column pairs of the packed chunk;
  * first: store into y, else add. m: the rows of each half that exist.
- * pf: the next block, one line fetched per column pair until it is all
- * asked for (spread over the tiles: a burst would queue on memory). */
+ * pf: the next block, one line fetched per pmask + 1 column pairs until it
+ * is all asked for. */
 AI void bfp_tile(const u32a *wp, int64_t np, const dsq_bfact *a, int64_t t0, const int NT,
                  const int TERMS, const int H, const int KC, int64_t k0, int first, float *y,
-                 int64_t rows, int64_t n, const __mmask16 m[4], bfp_pf *pf)
+                 int64_t rows, int64_t n, const __mmask16 m[4], bfp_pf *pf, int64_t pmask)
 {
     const int64_t ld = a->ld ? a->ld : a->kpad, kq = ld / 2;   /* u32 pairs per token */
     const u32a *xh = (const u32a *)(const void *)(a->xh + t0 * ld + k0);
@@ -286,7 +286,7 @@ AI void bfp_tile(const u32a *wp, int64_t np, const dsq_bfact *a, int64_t t0, con
 #pragma GCC unroll 4
         for (int h = 0; h < H; h++)
             w[h] = (__m512bh)_mm512_load_si512((const void *)(wp + 16 * ((size_t)h * (KC / 2) + p)));
-        bfp_prefetch(pf);
+        if (!(p & pmask)) bfp_prefetch(pf);
 #pragma GCC unroll 12
         for (int t = 0; t < NT; t++) {
             __m512bh b = (__m512bh)_mm512_set1_epi32((int)xh[t * kq + p]);
@@ -316,15 +316,23 @@ AI void bfp_tile(const u32a *wp, int64_t np, const dsq_bfact *a, int64_t t0, con
     }
 }
 
-/* Every token of a against one packed block (16 H rows, np pairs from column k0). */
+/* Every token of a against one packed block (16 H rows, np pairs from
+ * column k0). The next block's lines are spread over all of this block's
+ * pair steps: one prefetch per 2^s steps, 2^s the largest power of two with
+ * 2^s x lines <= steps (a line per step asks for them all within the first
+ * tiles, a burst that queues on memory when both cores do it). */
 AI void bfp_block(const u32a *wp, int64_t np, const dsq_bfact *a, const int TERMS, const int H,
                   const int KC, const int PT, int64_t k0, int first, float *y, int64_t rows,
                   int64_t n, const __mmask16 m[4], bfp_pf *pf)
 {
+    int64_t pmask = 0;
+    const int64_t lines = (int64_t)pf->rows * pf->lines, steps = (a->T + PT - 1) / PT * np;
+    if (lines > 0)
+        while (2 * (pmask + 1) * lines <= steps) pmask = 2 * pmask + 1;
     int64_t t = 0;
-    for (; t + PT <= a->T; t += PT) bfp_tile(wp, np, a, t, PT, TERMS, H, KC, k0, first, y, rows, n, m, pf);
+    for (; t + PT <= a->T; t += PT) bfp_tile(wp, np, a, t, PT, TERMS, H, KC, k0, first, y, rows, n, m, pf, pmask);
     switch (a->T - t) {
-#define BFP_CASE(K) case K: if (K < PT) bfp_tile(wp, np, a, t, K < PT ? K : 1, TERMS, H, KC, k0, first, y, rows, n, m, pf); break;
+#define BFP_CASE(K) case K: if (K < PT) bfp_tile(wp, np, a, t, K < PT ? K : 1, TERMS, H, KC, k0, first, y, rows, n, m, pf, pmask); break;
     BFP_CASE(11) BFP_CASE(10) BFP_CASE(9) BFP_CASE(8) BFP_CASE(7) BFP_CASE(6)
     BFP_CASE(5) BFP_CASE(4) BFP_CASE(3) BFP_CASE(2) BFP_CASE(1)
 #undef BFP_CASE
