@@ -164,20 +164,23 @@ AI void gemm_terms(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n
  *
  * The dot-layout tile above leaves 16 lanes per (row, token) to be summed
  * horizontally and feeds each multiply from two streams. With more tokens
- * the weights are worth repacking: a block of 32 rows x BFP_KC columns is
- * rewritten (per call, into a 32 KB buffer that stays in L1) so that one
- * zmm holds one column pair of 16 rows, wp[half][pair][16] (u32 = two
- * bf16). vdpbf16ps of that zmm with a broadcast activation pair (one token's
- * two columns, an embedded {1to16} load) adds to 16 rows of that token at
- * once: the accumulators are y's own layout, no horizontal sum. A 32-row x
- * 12-token tile is 24 accumulators, fed per column pair by 2 weight loads
- * (L1) and 12 (24, 36) broadcast loads for 24 (48, 72) dot products. The
- * repack (a 16x16 u32 transpose per 32 columns of 16 rows, 64 shuffles) is
- * paid once per weight for all T tokens. Chunks of BFP_KC columns add to y
- * in column order, so the sum order depends on the shape only. */
+ * the weights are worth repacking: a block of 64 rows x 256 columns
+ * (BFP_H halves of 16 rows x BFP_KC) is rewritten (per call, into a 32 KB
+ * buffer that stays in L1) so that one zmm holds one column pair of 16
+ * rows, wp[half][pair][16] (u32 = two bf16). vdpbf16ps of that zmm with a
+ * broadcast activation pair (one token's two columns) adds to 16 rows of
+ * that token at once: the accumulators are y's own layout, no horizontal
+ * sum. A 64-row x 6-token tile is 24 accumulators, fed per column pair by
+ * 4 weight loads (L1) and 6 (12, 18) broadcasts for 24 (48, 72) dot
+ * products: 10 loads per 24, where the 32 x 12 tile of awq's entry point
+ * (dsq_avx512bf16_packed_block) needs 14; one-term T = 64 on one core:
+ * 330-340 GFLOP/s vs 295-324 (bench_quant 2048 7168 1 20 64, machine
+ * shared). The repack (a 16x16 u32 transpose per 32 columns of 16 rows, 64
+ * shuffles) is paid once per weight for all T tokens. Chunks of BFP_KC
+ * columns add to y in column order, so the sum order depends on the shape
+ * only. */
 
-#define BFP_KC DSQ_BF16_PACK_KC   /* columns per packed chunk: 32 x 512 bf16 = 32 KB */
-#define BFP_PT 12    /* tokens per packed tile */
+#define BFP_PT_MAX 12   /* most tokens per packed tile */
 
 typedef uint32_t u32a __attribute__((may_alias));
 
@@ -207,15 +210,17 @@ AI void tr16(__m512i r[16])
     }
 }
 
-/* Rows [n, n + nr) (nr <= 32), columns [k0, k1) (k0, k1 multiples of 32)
- * into wp[h][(k - k0) / 2][16] (half h = rows n + 16h ..), zeros for rows
- * >= nr and columns >= cols (the row padding is never read). */
-static void bfp_pack(const dsq_qview *v, int64_t n, int nr, int64_t k0, int64_t k1, u32a *wp)
+/* Rows [n, n + nr) (nr <= 16 H), columns [k0, k1) (k0, k1 multiples of 32)
+ * into wp[h][(k - k0) / 2][16] (h < H, half h = rows n + 16h .., KC / 2
+ * pairs per half), zeros for rows >= nr and columns >= cols (the row
+ * padding is never read). */
+AI void bfp_pack(const dsq_qview *v, int64_t n, int nr, int64_t k0, int64_t k1, u32a *wp,
+                 const int H, const int KC)
 {
     const int64_t cols = v->shape.cols;
     const size_t ws = v->layout.row_bytes / 2;
     const uint16_t *w = (const uint16_t *)(const void *)(v->w) + (size_t)n * ws;
-    for (int h = 0; h < 2; h++)
+    for (int h = 0; h < H; h++)
         for (int64_t k = k0; k < k1; k += 32) {
             const __mmask32 m = cols - k >= 32 ? (__mmask32)~0u : (__mmask32)((1u << (cols - k)) - 1);
             __m512i r[16];
@@ -225,14 +230,14 @@ static void bfp_pack(const dsq_qview *v, int64_t n, int nr, int64_t k0, int64_t 
                                 : _mm512_setzero_si512();
             }
             tr16(r);
-            u32a *o = wp + ((size_t)h * (BFP_KC / 2) + (size_t)(k - k0) / 2) * 16;
+            u32a *o = wp + ((size_t)h * (size_t)(KC / 2) + (size_t)(k - k0) / 2) * 16;
             for (int i = 0; i < 16; i++) _mm512_store_si512((void *)(o + 16 * i), r[i]);
         }
 }
 
 /* The next block's weights, fetched into L2 while a tile computes: the
- * pack reads 32 rows x 1 KB, too short a run per row for the hardware
- * prefetcher, and would otherwise wait on memory at every block. */
+ * pack reads 16 H rows x 2 KC bytes, too short a run per row for the
+ * hardware prefetcher, and would otherwise wait on memory at every block. */
 typedef struct bfp_pf {
     const char *base;   /* row 0, first column of the next block; NULL: none */
     size_t stride;      /* bytes per row */
@@ -250,64 +255,84 @@ AI void bfp_prefetch(bfp_pf *f)
     }
 }
 
-/* One 32-row x NT-token tile over np column pairs of the packed chunk;
- * first: store into y, else add. m0 / m1: the rows of each half that exist.
- * pf: the next block, one line fetched per column pair until it is all
- * asked for (spread over the tiles: a burst would queue on memory). */
+/* Row masks of a block of nr rows: m[h] has the rows of half h that exist. */
+AI void bfp_masks(int nr, const int H, __mmask16 m[4])
+{
+    for (int h = 0; h < H; h++) {
+        const int left = nr - 16 * h;
+        m[h] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+    }
+}
+
+/* One 16 H-row x NT-token tile over np column pairs of the packed chunk;
+ * first: store into y, else add. m: the rows of each half that exist.
+ * pf: the next block, one line fetched per pmask + 1 column pairs until it
+ * is all asked for. */
 AI void bfp_tile(const u32a *wp, int64_t np, const dsq_bfact *a, int64_t t0, const int NT,
-                 const int TERMS, int64_t k0, int first, float *y, int64_t rows, int64_t n,
-                 __mmask16 m0, __mmask16 m1, bfp_pf *pf)
+                 const int TERMS, const int H, const int KC, int64_t k0, int first, float *y,
+                 int64_t rows, int64_t n, const __mmask16 m[4], bfp_pf *pf, int64_t pmask)
 {
     const int64_t ld = a->ld ? a->ld : a->kpad, kq = ld / 2;   /* u32 pairs per token */
     const u32a *xh = (const u32a *)(const void *)(a->xh + t0 * ld + k0);
     const u32a *xl = TERMS >= 2 ? (const u32a *)(const void *)(a->xl + t0 * ld + k0) : NULL;
     const u32a *x2 = TERMS == 3 ? (const u32a *)(const void *)(a->xl2 + t0 * ld + k0) : NULL;
-    __m512 acc[2][BFP_PT];
+    __m512 acc[4][BFP_PT_MAX];
+#pragma GCC unroll 4
+    for (int h = 0; h < H; h++)
 #pragma GCC unroll 12
-    for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+        for (int t = 0; t < NT; t++) acc[h][t] = _mm512_setzero_ps();
     for (int64_t p = 0; p < np; p++) {
-        const __m512bh w0 = (__m512bh)_mm512_load_si512((const void *)(wp + 16 * p));
-        const __m512bh w1 = (__m512bh)_mm512_load_si512((const void *)(wp + 16 * (BFP_KC / 2 + p)));
-        bfp_prefetch(pf);
+        __m512bh w[4];
+#pragma GCC unroll 4
+        for (int h = 0; h < H; h++)
+            w[h] = (__m512bh)_mm512_load_si512((const void *)(wp + 16 * ((size_t)h * (KC / 2) + p)));
+        if (!(p & pmask)) bfp_prefetch(pf);
 #pragma GCC unroll 12
         for (int t = 0; t < NT; t++) {
             __m512bh b = (__m512bh)_mm512_set1_epi32((int)xh[t * kq + p]);
-            acc[0][t] = _mm512_dpbf16_ps(acc[0][t], w0, b);
-            acc[1][t] = _mm512_dpbf16_ps(acc[1][t], w1, b);
+#pragma GCC unroll 4
+            for (int h = 0; h < H; h++) acc[h][t] = _mm512_dpbf16_ps(acc[h][t], w[h], b);
             if (TERMS >= 2) {
                 b = (__m512bh)_mm512_set1_epi32((int)xl[t * kq + p]);
-                acc[0][t] = _mm512_dpbf16_ps(acc[0][t], w0, b);
-                acc[1][t] = _mm512_dpbf16_ps(acc[1][t], w1, b);
+#pragma GCC unroll 4
+                for (int h = 0; h < H; h++) acc[h][t] = _mm512_dpbf16_ps(acc[h][t], w[h], b);
             }
             if (TERMS == 3) {
                 b = (__m512bh)_mm512_set1_epi32((int)x2[t * kq + p]);
-                acc[0][t] = _mm512_dpbf16_ps(acc[0][t], w0, b);
-                acc[1][t] = _mm512_dpbf16_ps(acc[1][t], w1, b);
+#pragma GCC unroll 4
+                for (int h = 0; h < H; h++) acc[h][t] = _mm512_dpbf16_ps(acc[h][t], w[h], b);
             }
         }
     }
 #pragma GCC unroll 12
     for (int t = 0; t < NT; t++) {
         float *o = y + (t0 + t) * rows + n;
-        if (first) {
-            _mm512_mask_storeu_ps(o, m0, acc[0][t]);
-            _mm512_mask_storeu_ps(o + 16, m1, acc[1][t]);
-        } else {
-            _mm512_mask_storeu_ps(o, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), acc[0][t]));
-            _mm512_mask_storeu_ps(o + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o + 16), acc[1][t]));
+#pragma GCC unroll 4
+        for (int h = 0; h < H; h++) {
+            if (first) _mm512_mask_storeu_ps(o + 16 * h, m[h], acc[h][t]);
+            else _mm512_mask_storeu_ps(o + 16 * h, m[h],
+                                       _mm512_add_ps(_mm512_maskz_loadu_ps(m[h], o + 16 * h), acc[h][t]));
         }
     }
 }
 
-/* Every token of a against one packed block (32 rows, np pairs from column k0). */
-AI void bfp_block(const u32a *wp, int64_t np, const dsq_bfact *a, const int TERMS, int64_t k0,
-                  int first, float *y, int64_t rows, int64_t n, __mmask16 m0, __mmask16 m1, bfp_pf *pf)
+/* Every token of a against one packed block (16 H rows, np pairs from
+ * column k0). The next block's lines are spread over all of this block's
+ * pair steps: one prefetch per 2^s steps, 2^s the largest power of two with
+ * 2^s x lines <= steps (a line per step asks for them all within the first
+ * tiles, a burst that queues on memory when both cores do it). */
+AI void bfp_block(const u32a *wp, int64_t np, const dsq_bfact *a, const int TERMS, const int H,
+                  const int KC, const int PT, int64_t k0, int first, float *y, int64_t rows,
+                  int64_t n, const __mmask16 m[4], bfp_pf *pf)
 {
+    int64_t pmask = 0;
+    const int64_t lines = (int64_t)pf->rows * pf->lines, steps = (a->T + PT - 1) / PT * np;
+    if (lines > 0)
+        while (2 * (pmask + 1) * lines <= steps) pmask = 2 * pmask + 1;
     int64_t t = 0;
-    for (; t + BFP_PT <= a->T; t += BFP_PT)
-        bfp_tile(wp, np, a, t, BFP_PT, TERMS, k0, first, y, rows, n, m0, m1, pf);
+    for (; t + PT <= a->T; t += PT) bfp_tile(wp, np, a, t, PT, TERMS, H, KC, k0, first, y, rows, n, m, pf, pmask);
     switch (a->T - t) {
-#define BFP_CASE(K) case K: bfp_tile(wp, np, a, t, K, TERMS, k0, first, y, rows, n, m0, m1, pf); break;
+#define BFP_CASE(K) case K: if (K < PT) bfp_tile(wp, np, a, t, K < PT ? K : 1, TERMS, H, KC, k0, first, y, rows, n, m, pf, pmask); break;
     BFP_CASE(11) BFP_CASE(10) BFP_CASE(9) BFP_CASE(8) BFP_CASE(7) BFP_CASE(6)
     BFP_CASE(5) BFP_CASE(4) BFP_CASE(3) BFP_CASE(2) BFP_CASE(1)
 #undef BFP_CASE
@@ -315,34 +340,48 @@ AI void bfp_block(const u32a *wp, int64_t np, const dsq_bfact *a, const int TERM
     }
 }
 
+/* The gemm's block shape: BFP_H halves of 16 rows (BFP_H x 16 rows x
+ * BFP_KC columns of packed weights, 32 KB or less so they stay in L1) and
+ * tiles of BFP_PT tokens (BFP_H x BFP_PT accumulators). */
+#ifndef BFP_H
+#define BFP_H 4
+#endif
+#ifndef BFP_PT
+#define BFP_PT 6
+#endif
+#ifndef BFP_KC
+#define BFP_KC 256
+#endif
+
 AI void bfp_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, const int TERMS,
                  float *y)
 {
-    _Alignas(64) u32a wp[BFP_KC * 16];   /* 2 halves x BFP_KC / 2 pairs x 16 rows */
+    enum { H = BFP_H, KC = BFP_KC, RB = 16 * BFP_H };
+    _Alignas(64) u32a wp[H * (KC / 2) * 16];
     const int64_t cols = v->shape.cols, rows = v->shape.rows, kend = (cols + 31) & ~(int64_t)31;
     const size_t ws = v->layout.row_bytes;
-    for (int64_t k0 = 0; k0 < kend; k0 += BFP_KC) {
-        const int64_t k1 = k0 + BFP_KC < kend ? k0 + BFP_KC : kend;
+    for (int64_t k0 = 0; k0 < kend; k0 += KC) {
+        const int64_t k1 = k0 + KC < kend ? k0 + KC : kend;
         const int64_t np = ((k1 < cols ? k1 : cols) - k0 + 1) / 2;   /* pairs past cols are 0 */
-        for (int64_t n = n0; n < n1; n += 32) {
-            const int nr = n1 - n < 32 ? (int)(n1 - n) : 32;
-            const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
-            const __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
-            bfp_pack(v, n, nr, k0, k1, wp);
-            /* next block: the next 32 rows of this chunk, else the first of the next chunk */
-            int64_t pn = n + 32, pk = k0;
+        for (int64_t n = n0; n < n1; n += RB) {
+            const int nr = n1 - n < RB ? (int)(n1 - n) : RB;
+            __mmask16 m[4];
+            bfp_masks(nr, H, m);
+            bfp_pack(v, n, nr, k0, k1, wp, H, KC);
+            /* next block: the next rows of this chunk, else the first of the next chunk */
+            int64_t pn = n + RB, pk = k0;
             if (pn >= n1) {
                 pn = n0;
                 pk = k1;
             }
             bfp_pf pf = { NULL, ws, 0, 0, 0, 0 };   /* rows = 0: nothing to fetch */
             if (pk < kend) {
-                const int64_t pk1 = pk + BFP_KC < kend ? pk + BFP_KC : kend;
+                const int64_t pk1 = pk + KC < kend ? pk + KC : kend;
                 pf.base = (const char *)v->w + (size_t)pn * ws + (size_t)pk * 2;
-                pf.rows = n1 - pn < 32 ? (int)(n1 - pn) : 32;
+                pf.rows = n1 - pn < RB ? (int)(n1 - pn) : RB;
                 pf.lines = (int)((pk1 - pk) / 32);
             }
-            bfp_block(wp, np, a, TERMS, k0, k0 == 0, y, rows, n, m0, m1, &pf);
+            bfp_block(wp, np, a, TERMS, H, KC, BFP_PT, k0, k0 == 0, y, rows, n, m, &pf);
         }
     }
 }
@@ -350,13 +389,14 @@ AI void bfp_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1,
 void dsq_avx512bf16_packed_block(const uint32_t *wp, int64_t np, const dsq_bfact *a, int64_t k0,
                                  int first, float *y, int64_t rows, int64_t n, int nr)
 {
-    const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
-    const __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+    enum { KC = DSQ_BF16_PACK_KC };
+    __mmask16 m[4];
+    bfp_masks(nr, 2, m);
     bfp_pf pf = { NULL, 0, 0, 0, 0, 0 };
     const u32a *w = (const u32a *)wp;
-    if (!a->xl) bfp_block(w, np, a, 1, k0, first, y, rows, n, m0, m1, &pf);
-    else if (a->xl2) bfp_block(w, np, a, 3, k0, first, y, rows, n, m0, m1, &pf);
-    else bfp_block(w, np, a, 2, k0, first, y, rows, n, m0, m1, &pf);
+    if (!a->xl) bfp_block(w, np, a, 1, 2, KC, 12, k0, first, y, rows, n, m, &pf);
+    else if (a->xl2) bfp_block(w, np, a, 3, 2, KC, 12, k0, first, y, rows, n, m, &pf);
+    else bfp_block(w, np, a, 2, 2, KC, 12, k0, first, y, rows, n, m, &pf);
 }
 
 void dsq_avx512bf16_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1, float *y)

@@ -1171,12 +1171,14 @@ static void test_bf16_prefill_precision(void **state)
 /* gemm_bf16 of every level called directly, with two and with three split
  * terms (the driver picks one, from DSQ_BF16_TERMS): within the float dot
  * bound plus 2^-8 (one term), 2^-16 (two terms) or 2^-23 (three) of sum|w x| of the exact
- * dot; rows, tokens and columns with tails of every tile and chunk size. */
+ * dot; rows, tokens and columns with tails of every tile and chunk size (83
+ * rows: the packed path's 64-row blocks, one full and one of 19, the second
+ * call's starting at row 5). */
 static void test_bf16_kernel_terms(void **state)
 {
     (void)state;
     const dsq_scheme *sc = dsq_scheme_by_id(DSQ_SCHEME_BF16);
-    dsq_qshape sh = { 13, 2100, 0 };   /* > one 2048-column chunk, ragged 32-column tail */
+    dsq_qshape sh = { 83, 2100, 0 };   /* > one 2048-column chunk, ragged 32-column tail */
     float *w = rand_matrix(sh.rows, sh.cols, 0.05f);
     size_t nb;
     uint8_t *blob = make_blob(sc, &sh, w, NULL, &nb, 0);
@@ -1186,7 +1188,7 @@ static void test_bf16_kernel_terms(void **state)
     sc->dequantize(&v, 0, sh.rows, deq);
     enum { T = 29 };   /* calls below take 3 (dot-layout tile), 11 and 29 (packed: 12-token tiles + tails) */
     const int64_t kp = (sh.cols + DSQ_BF16_KALIGN - 1) / DSQ_BF16_KALIGN * DSQ_BF16_KALIGN;
-    float *x = rand_x(T, sh.cols), *r = malloc((size_t)sh.cols * sizeof *r), y[T * 13];
+    float *x = rand_x(T, sh.cols), *r = malloc((size_t)sh.cols * sizeof *r), y[T * 83];
     uint16_t *pl[3];
     for (int i = 0; i < 3; i++) pl[i] = calloc((size_t)(T * kp), sizeof(uint16_t));
     for (int64_t t = 0; t < T; t++) {
@@ -1263,23 +1265,23 @@ static void test_bf16_kernel_terms(void **state)
     }
 #if defined(__x86_64__)
     /* the packed block entry point (for formats that dequantize to bf16):
-     * columns [512, 1024) of the 13 rows, packed here by hand, one term */
+     * columns [512, 1024) of the first 13 rows, packed here by hand, one term */
     for (int l = 0; l < nl; l++) {
         if (strcmp(lv[l]->name, "avx512bf16") != 0) continue;
         uint32_t *wp = dsq_aligned_alloc(2 * DSQ_BF16_PACK_KC / 2 * 16 * sizeof *wp);
         assert_non_null(wp);
         memset(wp, 0, 2 * DSQ_BF16_PACK_KC / 2 * 16 * sizeof *wp);
-        const int64_t k0 = 512, np = 256;
-        for (int64_t n = 0; n < sh.rows; n++) {
+        const int64_t k0 = 512, np = 256, pr = 13;   /* rows of the block */
+        for (int64_t n = 0; n < pr; n++) {
             const uint16_t *row = (const uint16_t *)(const void *)(v.w + (size_t)n * v.layout.row_bytes);
             for (int64_t p = 0; p < np; p++)
                 wp[((n / 16) * (DSQ_BF16_PACK_KC / 2) + p) * 16 + n % 16] =
                     row[k0 + 2 * p] | (uint32_t)row[k0 + 2 * p + 1] << 16;
         }
         dsq_bfact a = { T, x, kp, pl[0], NULL, NULL, 0 };
-        dsq_avx512bf16_packed_block(wp, np, &a, k0, 1, y, sh.rows, 0, (int)sh.rows);
+        dsq_avx512bf16_packed_block(wp, np, &a, k0, 1, y, sh.rows, 0, (int)pr);
         for (int64_t t = 0; t < T; t++)
-            for (int64_t n = 0; n < sh.rows; n++) {
+            for (int64_t n = 0; n < pr; n++) {
                 double ex = 0, ab = 0;
                 for (int64_t k = k0; k < k0 + 2 * np; k++) {
                     double p = (double)deq[n * sh.cols + k] * x[t * sh.cols + k];
