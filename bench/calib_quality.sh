@@ -92,4 +92,8 @@ if [ "${EXTRA_ROWS:-1}" != 0 ]; then
     # (routed and shared experts' down_proj stay quantized)
     row "w8a8-dynamic, RTN, dense down_proj BF16" --scheme w8a8-dynamic --keep '\.mlp\.down_proj\.weight$'
     row "w8a8-dynamic, smoothed, dense down_proj BF16" --scheme w8a8-dynamic --keep '\.mlp\.down_proj\.weight$' $CAL
+    # the same choice made by calibration: the N linears of largest measured
+    # sensitivity (calib/sens.h) stay float
+    row "w8a8-dynamic, smoothed, --rollback 1" --scheme w8a8-dynamic --rollback 1 $CAL
+    row "w8a8-dynamic, smoothed, --rollback 3" --scheme w8a8-dynamic --rollback 3 $CAL
 fi

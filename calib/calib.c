@@ -1,6 +1,7 @@
 /* calib.c - the calibration driver (see calib.h). */
 #include "calib.h"
 #include "gptq.h"
+#include "sens.h"
 #include "dsq_file.h"
 #include "dsq_json.h"
 #include "smooth.h"
@@ -68,6 +69,9 @@ struct dsq_calib_result {
     size_t clip_noff;
     uint8_t *clip_map;
     size_t clip_maplen;
+    size_t *rb;                 /* --rollback: entry indices, most sensitive first */
+    size_t nrb;
+    size_t sens_missing;        /* quantized linears whose sensitivity is unknown */
 };
 
 static void *own(dsq_calib_result *r, size_t bytes)
@@ -152,6 +156,7 @@ static int entry(dsq_calib_result *r, const char *name, int64_t rows, int64_t co
     t->rows = rows;
     t->cols = cols;
     t->status = DSQ_CALIB_CALIBRATED;
+    t->sensitivity = -1.0;
     for (uint64_t h = hname(name);; h++)
         if (r->hash[h & (r->hcap - 1)] < 0) {
             r->hash[h & (r->hcap - 1)] = (int64_t)r->n;
@@ -178,6 +183,7 @@ void dsq_calib_result_free(dsq_calib_result *r)
     if (r->clip_map) munmap(r->clip_map, r->clip_maplen);
     if (r->clip_fd1 > 0) close(r->clip_fd1 - 1);
     free(r->clip_off);
+    free(r->rb);
     for (int l = 0; l < r->n_layers && r->cov; l++) free(r->cov[l]);
     free(r->cov);
     free(r->cov_n);
@@ -192,6 +198,15 @@ const char *dsq_calib_fallback(const dsq_calib_result *r, size_t i, const char *
     if (!r || i >= r->nfb) return NULL;
     if (reason) *reason = r->fb_reason[i];
     return r->fb_name[i];
+}
+
+size_t dsq_calib_rollback_count(const dsq_calib_result *r) { return r ? r->nrb : 0; }
+
+const char *dsq_calib_rollback(const dsq_calib_result *r, size_t i, double *sensitivity)
+{
+    if (!r || i >= r->nrb) return NULL;
+    if (sensitivity) *sensitivity = r->e[r->rb[i]].sensitivity;
+    return r->e[r->rb[i]].name;
 }
 
 int dsq_calib_coverage(const dsq_calib_result *r, int layer, const uint64_t **tokens, int *n)
@@ -1034,6 +1049,102 @@ static void lin_cb(void *ctx, const dsq_linear *l)
     if (x->rc == DSQ_OK) x->clipv[x->nclip++] = x->decision;
 }
 
+/* --rollback: each quantized linear's sensitivity (sens.h), measured with
+ * its final entry (scales, clip, GPTQ blob) on fresh samples and kept in the
+ * statistics ("L<l>/sens/<tensor>", one double), or read back from them. */
+static int sens_entry(lin_ctx *x, const dsq_linear *l)
+{
+    run *c = x->c;
+    const dsq_scheme *sc;
+    int32_t gs;
+    DSQ_TRY(target_of(c, l, &sc, &gs));
+    dsq_calib_tensor *t = (dsq_calib_tensor *)dsq_calib_lookup(c->r, l->name);
+    if (!sc || !t || t->cols == 0 || !sc->has_scales) return DSQ_OK;
+    char name[512];
+    dsq_stats_name(name, sizeof name, x->ls->layer, "sens", l->name);
+    if (x->fresh) {
+        char sn[400];
+        const dsq_act_stats *site =
+            dsq_layer_stats_find(x->ls, dsq_calib_site_of(l->name, c->cfg->q_lora_rank > 0, sn, sizeof sn));
+        double v = -1.0;
+        /* a fallback expert saw too few tokens to rank it */
+        if (t->status == DSQ_CALIB_CALIBRATED)
+            DSQ_TRY(dsq_linear_sensitivity(l, sc, gs, t, site, dsq_model_pool(c->m), &v, c->d));
+        t->sensitivity = v;
+        return c->w ? dsq_stats_writer_put(c->w, name, &v, sizeof v, 8, 0, c->d) : DSQ_OK;
+    }
+    void *buf = NULL;
+    size_t nb = 0;
+    dsq_diag tmp;
+    dsq_diag_clear(&tmp);
+    int g = c->rd ? dsq_stats_reader_get(c->rd, name, &buf, &nb, NULL, &tmp)
+                  : dsq_stats_writer_get(c->w, name, &buf, &nb, NULL, &tmp);
+    if (g == DSQ_ERR_NOT_FOUND) {
+        c->r->sens_missing++;
+        return DSQ_OK;
+    }
+    if (g < 0) {
+        if (c->d) *c->d = tmp;
+        return g;
+    }
+    double v;
+    int bad = nb != sizeof v;
+    if (!bad) {
+        memcpy(&v, buf, sizeof v);
+        bad = !(v >= -1.0) || v > 1e30;   /* NaN, or not what sens_entry writes */
+    }
+    free(buf);
+    if (bad) return dsq_fail(c->d, DSQ_ERR_FORMAT, NULL, name, -1, "sensitivity is not a finite number >= -1");
+    t->sensitivity = v;
+    return DSQ_OK;
+}
+
+static void sens_cb(void *ctx, const dsq_linear *l)
+{
+    lin_ctx *x = ctx;
+    if (x->rc == DSQ_OK) x->rc = sens_entry(x, l);
+}
+
+/* Mark the o->rollback most sensitive entries (calib.h rolled_back): they
+ * keep their folded scales and lose everything that only a quantizer uses. */
+static int pick_rollback(run *c)
+{
+    dsq_calib_result *r = c->r;
+    if (r->sens_missing)
+        return dsq_fail(c->d, DSQ_ERR_STATE, c->o->load_stats, NULL, -1,
+                        "the statistics hold no sensitivities for %zu quantized linears (collected without "
+                        "--rollback); calibrate again with --calib and --rollback",
+                        r->sens_missing);
+    double *sens = malloc((r->n ? r->n : 1) * sizeof *sens);
+    const char **names = malloc((r->n ? r->n : 1) * sizeof *names);
+    size_t want = (size_t)c->o->rollback;
+    r->rb = malloc((want ? want : 1) * sizeof *r->rb);
+    if (!sens || !names || !r->rb) {
+        free(sens);
+        free(names);
+        return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        sens[i] = r->e[i].sensitivity;
+        names[i] = r->e[i].name;
+    }
+    dsq_sens_top(sens, names, r->n, want, r->rb, &r->nrb);
+    for (size_t k = 0; k < r->nrb; k++) {
+        dsq_calib_tensor *t = &r->e[r->rb[k]];
+        t->rolled_back = 1;
+        t->importance = NULL;
+        t->clip = 0;
+        t->clip_idx = NULL;
+        t->has_act_static = 0;
+        if (t->gptq_blob) r->tot.gptq_tensors--;
+        t->gptq_blob = NULL;
+        t->gptq_blob_size = 0;
+    }
+    free(sens);
+    free(names);
+    return DSQ_OK;
+}
+
 /* ==== one layer ========================================================== */
 
 static int read_scale(run *c, int layer, const dsq_scale_group *g, int kind, float *s)
@@ -1166,6 +1277,10 @@ static int do_layer(run *c, int layer, const dsq_layer_stats *ls, int fresh)
         else each_linear(ly, ls->n_experts, lin_cb, &x);
         if (rc == DSQ_OK) rc = x.rc;
         if (rc == DSQ_OK && x.njobs) rc = gptq_phase(&x);
+        if (rc == DSQ_OK && c->o->rollback > 0) {
+            each_linear(ly, ls->n_experts, sens_cb, &x);
+            rc = x.rc;
+        }
         if (rc == DSQ_OK && fresh && c->w) rc = dsq_stats_writer_put(c->w, name, x.clipv, x.nclip, 1, 0, c->d);
         free(cin);
         free(x.clipv);
@@ -1685,7 +1800,7 @@ int dsq_calib_run(const char *model_path, const dsq_calib_opts *o, dsq_calib_res
     if (!(o->alpha >= 0.0f && o->alpha <= 1.0f))
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "alpha %g is outside [0, 1]", (double)o->alpha);
     if (o->min_expert_tokens < 0 || o->n_grid < 1 || o->n_grid > 1000 || o->awq_tokens < 0 || o->awq_expert_tokens < 0 ||
-        o->awq_attn_seqs < -1 || o->awq_attn_seqs > 64 || o->awq_attn_seqlen < 0)
+        o->awq_attn_seqs < -1 || o->awq_attn_seqs > 64 || o->awq_attn_seqlen < 0 || o->rollback < 0)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "bad calibration limits");
     c.flavor = c.scheme->id == DSQ_SCHEME_AWQ_W4A16 ? DSQ_GROUPS_AWQ : DSQ_GROUPS_SMOOTH;
     c.moe_all = o->moe_calib_all;
@@ -1720,6 +1835,7 @@ int dsq_calib_run(const char *model_path, const dsq_calib_opts *o, dsq_calib_res
         rc = forward_run(&c, model_path, &interrupted);
     }
     if (rc == DSQ_OK) rc = clip_map(&c);
+    if (rc == DSQ_OK && o->rollback > 0) rc = pick_rollback(&c);
     if (rc == DSQ_OK) {
         r->info = info_json(&c);
         if (!r->info) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
@@ -1743,7 +1859,7 @@ int dsq_calib_fingerprint(const dsq_calib_result *r, char hex[65])
     if (dsq_sha256_init(&h) < 0) return DSQ_ERR_NOMEM;
     for (size_t i = 0; i < r->n; i++) {
         const dsq_calib_tensor *t = &r->e[i];
-        int64_t hd[5] = { t->rows, t->cols, t->status, t->clip, t->clip_idx ? t->clip_gs : -1 };
+        int64_t hd[6] = { t->rows, t->cols, t->status, t->clip, t->clip_idx ? t->clip_gs : -1, t->rolled_back };
         dsq_sha256_update(&h, t->name, strlen(t->name) + 1);
         dsq_sha256_update(&h, hd, sizeof hd);
         const float *v[3] = { t->in_scale, t->row_scale, t->importance };
@@ -1795,6 +1911,16 @@ int dsq_calib_summary_json(const dsq_calib_result *r, int timing, char **json)
         json_object_object_add(gq, "tensors", json_object_new_int64((int64_t)r->tot.gptq_tensors));
         json_object_object_add(gq, "rtn_fallback", json_object_new_int64((int64_t)r->tot.gptq_rtn));
         json_object_object_add(root, "gptq", gq);
+    }
+    if (r->nrb || r->rb) {   /* --rollback: what stays float, and why */
+        json_object *rb = json_object_new_array();
+        for (size_t k = 0; k < r->nrb; k++) {
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "tensor", json_object_new_string(r->e[r->rb[k]].name));
+            json_object_object_add(o, "sensitivity", json_object_new_double(r->e[r->rb[k]].sensitivity));
+            json_object_array_add(rb, o);
+        }
+        json_object_object_add(root, "rollback", rb);
     }
     char hx[65];
     if (dsq_calib_fingerprint(r, hx) == DSQ_OK) json_object_object_add(root, "sha256", json_object_new_string(hx));

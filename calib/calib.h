@@ -152,6 +152,8 @@ typedef struct dsq_calib_opts {
                                      awq-w4a16 (it lowers the held-out block error, docs/calibration.md),
                                      0 for the SmoothQuant schemes (not measured there) */
     int awq_attn_seqlen;          /* tokens kept per such sequence (0: all); default 512 */
+    int rollback;                 /* --rollback N: measure every quantized linear's sensitivity (sens.h)
+                                     and mark the N most sensitive rolled_back (kept float) */
     /* files */
     const char *save_stats;       /* --save-stats F: statistics + checkpoint */
     const char *load_stats;       /* --stats F: reuse statistics, no forward */
@@ -191,6 +193,10 @@ typedef struct dsq_calib_tensor {
     size_t gptq_blob_size;
     uint32_t gptq_scheme;
     int32_t gptq_group;
+    /* sens.h: relative output error of the linear as converted, on its
+     * input's sampled rows (measured with --rollback); -1 unknown */
+    double sensitivity;
+    int rolled_back;              /* --rollback chose it: stays float (scales only) */
 } dsq_calib_tensor;
 
 typedef struct dsq_calib_result dsq_calib_result;
@@ -222,6 +228,9 @@ void dsq_calib_qparams(const dsq_calib_tensor *t, dsq_qparams *qp);
 /* Experts that fell back to RTN: "model.layers.L.mlp.experts.E" and why. */
 size_t dsq_calib_fallback_count(const dsq_calib_result *r);
 const char *dsq_calib_fallback(const dsq_calib_result *r, size_t i, const char **reason);
+/* Tensors --rollback chose, most sensitive first: name and sensitivity. */
+size_t dsq_calib_rollback_count(const dsq_calib_result *r);
+const char *dsq_calib_rollback(const dsq_calib_result *r, size_t i, double *sensitivity);
 /* Routed tokens per expert of a layer (coverage); *n = 0 for dense layers. */
 int dsq_calib_coverage(const dsq_calib_result *r, int layer, const uint64_t **tokens, int *n);
 

@@ -100,6 +100,11 @@ static void usage(void)
 "                           GEMM, Ascend and compressed-tensors outputs hold no\n"
 "                           permutation); needs --calib (or --stats of a --gptq run)\n"
 "  --gptq-damp D            GPTQ dampening, fraction of mean diag(H) (default 0.01)\n"
+"  --rollback N             keep the N most quantization-sensitive linears in their\n"
+"                           float type: each quantized linear's relative output\n"
+"                           error as converted (scales, clip, GPTQ, the scheme's\n"
+"                           activation rounding) on its calibration rows, ranked\n"
+"                           over the model; --json and the metadata list them\n"
 "  --calib-ram SIZE         calibration memory (K/M/G): hidden states kept in RAM\n"
 "                           (beyond it they spill to files) and GPTQ solves run at\n"
 "                           once (~0.73 GB each for a V3 expert) (default 2G)\n"
@@ -147,7 +152,7 @@ enum {
     OPT_NONFINITE, OPT_RESUME, OPT_CLIP, OPT_SHARD, OPT_JSON, OPT_NOPROG, OPT_MEM,
     OPT_SAMPLE, OPT_CHECKPOINT, OPT_NOJOURNAL, OPT_CALIB, OPT_CSAMPLES, OPT_CSEQLEN, OPT_SEED,
     OPT_MOECALIB, OPT_MINTOK, OPT_ALPHA, OPT_NOSMOOTH, OPT_NOCLIP, OPT_SAVESTATS, OPT_STATS,
-    OPT_FORMAT, OPT_GPTQ, OPT_GPTQDAMP, OPT_CALIBRAM, OPT_ATTNBLOCK, OPT_CROWS, OPT_CEROWS
+    OPT_FORMAT, OPT_GPTQ, OPT_GPTQDAMP, OPT_CALIBRAM, OPT_ATTNBLOCK, OPT_CROWS, OPT_CEROWS, OPT_ROLLBACK
 };
 
 typedef struct rule_arg { int keep; const char *s; } rule_arg;
@@ -171,7 +176,7 @@ static const char *unused_option(unsigned long long seen, const char *scheme, in
         { OPT_RESUME, "--resume" }, { OPT_NOJOURNAL, "--no-journal" }, { OPT_CHECKPOINT, "--checkpoint-interval" },
         { OPT_GPTQ, "--gptq" }, { OPT_GPTQDAMP, "--gptq-damp" }, { OPT_CALIBRAM, "--calib-ram" },
         { OPT_ATTNBLOCK, "--awq-attn-block" }, { OPT_CROWS, "--calib-rows" },
-        { OPT_CEROWS, "--calib-expert-rows" },
+        { OPT_CEROWS, "--calib-expert-rows" }, { OPT_ROLLBACK, "--rollback" },
     };
     const dsq_scheme *sc = dsq_scheme_by_name(scheme ? scheme : "w4a8"); /* a preset: its routed experts */
     for (size_t i = 0; i < sizeof nm / sizeof nm[0]; i++) {
@@ -183,7 +188,7 @@ static const char *unused_option(unsigned long long seen, const char *scheme, in
             !calib)
             why = "shapes the calibration data: it needs --calib";
         else if ((o == OPT_MOECALIB || o == OPT_MINTOK || o == OPT_ALPHA || o == OPT_NOSMOOTH || o == OPT_NOCLIP ||
-                  o == OPT_GPTQ) &&
+                  o == OPT_GPTQ || o == OPT_ROLLBACK) &&
                  !calib && !stats)
             why = "is a calibration option: it needs --calib (or --stats)";
         else if ((o == OPT_ALPHA || (o == OPT_NOSMOOTH && !(seen & SEEN(OPT_GPTQ)))) && sc &&
@@ -526,6 +531,11 @@ static void report_calibration(const dsq_cli *cli, const dsq_calib_result *r)
                          "%zu experts on RTN fallback, %.1f s",
                  (unsigned long long)t.tokens, t.groups_searched, t.loss_identity, t.loss_best, t.groups_smoothed,
                  t.fallback_experts, t.seconds);
+    for (size_t i = 0; i < dsq_calib_rollback_count(r); i++) {
+        double sv;
+        const char *name = dsq_calib_rollback(r, i, &sv);
+        dsq_cli_info(cli, 2, "rollback: %s stays float (relative output error %.3g when quantized)", name, sv);
+    }
 }
 
 /* ---- main ---- */
@@ -574,6 +584,7 @@ int main(int argc, char **argv)
         { "format", required_argument, NULL, OPT_FORMAT },
         { "gptq", no_argument, NULL, OPT_GPTQ },
         { "gptq-damp", required_argument, NULL, OPT_GPTQDAMP },
+        { "rollback", required_argument, NULL, OPT_ROLLBACK },
         { "calib-ram", required_argument, NULL, OPT_CALIBRAM },
         { "awq-attn-block", required_argument, NULL, OPT_ATTNBLOCK },
         { "calib-rows", required_argument, NULL, OPT_CROWS },
@@ -687,6 +698,10 @@ int main(int argc, char **argv)
         case OPT_CEROWS:
             if (dsq_cli_parse_int(optarg, 1, 1 << 20, &co.awq_expert_tokens) < 0)
                 return free(rules), dsq_cli_usage_error(&cli, "bad row count '%s' (1..1048576)", optarg);
+            break;
+        case OPT_ROLLBACK:
+            if (dsq_cli_parse_int(optarg, 0, 1 << 20, &co.rollback) < 0)
+                return free(rules), dsq_cli_usage_error(&cli, "bad rollback count '%s' (0..1048576)", optarg);
             break;
         case OPT_GPTQDAMP:
             if (dsq_cli_parse_float(optarg, 1e-6, 10, &dv) < 0)
@@ -846,6 +861,20 @@ int main(int argc, char **argv)
                                "tokens instead of the %d x %d asked for", co.calib, ct.samples, ct.seqlen, ct.samples,
                          ct.seqlen, (unsigned long long)ct.tokens, ct.samples_requested, ct.seqlen);
         if (!cli.json) report_calibration(&cli, cres);
+        /* rolled-back linears stay float: exact-name keep rules ahead of
+         * every other rule */
+        for (size_t i = 0; rc == DSQ_OK && i < dsq_calib_rollback_count(cres); i++)
+            rc = dsq_recipe_keep_exact(&recipe, dsq_calib_rollback(cres, i, NULL), &d);
+        if (rc < 0) {
+            json_error(&cli, rc, &d);
+            dsq_cli_fail(&cli, rc, &d);
+            dsq_calib_result_free(cres);
+            dsq_recipe_release(&recipe);
+            free(ckpt);
+            free(cjson);
+            free(cjson_t);
+            return DSQ_EXIT_ERROR;
+        }
         o.calib = cres;
         o.calib_json = cjson;
     }

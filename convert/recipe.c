@@ -264,6 +264,21 @@ int dsq_recipe_add_keep(dsq_recipe *r, const char *regex, dsq_diag *d)
     return DSQ_OK;
 }
 
+int dsq_recipe_keep_exact(dsq_recipe *r, const char *name, dsq_diag *d)
+{
+    /* \Q...\E quotes the name; a name holding "\E" could end the quote */
+    if (!name || strstr(name, "\\E"))
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, name, -1, "cannot keep this tensor by name");
+    size_t n = strlen(name) + 8;
+    char *re = malloc(n);
+    if (!re) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    snprintf(re, n, "^\\Q%s\\E$", name);
+    int rc = add_rule_at(r, 0, re, NULL, d);
+    free(re);
+    if (rc == DSQ_OK) r->nuser++;
+    return rc;
+}
+
 int dsq_recipe_add_rule(dsq_recipe *r, const char *spec, dsq_diag *d)
 {
     const char *eq = spec ? strrchr(spec, '=') : NULL;

@@ -106,6 +106,9 @@ int dsq_recipe_init_ex(dsq_recipe *r, const char *scheme, int calibrated, dsq_di
 int dsq_recipe_init_preset(dsq_recipe *r, const char *preset, dsq_diag *d);
 /* Names of presets, NULL-terminated. */
 const char *const *dsq_recipe_presets(void);
+/* Keep exactly the tensor `name` (no regex meaning), ahead of every other
+ * rule: for choices made after calibration (ds-quant --rollback). */
+int dsq_recipe_keep_exact(dsq_recipe *r, const char *name, dsq_diag *d);
 /* --keep REGEX. DSQ_ERR_INVALID_ARG (regex error with its offset). */
 int dsq_recipe_add_keep(dsq_recipe *r, const char *regex, dsq_diag *d);
 /* --scheme-for REGEX=SCHEME (split at the LAST '='). */

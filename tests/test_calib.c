@@ -1414,7 +1414,7 @@ static void quantize_dsq(const char *model, const dsq_calib_result *r, const dsq
         size_t n = strlen(t->name);
         int lin = t->ndim == 2 && ((n > 12 && !strcmp(t->name + n - 12, "_proj.weight")) ||
                                    (n > 21 && !strcmp(t->name + n - 21, "_proj_with_mqa.weight")));
-        const dsq_scheme *use = lin ? sc : f32;
+        const dsq_scheme *use = lin && !(e && e->rolled_back) ? sc : f32;
         dsq_qshape sh;
         assert_int_equal(dsq_qshape_init(&sh, use, rows, cols, use->weight_bits == 4 ? gs : 0), 0);
         size_t bytes;
@@ -1818,6 +1818,145 @@ static void test_sample_dynamic_smoothing(void **state)
     free(b);
     dsq_calib_result_free(r);
     dsq_tokenizer_free(tok);
+}
+
+/* --rollback (calib/sens.h): the most sensitive linears of w8a8-dynamic on
+ * the sample stay float. Checked: the choice is the top of the measured
+ * sensitivities, every rolled-back entry lost what only a quantizer uses,
+ * --stats gives the same choice (and refuses statistics without
+ * sensitivities), and keeping the one most sensitive linear lowers the
+ * held-out KL divergence at most positions (the sample's dense down_proj:
+ * README, "w8a8-dynamic ... dense down_proj BF16"). */
+static void test_sample_rollback(void **state)
+{
+    (void)state;
+    const char *model = "samples/tiny-dsv3";
+#ifdef __SANITIZE_ADDRESS__
+    fprintf(stderr, "skip: sample measurements under AddressSanitizer\n");
+    return;
+#endif
+    if (!sample_present(model, "samples/data/calib.txt", "samples/data/heldout.txt", (char *)NULL)) return;
+    const dsq_scheme *sc = dsq_scheme_by_name("w8a8-dynamic");
+    dsq_calib_opts o;
+    dsq_calib_opts_init(&o);
+    o.calib = "samples/data/calib.txt";
+    o.scheme = "w8a8-dynamic";
+    o.data.n_samples = 32;
+    o.data.seqlen = 512;
+    o.threads = 2;
+    char *stats = path("rb.stats"), *plain = path("plain.stats"), *out = path("rb.dsq");
+    o.save_stats = stats;
+    o.overwrite = 1;
+    o.rollback = 2;
+    dsq_calib_result *r = calibrate(model, &o);
+    assert_int_equal(dsq_calib_rollback_count(r), 2);
+    double s0, s1;
+    const char *n0 = dsq_calib_rollback(r, 0, &s0), *n1 = dsq_calib_rollback(r, 1, &s1);
+    assert_non_null(n0);
+    assert_non_null(n1);
+    assert_null(dsq_calib_rollback(r, 2, NULL));
+    assert_true(s0 >= s1 && s1 > 0.0);
+    /* the top two of every measured entry, and only they rolled back */
+    dsq_st_model *st;
+    assert_int_equal(dsq_st_open(&st, model, NULL), 0);
+    size_t measured = 0, rolled = 0;
+    for (size_t i = 0; i < dsq_st_count(st); i++) {
+        const dsq_calib_tensor *e = dsq_calib_lookup(r, dsq_st_get(st, i)->name);
+        if (!e || e->cols == 0) continue;
+        if (e->sensitivity >= 0.0) measured++;
+        if (!e->rolled_back) {
+            assert_true(e->sensitivity <= s1);
+            continue;
+        }
+        rolled++;
+        assert_true(!strcmp(e->name, n0) || !strcmp(e->name, n1));
+        assert_null(e->gptq_blob);
+        assert_null(e->clip_idx);
+        assert_null(e->importance);
+        assert_int_equal(e->has_act_static, 0);
+    }
+    dsq_st_close(st);
+    assert_int_equal(rolled, 2);
+    assert_true(measured > 10);
+    char fp[65], fp2[65];
+    assert_int_equal(dsq_calib_fingerprint(r, fp), 0);
+    /* the same choice from the statistics file */
+    dsq_calib_opts o2 = o;
+    o2.calib = NULL;
+    o2.save_stats = NULL;
+    o2.load_stats = stats;
+    dsq_calib_result *r2 = calibrate(model, &o2);
+    assert_string_equal(dsq_calib_rollback(r2, 0, NULL), n0);
+    assert_string_equal(dsq_calib_rollback(r2, 1, NULL), n1);
+    assert_int_equal(dsq_calib_fingerprint(r2, fp2), 0);
+    assert_string_equal(fp, fp2);
+    dsq_calib_result_free(r2);
+    /* statistics collected without --rollback hold no sensitivities */
+    dsq_calib_opts o3 = o;
+    o3.save_stats = plain;
+    o3.rollback = 0;
+    r2 = calibrate(model, &o3);
+    assert_int_equal(dsq_calib_rollback_count(r2), 0);
+    dsq_calib_result_free(r2);
+    o3.calib = NULL;
+    o3.save_stats = NULL;
+    o3.load_stats = plain;
+    o3.rollback = 1;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    r2 = NULL;
+    assert_int_equal(dsq_calib_run(model, &o3, &r2, NULL, NULL, NULL, &d), DSQ_ERR_STATE);
+    assert_null(r2);
+    assert_non_null(strstr(d.msg, "no sensitivities"));
+    dsq_calib_result_free(r);
+
+    /* one linear kept float against none, same statistics */
+    char *txt;
+    size_t len;
+    assert_int_equal(dsq_read_file("samples/data/heldout.txt", 1 << 26, &txt, &len, NULL), 0);
+    dsq_tokenizer *tok;
+    assert_int_equal(dsq_tokenizer_load(&tok, model, NULL), 0);
+    int32_t *ids;
+    size_t nids;
+    assert_int_equal(dsq_tokenizer_encode(tok, txt, len, 1, &ids, &nids, NULL), 0);
+    if (kld(model, model, ids, (int)nids, 512, 2).nll >= 6.0 && !getenv("DSQ_TEST_UNTRAINED")) {
+        fprintf(stderr, "skip: samples/tiny-dsv3 is not trained\n");
+    } else {
+        enum { WIN = 24, PER = 255 };
+        float *a = malloc(WIN * PER * sizeof *a), *b = malloc(WIN * PER * sizeof *b);
+        o2.load_stats = stats;
+        o2.rollback = 0;
+        dsq_calib_result *none = calibrate(model, &o2);
+        o2.rollback = 1;
+        dsq_calib_result *one = calibrate(model, &o2);
+        size_t na, nb;
+        quantize_dsq(model, none, sc, 0, out);
+        kl_stats x = kld_pos(model, out, ids, (int)nids, 512, WIN, a, &na);
+        quantize_dsq(model, one, sc, 0, out);
+        kl_stats y = kld_pos(model, out, ids, (int)nids, 512, WIN, b, &nb);
+        assert_true(na == nb && na > 0);
+        for (size_t i = 0; i < na; i++) b[i] = a[i] > b[i] ? 1.0f : a[i] < b[i] ? 0.0f : 0.5f;
+        double wlo, whi;
+        assert_int_equal(dsq_kld_bootstrap(b, nb, PER, DSQ_KLD_BOOT_N, DSQ_KLD_BOOT_SEED, &wlo, &whi), 0);
+        fprintf(stderr, "  w8a8-dynamic smoothed, rollback 0 / 1 (%s): KLD mean %.5f / %.5f, median %.3g / %.3g; "
+                        "rollback lower at [%.3f, %.3f] of positions\n",
+                dsq_calib_rollback(one, 0, NULL), x.mean, y.mean, x.median, y.median, wlo, whi);
+        assert_true(wlo > 0.5);
+        assert_true(y.median < x.median);
+        dsq_calib_result_free(none);
+        dsq_calib_result_free(one);
+        free(a);
+        free(b);
+    }
+    free(ids);
+    free(txt);
+    dsq_tokenizer_free(tok);
+    unlink(stats);
+    unlink(plain);
+    unlink(out);
+    free(stats);
+    free(plain);
+    free(out);
 }
 
 /* Hidden states of n_samples windows of T tokens of text, embedded. */
@@ -2267,6 +2406,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_progress, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_ordering, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_dynamic_smoothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sample_rollback, setup, teardown),
         cmocka_unit_test(test_sample_awq_generalises),
         cmocka_unit_test(test_sample_dynamic_down_smoothing),
         cmocka_unit_test(test_attn_block_matches_engine),

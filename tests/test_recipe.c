@@ -228,6 +228,15 @@ static void test_rule_precedence(void **state)
     assert_int_equal(dsq_recipe_add_rule(&r, "mlp\\.experts\\.=w8a8-dynamic", &d), DSQ_OK);
     assert_int_equal(dsq_recipe_add_keep(&r, "experts\\.0\\.", &d), DSQ_OK);
     assert_string_equal(decide(&r, "model.layers.3.mlp.experts.0.up_proj.weight", DSQ_DTYPE_BF16, 2, SH_EXPERT, &e), "w8a8-dynamic");
+    /* keep_exact (--rollback) goes ahead of every rule and matches the whole
+     * name only, its dots literal */
+    assert_int_equal(dsq_recipe_keep_exact(&r, "model.layers.3.mlp.experts.0.up_proj.weight", &d), DSQ_OK);
+    assert_string_equal(decide(&r, "model.layers.3.mlp.experts.0.up_proj.weight", DSQ_DTYPE_BF16, 2, SH_EXPERT, &e), "bf16");
+    assert_int_equal(e.rule, 0);
+    assert_string_equal(decide(&r, "model.layers.3.mlp.experts.0.up_proj.weight_x", DSQ_DTYPE_BF16, 2, SH_EXPERT, &e), "w8a8-dynamic");
+    assert_string_equal(decide(&r, "xmodel.layers.3.mlp.experts.0.up_proj.weight", DSQ_DTYPE_BF16, 2, SH_EXPERT, &e), "w8a8-dynamic");
+    assert_string_equal(decide(&r, "model.layers.3.mlp.experts.0.up_projXweight", DSQ_DTYPE_BF16, 2, SH_EXPERT, &e), "w8a8-dynamic");
+    assert_int_equal(dsq_recipe_keep_exact(&r, "a\\Eb", &d), DSQ_ERR_INVALID_ARG);
     dsq_recipe_release(&r);
 }
 
