@@ -1105,8 +1105,9 @@ static void sens_cb(void *ctx, const dsq_linear *l)
     if (x->rc == DSQ_OK) x->rc = sens_entry(x, l);
 }
 
-/* Mark the o->rollback most sensitive entries (calib.h rolled_back): they
- * keep their folded scales and lose everything that only a quantizer uses. */
+/* Mark the entries of the o->rollback most sensitive served modules
+ * (sens.h dsq_sens_unit; calib.h rolled_back): they keep their folded
+ * scales and lose everything that only a quantizer uses. */
 static int pick_rollback(run *c)
 {
     dsq_calib_result *r = c->r;
@@ -1115,33 +1116,50 @@ static int pick_rollback(run *c)
                         "the statistics hold no sensitivities for %zu quantized linears (collected without "
                         "--rollback); calibrate again with --calib and --rollback",
                         r->sens_missing);
-    double *sens = malloc((r->n ? r->n : 1) * sizeof *sens);
-    const char **names = malloc((r->n ? r->n : 1) * sizeof *names);
-    size_t want = (size_t)c->o->rollback;
-    r->rb = malloc((want ? want : 1) * sizeof *r->rb);
-    if (!sens || !names || !r->rb) {
-        free(sens);
-        free(names);
-        return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    const size_t n = r->n ? r->n : 1;
+    double *sens = malloc(n * sizeof *sens);
+    char **unit = calloc(n, sizeof *unit);
+    size_t *of = malloc(n * sizeof *of), *top = malloc(n * sizeof *top), nu = 0, chosen = 0;
+    r->rb = malloc(n * sizeof *r->rb);
+    int rc = sens && unit && of && top && r->rb ? DSQ_OK : DSQ_ERR_NOMEM;
+    /* units in first-seen order, each with its members' largest sensitivity */
+    for (size_t i = 0; i < r->n && rc == DSQ_OK; i++) {
+        char key[512];
+        of[i] = (size_t)-1;
+        if (!(r->e[i].sensitivity >= 0.0) || !dsq_sens_unit(r->e[i].name, key, sizeof key)) continue;
+        size_t u = 0;
+        while (u < nu && strcmp(unit[u], key)) u++;   /* non-expert modules: a few hundred */
+        if (u == nu) {
+            if (!(unit[nu] = strdup(key))) {
+                rc = DSQ_ERR_NOMEM;
+                break;
+            }
+            sens[nu++] = -1.0;
+        }
+        if (r->e[i].sensitivity > sens[u]) sens[u] = r->e[i].sensitivity;
+        of[i] = u;
     }
-    for (size_t i = 0; i < r->n; i++) {
-        sens[i] = r->e[i].sensitivity;
-        names[i] = r->e[i].name;
-    }
-    dsq_sens_top(sens, names, r->n, want, r->rb, &r->nrb);
-    for (size_t k = 0; k < r->nrb; k++) {
-        dsq_calib_tensor *t = &r->e[r->rb[k]];
-        t->rolled_back = 1;
-        t->importance = NULL;
-        t->clip = 0;
-        t->clip_idx = NULL;
-        t->has_act_static = 0;
-        if (t->gptq_blob) r->tot.gptq_tensors--;
-        t->gptq_blob = NULL;
-        t->gptq_blob_size = 0;
-    }
+    if (rc == DSQ_OK) dsq_sens_top(sens, (const char *const *)unit, nu, (size_t)c->o->rollback, top, &chosen);
+    for (size_t k = 0; k < chosen; k++)
+        for (size_t i = 0; i < r->n; i++) {
+            if (of[i] != top[k]) continue;
+            dsq_calib_tensor *t = &r->e[i];
+            t->rolled_back = 1;
+            t->importance = NULL;
+            t->clip = 0;
+            t->clip_idx = NULL;
+            t->has_act_static = 0;
+            if (t->gptq_blob) r->tot.gptq_tensors--;
+            t->gptq_blob = NULL;
+            t->gptq_blob_size = 0;
+            r->rb[r->nrb++] = i;
+        }
+    for (size_t u = 0; u < nu; u++) free(unit[u]);
+    free(unit);
     free(sens);
-    free(names);
+    free(of);
+    free(top);
+    if (rc < 0) return dsq_fail(c->d, rc, NULL, NULL, -1, "out of memory");
     return DSQ_OK;
 }
 

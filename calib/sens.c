@@ -2,8 +2,34 @@
 #include "sens.h"
 #include "awq_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+int dsq_sens_unit(const char *name, char *buf, size_t n)
+{
+    if (strstr(name, ".mlp.experts.")) return 0;
+    static const struct { const char *leaf, *unit; } fused[] = {
+        { "gate_proj", "gate_up_proj" }, { "up_proj", "gate_up_proj" },
+        { "q_a_proj", "fused_qkv_a_proj" }, { "kv_a_proj_with_mqa", "fused_qkv_a_proj" },
+        { "q_proj", "qkv_proj" }, { "k_proj", "qkv_proj" }, { "v_proj", "qkv_proj" },
+    };
+    size_t len = strlen(name);
+    if (len > 7 && !strcmp(name + len - 7, ".weight")) len -= 7;
+    const char *dot = NULL;
+    for (size_t i = len; i > 0 && !dot; i--)
+        if (name[i - 1] == '.') dot = name + i - 1;
+    if (dot) {
+        size_t pl = (size_t)(dot - name), ll = len - pl - 1;
+        for (size_t k = 0; k < sizeof fused / sizeof fused[0]; k++)
+            if (strlen(fused[k].leaf) == ll && !memcmp(dot + 1, fused[k].leaf, ll)) {
+                snprintf(buf, n, "%.*s.%s", (int)pl, name, fused[k].unit);
+                return 1;
+            }
+    }
+    snprintf(buf, n, "%.*s", (int)len, name);
+    return 1;
+}
 
 int dsq_linear_sensitivity(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const dsq_calib_tensor *t,
                            const dsq_act_stats *site, dsq_pool *pool, double *rel, dsq_diag *d)

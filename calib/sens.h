@@ -15,8 +15,9 @@
  * activations to the per-token scale (docs/calibration.md, "Weights or
  * activations?").
  *
- * Rollback (ds-quant --rollback N): the N quantized linears with the largest
- * sensitivity stay in their float type, as msModelSlim's sensitive-layer
+ * Rollback (ds-quant --rollback N): the N served modules (dsq_sens_unit:
+ * fused pairs count once, with their larger sensitivity; routed experts are
+ * never candidates) with the largest sensitivity stay in their float type, as msModelSlim's sensitive-layer
  * rollback and ModelOpt's auto_quantize do. The output stays a plain model
  * of its scheme with those tensors float (vllm-ascend: "FLOAT" in
  * quant_model_description; compressed-tensors: in "ignore"). */
@@ -32,6 +33,15 @@
  * no rows. DSQ_ERR_NOMEM, or the quantizer's / gemm's error. */
 int dsq_linear_sensitivity(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const dsq_calib_tensor *t,
                            const dsq_act_stats *site, dsq_pool *pool, double *rel, dsq_diag *d);
+
+/* The module a linear is served as, for rollback (a serving engine loads a
+ * module with one type: formats.md 3.4 / 4.3): "P.gate_up_proj" for
+ * P.gate_proj / P.up_proj, "P.fused_qkv_a_proj" for P.q_a_proj /
+ * P.kv_a_proj_with_mqa, "P.qkv_proj" for P.q_proj / k_proj / v_proj, else the
+ * name without ".weight". 0 for a routed expert's linear (a layer's experts
+ * are one fused MoE of one type; keeping all of them float is not a
+ * rollback), else 1. */
+int dsq_sens_unit(const char *name, char *buf, size_t n);
 
 /* The n entries (of cnt, with sens[i] >= 0) of largest sensitivity, ties by
  * name (bytewise), as indices into idx[0..*chosen) in descending order. */

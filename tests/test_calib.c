@@ -25,6 +25,7 @@
 #include <stdarg.h>
 #include "awq.h"
 #include "calib.h"
+#include "sens.h"
 #include "calib_data.h"
 #include "container.h"
 #include "convert.h"
@@ -1820,6 +1821,42 @@ static void test_sample_dynamic_smoothing(void **state)
     dsq_tokenizer_free(tok);
 }
 
+/* Rollback candidates are served modules: fused pairs share a unit, routed
+ * experts are none; the top-n choice orders by sensitivity, then name. */
+static void test_sens_units(void **state)
+{
+    (void)state;
+    char a[128], b[128];
+    assert_int_equal(dsq_sens_unit("model.layers.0.mlp.gate_proj.weight", a, sizeof a), 1);
+    assert_int_equal(dsq_sens_unit("model.layers.0.mlp.up_proj.weight", b, sizeof b), 1);
+    assert_string_equal(a, "model.layers.0.mlp.gate_up_proj");
+    assert_string_equal(a, b);
+    assert_int_equal(dsq_sens_unit("model.layers.0.mlp.down_proj.weight", a, sizeof a), 1);
+    assert_string_equal(a, "model.layers.0.mlp.down_proj");
+    assert_int_equal(dsq_sens_unit("model.layers.1.self_attn.q_a_proj.weight", a, sizeof a), 1);
+    assert_int_equal(dsq_sens_unit("model.layers.1.self_attn.kv_a_proj_with_mqa.weight", b, sizeof b), 1);
+    assert_string_equal(a, "model.layers.1.self_attn.fused_qkv_a_proj");
+    assert_string_equal(a, b);
+    assert_int_equal(dsq_sens_unit("model.layers.1.self_attn.kv_b_proj.weight", a, sizeof a), 1);
+    assert_string_equal(a, "model.layers.1.self_attn.kv_b_proj");
+    assert_int_equal(dsq_sens_unit("model.layers.2.self_attn.v_proj.weight", a, sizeof a), 1);
+    assert_string_equal(a, "model.layers.2.self_attn.qkv_proj");
+    assert_int_equal(dsq_sens_unit("model.layers.3.mlp.shared_experts.up_proj.weight", a, sizeof a), 1);
+    assert_string_equal(a, "model.layers.3.mlp.shared_experts.gate_up_proj");
+    assert_int_equal(dsq_sens_unit("model.layers.3.mlp.experts.7.down_proj.weight", a, sizeof a), 0);
+    const double sens[] = { 0.5, -1.0, 0.9, 0.5, 0.1 };
+    const char *const names[] = { "c", "a", "z", "b", "d" };
+    size_t idx[5], k;
+    dsq_sens_top(sens, names, 5, 3, idx, &k);
+    assert_int_equal(k, 3);
+    assert_int_equal(idx[0], 2);
+    assert_int_equal(idx[1], 3);   /* tie at 0.5: "b" before "c" */
+    assert_int_equal(idx[2], 0);
+    dsq_sens_top(sens, names, 5, 9, idx, &k);
+    assert_int_equal(k, 4);        /* unknown (-1) never chosen */
+    assert_int_equal(idx[3], 4);
+}
+
 /* --rollback (calib/sens.h): the most sensitive linears of w8a8-dynamic on
  * the sample stay float. Checked: the choice is the top of the measured
  * sensitivities, every rolled-back entry lost what only a quantizer uses,
@@ -1849,14 +1886,28 @@ static void test_sample_rollback(void **state)
     o.overwrite = 1;
     o.rollback = 2;
     dsq_calib_result *r = calibrate(model, &o);
-    assert_int_equal(dsq_calib_rollback_count(r), 2);
-    double s0, s1;
-    const char *n0 = dsq_calib_rollback(r, 0, &s0), *n1 = dsq_calib_rollback(r, 1, &s1);
-    assert_non_null(n0);
-    assert_non_null(n1);
-    assert_null(dsq_calib_rollback(r, 2, NULL));
-    assert_true(s0 >= s1 && s1 > 0.0);
-    /* the top two of every measured entry, and only they rolled back */
+    /* two served modules: 2 or more tensors (gate + up, q_a + kv_a go together) */
+    const size_t nrb = dsq_calib_rollback_count(r);
+    assert_true(nrb >= 2 && nrb <= 4);
+    assert_null(dsq_calib_rollback(r, nrb, NULL));
+    char units[4][256];
+    double umax[4];
+    int nu = 0;
+    for (size_t k = 0; k < nrb; k++) {
+        double sv;
+        char key[256];
+        assert_int_equal(dsq_sens_unit(dsq_calib_rollback(r, k, &sv), key, sizeof key), 1);
+        int u = 0;
+        while (u < nu && strcmp(units[u], key)) u++;
+        if (u == nu) {
+            snprintf(units[nu], sizeof units[nu], "%s", key);
+            umax[nu++] = sv;
+        }
+        if (sv > umax[u]) umax[u] = sv;
+    }
+    assert_int_equal(nu, 2);
+    assert_true(umax[0] >= umax[1] && umax[1] > 0.0);
+    /* only they rolled back; every other candidate is no more sensitive */
     dsq_st_model *st;
     assert_int_equal(dsq_st_open(&st, model, NULL), 0);
     size_t measured = 0, rolled = 0;
@@ -1864,20 +1915,24 @@ static void test_sample_rollback(void **state)
         const dsq_calib_tensor *e = dsq_calib_lookup(r, dsq_st_get(st, i)->name);
         if (!e || e->cols == 0) continue;
         if (e->sensitivity >= 0.0) measured++;
+        char key[256];
+        int cand = dsq_sens_unit(e->name, key, sizeof key);
         if (!e->rolled_back) {
-            assert_true(e->sensitivity <= s1);
+            if (cand) assert_true(e->sensitivity <= umax[1]);
             continue;
         }
         rolled++;
-        assert_true(!strcmp(e->name, n0) || !strcmp(e->name, n1));
+        assert_true(cand);
+        assert_true(!strcmp(key, units[0]) || !strcmp(key, units[1]));
         assert_null(e->gptq_blob);
         assert_null(e->clip_idx);
         assert_null(e->importance);
         assert_int_equal(e->has_act_static, 0);
     }
     dsq_st_close(st);
-    assert_int_equal(rolled, 2);
+    assert_int_equal(rolled, nrb);
     assert_true(measured > 10);
+    const char *n0 = dsq_calib_rollback(r, 0, NULL), *n1 = dsq_calib_rollback(r, 1, NULL);
     char fp[65], fp2[65];
     assert_int_equal(dsq_calib_fingerprint(r, fp), 0);
     /* the same choice from the statistics file */
@@ -2406,6 +2461,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_progress, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_ordering, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_dynamic_smoothing, setup, teardown),
+        cmocka_unit_test(test_sens_units),
         cmocka_unit_test_setup_teardown(test_sample_rollback, setup, teardown),
         cmocka_unit_test(test_sample_awq_generalises),
         cmocka_unit_test(test_sample_dynamic_down_smoothing),
