@@ -49,6 +49,30 @@ grep -aq '"method":"smoothquant"' "$T/da.dsq" || fail "w8a8-dynamic --alpha meta
 cmp -s "$T/d0.dsq" "$T/d.dsq" && fail "w8a8-dynamic --calib changed nothing"
 ${BIN:-./bin}/ds-inspect "$T/d.dsq" | grep -q ' w8a8 ' && fail "w8a8-dynamic --calib stored static w8a8 tensors"
 
+# --rollback: the most sensitive modules stay bf16, named in --json and the
+# metadata; the Ascend export of it loads (FLOAT entries, no mixed fused pair
+# or MoE layer); --stats of a run without sensitivities is refused
+$Q -q --json --scheme w8a8-dynamic $C --rollback 2 --save-stats "$T/rb.stats" "$M" "$T/rb.dsq" > "$T/rb.json"
+n=$(jq '.calibration.rollback | length' "$T/rb.json")
+[ "$n" -ge 2 ] || fail "--rollback 2 rolled back $n tensors"
+for t in $(jq -r '.calibration.rollback[].tensor' "$T/rb.json"); do
+    case $t in *.mlp.experts.*) fail "--rollback chose a routed expert: $t" ;; esac
+    ${BIN:-./bin}/ds-inspect --json "$T/rb.dsq" | jq -e --arg t "$t" '.tensors[] | select(.name == $t) | .scheme == "bf16"' > /dev/null ||
+        fail "$t is not bf16 in the output"
+done
+grep -aq '"rollback":\[{"tensor"' "$T/rb.dsq" || fail "metadata lacks the rollback list"
+$Q -q --scheme w8a8-dynamic --stats "$T/rb.stats" --rollback 2 "$M" "$T/rb2.dsq"
+cmp "$T/rb.dsq" "$T/rb2.dsq" || fail "--stats made another rollback choice"
+$Q -q --scheme w8a8-dynamic --stats "$T/rb.stats" --rollback 2 --format ascend "$M" "$T/rb-asc" || fail "ascend export with --rollback"
+t=$(jq -r '.calibration.rollback[0].tensor' "$T/rb.json")
+[ "$(jq -r --arg t "$t" '.[$t]' "$T/rb-asc/quant_model_description.json")" = FLOAT ] || fail "$t is not FLOAT in the ascend export"
+$Q -q --scheme w8a8-dynamic $C --save-stats "$T/plain.stats" "$M" "$T/p.dsq"
+set +e
+$Q -q --scheme w8a8-dynamic --stats "$T/plain.stats" --rollback 1 "$M" "$T/p2.dsq" 2> "$T/err"
+rc=$?
+set -e
+[ $rc = 1 ] && grep -q "no sensitivities" "$T/err" || fail "--rollback on statistics without sensitivities: exit $rc: $(cat "$T/err")"
+
 # too few tokens per expert: RTN fallback, experts named in warnings
 $Q --scheme w4a8 $C --min-expert-tokens 1000000 --no-progress "$M" "$T/f.dsq" > /dev/null 2> "$T/err"
 grep -q "mlp.experts.0: " "$T/err" || fail "fallback experts are not named"
@@ -81,7 +105,7 @@ set -e
 for bad in "--scheme awq-w4a16 $C --alpha 0.5" "--scheme w8a8-dynamic --calib-samples 4" \
            "--scheme w4a8 --no-clip" "--scheme w8a8 $C --no-clip" "--scheme w8a8-dynamic $C --no-clip" "--scheme awq-w4a16 --save-stats $T/x.dsq" \
            "--dry-run --scheme w4a8 --resume" "--scheme awq-w4a16 --awq-attn-block 4" \
-           "--scheme w4a8 --calib-expert-rows 256" "--scheme w4a8 $C --calib-rows 0"; do
+           "--scheme w4a8 --calib-expert-rows 256" "--scheme w4a8 $C --calib-rows 0" "--scheme w8a8-dynamic --rollback 1"; do
     set +e
     $Q -q $bad "$M" "$T/u.dsq" 2> "$T/err"
     rc=$?
