@@ -1070,6 +1070,10 @@ static int sens_entry(lin_ctx *x, const dsq_linear *l)
         /* a fallback expert saw too few tokens to rank it */
         if (t->status == DSQ_CALIB_CALIBRATED)
             DSQ_TRY(dsq_linear_sensitivity(l, sc, gs, t, site, dsq_model_pool(c->m), &v, c->d));
+        char unit[512];
+        if (v < 0.0 && t->status == DSQ_CALIB_CALIBRATED && dsq_sens_unit(l->name, unit, sizeof unit))
+            return dsq_fail(c->d, DSQ_ERR_DATA, NULL, l->name, -1,
+                            "no sampled calibration rows to measure the sensitivity on (--calib-rows 0?)");
         t->sensitivity = v;
         return c->w ? dsq_stats_writer_put(c->w, name, &v, sizeof v, 8, 0, c->d) : DSQ_OK;
     }
@@ -1694,8 +1698,9 @@ static int forward_run(run *c, const char *model_path, int *interrupted)
     /* token samples: for the searches and the clip check (int4 schemes) */
     int search = c->flavor == DSQ_GROUPS_AWQ || c->scheme->id == DSQ_SCHEME_W4A8 ||
                  c->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC || o->target != NULL;
-    co.sample_cap_dense = search ? o->awq_tokens : 0;
-    co.sample_cap_expert = search ? o->awq_expert_tokens : 0;
+    /* ... and for the sensitivities of --rollback */
+    co.sample_cap_dense = search || o->rollback > 0 ? o->awq_tokens : 0;
+    co.sample_cap_expert = search || o->rollback > 0 ? o->awq_expert_tokens : 0;
     co.attn_seqs = search ? attn_seqs(c) : 0;   /* attention block loss (awq.h) */
     co.attn_seq_len = o->awq_attn_seqlen;
     co.seed = o->data.seed;

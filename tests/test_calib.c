@@ -215,6 +215,8 @@ static void assert_same_result(const dsq_calib_result *a, const dsq_calib_result
         assert_true(arr_eq(x->importance, y->importance, x->cols));
         assert_int_equal(x->has_act_static, y->has_act_static);
         assert_true(x->act_scale == y->act_scale && x->act_offset == y->act_offset);
+        assert_int_equal(x->rolled_back, y->rolled_back);
+        assert_true(x->sensitivity == y->sensitivity);
         assert_true((x->gptq_blob == NULL) == (y->gptq_blob == NULL));
         if (x->gptq_blob) {
             assert_true(x->gptq_blob_size == y->gptq_blob_size && x->gptq_scheme == y->gptq_scheme);
@@ -1099,7 +1101,9 @@ static void test_resume(void **state)
         dsq_calib_opts o;
         base_opts(&o, schemes[k], tok, 4, 32);
         o.group_size = k == 0 ? 64 : DSQ_GROUP_DEFAULT;
+        o.rollback = k;   /* w8a8: the sensitivities are checkpointed too */
         dsq_calib_result *straight = calibrate(m, &o);
+        assert_int_equal(dsq_calib_rollback_count(straight) > 0, k);
 
         o.save_stats = sp;
         for (int stop = 0; stop < 2; stop++) {
