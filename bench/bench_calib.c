@@ -216,7 +216,7 @@ static int hess_bench(int64_t rows, int64_t cols, int threads)
 
 int main(int argc, char **argv)
 {
-    int experts = 32, samples = 8, seqlen = 512, threads = 0, all = 0, gptq = 0;
+    int experts = 32, samples = 8, seqlen = 512, threads = 0, all = 0, gptq = 0, rollback = 0;
     const char *scheme = "awq-w4a16", *dir = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -228,6 +228,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--dir") && v) dir = argv[++i];
         else if (!strcmp(a, "--moe-all")) all = 1;
         else if (!strcmp(a, "--gptq")) gptq = 1;
+        else if (!strcmp(a, "--rollback") && v) rollback = atoi(argv[++i]);
         else if (!strcmp(a, "--gptq-solve") && i + 2 < argc) {
             int64_t r = atoll(argv[i + 1]), c = atoll(argv[i + 2]);
             int32_t g = i + 3 < argc && argv[i + 3][0] != '-' ? atoi(argv[i + 3]) : 0;
@@ -237,7 +238,7 @@ int main(int argc, char **argv)
             return hess_bench(atoll(argv[i + 1]), atoll(argv[i + 2]), threads);
         else {
             fprintf(stderr, "usage: bench_calib [--experts E] [--samples N] [--seqlen L] [--scheme S] [-T threads] "
-                            "[--moe-all] [--gptq] [--dir D] | --gptq-solve ROWS COLS [GROUP] | --gptq-hess ROWS COLS\n");
+                            "[--moe-all] [--gptq] [--rollback N] [--dir D] | --gptq-solve ROWS COLS [GROUP] | --gptq-hess ROWS COLS\n");
             return 2;
         }
     }
@@ -294,6 +295,7 @@ int main(int argc, char **argv)
     o.threads = threads;
     o.moe_calib_all = all;
     o.gptq = gptq;
+    o.rollback = rollback;
     prog g = { 0, 0 };
     dsq_calib_result *r = NULL;
     double t0 = now(), c0 = cpu_seconds();
@@ -316,12 +318,14 @@ int main(int argc, char **argv)
            "\"forward_stats\": %.2f, \"search\": %.2f, \"search_moe\": %.2f, \"other\": %.2f}, "
            "\"cpu_seconds\": %.1f, \"cpu_share\": %.2f, \"groups_searched\": %d, \"peak_rss_bytes\": %llu, "
            "\"gptq\": %s, \"gptq_seconds\": %.2f, \"gptq_tensors\": %zu, \"gptq_hessian_bytes\": %llu, "
-           "\"gptq_solve\": {\"layers\": %d, \"lanes\": %d, \"wall_per_layer\": %.3f, \"cpu_per_layer\": %.3f}}\n",
+           "\"gptq_solve\": {\"layers\": %d, \"lanes\": %d, \"wall_per_layer\": %.3f, \"cpu_per_layer\": %.3f}, "
+           "\"rollback\": %d, \"sensitivity_seconds\": {\"total\": %.2f, \"moe\": %.2f}}\n",
            scheme, experts, samples, seqlen, ntok, nthr, all ? "true" : "false", secs, t.seconds_forward,
            t.seconds_search, t.seconds_search_moe, other, cpu, cpu / (secs * nthr), t.groups_searched,
            (unsigned long long)rss, gptq ? "true" : "false", t.seconds_gptq, t.gptq_tensors,
            (unsigned long long)t.gptq_hess_peak, t.layers, t.gptq_lanes,
-           t.layers ? t.seconds_gptq_solve / t.layers : 0.0, t.layers ? t.cpu_gptq_solve / t.layers : 0.0);
+           t.layers ? t.seconds_gptq_solve / t.layers : 0.0, t.layers ? t.cpu_gptq_solve / t.layers : 0.0, rollback,
+           t.seconds_sens, t.seconds_sens_moe);
     if (hidden != 7168) {   /* not the V3 shapes: nothing to extrapolate */
         dsq_calib_result_free(r);
         free(tok);

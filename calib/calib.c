@@ -1059,7 +1059,10 @@ static int sens_entry(lin_ctx *x, const dsq_linear *l)
     int32_t gs;
     DSQ_TRY(target_of(c, l, &sc, &gs));
     dsq_calib_tensor *t = (dsq_calib_tensor *)dsq_calib_lookup(c->r, l->name);
-    if (!sc || !t || t->cols == 0 || !sc->has_scales) return DSQ_OK;
+    char unit[512];
+    /* routed experts are never rolled back (sens.h): not measured, which
+     * would cost ~4x the rest of the layer at 256 experts */
+    if (!sc || !t || t->cols == 0 || !sc->has_scales || !dsq_sens_unit(l->name, unit, sizeof unit)) return DSQ_OK;
     char name[512];
     dsq_stats_name(name, sizeof name, x->ls->layer, "sens", l->name);
     if (x->fresh) {
@@ -1070,8 +1073,7 @@ static int sens_entry(lin_ctx *x, const dsq_linear *l)
         /* a fallback expert saw too few tokens to rank it */
         if (t->status == DSQ_CALIB_CALIBRATED)
             DSQ_TRY(dsq_linear_sensitivity(l, sc, gs, t, site, dsq_model_pool(c->m), &v, c->d));
-        char unit[512];
-        if (v < 0.0 && t->status == DSQ_CALIB_CALIBRATED && dsq_sens_unit(l->name, unit, sizeof unit))
+        if (v < 0.0 && t->status == DSQ_CALIB_CALIBRATED)
             return dsq_fail(c->d, DSQ_ERR_DATA, NULL, l->name, -1,
                             "no sampled calibration rows to measure the sensitivity on (--calib-rows 0?)");
         t->sensitivity = v;
@@ -1106,7 +1108,11 @@ static int sens_entry(lin_ctx *x, const dsq_linear *l)
 static void sens_cb(void *ctx, const dsq_linear *l)
 {
     lin_ctx *x = ctx;
+    double t0 = now_s();
     if (x->rc == DSQ_OK) x->rc = sens_entry(x, l);
+    double dt = now_s() - t0;
+    x->c->r->tot.seconds_sens += dt;
+    if (strstr(l->name, ".experts.") || strstr(l->name, ".shared_experts.")) x->c->r->tot.seconds_sens_moe += dt;
 }
 
 /* Mark the entries of the o->rollback most sensitive served modules

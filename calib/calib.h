@@ -194,7 +194,8 @@ typedef struct dsq_calib_tensor {
     uint32_t gptq_scheme;
     int32_t gptq_group;
     /* sens.h: relative output error of the linear as converted, on its
-     * input's sampled rows (measured with --rollback); -1 unknown */
+     * input's sampled rows (measured with --rollback, for rollback
+     * candidates: not routed experts); -1 unknown */
     double sensitivity;
     int rolled_back;              /* --rollback chose it: stays float (scales only) */
 } dsq_calib_tensor;
@@ -252,6 +253,8 @@ typedef struct dsq_calib_totals {
     int samples_requested;             /* asked for; > samples when the data was short */
     double seconds, seconds_forward, seconds_search;
     double seconds_search_moe;         /* of seconds_search: MoE and per-expert groups */
+    double seconds_sens;               /* --rollback: measuring the sensitivities (of seconds_search) */
+    double seconds_sens_moe;           /* of which the shared experts' (routed ones are not measured) */
     size_t gptq_tensors, gptq_rtn;     /* GPTQ'd; of those, factorization failed: RTN */
     double seconds_gptq;               /* Hessians + solves */
     double seconds_gptq_solve;         /* of which the parallel solve phase: wall */
