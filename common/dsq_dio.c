@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 struct dsq_dio {
@@ -78,11 +79,18 @@ dsq_dio *dsq_dio_start(int dio_fd, int fd)
 {
     dsq_dio *a = calloc(1, sizeof *a);
     if (!a) return NULL;
+    /* On 2 MiB pages where the kernel allows (advice only): in this VM a
+     * first touch costs ~0.24 GB/s on 4 KiB pages against ~0.7 on 2 MiB
+     * ones (a 256 MiB touch loop, 2026-11-26). */
+    const size_t bytes = (size_t)DSQ_DIO_STAGES * DSQ_DIO_STAGE_BYTES;
     void *mem = NULL;
-    if (posix_memalign(&mem, DSQ_DIO_ALIGN, (size_t)DSQ_DIO_STAGES * DSQ_DIO_STAGE_BYTES) != 0) {
+    if (posix_memalign(&mem, 2u << 20, bytes) != 0) {
         free(a);
         return NULL;
     }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(mem, bytes, MADV_HUGEPAGE);
+#endif
     a->mem = mem;
     a->dio_fd = dio_fd;
     a->fd = fd;
