@@ -331,7 +331,9 @@ static void test_dio_ring(void **state)
     assert_int_equal((uint8_t)got[tail_off + 999], 0xEE);
     free(got);
     unlink(path);
+    rmdir(dir);
     free(path);
+    free(dir);
 }
 
 /* DSQ_OUT_DIRECT_IO: appends of odd sizes across the staging buffer's
