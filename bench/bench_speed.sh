@@ -18,7 +18,7 @@
 # Environment: THREADS (default "1 2"), SCHEMES (default "w8a8-dynamic w4a8
 # awq-w4a16"; w8a8 static needs --calib statistics and is not in the
 # default), BENCH_DST (where outputs go; default bench/out), ENGINE_P (128),
-# ENGINE_N (16), ENGINE_R (2), SKIP_ENGINE=1. Wall-clock figures need a
+# ENGINE_N (16), ENGINE_R (2), SKIP_ENGINE=1, ZSTD0 (below). Wall-clock figures need a
 # quiet machine: the script prints the load average so a shared run can be
 # told apart; CPU seconds are printed too. Outputs are deleted at the end.
 set -e
@@ -79,26 +79,34 @@ done
 echo
 
 # ---------------- conversion ----------------
-echo "== conversion (ds-quant -T N, SHA-256 + zstd level 1 (default), journal on, fsynced; page cache warm)"
-printf '%-14s %3s %7s %7s %7s %8s %8s %8s %8s  %s\n' scheme T "GB/s" "wall s" "cpu s" "cpu-s/GB" "RSS MB" "out GB" "out/disk" goal
-for s in $SCHEMES; do
+echo "== conversion (ds-quant -T N, SHA-256 + zstd level 1 (default; /z0: --zstd-level 0), journal on, fsynced; page cache warm)"
+printf '%-16s %3s %7s %7s %7s %8s %8s %8s %8s  %s\n' scheme T "GB/s" "wall s" "cpu s" "cpu-s/GB" "RSS MB" "out GB" "out/disk" goal
+# ZSTD0 (default w8a8-dynamic, "" for none): one more row per thread count
+# for that scheme with --zstd-level 0, where the disk rather than the CPU
+# may be the limit (its output is not kept for the engine runs).
+ZSTD0=${ZSTD0-w8a8-dynamic}
+for s in $SCHEMES ${ZSTD0:+$ZSTD0/z0}; do
+    x=
+    case $s in */z0) x="--zstd-level 0" ;; esac
     for t in $THREADS; do
         cat $MODEL/*.safetensors > /dev/null
-        rm -f $DST/speed-$s.dsq   # replacing a file would time its deletion too
-        /usr/bin/time -v $QUANT --scheme $s -T $t -f --no-progress --json $MODEL $DST/speed-$s.dsq \
-            > $OUT/speed-$s-$t.json 2> $OUT/speed-$s-$t.time || { cat $OUT/speed-$s-$t.time; exit 1; }
-        rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' $OUT/speed-$s-$t.time)
-        usr=$(sed -n 's/.*User time (seconds): //p' $OUT/speed-$s-$t.time)
-        sys=$(sed -n 's/.*System time (seconds): //p' $OUT/speed-$s-$t.time)
-        secs=$(jq -r .seconds $OUT/speed-$s-$t.json)
-        outb=$(jq -r .bytes_out $OUT/speed-$s-$t.json)
+        f=$(echo $s | tr / -)
+        rm -f $DST/speed-$f.dsq   # replacing a file would time its deletion too
+        /usr/bin/time -v $QUANT --scheme ${s%/z0} $x -T $t -f --no-progress --json $MODEL $DST/speed-$f.dsq \
+            > $OUT/speed-$f-$t.json 2> $OUT/speed-$f-$t.time || { cat $OUT/speed-$f-$t.time; exit 1; }
+        rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' $OUT/speed-$f-$t.time)
+        usr=$(sed -n 's/.*User time (seconds): //p' $OUT/speed-$f-$t.time)
+        sys=$(sed -n 's/.*System time (seconds): //p' $OUT/speed-$f-$t.time)
+        secs=$(jq -r .seconds $OUT/speed-$f-$t.json)
+        outb=$(jq -r .bytes_out $OUT/speed-$f-$t.json)
         echo "$s $t $BYTES $secs $usr $sys $rss $outb $DISK" | awk '{
             gbs = $3 / $4 / 1e9; od = $8 / $4 / 1e9 / $9;
             goal = gbs >= 2 ? "met (>= 2 GB/s)" : (od >= 0.9 ? "met (disk-bound)" : "not met");
-            printf "%-14s %3d %7.2f %7.2f %7.1f %8.2f %8.0f %8.2f %7.0f%%  %s\n",
+            printf "%-16s %3d %7.2f %7.2f %7.1f %8.2f %8.0f %8.2f %7.0f%%  %s\n",
                    $1, $2, gbs, $4, $5 + $6, ($5 + $6) / ($3 / 1e9), $7 / 1024, $8 / 1e9, 100 * od, goal }'
     done
-    # the last one stays for the engine runs
+    # the last one stays for the engine runs, but not the --zstd-level 0 one
+    case $s in */z0) rm -f $DST/speed-$f.dsq ;; esac
 done
 echo
 

@@ -65,7 +65,8 @@ int main(int argc, char **argv)
         { "level 3", 3, ZSTD_ps_auto },          { "level -1", -1, ZSTD_ps_auto },
         { "level -1, literals huf", -1, ZSTD_ps_enable }, { "level -3, literals huf", -3, ZSTD_ps_enable },
         { "level -5, literals huf", -5, ZSTD_ps_enable }, { "level -3", -3, ZSTD_ps_auto },
-        { "level -5", -5, ZSTD_ps_auto },
+        { "level -5", -5, ZSTD_ps_auto },       { "level -64, literals huf", -64, ZSTD_ps_enable },
+        { "level -1024, literals huf", -1024, ZSTD_ps_enable },
     };
     size_t cap = ZSTD_compressBound(maxlen);
     uint8_t *buf = malloc(cap ? cap : 1);

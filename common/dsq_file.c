@@ -155,14 +155,25 @@ static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off)
 static void dio_free(dsq_outfile *f)
 {
     if (!f->stage) return;
+    (void)dsq_dio_stop(f->ring);   /* writes what is queued; callers that care drained */
     close(f->dio_fd);
-    free(f->stage);
+    f->ring = NULL;
     f->stage = NULL;
     f->dio_fd = -1;
 }
 
+/* Wait for the ring's writes; a failure is the file's write error. */
+static int dio_drain(dsq_outfile *f, dsq_diag *d)
+{
+    int e = dsq_dio_drain(f->ring);
+    if (e < 0)
+        return dsq_fail_errno(d, -e, f->tmp_path, "write failed after byte %llu",
+                              (unsigned long long)dsq_dio_done(f->ring));
+    return DSQ_OK;
+}
+
 /* Fill the stage with the file's bytes [stage_off, written) after an open
- * of an existing temporary or a truncation. */
+ * of an existing temporary or a truncation (the ring drained). */
 static int dio_load(dsq_outfile *f, dsq_diag *d)
 {
     f->stage_off = f->written / DSQ_OUT_DIO_ALIGN * DSQ_OUT_DIO_ALIGN;
@@ -185,67 +196,62 @@ static int dio_load(dsq_outfile *f, dsq_diag *d)
     return DSQ_OK;
 }
 
-/* Best effort: no O_DIRECT (or no memory for the stage) leaves f buffered. */
+/* Best effort: no O_DIRECT (or no memory or thread for the ring) leaves f
+ * buffered. */
 static void dio_start(dsq_outfile *f)
 {
     if (f->direct) return;
     int fd = open(f->tmp_path, O_WRONLY | O_DIRECT | O_CLOEXEC);
     if (fd < 0) return;
-    void *st = NULL;
-    if (posix_memalign(&st, DSQ_OUT_DIO_ALIGN, DSQ_OUT_STAGE_BYTES) != 0) {
+    f->ring = dsq_dio_start(fd, f->fd);
+    if (!f->ring) {
         close(fd);
         return;
     }
-    f->stage = st;
+    f->stage = dsq_dio_stage(f->ring);
     f->dio_fd = fd;
     dsq_diag scratch;
     dsq_diag_clear(&scratch);
     if (dio_load(f, &scratch) < 0) dio_free(f);
 }
 
-/* Write stage[0, n) (n a multiple of the alignment, or the padded tail) at
- * stage_off. A file system that takes O_DIRECT at open but not at write
- * (EINVAL) gets the bytes through the buffered descriptor instead, and f
- * stays buffered from then on (*left = 1). */
-static int dio_put(dsq_outfile *f, size_t n, int *left, dsq_diag *d)
-{
-    *left = 0;
-    int e = pwrite_all(f->dio_fd, f->stage, n, f->stage_off);
-    if (e == -EINVAL) {
-        *left = 1;
-        e = pwrite_all(f->fd, f->stage, n, f->stage_off);
-    }
-    if (e < 0)
-        return dsq_fail_errno(d, -e, f->tmp_path, "write failed at byte %llu",
-                              (unsigned long long)f->stage_off);
-    return DSQ_OK;
-}
-
 /* Everything appended so far onto the file, which ends exactly at
- * 'written': the partial block goes out zero-padded, then the size is cut
- * back. The stage keeps that block, to be written again whole later. */
+ * 'written': the ring's writes, then the partial block zero-padded in
+ * place, then the size cut back. The stage keeps that block, to be written
+ * again whole later. A file system that takes O_DIRECT at open but not at
+ * write (EINVAL) gets the bytes through the buffered descriptor, and f
+ * stays buffered from then on. */
 static int dio_flush(dsq_outfile *f, dsq_diag *d)
 {
+    DSQ_TRY(dio_drain(f, d));
+    int left = dsq_dio_refused(f->ring);
     size_t n = (size_t)(f->written - f->stage_off);
-    if (!n) return DSQ_OK;
-    size_t padded = (n + DSQ_OUT_DIO_ALIGN - 1) / DSQ_OUT_DIO_ALIGN * DSQ_OUT_DIO_ALIGN;
-    memset(f->stage + n, 0, padded - n);
-    int left;
-    DSQ_TRY(dio_put(f, padded, &left, d));
-    if (ftruncate(f->fd, (off_t)f->written) != 0)
-        return dsq_fail_errno(d, errno, f->tmp_path, "cannot truncate to %llu bytes",
-                              (unsigned long long)f->written);
+    if (n) {
+        size_t padded = (n + DSQ_OUT_DIO_ALIGN - 1) / DSQ_OUT_DIO_ALIGN * DSQ_OUT_DIO_ALIGN;
+        memset(f->stage + n, 0, padded - n);
+        int e = left ? -EINVAL : pwrite_all(f->dio_fd, f->stage, padded, f->stage_off);
+        if (e == -EINVAL) {
+            left = 1;
+            e = pwrite_all(f->fd, f->stage, padded, f->stage_off);
+        }
+        if (e < 0)
+            return dsq_fail_errno(d, -e, f->tmp_path, "write failed at byte %llu",
+                                  (unsigned long long)f->stage_off);
+        if (ftruncate(f->fd, (off_t)f->written) != 0)
+            return dsq_fail_errno(d, errno, f->tmp_path, "cannot truncate to %llu bytes",
+                                  (unsigned long long)f->written);
+    }
     if (left) dio_free(f);
     return DSQ_OK;
 }
 
 /* Ask the background syncer for a flush every DSQ_SYNCER_BYTES of bytes
- * handed to the kernel (the stage's bytes are not yet). */
+ * on the file (the stages' bytes are not until the ring wrote them). */
 static void sync_behind(dsq_outfile *f)
 {
     if (!f->bg) return;
-    uint64_t on_file = f->stage ? f->stage_off : f->written;
-    if (on_file - dsq_syncer_asked(f->bg) >= DSQ_SYNCER_BYTES) dsq_syncer_ask(f->bg, on_file);
+    uint64_t on_file = f->stage ? dsq_dio_done(f->ring) : f->written;
+    if (on_file >= dsq_syncer_asked(f->bg) + DSQ_SYNCER_BYTES) dsq_syncer_ask(f->bg, on_file);
 }
 
 static int dio_append(dsq_outfile *f, const uint8_t *p, size_t n, dsq_diag *d)
@@ -258,10 +264,16 @@ static int dio_append(dsq_outfile *f, const uint8_t *p, size_t n, dsq_diag *d)
         p += k;
         n -= k;
         if (have + k == DSQ_OUT_STAGE_BYTES) {
-            int left;
-            DSQ_TRY(dio_put(f, DSQ_OUT_STAGE_BYTES, &left, d));
+            int e = dsq_dio_next(f->ring, DSQ_OUT_STAGE_BYTES, f->stage_off);
+            if (e < 0)
+                return dsq_fail_errno(d, -e, f->tmp_path, "write failed after byte %llu",
+                                      (unsigned long long)dsq_dio_done(f->ring));
             f->stage_off += DSQ_OUT_STAGE_BYTES;
-            if (left) dio_free(f);
+            f->stage = dsq_dio_stage(f->ring);
+            if (dsq_dio_refused(f->ring)) {   /* the new stage is empty */
+                DSQ_TRY(dio_drain(f, d));
+                dio_free(f);
+            }
             sync_behind(f);
         }
     }
@@ -405,6 +417,8 @@ int dsq_outfile_truncate(dsq_outfile *f, uint64_t len, dsq_diag *d)
 {
     if (len > f->written)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, f->tmp_path, NULL, -1, "truncate beyond the end");
+    /* a write still queued would land past the cut */
+    if (f->stage) DSQ_TRY(dio_drain(f, d));
     if (ftruncate(f->fd, (off_t)len) != 0)
         return dsq_fail_errno(d, errno, f->tmp_path, "cannot truncate to %llu bytes", (unsigned long long)len);
     f->written = len;

@@ -283,6 +283,59 @@ static void test_crc32c(void **state)
     free(buf);
 }
 
+/* dsq_dio: more stages than the ring holds, each a different pattern,
+ * land in order at their offsets; then a length O_DIRECT refuses (not a
+ * multiple of the block) goes through the buffered descriptor and says
+ * so. Where the directory refuses O_DIRECT at open, both go buffered. */
+static void test_dio_ring(void **state)
+{
+    (void)state;
+    char *dir = dsq_test_tmpdir();
+    char *path = dsq_path_join(dir, "ring.bin");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    int dfd = open(path, O_WRONLY | O_DIRECT | O_CLOEXEC);
+    dsq_dio *a = dsq_dio_start(dfd >= 0 ? dfd : fd, fd);
+    assert_non_null(a);
+    const unsigned nst = 3 * DSQ_DIO_STAGES + 1;
+    for (unsigned i = 0; i < nst; i++) {
+        uint8_t *st = dsq_dio_stage(a);
+        assert_true(((uintptr_t)st % DSQ_DIO_ALIGN) == 0);
+        memset(st, (int)(i + 1), DSQ_DIO_STAGE_BYTES);
+        assert_int_equal(dsq_dio_next(a, DSQ_DIO_STAGE_BYTES, (uint64_t)i * DSQ_DIO_STAGE_BYTES), 0);
+    }
+    assert_int_equal(dsq_dio_drain(a), 0);
+    assert_int_equal(dsq_dio_done(a), (uint64_t)nst * DSQ_DIO_STAGE_BYTES);
+    assert_int_equal(dsq_dio_refused(a), 0);
+    const uint64_t tail_off = (uint64_t)nst * DSQ_DIO_STAGE_BYTES;
+    memset(dsq_dio_stage(a), 0xEE, 1000);
+    assert_int_equal(dsq_dio_next(a, 1000, tail_off), 0);
+    assert_int_equal(dsq_dio_drain(a), 0);
+    assert_int_equal(dsq_dio_refused(a), dfd >= 0);   /* EINVAL: written buffered */
+    assert_int_equal(dsq_dio_done(a), tail_off + 1000);
+    assert_int_equal(dsq_dio_stop(a), 0);
+    close(fd);
+    if (dfd >= 0) close(dfd);
+    char *got;
+    size_t n;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_read_file(path, tail_off + 2000, &got, &n, &d), DSQ_OK);
+    assert_int_equal(n, tail_off + 1000);
+    for (unsigned i = 0; i < nst; i++) {
+        const uint8_t *p = (const uint8_t *)got + (size_t)i * DSQ_DIO_STAGE_BYTES;
+        assert_int_equal(p[0], i + 1);
+        assert_int_equal(p[DSQ_DIO_STAGE_BYTES - 1], i + 1);
+    }
+    assert_int_equal((uint8_t)got[tail_off], 0xEE);
+    assert_int_equal((uint8_t)got[tail_off + 999], 0xEE);
+    free(got);
+    unlink(path);
+    rmdir(dir);
+    free(path);
+    free(dir);
+}
+
 /* DSQ_OUT_DIRECT_IO: appends of odd sizes across the staging buffer's
  * boundary, a sync mid-block (the file must then hold exactly what was
  * appended), a truncation back into an already written piece, a detach and
@@ -459,6 +512,7 @@ int main(void)
         cmocka_unit_test(test_pool_short_jobs_each_item_once),
         cmocka_unit_test(test_pool_spin_setting),
         cmocka_unit_test(test_atomic_outfile),
+        cmocka_unit_test(test_dio_ring),
         cmocka_unit_test(test_outfile_direct_io),
         cmocka_unit_test(test_syncer),
         cmocka_unit_test(test_enospc_is_clean),

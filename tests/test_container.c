@@ -891,13 +891,13 @@ static int nospc_child(const char *dir)
     size_t n = 1u << 20;
     uint8_t *buf = malloc(n);
     fill_random(buf, n, 9);
-    /* The writer stages appends for O_DIRECT (dsq_file.h), so the full disk
-     * is seen when a staged piece goes out: within DSQ_OUT_STAGE_BYTES of
-     * the limit, not at the first byte past it. */
+    /* The writer stages appends for O_DIRECT and a second thread writes
+     * the stages (dsq_file.h), so the full disk is seen at a later append:
+     * within DSQ_OUT_DIO_LAG bytes of the limit, not at the first byte past it. */
     char name[32];
     int rc = DSQ_OK;
     dsq_ctr_tensor_info t = mkinfo("big", 0, (int64_t)n, 0);
-    for (int i = 0; rc == DSQ_OK && (size_t)i * n <= DSQ_OUT_STAGE_BYTES + (256u << 10); i++) {
+    for (int i = 0; rc == DSQ_OK && (size_t)i * n <= DSQ_OUT_DIO_LAG + (256u << 10); i++) {
         snprintf(name, sizeof name, "big%d", i);
         t.name = name;
         rc = dsq_ctr_writer_add(w, &t, buf, n, 0, &d);
