@@ -227,6 +227,8 @@ int dsq_mla_forward(dsq_run *r, const float *x)
     DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_a, x, T, NULL));
     DSQ_TRY(dsq_linear_gemm(r, &ly->kv_a, x, T, sc->kva));
 
+    dsq_prof_mark mk;
+    dsq_prof_begin(m->prof, &mk);
     const int half = m->rope.dim / 2;
     int64_t P = 0;
     for (int t = 0; t < T; t++) {
@@ -241,6 +243,7 @@ int dsq_mla_forward(dsq_run *r, const float *x)
         memcpy(base + r->kv.ctx * R + idx * j.rope, kv + R, (size_t)j.rope * sizeof(float));
         if (idx + 1 > P) P = idx + 1;
     }
+    dsq_prof_end(m->prof, &mk, "mla: norms, rope, cache writes", 0.0);
 
     /* the naive path expands one sequence's latents; several sequences
      * (batched decode) always take the absorbed path */
@@ -267,6 +270,7 @@ int dsq_mla_forward(dsq_run *r, const float *x)
         DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_b, lat, (int)P, NULL));
         DSQ_TRY(dsq_linear_gemm(r, &ly->kv_b_run, lat, (int)P, sc->kv_exp));
         for (int t = 0; t < T; t++) sc->vis[t] = (int32_t)dsq_kv_index(r, t) + 1;
+        dsq_prof_begin(m->prof, &mk);
         naive_job nj = { r, &j, lat, pe, P, NULL };
         /* heads in parallel, each thread with its own score block; without
          * that memory, one head at a time (its softmax rows on the pool) */
@@ -278,6 +282,9 @@ int dsq_mla_forward(dsq_run *r, const float *x)
         } else {
             for (int64_t h = 0; h < j.H; h++) naive_head(&nj, h, sc->scores, m->pool);
         }
+        /* scores and context as computed: every [T x P] block, masked or not */
+        dsq_prof_end(m->prof, &mk, "mla: attention (naive heads)",
+                     2.0 * (double)j.H * (double)T * (double)P * (double)(qk + j.vd));
     }
 
     DSQ_TRY(dsq_linear_hook_call(r, &ly->o, sc->att, T, NULL));

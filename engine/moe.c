@@ -21,7 +21,10 @@ int dsq_mlp_forward(dsq_run *r, const dsq_mlp *mlp, const float *x, int T, const
     DSQ_TRY(dsq_linear_hook_call(r, &mlp->up, x, T, token_index));
     DSQ_TRY(dsq_linear_gemm(r, &mlp->gate, x, T, sc->g));
     DSQ_TRY(dsq_linear_gemm(r, &mlp->up, x, T, sc->u));
+    dsq_prof_mark mk;
+    dsq_prof_begin(r->m->prof, &mk);
     dsq_silu_mul(sc->g, sc->u, (size_t)T * (size_t)mlp->gate.out);
+    dsq_prof_end(r->m->prof, &mk, "mlp: silu * up", 0.0);
     DSQ_TRY(dsq_linear_hook_call(r, &mlp->down, sc->g, T, token_index));
     return dsq_linear_gemm(r, &mlp->down, sc->g, T, out);
 }
@@ -37,6 +40,9 @@ int dsq_moe_forward(dsq_run *r, const float *x)
 
     DSQ_TRY(dsq_linear_hook_call(r, &ly->router, x, T, NULL));
     DSQ_TRY(dsq_linear_gemm(r, &ly->router, x, T, sc->logits_r));
+    dsq_prof *pf = r->m->prof;
+    dsq_prof_mark mk;
+    dsq_prof_begin(pf, &mk);
     dsq_router rt = m->router;
     rt.bias = ly->router_bias;
     for (int t = 0; t < T; t++)
@@ -44,6 +50,7 @@ int dsq_moe_forward(dsq_run *r, const float *x)
                   sc->route_w + (size_t)t * K);
 
     memset(sc->moe_acc, 0, (size_t)T * (size_t)D * sizeof(float));
+    dsq_prof_end(pf, &mk, "moe: routing", 0.0);
     const int all = (r->flags & DSQ_LAYER_ALL_EXPERTS) != 0;
     for (int e = 0; e < E; e++) {
         /* tokens routed to e, in token order, with their weights */
@@ -61,20 +68,26 @@ int dsq_moe_forward(dsq_run *r, const float *x)
         }
         if (n == 0) continue;
         /* calibration "all experts": everyone runs, only routed tokens count */
+        dsq_prof_begin(pf, &mk);
         for (int i = 0; i < n; i++)
             memcpy(sc->moe_x + (size_t)i * D, x + (size_t)sc->tok_list[i] * D, (size_t)D * sizeof(float));
+        dsq_prof_end(pf, &mk, "moe: gather + scatter", 0.0);
         DSQ_TRY(dsq_mlp_forward(r, &ly->experts[e], sc->moe_x, n, all ? NULL : sc->tok_list, sc->moe_y));
+        dsq_prof_begin(pf, &mk);
         for (int i = 0; i < n; i++) {
             int t = sc->tok_list[i];
             int routed = 0;
             for (int k = 0; k < K; k++) routed |= sc->route_idx[(size_t)t * K + k] == e;
             if (routed) dsq_axpy(sc->moe_acc + (size_t)t * D, sc->tok_w[i], sc->moe_y + (size_t)i * D, (size_t)D);
         }
+        dsq_prof_end(pf, &mk, "moe: gather + scatter", 0.0);
     }
 
     if (ly->has_shared) {
         DSQ_TRY(dsq_mlp_forward(r, &ly->shared, x, T, NULL, sc->proj));
+        dsq_prof_begin(pf, &mk);
         for (size_t i = 0; i < (size_t)T * (size_t)D; i++) sc->proj[i] += sc->moe_acc[i];
+        dsq_prof_end(pf, &mk, "moe: gather + scatter", 0.0);
     } else {
         memcpy(sc->proj, sc->moe_acc, (size_t)T * (size_t)D * sizeof(float));
     }
