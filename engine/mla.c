@@ -282,7 +282,7 @@ int dsq_mla_forward(dsq_run *r, const float *x)
         } else {
             for (int64_t h = 0; h < j.H; h++) naive_head(&nj, h, sc->scores, m->pool);
         }
-        /* scores and context as computed: every [T x P] block, masked or not */
+        /* nominal: every [T x P] block of scores and context, as llama.cpp forms them */
         dsq_prof_end(m->prof, &mk, "mla: attention (naive heads)",
                      2.0 * (double)j.H * (double)T * (double)P * (double)(qk + j.vd));
     }
