@@ -34,11 +34,9 @@ int dsq_block_forward(dsq_run *r, float *x)
     const dsq_model *m = r->m;
     const dsq_layer *ly = &m->w.layers[r->layer];
     dsq_scratch *sc = r->sc;
-    const size_t n = (size_t)r->T * (size_t)m->hidden;
-
     dsq_prof_mark mk;
     dsq_prof_begin(m->prof, &mk);
-    dsq_rmsnorm_rows(sc->xb, x, ly->attn_norm, r->T, (int)m->hidden, m->eps);
+    dsq_add_rmsnorm_rows(x, NULL, sc->xb, ly->attn_norm, r->T, (int)m->hidden, m->eps, m->pool);
     dsq_prof_end(m->prof, &mk, "block: norms + residual adds", 0.0);
     DSQ_TRY(m->is_mla ? dsq_mla_forward(r, sc->xb) : dsq_attn_forward(r, sc->xb));
     /* rows whose output nobody reads (r->out0: the last layer when only
@@ -49,16 +47,15 @@ int dsq_block_forward(dsq_run *r, float *x)
     if (out0 == T) return DSQ_OK;
     const size_t skip = (size_t)out0 * (size_t)m->hidden;
     dsq_prof_begin(m->prof, &mk);
-    for (size_t i = skip; i < n; i++) x[i] += sc->proj[i];
     x += skip;
     r->T = T - out0;
-    dsq_rmsnorm_rows(sc->xb, x, ly->ffn_norm, r->T, (int)m->hidden, m->eps);
+    dsq_add_rmsnorm_rows(x, sc->proj + skip, sc->xb, ly->ffn_norm, r->T, (int)m->hidden, m->eps, m->pool);
     dsq_prof_end(m->prof, &mk, "block: norms + residual adds", 0.0);
     int rc = ly->is_moe ? dsq_moe_forward(r, sc->xb) : dsq_mlp_forward(r, &ly->mlp, sc->xb, r->T, NULL, sc->proj);
     r->T = T;
     if (rc < 0) return rc;
     dsq_prof_begin(m->prof, &mk);
-    for (size_t i = 0; i < n - skip; i++) x[i] += sc->proj[i];
+    dsq_add_rmsnorm_rows(x, sc->proj, NULL, NULL, T - out0, (int)m->hidden, m->eps, m->pool);
     dsq_prof_end(m->prof, &mk, "block: norms + residual adds", 0.0);
     return DSQ_OK;
 }
@@ -81,7 +78,8 @@ static int head_rows(dsq_run *r, const float *x, int T, float *tmp, float *logit
     dsq_model *m = r->m;
     dsq_prof_mark mk;
     dsq_prof_begin(m->prof, &mk);
-    dsq_rmsnorm_rows(tmp, x, m->w.final_norm, T, (int)m->hidden, m->eps);
+    /* add NULL: x is only read */
+    dsq_add_rmsnorm_rows((float *)x, NULL, tmp, m->w.final_norm, T, (int)m->hidden, m->eps, m->pool);
     dsq_prof_end(m->prof, &mk, "block: norms + residual adds", 0.0);
     DSQ_TRY(dsq_linear_hook_call(r, &m->w.lm_head, tmp, T, NULL));
     return dsq_linear_gemm(r, &m->w.lm_head, tmp, T, logits);

@@ -202,6 +202,28 @@ static void naive_head_task(void *ctx, size_t item, int tid)
     naive_head(nj, (int64_t)item, nj->S + (size_t)tid * (size_t)nj->r->T * (size_t)nj->P, NULL);
 }
 
+/* One token after q and kv_a: norm its latent, RoPE on k_pe and on every
+ * head's q_pe, both into the cache at the token's slot. */
+static void prep_token_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    const mla_job *j = ctx;
+    const dsq_run *r = j->r;
+    const dsq_model *m = r->m;
+    const dsq_scratch *sc = r->sc;
+    const int t = (int)item, half = m->rope.dim / 2;
+    const int64_t qk = j->nope + j->rope, R = j->R;
+    const float *cs = sc->cs + (size_t)t * m->rope.dim, *sn = cs + half;
+    float *kv = sc->kva + (size_t)t * m->kv_width;
+    dsq_rmsnorm(kv, kv, j->ly->kv_a_norm, (int)R, m->eps);
+    dsq_rope_apply(&m->rope, kv + R, cs, sn);
+    for (int64_t h = 0; h < j->H; h++) dsq_rope_apply(&m->rope, sc->q + (size_t)t * m->q_dim + h * qk + j->nope, cs, sn);
+    float *base = dsq_kv_base(r, t);
+    int64_t idx = dsq_kv_index(r, t);
+    memcpy(base + idx * R, kv, (size_t)R * sizeof(float));
+    memcpy(base + r->kv.ctx * R + idx * j->rope, kv + R, (size_t)j->rope * sizeof(float));
+}
+
 int dsq_mla_forward(dsq_run *r, const float *x)
 {
     const dsq_model *m = r->m;
@@ -216,7 +238,7 @@ int dsq_mla_forward(dsq_run *r, const float *x)
     if (c->q_lora_rank > 0) {
         DSQ_TRY(dsq_linear_hook_call(r, &ly->q_a, x, T, NULL));
         DSQ_TRY(dsq_linear_gemm(r, &ly->q_a, x, T, sc->qa));
-        dsq_rmsnorm_rows(sc->qa, sc->qa, ly->q_a_norm, T, (int)c->q_lora_rank, m->eps);
+        dsq_add_rmsnorm_rows(sc->qa, NULL, sc->qa, ly->q_a_norm, T, (int)c->q_lora_rank, m->eps, m->pool);
         DSQ_TRY(dsq_linear_hook_call(r, &ly->q_b, sc->qa, T, NULL));
         DSQ_TRY(dsq_linear_gemm(r, &ly->q_b, sc->qa, T, sc->q));
     } else {
@@ -229,20 +251,12 @@ int dsq_mla_forward(dsq_run *r, const float *x)
 
     dsq_prof_mark mk;
     dsq_prof_begin(m->prof, &mk);
-    const int half = m->rope.dim / 2;
     int64_t P = 0;
-    for (int t = 0; t < T; t++) {
-        const float *cs = sc->cs + (size_t)t * m->rope.dim, *sn = cs + half;
-        float *kv = sc->kva + (size_t)t * m->kv_width;
-        dsq_rmsnorm(kv, kv, ly->kv_a_norm, (int)R, m->eps);
-        dsq_rope_apply(&m->rope, kv + R, cs, sn);
-        for (int64_t h = 0; h < j.H; h++) dsq_rope_apply(&m->rope, sc->q + (size_t)t * m->q_dim + h * qk + j.nope, cs, sn);
-        float *base = dsq_kv_base(r, t);
-        int64_t idx = dsq_kv_index(r, t);
-        memcpy(base + idx * R, kv, (size_t)R * sizeof(float));
-        memcpy(base + r->kv.ctx * R + idx * j.rope, kv + R, (size_t)j.rope * sizeof(float));
-        if (idx + 1 > P) P = idx + 1;
-    }
+    for (int t = 0; t < T; t++)
+        if (dsq_kv_index(r, t) + 1 > P) P = dsq_kv_index(r, t) + 1;
+    /* tokens are independent (each writes its own cache slot): on the pool
+     * from a few tokens on, the same bits wherever each runs */
+    dsq_pool_run(T < 4 ? NULL : m->pool, (size_t)T, prep_token_task, &j);
     dsq_prof_end(m->prof, &mk, "mla: norms, rope, cache writes", 0.0);
 
     /* the naive path expands one sequence's latents; several sequences

@@ -31,6 +31,33 @@ void dsq_rmsnorm_rows(float *out, const float *x, const float *w, int rows, int 
         dsq_rmsnorm(out + (size_t)r * n, x + (size_t)r * n, w, n, eps);
 }
 
+typedef struct addnorm_job {
+    float *x, *out;
+    const float *add, *w;
+    int n;
+    float eps;
+} addnorm_job;
+
+static void addnorm_task(void *ctx, size_t r, int tid)
+{
+    (void)tid;
+    const addnorm_job *j = ctx;
+    float *x = j->x + r * (size_t)j->n;
+    if (j->add) {
+        const float *a = j->add + r * (size_t)j->n;
+        for (int i = 0; i < j->n; i++) x[i] += a[i];
+    }
+    if (j->out) dsq_rmsnorm(j->out + r * (size_t)j->n, x, j->w, j->n, j->eps);
+}
+
+void dsq_add_rmsnorm_rows(float *x, const float *add, float *out, const float *w, int rows, int n, float eps,
+                          struct dsq_pool *pool)
+{
+    addnorm_job j = { x, out, add, w, n, eps };
+    /* a few rows (decode) cost less than waking the pool (about 10 us) */
+    dsq_pool_run((size_t)rows * (size_t)n < 65536 ? NULL : pool, (size_t)rows, addnorm_task, &j);
+}
+
 void dsq_silu_mul(float *g, const float *u, size_t n)
 {
     for (size_t i = 0; i < n; i++) g[i] = dsq_silu(g[i]) * u[i];
