@@ -13,6 +13,65 @@
 
 #include <string.h>
 
+/* The glue between the gemms (silu * up, the gather of an expert's tokens,
+ * the weighted scatter back, the shared add) runs one token row per pool
+ * item from GLUE_MIN floats on: the same scalar loops per row as serially,
+ * so the same bits on any pool; serial, they were 5% of a p128 prefill's
+ * wall time at -t 2 (engine/prof.h). */
+#define GLUE_MIN 65536
+
+typedef struct glue_job {
+    const dsq_run *r;
+    const float *src;
+    float *dst;
+    const float *x;         /* gather source / scatter: the expert's outputs */
+    int64_t n;              /* floats per row */
+    int e;                  /* expert (scatter) */
+} glue_job;
+
+static dsq_pool *glue_pool(const dsq_run *r, int rows, int64_t n)
+{
+    return (double)rows * (double)n < (double)GLUE_MIN ? NULL : r->m->pool;
+}
+
+static void silu_task(void *ctx, size_t t, int tid)
+{
+    (void)tid;
+    const glue_job *j = ctx;
+    dsq_silu_mul(j->dst + t * (size_t)j->n, j->src + t * (size_t)j->n, (size_t)j->n);
+}
+
+static void gather_task(void *ctx, size_t i, int tid)
+{
+    (void)tid;
+    const glue_job *j = ctx;
+    const dsq_scratch *sc = j->r->sc;
+    memcpy(j->dst + i * (size_t)j->n, j->x + (size_t)sc->tok_list[i] * (size_t)j->n, (size_t)j->n * sizeof(float));
+}
+
+/* token i of expert e: acc[t] += w_i y_i if the router chose e for t (the
+ * calibration "all experts" mode runs the others without counting them);
+ * the tokens of one expert are distinct, so rows never collide */
+static void scatter_task(void *ctx, size_t i, int tid)
+{
+    (void)tid;
+    const glue_job *j = ctx;
+    const dsq_scratch *sc = j->r->sc;
+    const int K = j->r->m->router.top_k, t = sc->tok_list[i];
+    int routed = 0;
+    for (int k = 0; k < K; k++) routed |= sc->route_idx[(size_t)t * K + k] == j->e;
+    if (routed) dsq_axpy(j->dst + (size_t)t * (size_t)j->n, sc->tok_w[i], j->x + i * (size_t)j->n, (size_t)j->n);
+}
+
+static void add_task(void *ctx, size_t t, int tid)
+{
+    (void)tid;
+    const glue_job *j = ctx;
+    float *d = j->dst + t * (size_t)j->n;
+    const float *a = j->src + t * (size_t)j->n;
+    for (int64_t i = 0; i < j->n; i++) d[i] += a[i];
+}
+
 int dsq_mlp_forward(dsq_run *r, const dsq_mlp *mlp, const float *x, int T, const int32_t *token_index,
                     float *out)
 {
@@ -23,7 +82,8 @@ int dsq_mlp_forward(dsq_run *r, const dsq_mlp *mlp, const float *x, int T, const
     DSQ_TRY(dsq_linear_gemm(r, &mlp->up, x, T, sc->u));
     dsq_prof_mark mk;
     dsq_prof_begin(r->m->prof, &mk);
-    dsq_silu_mul(sc->g, sc->u, (size_t)T * (size_t)mlp->gate.out);
+    glue_job gj = { r, sc->u, sc->g, NULL, mlp->gate.out, 0 };
+    dsq_pool_run(glue_pool(r, T, mlp->gate.out), (size_t)T, silu_task, &gj);
     dsq_prof_end(r->m->prof, &mk, "mlp: silu * up", 0.0);
     DSQ_TRY(dsq_linear_hook_call(r, &mlp->down, sc->g, T, token_index));
     return dsq_linear_gemm(r, &mlp->down, sc->g, T, out);
@@ -69,24 +129,22 @@ int dsq_moe_forward(dsq_run *r, const float *x)
         if (n == 0) continue;
         /* calibration "all experts": everyone runs, only routed tokens count */
         dsq_prof_begin(pf, &mk);
-        for (int i = 0; i < n; i++)
-            memcpy(sc->moe_x + (size_t)i * D, x + (size_t)sc->tok_list[i] * D, (size_t)D * sizeof(float));
+        glue_job gj = { r, NULL, sc->moe_x, x, D, e };
+        dsq_pool_run(glue_pool(r, n, D), (size_t)n, gather_task, &gj);
         dsq_prof_end(pf, &mk, "moe: gather + scatter", 0.0);
         DSQ_TRY(dsq_mlp_forward(r, &ly->experts[e], sc->moe_x, n, all ? NULL : sc->tok_list, sc->moe_y));
         dsq_prof_begin(pf, &mk);
-        for (int i = 0; i < n; i++) {
-            int t = sc->tok_list[i];
-            int routed = 0;
-            for (int k = 0; k < K; k++) routed |= sc->route_idx[(size_t)t * K + k] == e;
-            if (routed) dsq_axpy(sc->moe_acc + (size_t)t * D, sc->tok_w[i], sc->moe_y + (size_t)i * D, (size_t)D);
-        }
+        gj.dst = sc->moe_acc;
+        gj.x = sc->moe_y;
+        dsq_pool_run(glue_pool(r, n, D), (size_t)n, scatter_task, &gj);
         dsq_prof_end(pf, &mk, "moe: gather + scatter", 0.0);
     }
 
     if (ly->has_shared) {
         DSQ_TRY(dsq_mlp_forward(r, &ly->shared, x, T, NULL, sc->proj));
         dsq_prof_begin(pf, &mk);
-        for (size_t i = 0; i < (size_t)T * (size_t)D; i++) sc->proj[i] += sc->moe_acc[i];
+        glue_job gj = { r, sc->moe_acc, sc->proj, NULL, D, 0 };
+        dsq_pool_run(glue_pool(r, T, D), (size_t)T, add_task, &gj);
         dsq_prof_end(pf, &mk, "moe: gather + scatter", 0.0);
     } else {
         memcpy(sc->proj, sc->moe_acc, (size_t)T * (size_t)D * sizeof(float));
