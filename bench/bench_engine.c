@@ -2,11 +2,14 @@
  * next to what the machine can do.
  *
  *   bench_engine [-t threads] [-p prefill_tokens] [-n decode_steps] [-r reps]
- *                [-b bf16_terms] [MODEL ...]
+ *                [-b bf16_terms] [-1] [-P] [MODEL ...]
  *
  * -b 1|2|3: dsq_model_opts.bf16_terms (BF16 weights: bf16 terms per f32
  * activation; default the engine's, 3, or DSQ_BF16_TERMS). 1 is llama.cpp's
  * numerics, for prefill comparisons at equal work.
+ *
+ * -P: after the timed runs, one more prefill with the engine's per-op
+ * timers on (engine/prof.h): wall, CPU and GFLOP per op (prefill_profile).
  *
  * MODEL is anything dsq_model_open accepts (safetensors dir/file, .dsq).
  * Without models, two synthetic ones are written to a temp dir, a small
@@ -20,7 +23,8 @@
  * limit for models whose weights fit there) and OpenBLAS sgemm GFLOP/s
  * (M = prefill tokens, N = K = 1024).
  * Each model line then gives prefill tok/s with its linear GFLOP/s (2 x the
- * active weights per token; MoE: shared + top-k experts) as a fraction of
+ * active weights per token; MoE: shared + top-k experts; the last layer's
+ * FFN for the last token only, as the engine runs it) as a fraction of
  * sgemm, and decode tok/s with the active weight bytes streamed per token
  * as a fraction of the memory bandwidth. Small models cannot approach
  * either limit (per-token overheads dominate); the fractions say how far.
@@ -332,7 +336,10 @@ static void mlp_add(const dsq_mlp *p, double frac, double *el, double *by)
     lin_add(&p->down, frac, el, by);
 }
 
-static void active_weights(const dsq_model *m, double *el, double *by, double *head_el, double *head_by)
+/* ffn_last: the elements of the last layer's FFN in el, which a prefill
+ * with DSQ_FWD_LAST_LOGITS runs for its last token only (forward.c). */
+static void active_weights(const dsq_model *m, double *el, double *by, double *head_el, double *head_by,
+                           double *ffn_last)
 {
     const dsq_weights *w = dsq_model_weights(m);
     const dsq_model_config *c = dsq_model_get_config(m);
@@ -342,11 +349,13 @@ static void active_weights(const dsq_model *m, double *el, double *by, double *h
         const dsq_linear *ls[] = { &ly->q, &ly->k, &ly->v, &ly->o, &ly->q_a, &ly->q_b, &ly->kv_a, &ly->kv_b,
                                    &ly->router };
         for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) lin_add(ls[i], 1.0, el, by);
+        const double el0 = *el;
         mlp_add(&ly->mlp, 1.0, el, by);
         if (ly->has_shared) mlp_add(&ly->shared, 1.0, el, by);
         if (ly->experts)
             for (int64_t e = 0; e < c->n_routed_experts; e++)
                 mlp_add(&ly->experts[e], (double)c->num_experts_per_tok / (double)c->n_routed_experts, el, by);
+        *ffn_last = *el - el0;
     }
     lin_add(&w->lm_head, 1.0, head_el, head_by);
 }
@@ -354,6 +363,7 @@ static void active_weights(const dsq_model *m, double *el, double *by, double *h
 /* Prefill tok/s of P tokens with a 1-thread model (process CPU time: the
  * single-thread figure that multi-core scaling is judged against). */
 static int g_t1;   /* -1: also time prefill on one thread */
+static int g_prof; /* -P: per-op profile of one more prefill */
 static int g_terms; /* -b: dsq_model_opts.bf16_terms (0: default) */
 
 static double prefill_1thread(const char *path, int P, int reps)
@@ -385,6 +395,42 @@ static double prefill_1thread(const char *path, int P, int reps)
     dsq_state_free(s);
     dsq_model_free(m);
     return rc == 0 ? P / best : 0.0;
+}
+
+/* -P: one more prefill of the same P tokens with the engine's per-op timers
+ * on (prof.h), printed as a table: wall and process CPU seconds per op
+ * (CPU / wall near the thread count: both threads busy; near 1: serial),
+ * GFLOP counted per linear (2 x rows x cols x tokens) and attention. */
+static int prefill_profile(dsq_model *m, dsq_state *s, const int32_t *toks, int P, float *lg, dsq_diag *d)
+{
+    dsq_prof *pf = calloc(1, sizeof *pf);
+    if (!pf) return DSQ_ERR_NOMEM;
+    dsq_state_truncate(s, 0, 0);
+    const int saved = g_cpu_clock;
+    g_cpu_clock = 0;
+    m->prof = pf;
+    double t0 = now();
+    int rc = dsq_forward(m, s, 0, toks, P, lg, DSQ_FWD_LAST_LOGITS, d);
+    double wall = now() - t0;
+    m->prof = NULL;
+    g_cpu_clock = saved;
+    double sw = 0, sc = 0, sf = 0;
+    printf("  profile, one prefill of %d tokens (%.1f ms wall):\n  %-52s %6s %9s %9s %5s %8s %7s\n", P,
+           wall * 1e3, "op", "calls", "wall ms", "cpu ms", "cpu/w", "GFLOP", "GF/s");
+    for (int i = 0; i < pf->n; i++) {
+        const dsq_prof_op *o = &pf->op[i];
+        const char *name = strncmp(o->name, "model.layers.*.", 15) == 0 ? o->name + 15 : o->name;
+        printf("  %-52.52s %6ld %9.2f %9.2f %5.2f %8.3f %7.1f\n", name, o->calls, o->wall * 1e3, o->cpu * 1e3,
+               o->wall > 0 ? o->cpu / o->wall : 0.0, o->flop / 1e9, o->wall > 0 ? o->flop / o->wall / 1e9 : 0.0);
+        sw += o->wall;
+        sc += o->cpu;
+        sf += o->flop;
+    }
+    printf("  %-52s %6s %9.2f %9.2f %5.2f %8.3f %7.1f\n  (untimed: %.2f ms wall; GFLOP per token %.3f)\n", "total", "",
+           sw * 1e3, sc * 1e3, sw > 0 ? sc / sw : 0.0, sf / 1e9, sw > 0 ? sf / sw / 1e9 : 0.0, (wall - sw) * 1e3,
+           sf / 1e9 / P);
+    free(pf);
+    return rc;
 }
 
 static int bench_one(const char *path, int threads, int P, int N, int reps)
@@ -438,11 +484,18 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
         t_bat = dt < t_bat ? dt : t_bat;
     }
     if (rc) { fprintf(stderr, "bench_engine: %s: forward failed: %s\n", path, d.msg); return 1; }
+    if (g_prof && (rc = prefill_profile(m, s, toks, P, lg, &d)) != 0) {
+        fprintf(stderr, "bench_engine: %s: profiled forward failed: %s\n", path, d.msg);
+        return 1;
+    }
 
-    double el, by, hel, hby;
-    active_weights(m, &el, &by, &hel, &hby);
+    double el, by, hel, hby, ffn_last = 0.0;
+    active_weights(m, &el, &by, &hel, &hby, &ffn_last);
     const double pre = P / t_pre, dec = N / t_dec, bat = B * (N / 2) / t_bat;
-    const double pre_gf = 2.0 * el * pre / 1e9;                 /* lm_head: last token only */
+    /* linear FLOPs per prefill token: every layer for every token except the
+     * last layer's FFN, which runs for the last token only; lm_head: the
+     * last token only (not counted) */
+    const double pre_gf = 2.0 * (el - ffn_last * (P - 1) / P) * pre / 1e9;
     const double dec_gbs = (by + hby) * dec / 1e9;
     /* weights that fit the last level cache are read from it, not DRAM */
     const int in_llc = dsq_model_weight_bytes(m) <= ((uint64_t)16 << 20);
@@ -475,9 +528,10 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
 int main(int argc, char **argv)
 {
     int threads = 0, P = 128, N = 32, reps = 3, opt;
-    while ((opt = getopt(argc, argv, "t:p:n:r:b:1h")) != -1) {
+    while ((opt = getopt(argc, argv, "t:p:n:r:b:1Ph")) != -1) {
         switch (opt) {
         case '1': g_t1 = 1; break;
+        case 'P': g_prof = 1; break;
         case 'b':
             g_terms = atoi(optarg);
             if (g_terms < 1 || g_terms > 3) {
@@ -490,7 +544,7 @@ int main(int argc, char **argv)
         case 'n': N = atoi(optarg); break;
         case 'r': reps = atoi(optarg); break;
         default:
-            fprintf(stderr, "usage: bench_engine [-t threads] [-p prefill] [-n decode] [-r reps] [-b bf16_terms] [-1] [MODEL ...]\n");
+            fprintf(stderr, "usage: bench_engine [-t threads] [-p prefill] [-n decode] [-r reps] [-b bf16_terms] [-1] [-P] [MODEL ...]\n");
             return opt == 'h' ? 0 : 2;
         }
     }

@@ -9,7 +9,15 @@
  * rows so every linear is one GEMM over the chunk; decode is the same code
  * with T = 1; dsq_forward_batch_decode stacks one token of several
  * sequences into one T = nseq pass (attention reads each token's own
- * sequence cache). */
+ * sequence cache).
+ *
+ * Rows whose output is never read skip the last layer's FFN: with
+ * DSQ_FWD_LAST_LOGITS all but the call's last row, without logits every
+ * row (dsq_run.out0). Earlier layers and the last layer's attention still
+ * run on every row: they fill the cache that later tokens read. llama.cpp
+ * does the same (its graphs keep only the output rows before the last
+ * FFN); on a 1-layer model that is most of a prefill's work (p128 of the
+ * e16 V3 layer: 50 of 151 GFLOP), on V3's 61 layers 1/61 of the FFNs. */
 #include "model.h"
 
 #include <stdlib.h>
@@ -26,16 +34,29 @@ int dsq_block_forward(dsq_run *r, float *x)
     const dsq_model *m = r->m;
     const dsq_layer *ly = &m->w.layers[r->layer];
     dsq_scratch *sc = r->sc;
-    const size_t n = (size_t)r->T * (size_t)m->hidden;
-
-    dsq_rmsnorm_rows(sc->xb, x, ly->attn_norm, r->T, (int)m->hidden, m->eps);
+    dsq_prof_mark mk;
+    dsq_prof_begin(m->prof, &mk);
+    dsq_add_rmsnorm_rows(x, NULL, sc->xb, ly->attn_norm, r->T, (int)m->hidden, m->eps, m->pool);
+    dsq_prof_end(m->prof, &mk, "block: norms + residual adds", 0.0);
     DSQ_TRY(m->is_mla ? dsq_mla_forward(r, sc->xb) : dsq_attn_forward(r, sc->xb));
-    for (size_t i = 0; i < n; i++) x[i] += sc->proj[i];
-
-    dsq_rmsnorm_rows(sc->xb, x, ly->ffn_norm, r->T, (int)m->hidden, m->eps);
-    if (ly->is_moe) DSQ_TRY(dsq_moe_forward(r, sc->xb));
-    else DSQ_TRY(dsq_mlp_forward(r, &ly->mlp, sc->xb, r->T, NULL, sc->proj));
-    for (size_t i = 0; i < n; i++) x[i] += sc->proj[i];
+    /* rows whose output nobody reads (r->out0: the last layer when only
+     * later rows' logits are asked for) skip the FFN, as llama.cpp's graphs
+     * drop them (ggml_get_rows on the output ids) before the last FFN: the
+     * cache entries these rows leave for later tokens are all written above */
+    const int T = r->T, out0 = r->out0 < 0 ? 0 : r->out0 < T ? r->out0 : T;
+    if (out0 == T) return DSQ_OK;
+    const size_t skip = (size_t)out0 * (size_t)m->hidden;
+    dsq_prof_begin(m->prof, &mk);
+    x += skip;
+    r->T = T - out0;
+    dsq_add_rmsnorm_rows(x, sc->proj + skip, sc->xb, ly->ffn_norm, r->T, (int)m->hidden, m->eps, m->pool);
+    dsq_prof_end(m->prof, &mk, "block: norms + residual adds", 0.0);
+    int rc = ly->is_moe ? dsq_moe_forward(r, sc->xb) : dsq_mlp_forward(r, &ly->mlp, sc->xb, r->T, NULL, sc->proj);
+    r->T = T;
+    if (rc < 0) return rc;
+    dsq_prof_begin(m->prof, &mk);
+    dsq_add_rmsnorm_rows(x, sc->proj, NULL, NULL, T - out0, (int)m->hidden, m->eps, m->pool);
+    dsq_prof_end(m->prof, &mk, "block: norms + residual adds", 0.0);
     return DSQ_OK;
 }
 
@@ -55,13 +76,28 @@ int dsq_model_embed(dsq_model *m, const int32_t *tokens, int n, float *out, dsq_
 static int head_rows(dsq_run *r, const float *x, int T, float *tmp, float *logits)
 {
     dsq_model *m = r->m;
-    dsq_rmsnorm_rows(tmp, x, m->w.final_norm, T, (int)m->hidden, m->eps);
+    dsq_prof_mark mk;
+    dsq_prof_begin(m->prof, &mk);
+    /* add NULL: x is only read */
+    dsq_add_rmsnorm_rows((float *)x, NULL, tmp, m->w.final_norm, T, (int)m->hidden, m->eps, m->pool);
+    dsq_prof_end(m->prof, &mk, "block: norms + residual adds", 0.0);
     DSQ_TRY(dsq_linear_hook_call(r, &m->w.lm_head, tmp, T, NULL));
     return dsq_linear_gemm(r, &m->w.lm_head, tmp, T, logits);
 }
 
-/* Run all layers over s->x [T] with r set up (eager models). */
-static int run_layers(dsq_run *r, dsq_state *s, dsq_diag *d)
+/* First row of a chunk [c0, c0 + T) of an n-token call whose last-layer
+ * output is read: none without logits (T), the call's last row with
+ * DSQ_FWD_LAST_LOGITS, else every row (0). */
+static int last_out0(int c0, int T, int n, const float *logits, unsigned flags)
+{
+    if (!logits) return T;
+    if (flags & DSQ_FWD_LAST_LOGITS) return c0 + T == n ? T - 1 : T;
+    return 0;
+}
+
+/* Run all layers over s->x [T] with r set up (eager models); out0: the
+ * last layer's r->out0. */
+static int run_layers(dsq_run *r, dsq_state *s, int out0, dsq_diag *d)
 {
     dsq_model *m = r->m;
     for (int l = 0; l < m->n_layers; l++) {
@@ -72,6 +108,7 @@ static int run_layers(dsq_run *r, dsq_state *s, dsq_diag *d)
         }
         r->layer = l;
         r->kv.cache = s->kv[l];
+        r->out0 = l == m->n_layers - 1 ? out0 : 0;
         int rc = dsq_block_forward(r, s->x);
         if (loaded_here && m->opts.lazy) dsq_model_layer_release(m, l);
         if (rc < 0) return dsq_fail(d, rc, m->path, NULL, -1, "forward failed in layer %d", l);
@@ -126,6 +163,7 @@ static int forward_lazy(dsq_model *m, dsq_state *s, int seq, const int32_t *toke
             run_init(&r, m, s, T, seq, absorbed);
             r.layer = l;
             r.kv.cache = s->kv[l];
+            r.out0 = l == m->n_layers - 1 ? last_out0(c0, T, n, logits, flags) : 0;
             rc = dsq_block_forward(&r, xs + (size_t)c0 * (size_t)m->hidden);
             if (rc < 0) rc = dsq_fail(d, rc, m->path, NULL, -1, "forward failed in layer %d", l);
         }
@@ -164,7 +202,7 @@ int dsq_forward(dsq_model *m, dsq_state *s, int seq, const int32_t *tokens, int 
         dsq_rope_rows(m, s->positions, T, s->sc.cs);
         dsq_run r;
         run_init(&r, m, s, T, seq, absorbed);
-        DSQ_TRY(run_layers(&r, s, d));
+        DSQ_TRY(run_layers(&r, s, last_out0(c0, T, n, logits, flags), d));
         s->pos[seq] += T;
         if (!logits) continue;
         if (flags & DSQ_FWD_LAST_LOGITS) {
@@ -200,7 +238,7 @@ int dsq_forward_batch_decode(dsq_model *m, dsq_state *s, const int32_t *tok_per_
     dsq_run r;
     run_init(&r, m, s, nseq, 0, 1);
     r.kv.seq_of = s->seq_of;
-    DSQ_TRY(run_layers(&r, s, d));
+    DSQ_TRY(run_layers(&r, s, logits ? 0 : nseq, d));
     for (int i = 0; i < nseq; i++) s->pos[active[i]]++;
     if (logits) DSQ_TRY(head_rows(&r, s->x, nseq, s->sc.xb, logits));
     return DSQ_OK;

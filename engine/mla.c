@@ -202,6 +202,28 @@ static void naive_head_task(void *ctx, size_t item, int tid)
     naive_head(nj, (int64_t)item, nj->S + (size_t)tid * (size_t)nj->r->T * (size_t)nj->P, NULL);
 }
 
+/* One token after q and kv_a: norm its latent, RoPE on k_pe and on every
+ * head's q_pe, both into the cache at the token's slot. */
+static void prep_token_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    const mla_job *j = ctx;
+    const dsq_run *r = j->r;
+    const dsq_model *m = r->m;
+    const dsq_scratch *sc = r->sc;
+    const int t = (int)item, half = m->rope.dim / 2;
+    const int64_t qk = j->nope + j->rope, R = j->R;
+    const float *cs = sc->cs + (size_t)t * m->rope.dim, *sn = cs + half;
+    float *kv = sc->kva + (size_t)t * m->kv_width;
+    dsq_rmsnorm(kv, kv, j->ly->kv_a_norm, (int)R, m->eps);
+    dsq_rope_apply(&m->rope, kv + R, cs, sn);
+    for (int64_t h = 0; h < j->H; h++) dsq_rope_apply(&m->rope, sc->q + (size_t)t * m->q_dim + h * qk + j->nope, cs, sn);
+    float *base = dsq_kv_base(r, t);
+    int64_t idx = dsq_kv_index(r, t);
+    memcpy(base + idx * R, kv, (size_t)R * sizeof(float));
+    memcpy(base + r->kv.ctx * R + idx * j->rope, kv + R, (size_t)j->rope * sizeof(float));
+}
+
 int dsq_mla_forward(dsq_run *r, const float *x)
 {
     const dsq_model *m = r->m;
@@ -216,7 +238,7 @@ int dsq_mla_forward(dsq_run *r, const float *x)
     if (c->q_lora_rank > 0) {
         DSQ_TRY(dsq_linear_hook_call(r, &ly->q_a, x, T, NULL));
         DSQ_TRY(dsq_linear_gemm(r, &ly->q_a, x, T, sc->qa));
-        dsq_rmsnorm_rows(sc->qa, sc->qa, ly->q_a_norm, T, (int)c->q_lora_rank, m->eps);
+        dsq_add_rmsnorm_rows(sc->qa, NULL, sc->qa, ly->q_a_norm, T, (int)c->q_lora_rank, m->eps, m->pool);
         DSQ_TRY(dsq_linear_hook_call(r, &ly->q_b, sc->qa, T, NULL));
         DSQ_TRY(dsq_linear_gemm(r, &ly->q_b, sc->qa, T, sc->q));
     } else {
@@ -227,20 +249,15 @@ int dsq_mla_forward(dsq_run *r, const float *x)
     DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_a, x, T, NULL));
     DSQ_TRY(dsq_linear_gemm(r, &ly->kv_a, x, T, sc->kva));
 
-    const int half = m->rope.dim / 2;
+    dsq_prof_mark mk;
+    dsq_prof_begin(m->prof, &mk);
     int64_t P = 0;
-    for (int t = 0; t < T; t++) {
-        const float *cs = sc->cs + (size_t)t * m->rope.dim, *sn = cs + half;
-        float *kv = sc->kva + (size_t)t * m->kv_width;
-        dsq_rmsnorm(kv, kv, ly->kv_a_norm, (int)R, m->eps);
-        dsq_rope_apply(&m->rope, kv + R, cs, sn);
-        for (int64_t h = 0; h < j.H; h++) dsq_rope_apply(&m->rope, sc->q + (size_t)t * m->q_dim + h * qk + j.nope, cs, sn);
-        float *base = dsq_kv_base(r, t);
-        int64_t idx = dsq_kv_index(r, t);
-        memcpy(base + idx * R, kv, (size_t)R * sizeof(float));
-        memcpy(base + r->kv.ctx * R + idx * j.rope, kv + R, (size_t)j.rope * sizeof(float));
-        if (idx + 1 > P) P = idx + 1;
-    }
+    for (int t = 0; t < T; t++)
+        if (dsq_kv_index(r, t) + 1 > P) P = dsq_kv_index(r, t) + 1;
+    /* tokens are independent (each writes its own cache slot): on the pool
+     * from a few tokens on, the same bits wherever each runs */
+    dsq_pool_run(T < 4 ? NULL : m->pool, (size_t)T, prep_token_task, &j);
+    dsq_prof_end(m->prof, &mk, "mla: norms, rope, cache writes", 0.0);
 
     /* the naive path expands one sequence's latents; several sequences
      * (batched decode) always take the absorbed path */
@@ -267,6 +284,7 @@ int dsq_mla_forward(dsq_run *r, const float *x)
         DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_b, lat, (int)P, NULL));
         DSQ_TRY(dsq_linear_gemm(r, &ly->kv_b_run, lat, (int)P, sc->kv_exp));
         for (int t = 0; t < T; t++) sc->vis[t] = (int32_t)dsq_kv_index(r, t) + 1;
+        dsq_prof_begin(m->prof, &mk);
         naive_job nj = { r, &j, lat, pe, P, NULL };
         /* heads in parallel, each thread with its own score block; without
          * that memory, one head at a time (its softmax rows on the pool) */
@@ -278,6 +296,9 @@ int dsq_mla_forward(dsq_run *r, const float *x)
         } else {
             for (int64_t h = 0; h < j.H; h++) naive_head(&nj, h, sc->scores, m->pool);
         }
+        /* nominal: every [T x P] block of scores and context, as llama.cpp forms them */
+        dsq_prof_end(m->prof, &mk, "mla: attention (naive heads)",
+                     2.0 * (double)j.H * (double)T * (double)P * (double)(qk + j.vd));
     }
 
     DSQ_TRY(dsq_linear_hook_call(r, &ly->o, sc->att, T, NULL));

@@ -854,7 +854,10 @@ int dsq_linear_gemm(dsq_run *r, const dsq_linear *l, const float *x, int T, floa
         size_t need = sc->gemm_scratch(&w, T, dsq_pool_size(pool));
         if (need <= r->sc->gemm_size) { scratch = r->sc->gemm_buf; ssize = r->sc->gemm_size; }
     }
+    dsq_prof_mark mk;
+    dsq_prof_begin(r->m->prof, &mk);
     int rc = sc->gemm(&w, x, T, y, pool, scratch, ssize);
+    dsq_prof_end(r->m->prof, &mk, l->name, 2.0 * (double)l->out * (double)l->in * (double)T);
     if (rc < 0) return rc;
     if (l->bias)
         for (int t = 0; t < T; t++) {

@@ -44,6 +44,7 @@
 #include "model_config.h"
 #include "scheme.h"
 #include "ops.h"
+#include "prof.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -206,6 +207,9 @@ enum dsq_forward_flags {
  * decode path (MLA: absorbed), unless mla_mode forces one. Lazy models run
  * layer-outer so each layer is loaded once per call. A model runs one
  * forward at a time (its pool is not reentrant); use one state per caller.
+ * Rows whose logits are not asked for skip the last layer's FFN (their
+ * cache entries are complete without it), so the last row's logits may
+ * differ from a full-logits call's in float rounding (other gemm shapes).
  * @return DSQ_OK; DSQ_ERR_INVALID_ARG (bad seq, token id out of range,
  *         context full: diag says which); DSQ_ERR_NOMEM. */
 int dsq_forward(dsq_model *m, dsq_state *s, int seq, const int32_t *tokens, int n,
@@ -285,6 +289,7 @@ struct dsq_model {
 
     void **owned;         /* global buffers (embed / head / final norm copies) */
     int n_owned, cap_owned;
+    struct dsq_prof *prof; /* per-op timers (prof.h); NULL: off (the default) */
 };
 
 /* Scratch for a batch of T tokens through one layer. */
@@ -355,6 +360,9 @@ typedef struct dsq_run {
     dsq_linear_hook hook;
     void *hook_ctx;
     unsigned flags;             /* enum dsq_layer_flags */
+    int out0;                   /* rows [0, out0) of this block's output are never read
+                                   (last layer, logits of later rows only): the FFN
+                                   skips them (0: every row; T: the FFN is skipped) */
 } dsq_run;
 
 /* model.c */

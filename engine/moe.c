@@ -13,6 +13,65 @@
 
 #include <string.h>
 
+/* The glue between the gemms (silu * up, the gather of an expert's tokens,
+ * the weighted scatter back, the shared add) runs one token row per pool
+ * item from GLUE_MIN floats on: the same scalar loops per row as serially,
+ * so the same bits on any pool; serial, they were 5% of a p128 prefill's
+ * wall time at -t 2 (engine/prof.h). */
+#define GLUE_MIN 65536
+
+typedef struct glue_job {
+    const dsq_run *r;
+    const float *src;
+    float *dst;
+    const float *x;         /* gather source / scatter: the expert's outputs */
+    int64_t n;              /* floats per row */
+    int e;                  /* expert (scatter) */
+} glue_job;
+
+static dsq_pool *glue_pool(const dsq_run *r, int rows, int64_t n)
+{
+    return (double)rows * (double)n < (double)GLUE_MIN ? NULL : r->m->pool;
+}
+
+static void silu_task(void *ctx, size_t t, int tid)
+{
+    (void)tid;
+    const glue_job *j = ctx;
+    dsq_silu_mul(j->dst + t * (size_t)j->n, j->src + t * (size_t)j->n, (size_t)j->n);
+}
+
+static void gather_task(void *ctx, size_t i, int tid)
+{
+    (void)tid;
+    const glue_job *j = ctx;
+    const dsq_scratch *sc = j->r->sc;
+    memcpy(j->dst + i * (size_t)j->n, j->x + (size_t)sc->tok_list[i] * (size_t)j->n, (size_t)j->n * sizeof(float));
+}
+
+/* token i of expert e: acc[t] += w_i y_i if the router chose e for t (the
+ * calibration "all experts" mode runs the others without counting them);
+ * the tokens of one expert are distinct, so rows never collide */
+static void scatter_task(void *ctx, size_t i, int tid)
+{
+    (void)tid;
+    const glue_job *j = ctx;
+    const dsq_scratch *sc = j->r->sc;
+    const int K = j->r->m->router.top_k, t = sc->tok_list[i];
+    int routed = 0;
+    for (int k = 0; k < K; k++) routed |= sc->route_idx[(size_t)t * K + k] == j->e;
+    if (routed) dsq_axpy(j->dst + (size_t)t * (size_t)j->n, sc->tok_w[i], j->x + i * (size_t)j->n, (size_t)j->n);
+}
+
+static void add_task(void *ctx, size_t t, int tid)
+{
+    (void)tid;
+    const glue_job *j = ctx;
+    float *d = j->dst + t * (size_t)j->n;
+    const float *a = j->src + t * (size_t)j->n;
+    for (int64_t i = 0; i < j->n; i++) d[i] += a[i];
+}
+
 int dsq_mlp_forward(dsq_run *r, const dsq_mlp *mlp, const float *x, int T, const int32_t *token_index,
                     float *out)
 {
@@ -21,7 +80,11 @@ int dsq_mlp_forward(dsq_run *r, const dsq_mlp *mlp, const float *x, int T, const
     DSQ_TRY(dsq_linear_hook_call(r, &mlp->up, x, T, token_index));
     DSQ_TRY(dsq_linear_gemm(r, &mlp->gate, x, T, sc->g));
     DSQ_TRY(dsq_linear_gemm(r, &mlp->up, x, T, sc->u));
-    dsq_silu_mul(sc->g, sc->u, (size_t)T * (size_t)mlp->gate.out);
+    dsq_prof_mark mk;
+    dsq_prof_begin(r->m->prof, &mk);
+    glue_job gj = { r, sc->u, sc->g, NULL, mlp->gate.out, 0 };
+    dsq_pool_run(glue_pool(r, T, mlp->gate.out), (size_t)T, silu_task, &gj);
+    dsq_prof_end(r->m->prof, &mk, "mlp: silu * up", 0.0);
     DSQ_TRY(dsq_linear_hook_call(r, &mlp->down, sc->g, T, token_index));
     return dsq_linear_gemm(r, &mlp->down, sc->g, T, out);
 }
@@ -37,6 +100,9 @@ int dsq_moe_forward(dsq_run *r, const float *x)
 
     DSQ_TRY(dsq_linear_hook_call(r, &ly->router, x, T, NULL));
     DSQ_TRY(dsq_linear_gemm(r, &ly->router, x, T, sc->logits_r));
+    dsq_prof *pf = r->m->prof;
+    dsq_prof_mark mk;
+    dsq_prof_begin(pf, &mk);
     dsq_router rt = m->router;
     rt.bias = ly->router_bias;
     for (int t = 0; t < T; t++)
@@ -44,6 +110,7 @@ int dsq_moe_forward(dsq_run *r, const float *x)
                   sc->route_w + (size_t)t * K);
 
     memset(sc->moe_acc, 0, (size_t)T * (size_t)D * sizeof(float));
+    dsq_prof_end(pf, &mk, "moe: routing", 0.0);
     const int all = (r->flags & DSQ_LAYER_ALL_EXPERTS) != 0;
     for (int e = 0; e < E; e++) {
         /* tokens routed to e, in token order, with their weights */
@@ -61,20 +128,24 @@ int dsq_moe_forward(dsq_run *r, const float *x)
         }
         if (n == 0) continue;
         /* calibration "all experts": everyone runs, only routed tokens count */
-        for (int i = 0; i < n; i++)
-            memcpy(sc->moe_x + (size_t)i * D, x + (size_t)sc->tok_list[i] * D, (size_t)D * sizeof(float));
+        dsq_prof_begin(pf, &mk);
+        glue_job gj = { r, NULL, sc->moe_x, x, D, e };
+        dsq_pool_run(glue_pool(r, n, D), (size_t)n, gather_task, &gj);
+        dsq_prof_end(pf, &mk, "moe: gather + scatter", 0.0);
         DSQ_TRY(dsq_mlp_forward(r, &ly->experts[e], sc->moe_x, n, all ? NULL : sc->tok_list, sc->moe_y));
-        for (int i = 0; i < n; i++) {
-            int t = sc->tok_list[i];
-            int routed = 0;
-            for (int k = 0; k < K; k++) routed |= sc->route_idx[(size_t)t * K + k] == e;
-            if (routed) dsq_axpy(sc->moe_acc + (size_t)t * D, sc->tok_w[i], sc->moe_y + (size_t)i * D, (size_t)D);
-        }
+        dsq_prof_begin(pf, &mk);
+        gj.dst = sc->moe_acc;
+        gj.x = sc->moe_y;
+        dsq_pool_run(glue_pool(r, n, D), (size_t)n, scatter_task, &gj);
+        dsq_prof_end(pf, &mk, "moe: gather + scatter", 0.0);
     }
 
     if (ly->has_shared) {
         DSQ_TRY(dsq_mlp_forward(r, &ly->shared, x, T, NULL, sc->proj));
-        for (size_t i = 0; i < (size_t)T * (size_t)D; i++) sc->proj[i] += sc->moe_acc[i];
+        dsq_prof_begin(pf, &mk);
+        glue_job gj = { r, sc->moe_acc, sc->proj, NULL, D, 0 };
+        dsq_pool_run(glue_pool(r, T, D), (size_t)T, add_task, &gj);
+        dsq_prof_end(pf, &mk, "moe: gather + scatter", 0.0);
     } else {
         memcpy(sc->proj, sc->moe_acc, (size_t)T * (size_t)D * sizeof(float));
     }

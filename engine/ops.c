@@ -31,6 +31,33 @@ void dsq_rmsnorm_rows(float *out, const float *x, const float *w, int rows, int 
         dsq_rmsnorm(out + (size_t)r * n, x + (size_t)r * n, w, n, eps);
 }
 
+typedef struct addnorm_job {
+    float *x, *out;
+    const float *add, *w;
+    int n;
+    float eps;
+} addnorm_job;
+
+static void addnorm_task(void *ctx, size_t r, int tid)
+{
+    (void)tid;
+    const addnorm_job *j = ctx;
+    float *x = j->x + r * (size_t)j->n;
+    if (j->add) {
+        const float *a = j->add + r * (size_t)j->n;
+        for (int i = 0; i < j->n; i++) x[i] += a[i];
+    }
+    if (j->out) dsq_rmsnorm(j->out + r * (size_t)j->n, x, j->w, j->n, j->eps);
+}
+
+void dsq_add_rmsnorm_rows(float *x, const float *add, float *out, const float *w, int rows, int n, float eps,
+                          struct dsq_pool *pool)
+{
+    addnorm_job j = { x, out, add, w, n, eps };
+    /* a few rows (decode) cost less than waking the pool (about 10 us) */
+    dsq_pool_run((size_t)rows * (size_t)n < 65536 ? NULL : pool, (size_t)rows, addnorm_task, &j);
+}
+
 void dsq_silu_mul(float *g, const float *u, size_t n)
 {
     for (size_t i = 0; i < n; i++) g[i] = dsq_silu(g[i]) * u[i];
@@ -189,18 +216,50 @@ static void softmax_rows_task(void *ctx, size_t r, int tid)
     for (int c = n; c < j->P; c++) row[c] = 0.0f;   /* masked keys */
 }
 
+/* Causal blocks: rows in blocks of ATT_MB need only the keys up to the
+ * block's widest row; a prefill of T tokens from position 0 then forms and
+ * multiplies (1 + 1 / (T / ATT_MB)) / 2 of the full [T, T] scores (T =
+ * 128: 62.5%). Smaller blocks trim more but run OpenBLAS at worse shapes. */
+#define ATT_MB 32
+
+/* Keys block [r0, r0 + ATT_MB) of M rows reads: its widest row, at least 1
+ * (a row with none is all zeros after the softmax) and at most P. */
+static int block_keys(const int32_t *visible, int r0, int M, int P)
+{
+    int pb = 1;
+    for (int r = r0; r < M && r < r0 + ATT_MB; r++) pb = visible[r] > pb ? visible[r] : pb;
+    return pb < P ? pb : P;
+}
+
 void dsq_attend_block(int M, int P, const float *q1, int ldq1, const float *k1, int ldk1, int d1,
                       const float *q2, int ldq2, const float *k2, int ldk2, int d2,
                       const float *v, int ldv, int dv, const int32_t *visible, float scale,
                       float *S, float *o, int ldo, struct dsq_pool *pool)
 {
     if (M <= 0 || P <= 0) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, P, d1, scale, q1, ldq1, k1, ldk1, 0.0f, S, P);
-    if (d2 > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, P, d2, scale, q2, ldq2, k2, ldk2, 1.0f, S, P);
+    /* one block of M rows unless some block needs fewer keys than P (decode
+     * and batched decode: every row sees all P, the calls are unchanged);
+     * block shapes follow visible[] only, never the pool size. All of S is
+     * formed before O is written (O may alias Q1). */
+    int trim = 0;
+    for (int r0 = 0; r0 < M && !trim; r0 += ATT_MB) trim = block_keys(visible, r0, M, P) < P;
+    const int mb = trim ? ATT_MB : M;
+    for (int r0 = 0; r0 < M; r0 += mb) {
+        const int m = M - r0 < mb ? M - r0 : mb, pb = trim ? block_keys(visible, r0, M, P) : P;
+        float *Sb = S + (size_t)r0 * (size_t)P;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, pb, d1, scale, q1 + (size_t)r0 * ldq1, ldq1, k1,
+                    ldk1, 0.0f, Sb, P);
+        if (d2 > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, pb, d2, scale, q2 + (size_t)r0 * ldq2, ldq2,
+                        k2, ldk2, 1.0f, Sb, P);
+    }
     softmax_job j = { S, P, visible };
     /* small blocks (decode: one row per head) on the caller's thread: waking
      * the pool costs about 10 us; rows are independent, so no value changes */
     dsq_pool_run((size_t)M * (size_t)P < 16384 ? NULL : pool, (size_t)M, softmax_rows_task, &j);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, dv, P, 1.0f, S, P, v, ldv, 0.0f, o, ldo);
+    for (int r0 = 0; r0 < M; r0 += mb) {
+        const int m = M - r0 < mb ? M - r0 : mb, pb = trim ? block_keys(visible, r0, M, P) : P;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, dv, pb, 1.0f, S + (size_t)r0 * (size_t)P, P, v,
+                    ldv, 0.0f, o + (size_t)r0 * ldo, ldo);
+    }
 }

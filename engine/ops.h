@@ -26,6 +26,13 @@
 void dsq_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 /* rows x n version of the above (row stride n). */
 void dsq_rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n, float eps);
+/* The residual add and the next norm of a block, rows spread over pool
+ * (NULL or a small job: the caller's thread): x += add (add NULL: none),
+ * then out = rmsnorm(x) (out NULL: none). Each row runs the same scalar
+ * loops as dsq_rmsnorm_rows wherever it runs: the same bits. */
+struct dsq_pool;
+void dsq_add_rmsnorm_rows(float *x, const float *add, float *out, const float *w, int rows, int n, float eps,
+                          struct dsq_pool *pool);
 
 /* g[i] = silu(g[i]) * u[i]  (SwiGLU: down(silu(gate x) * up x)). */
 void dsq_silu_mul(float *g, const float *u, size_t n);

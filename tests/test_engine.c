@@ -494,6 +494,43 @@ static void test_mla_quantized_kvb_decode(void **st)
     }
 }
 
+/* The last row's logits of a prefill with DSQ_FWD_LAST_LOGITS (the last
+ * layer's FFN then runs on that row only), and decode after a prefill
+ * without logits (that FFN skipped): the same as the full-logits prefill's
+ * rows to float rounding, eager, chunked and lazy; 1 == 2 threads bit for
+ * bit. */
+static void test_last_logits_prune(void **st)
+{
+    (void)st;
+    for (enum arch a = A_V3; a <= A_QWEN2; a++) {
+        char *dir = make_st(a, E_BF16, 71 + a, NULL);
+        dsq_model *ms[4] = { open_model(dir, 1, DSQ_MLA_AUTO, 0, 0), open_model(dir, 2, DSQ_MLA_AUTO, 0, 0),
+                             open_model(dir, 2, DSQ_MLA_AUTO, 0, 5), open_model(dir, 2, DSQ_MLA_AUTO, 1, 5) };
+        assert_true(dsq_model_get_config(ms[0])->num_hidden_layers >= 2);
+        enum { N = 12, V = 64 };
+        float *full = prefill_logits(ms[0], N), last[4][V], dec[4][V];
+        const double scale = max_abs(full, (size_t)N * V);
+        for (int i = 0; i < 4; i++) {
+            dsq_state *s = dsq_state_create(ms[i], 1, 64);
+            assert_non_null(s);
+            assert_int_equal(dsq_forward(ms[i], s, 0, PROMPT, N, last[i], DSQ_FWD_LAST_LOGITS, NULL), 0);
+            assert_true(max_abs_diff(last[i], full + (size_t)(N - 1) * V, V) <= 1e-4 * (1 + scale));
+            /* no logits for N - 1 tokens, then the N-th: reads every cache entry they left */
+            dsq_state_reset(s, 0);
+            assert_int_equal(dsq_forward(ms[i], s, 0, PROMPT, N - 1, NULL, 0, NULL), 0);
+            assert_int_equal(dsq_forward(ms[i], s, 0, PROMPT + N - 1, 1, dec[i], 0, NULL), 0);
+            assert_true(max_abs_diff(dec[i], full + (size_t)(N - 1) * V, V) <= 1e-4 * (1 + scale));
+            dsq_state_free(s);
+        }
+        assert_memory_equal(last[0], last[1], sizeof last[0]);
+        assert_memory_equal(dec[0], dec[1], sizeof dec[0]);
+        free(full);
+        for (int i = 0; i < 4; i++) dsq_model_free(ms[i]);
+        dsq_test_rmtree(dir);
+        free(dir);
+    }
+}
+
 static void test_threads_and_chunks(void **st)
 {
     (void)st;
@@ -979,6 +1016,7 @@ int main(void)
         cmocka_unit_test(test_mla_naive_vs_absorbed),
         cmocka_unit_test(test_mla_quantized_kvb_decode),
         cmocka_unit_test(test_threads_and_chunks),
+        cmocka_unit_test(test_last_logits_prune),
         cmocka_unit_test(test_batch_decode),
         cmocka_unit_test(test_layer_api),
         cmocka_unit_test(test_fp8_source),

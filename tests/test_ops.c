@@ -268,6 +268,38 @@ static void test_attend_block(void **state)
     for (int d = 0; d < DV; d++) assert_true(isfinite(q[M - 1][d]));
 }
 
+/* More rows than one causal block (ops.c ATT_MB = 32): rows in blocks that
+ * read fewer keys than P still equal the per-row kernel, and the output
+ * over q1 equals the output elsewhere bit for bit (all of S is formed
+ * before O is written). */
+static void test_attend_block_causal(void **state)
+{
+    (void)state;
+    enum { M = 70, P = 75, D1 = 12, D2 = 5, DV = 12 };
+    static float q[M][D1 + D2], k[P][D1 + D2], v[P][DV], S[M * P], out[M][DV];
+    float ref[DV], sc[P];
+    int32_t vis[M];
+    for (int i = 0; i < M; i++) vis[i] = i + 1 + (P - M);   /* a prefill of M tokens after P - M cached */
+    vis[3] = 0;                                            /* a row that sees nothing: all zeros */
+    for (int i = 0; i < M; i++) for (int d = 0; d < D1 + D2; d++) q[i][d] = sinf(i * 1.7f + d);
+    for (int j = 0; j < P; j++) for (int d = 0; d < D1 + D2; d++) k[j][d] = cosf(j * 0.9f + d * 1.3f);
+    for (int j = 0; j < P; j++) for (int d = 0; d < DV; d++) v[j][d] = sinf(j + d * 0.5f);
+    memset(S, 0x7f, sizeof S);   /* garbage where nothing is written */
+    dsq_attend_block(M, P, &q[0][0], D1 + D2, &k[0][0], D1 + D2, D1, &q[0][D1], D1 + D2, &k[0][D1], D1 + D2, D2,
+                     &v[0][0], DV, DV, vis, 0.3f, S, &out[0][0], DV, NULL);
+    for (int i = 0; i < M; i++) {
+        if (vis[i] == 0) {
+            for (int d = 0; d < DV; d++) assert_true(out[i][d] == 0.0f);
+            continue;
+        }
+        dsq_attend_head(q[i], D1 + D2, &k[0][0], D1 + D2, &v[0][0], DV, DV, vis[i], 0.3f, sc, ref);
+        for (int d = 0; d < DV; d++) assert_float_equal(out[i][d], ref[d], 1e-5);
+    }
+    dsq_attend_block(M, P, &q[0][0], D1 + D2, &k[0][0], D1 + D2, D1, &q[0][D1], D1 + D2, &k[0][D1], D1 + D2, D2,
+                     &v[0][0], DV, DV, vis, 0.3f, S, &q[0][0], D1 + D2, NULL);
+    for (int i = 0; i < M; i++) assert_memory_equal(q[i], out[i], sizeof out[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_route_v2),
         cmocka_unit_test(test_attend_head),
         cmocka_unit_test(test_attend_block),
+        cmocka_unit_test(test_attend_block_causal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
