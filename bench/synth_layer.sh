@@ -11,10 +11,17 @@ synth_layer() {
     mkdir -p $OUT
     [ -x $GEN ] || make -s $GEN
     [ -x $QUANT ] || make -s $QUANT
-    MODEL=$OUT/ds-v3-1moe-e$1
+    # LAYERS (default 1) MoE layers: with 2 or more, the layers before the
+    # last run their FFN on every prefill row in both engines (each prunes
+    # the last layer's FFN to the rows whose logits are read)
+    LAYERS=${LAYERS:-1}
+    MODEL=$OUT/ds-v3-${LAYERS}moe-e$1
+    # the names of what is made from it: e16-..., or l2-e16-... for 2 layers
+    TAG=e$1
+    [ "$LAYERS" = 1 ] || TAG=l$LAYERS-e$1
     if [ ! -f $MODEL/model.safetensors.index.json ]; then
         echo "generating $MODEL ..."
-        nice $GEN --layers 1 --dense 0 --experts $1 --vocab 8192 --shard-size 4G -f $MODEL
+        nice $GEN --layers $LAYERS --dense 0 --experts $1 --vocab 8192 --shard-size 4G -f $MODEL
     fi
     BYTES=$(cat $MODEL/*.safetensors | wc -c)
 }

@@ -33,7 +33,7 @@
 # difference taken: the mean of CPU_REPS runs), so the 1-thread rows hold on a shared
 # machine; 2 threads are wall time (best sample) for both.
 #
-# Environment: EXPERTS (16), ROUNDS (3, or the first argument), THREADS
+# Environment: EXPERTS (16), LAYERS (1: MoE layers of the checkpoint), ROUNDS (3, or the first argument), THREADS
 # ("2 1"), REPS (4), CPU_REPS (10), P (128), N (16), PAIRS (all four),
 # PYTHON (a python3 with numpy).
 # Everything lands in bench/out/ (gitignored) and is kept for the next run.
@@ -102,13 +102,13 @@ ENGINE=${BUILD:-build}/bench/bench_engine
 [ -x $ENGINE ] || make -s $ENGINE
 . bench/synth_layer.sh
 synth_layer $EXPERTS
-G=$OUT/gguf-e$EXPERTS
+G=$OUT/gguf-$TAG
 mkdir -p $G
 
 # --- inputs, made once (newer than the checkpoint, else remade) -----------
 stale() { [ ! -f "$1" ] || [ "$MODEL/config.json" -nt "$1" ]; }
 for s in w8a8-dynamic w4a8 awq-w4a16; do
-    f=$OUT/e$EXPERTS-$s.dsq
+    f=$OUT/$TAG-$s.dsq
     if stale $f; then
         echo "converting $MODEL to $s ..."
         $QUANT --scheme $s -f --no-progress $MODEL $f > /dev/null
@@ -128,7 +128,7 @@ for q in Q8_0 Q4_0; do
 done
 
 # dsq model / GGUF file per pair name.
-dsq_of() { [ $1 = bf16 ] && echo $MODEL || echo $OUT/e$EXPERTS-$1.dsq; }
+dsq_of() { [ $1 = bf16 ] && echo $MODEL || echo $OUT/$TAG-$1.dsq; }
 gguf_of() {
     case $1 in bf16) echo $G/bf16.gguf ;; w8a8-dynamic) echo $G/Q8_0.gguf ;; *) echo $G/Q4_0.gguf ;; esac
 }
