@@ -624,6 +624,15 @@ static int clip_map(run *c)
     return DSQ_OK;
 }
 
+/* An optional statistics entry of this run (--stats file or checkpoint):
+ * its error goes to *tmp, so an absent one (DSQ_ERR_NOT_FOUND) is no error. */
+static int stats_try(run *c, const char *name, void **buf, size_t *n, dsq_diag *tmp)
+{
+    dsq_diag_clear(tmp);
+    return c->rd ? dsq_stats_reader_get(c->rd, name, buf, n, NULL, tmp)
+                 : dsq_stats_writer_get(c->w, name, buf, n, NULL, tmp);
+}
+
 /* AWQ clip on X^T X (awq.h): searched now (fresh statistics with X^T X
  * blocks) or read back from the statistics ("clipidx"); *done = 0 leaves the
  * tensor to the older diagonal-proxy path (groups that do not fit a block,
@@ -663,9 +672,7 @@ static int clip_cov(lin_ctx *x, const dsq_linear *l, const dsq_scheme *sc, int32
         void *buf = NULL;
         size_t nb = 0;
         dsq_diag tmp;   /* an absent entry is no error: that tensor keeps the older clip */
-        dsq_diag_clear(&tmp);
-        int g = c->rd ? dsq_stats_reader_get(c->rd, name, &buf, &nb, NULL, &tmp)
-                      : dsq_stats_writer_get(c->w, name, &buf, &nb, NULL, &tmp);
+        int g = stats_try(c, name, &buf, &nb, &tmp);
         if (g == DSQ_ERR_NOT_FOUND) return DSQ_OK;
         if (g < 0) {   /* an unreadable file must not turn a resumed run into another result */
             if (c->d) *c->d = tmp;
@@ -1082,9 +1089,7 @@ static int sens_entry(lin_ctx *x, const dsq_linear *l)
     void *buf = NULL;
     size_t nb = 0;
     dsq_diag tmp;
-    dsq_diag_clear(&tmp);
-    int g = c->rd ? dsq_stats_reader_get(c->rd, name, &buf, &nb, NULL, &tmp)
-                  : dsq_stats_writer_get(c->w, name, &buf, &nb, NULL, &tmp);
+    int g = stats_try(c, name, &buf, &nb, &tmp);
     if (g == DSQ_ERR_NOT_FOUND) {
         c->r->sens_missing++;
         return DSQ_OK;
@@ -1198,9 +1203,7 @@ static int read_scale(run *c, int layer, const dsq_scale_group *g, int kind, flo
     dsq_stats_name(name, sizeof name, layer, "loss", g->prev);
     buf = NULL;
     dsq_diag tmp;
-    dsq_diag_clear(&tmp);
-    if (rc == DSQ_OK && (c->rd ? dsq_stats_reader_get(c->rd, name, &buf, &n, NULL, &tmp)
-                               : dsq_stats_writer_get(c->w, name, &buf, &n, NULL, &tmp)) == DSQ_OK) {
+    if (rc == DSQ_OK && stats_try(c, name, &buf, &n, &tmp) == DSQ_OK) {
         double loss[2];
         if (n == sizeof loss) {
             memcpy(loss, buf, sizeof loss);
@@ -1294,9 +1297,7 @@ static int do_layer(run *c, int layer, const dsq_layer_stats *ls, int fresh)
         size_t ncin = 0;
         if (!fresh) {
             dsq_diag tmp;
-            dsq_diag_clear(&tmp);
-            if ((c->rd ? dsq_stats_reader_get(c->rd, name, &cin, &ncin, NULL, &tmp)
-                       : dsq_stats_writer_get(c->w, name, &cin, &ncin, NULL, &tmp)) == DSQ_OK) {
+            if (stats_try(c, name, &cin, &ncin, &tmp) == DSQ_OK) {
                 x.clip_in = cin;
                 x.nclip_in = ncin;
             }
@@ -1378,9 +1379,7 @@ static void load_site_cb(void *ctx, const dsq_linear *l)
     void *buf = NULL;
     size_t n = 0;
     dsq_diag tmp;
-    dsq_diag_clear(&tmp);
-    int rc = c->rd ? dsq_stats_reader_get(c->rd, name, &buf, &n, NULL, &tmp)
-                   : dsq_stats_writer_get(c->w, name, &buf, &n, NULL, &tmp);
+    int rc = stats_try(c, name, &buf, &n, &tmp);
     if (rc == DSQ_ERR_NOT_FOUND && dsq_calib_expert_of(l->name) >= 0) return; /* an expert that saw no token */
     if (rc < 0) {
         x->rc = dsq_fail(c->d, rc, tmp.path, name, tmp.offset, "%s", tmp.msg);

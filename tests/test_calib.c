@@ -1830,24 +1830,22 @@ static void test_sample_dynamic_smoothing(void **state)
 static void test_sens_units(void **state)
 {
     (void)state;
-    char a[128], b[128];
-    assert_int_equal(dsq_sens_unit("model.layers.0.mlp.gate_proj.weight", a, sizeof a), 1);
-    assert_int_equal(dsq_sens_unit("model.layers.0.mlp.up_proj.weight", b, sizeof b), 1);
-    assert_string_equal(a, "model.layers.0.mlp.gate_up_proj");
-    assert_string_equal(a, b);
-    assert_int_equal(dsq_sens_unit("model.layers.0.mlp.down_proj.weight", a, sizeof a), 1);
-    assert_string_equal(a, "model.layers.0.mlp.down_proj");
-    assert_int_equal(dsq_sens_unit("model.layers.1.self_attn.q_a_proj.weight", a, sizeof a), 1);
-    assert_int_equal(dsq_sens_unit("model.layers.1.self_attn.kv_a_proj_with_mqa.weight", b, sizeof b), 1);
-    assert_string_equal(a, "model.layers.1.self_attn.fused_qkv_a_proj");
-    assert_string_equal(a, b);
-    assert_int_equal(dsq_sens_unit("model.layers.1.self_attn.kv_b_proj.weight", a, sizeof a), 1);
-    assert_string_equal(a, "model.layers.1.self_attn.kv_b_proj");
-    assert_int_equal(dsq_sens_unit("model.layers.2.self_attn.v_proj.weight", a, sizeof a), 1);
-    assert_string_equal(a, "model.layers.2.self_attn.qkv_proj");
-    assert_int_equal(dsq_sens_unit("model.layers.3.mlp.shared_experts.up_proj.weight", a, sizeof a), 1);
-    assert_string_equal(a, "model.layers.3.mlp.shared_experts.gate_up_proj");
-    assert_int_equal(dsq_sens_unit("model.layers.3.mlp.experts.7.down_proj.weight", a, sizeof a), 0);
+    static const struct { const char *name, *unit; } cases[] = {
+        { "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.gate_up_proj" },
+        { "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.gate_up_proj" },
+        { "model.layers.0.mlp.down_proj.weight", "model.layers.0.mlp.down_proj" },
+        { "model.layers.1.self_attn.q_a_proj.weight", "model.layers.1.self_attn.fused_qkv_a_proj" },
+        { "model.layers.1.self_attn.kv_a_proj_with_mqa.weight", "model.layers.1.self_attn.fused_qkv_a_proj" },
+        { "model.layers.1.self_attn.kv_b_proj.weight", "model.layers.1.self_attn.kv_b_proj" },
+        { "model.layers.2.self_attn.v_proj.weight", "model.layers.2.self_attn.qkv_proj" },
+        { "model.layers.3.mlp.shared_experts.up_proj.weight", "model.layers.3.mlp.shared_experts.gate_up_proj" },
+        { "model.layers.3.mlp.experts.7.down_proj.weight", NULL },   /* routed: never a candidate */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char u[128];
+        assert_int_equal(dsq_sens_unit(cases[i].name, u, sizeof u), cases[i].unit != NULL);
+        if (cases[i].unit) assert_string_equal(u, cases[i].unit);
+    }
     const double sens[] = { 0.5, -1.0, 0.9, 0.5, 0.1 };
     const char *const names[] = { "c", "a", "z", "b", "d" };
     size_t idx[5], k;
