@@ -415,7 +415,21 @@ AI void d1_rows(const dsq_qview *v, const float *x, int64_t n0, int64_t n1, cons
  * d1_tile without the group bookkeeping and the masked block, and without
  * unroll pragmas. Written apart because GCC allocates d1_tile's loop worse:
  * 2.3-2.8 against 2.1-2.3 ns per 128 weights of a row, L2-hot, same process
- * (2026-11-26, machine shared). pfd: rows ahead to prefetch, 0 for none. */
+ * (2026-11-26, machine shared). pfd: rows ahead to prefetch, 0 for none.
+ * Each block's codes are loaded one block ahead: the kernel is at the
+ * vector issue limit (24 vector ops per 128 weights of a row: 7 shifts, 8
+ * vpermps, 8 FMAs, the table), about as long as DRAM takes for the 64 bytes,
+ * so a block whose shifts wait on its load adds the wait to the compute
+ * instead of hiding it. 2048 x 7168 g128 cache-cold, ms per call, same
+ * process, interleaved, machine shared (2026-11-26): 0.23-0.34 (median
+ * 0.34) against 0.28-0.39 (0.39); 7168 x 2048 0.28-0.35 against 0.36-0.41;
+ * L2-hot unchanged (1.6-2.1 ns per 128 weights of a row). Tried, no gain
+ * (same runs): prefetch 12-24 rows ahead, prefetcht1/t2, prefetching the
+ * next tile in address order, prefetching only a tile's first blocks, two
+ * blocks of codes ahead, no prefetch (hot 5-8% faster, cold 10-20% slower),
+ * and cheaper unpacks (and + vcvtdq2ps with the zero point per group, or
+ * vpermw of bf16(i - z) split in two with a shift and an and): 23-26 ops
+ * either way, no faster hot. */
 AI void d1_full_tile(const dsq_qview *v, const float *x, int64_t n, const int R, int pfd, float *y)
 {
     const int64_t ng = v->layout.ngroups; const size_t rb = v->layout.row_bytes;
@@ -424,12 +438,21 @@ AI void d1_full_tile(const dsq_qview *v, const float *x, int64_t n, const int R,
     __m512 acc[8][2];
     for (int r = 0; r < R; r++) for (int c = 0; c < 2; c++) acc[r][c] = _mm512_setzero_ps();
     const uint8_t *pf = w + (size_t)pfd * rb;
+    /* each block's codes are loaded one block early (dn): the shifts and
+     * permutes of block b do not wait on its load, which the prefetch has
+     * often not brought to L1 yet; the last block reloads itself */
+    __m512i dn[8];
+    for (int r = 0; r < R; r++) dn[r] = _mm512_loadu_si512(w + r * rb);
     for (int64_t b = 0; b < nb; b++) {
         __m512 tab[8];
         for (int r = 0; r < R; r++) tab[r] = _mm512_mul_ps(_mm512_load_ps(awq_iz[zp[r * ng + b] & 15]), _mm512_set1_ps(sp[r * ng + b]));
         if (pfd > 0) for (int r = 0; r < R; r++) _mm_prefetch((const char *)(pf + r * rb + b * 64), _MM_HINT_T0);
         __m512i d[8];
-        for (int r = 0; r < R; r++) d[r] = _mm512_loadu_si512(w + r * rb + b * 64);
+        const int64_t bn = b + 1 < nb ? b + 1 : b;
+        for (int r = 0; r < R; r++) {
+            d[r] = dn[r];
+            dn[r] = _mm512_loadu_si512(w + r * rb + bn * 64);
+        }
         for (int s = 0; s < 8; s++) {
             __m512 xv = _mm512_loadu_ps(x + b * 128 + 16 * s);
             for (int r = 0; r < R; r++) {

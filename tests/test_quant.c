@@ -710,6 +710,9 @@ static void test_awq_f32_kernel(void **state)
                                * then 4, 2 and 1 rows), g256 and one group per
                                * row with full blocks */
                               { 29, 512, 128 }, { 23, 1024, 256 }, { 19, 640, 0 },
+                              /* one full block per row: the codes loaded a
+                               * block early (d1_full_tile) reload the last */
+                              { 13, 128, 128 },
                               /* over DSQ_GEMM_SERIAL_MACS at T=1: the pools
                                * split it, 7 blocks of 48 rows (the last 12)
                                * in dsq_rowsplit order, some items empty */
