@@ -330,7 +330,7 @@ int dsq_awq_gemm_terms(const dsq_kernels *k, const dsq_qview *v, const float *x,
     void *own = NULL;
     scratch = awq_scratch(scratch, scratch_size, need, local, sizeof local, &own);
     if (!scratch) return DSQ_ERR_NOMEM;
-    struct awq_job j = { k, v, { T, x, awq_kpad(cols), NULL, NULL, NULL }, NULL, NULL, NULL,
+    struct awq_job j = { k, v, { T, x, awq_kpad(cols), NULL, NULL, NULL, 0 }, NULL, NULL, NULL,
                          NULL, AWQ_DEC_ROWS, y };
     const size_t plane = (size_t)T * (size_t)j.a.kpad;
     j.xh = scratch;
