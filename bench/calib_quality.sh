@@ -13,6 +13,15 @@
 # was trained on them, "Question: Q\nAnswer: A\n\n" (samples/corpus.py).
 # Calibration: samples/data/calib.txt, 64 x 512 tokens. The band is ds-eval
 # kld's bootstrap over whole 512-token windows (eval/eval_metrics.h).
+# TEXTS picks the held-out texts (default "heldout gsm"); besides those two:
+#   wiki     the last 1/8 of the lines of ../shared/data/text/wiki.test.raw
+#   stories  the same of ../shared/data/text/tinystories_val.txt
+#            (samples/train_gpu.py trains mid-dsv3 on the first 7/8 only)
+#   gsm8k    the first 300 real GSM8K test problems (../shared/data/gsm8k)
+# each scored on its first LIMIT_TOKENS tokens (default: all). CALIB sets the
+# calibration text (default samples/data/calib.txt). OUT defaults to
+# bench/out/calib-quality, or bench/out/calib-quality-NAME for a MODEL
+# other than samples/tiny-dsv3 (NAME its directory's name).
 # EXTRA_FLAGS are added to every calibrated row (e.g. a --gptq variant);
 # EXTRA_ROWS=0 drops the rows that are not RTN/calibrated pairs; ROWS=REGEX
 # runs only the rows whose label matches (grep -E), e.g. ROWS=w8a8-dynamic.
@@ -24,21 +33,41 @@
 set -e
 cd "$(dirname "$0")/.."
 MODEL=${1:-samples/tiny-dsv3}
-OUT=bench/out/calib-quality
+TEXTS=${TEXTS:-heldout gsm}
+if [ -z "${OUT:-}" ]; then
+    OUT=bench/out/calib-quality
+    [ "$MODEL" = samples/tiny-dsv3 ] || OUT=$OUT-$(basename "$MODEL")
+fi
 mkdir -p $OUT
 command -v jq >/dev/null || { echo "calib_quality.sh: needs jq (.ci/deps.sh)" >&2; exit 2; }
 [ -x bin/ds-quant ] && [ -x bin/ds-eval ] && [ -x bin/ds-inspect ] || make -s all
 D=samples/data
-CAL="--calib $D/calib.txt --calib-samples 64 --calib-seqlen 512 ${EXTRA_FLAGS:-}"
+CAL="--calib ${CALIB:-$D/calib.txt} --calib-samples 64 --calib-seqlen 512 ${EXTRA_FLAGS:-}"
+SH=../shared/data
 
-# the GSM test problems as plain text (jq decodes every JSON escape)
-jq -r '"Question: \(.question)\nAnswer: \(.answer)\n"' $D/gsm_test.jsonl > $OUT/gsm_test.txt
-[ "$(grep -c '^Question: ' $OUT/gsm_test.txt)" = "$(wc -l < $D/gsm_test.jsonl | tr -d ' ')" ] ||
-    { echo "calib_quality.sh: could not render every GSM test problem" >&2; exit 1; }
-
-for t in heldout gsm; do
-    f=$D/heldout.txt; [ $t = gsm ] && f=$OUT/gsm_test.txt
-    bin/ds-eval ppl -q -f -m "$MODEL" --data $f --save-logits $OUT/base_$t.logp --json > $OUT/base_$t.json
+# the held-out texts, as plain text files $OUT/text_NAME.txt
+qa() {   # jsonl -> "Question: Q\nAnswer: A\n\n" per problem (jq decodes every JSON escape)
+    jq -r '"Question: \(.question)\nAnswer: \(.answer)\n"' "$1" > "$2"
+    [ "$(grep -c '^Question: ' "$2")" = "$(wc -l < "$1" | tr -d ' ')" ] ||
+        { echo "calib_quality.sh: could not render every problem of $1" >&2; exit 1; }
+}
+need_shared() {
+    [ -f "$1" ] || { echo "calib_quality.sh: text $t needs $1 (../shared is absent)" >&2; exit 2; }
+}
+tail8() { n=$(wc -l < "$1"); tail -n $((n / 8)) "$1"; }   # samples/train_gpu.py heldout_split
+for t in $TEXTS; do
+    f=$OUT/text_$t.txt
+    case $t in
+        heldout) cp $D/heldout.txt $f ;;
+        gsm) qa $D/gsm_test.jsonl $f ;;
+        wiki) need_shared $SH/text/wiki.test.raw; tail8 $SH/text/wiki.test.raw > $f ;;
+        stories) need_shared $SH/text/tinystories_val.txt; tail8 $SH/text/tinystories_val.txt > $f ;;
+        gsm8k) need_shared $SH/gsm8k/test.jsonl; head -n 300 $SH/gsm8k/test.jsonl > $OUT/gsm8k300.jsonl
+               qa $OUT/gsm8k300.jsonl $f ;;
+        *) echo "calib_quality.sh: unknown text '$t' (heldout gsm wiki stories gsm8k)" >&2; exit 2 ;;
+    esac
+    bin/ds-eval ppl -q -f -m "$MODEL" --data $f ${LIMIT_TOKENS:+--limit-tokens $LIMIT_TOKENS} \
+        --save-logits $OUT/base_$t.logp --json > $OUT/base_$t.json
     echo "base $t: $(jq -r '"\(.tokens_scored) positions in \(.windows) windows, ppl \(.ppl)"' $OUT/base_$t.json)"
 done
 
@@ -63,17 +92,23 @@ kld() {   # json-file -> "mean [lo, hi] | median | p99 | same top-1"
 }
 
 echo
-echo "| scheme | bpw | bpw, all linears | heldout: KLD mean [95% band] | median | p99 | same top-1 | GSM test: KLD mean [95% band] | median | p99 | same top-1 |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+hdr="| scheme | bpw | bpw, all linears |"; sep="|---|---|---|"
+for t in $TEXTS; do
+    hdr="$hdr $t: KLD mean [95% band] | median | p99 | same top-1 |"; sep="$sep---|---|---|---|"
+done
+echo "$hdr"
+echo "$sep"
 row() {   # label args...
     label=$1; shift
     [ -z "${ROWS:-}" ] || echo "$label" | grep -Eq -- "$ROWS" || return 0
     tag=$(echo "$label" | tr -c 'a-zA-Z0-9\n' '_')
     bin/ds-quant -q -f --json "$@" "$MODEL" $OUT/$tag.dsq > $OUT/$tag.quant.json
-    for t in heldout gsm; do
+    line="| $label | $(bpw $OUT/$tag.dsq) | $(bpw_all $OUT/$tag.dsq) |"
+    for t in $TEXTS; do
         bin/ds-eval kld -q -m $OUT/$tag.dsq --base $OUT/base_$t.logp --json > $OUT/$tag.$t.json
+        line="$line $(kld $OUT/$tag.$t.json) |"
     done
-    echo "| $label | $(bpw $OUT/$tag.dsq) | $(bpw_all $OUT/$tag.dsq) | $(kld $OUT/$tag.heldout.json) | $(kld $OUT/$tag.gsm.json) |"
+    echo "$line"
     rm -f $OUT/$tag.dsq
 }
 row "awq-w4a16 g128, RTN" --scheme awq-w4a16
