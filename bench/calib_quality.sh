@@ -19,7 +19,11 @@
 #            (samples/train_gpu.py trains mid-dsv3 on the first 7/8 only)
 #   gsm8k    the first 300 real GSM8K test problems (../shared/data/gsm8k)
 # each scored on its first LIMIT_TOKENS tokens (default: all). CALIB sets the
-# calibration text (default samples/data/calib.txt). OUT defaults to
+# calibration text (default samples/data/calib.txt); CALIB=mix calibrates on
+# text like mid-dsv3's training mix: calib.txt's first 48 KiB, then the first
+# 24 KiB of each of the two ../shared text files (inside their trained 7/8),
+# since calibrating a model of varied text on word problems alone tunes its
+# scales to one domain. OUT defaults to
 # bench/out/calib-quality, or bench/out/calib-quality-NAME for a MODEL
 # other than samples/tiny-dsv3 (NAME its directory's name).
 # EXTRA_FLAGS are added to every calibrated row (e.g. a --gptq variant);
@@ -42,8 +46,17 @@ mkdir -p $OUT
 command -v jq >/dev/null || { echo "calib_quality.sh: needs jq (.ci/deps.sh)" >&2; exit 2; }
 [ -x bin/ds-quant ] && [ -x bin/ds-eval ] && [ -x bin/ds-inspect ] || make -s all
 D=samples/data
-CAL="--calib ${CALIB:-$D/calib.txt} --calib-samples 64 --calib-seqlen 512 ${EXTRA_FLAGS:-}"
 SH=../shared/data
+CALF=${CALIB:-$D/calib.txt}
+if [ "$CALF" = mix ]; then
+    for f in $SH/text/wiki.test.raw $SH/text/tinystories_val.txt; do
+        [ -f $f ] || { echo "calib_quality.sh: CALIB=mix needs $f (../shared is absent)" >&2; exit 2; }
+    done
+    CALF=$OUT/calib_mix.txt
+    { head -c 49152 $D/calib.txt; head -c 24576 $SH/text/wiki.test.raw
+      head -c 24576 $SH/text/tinystories_val.txt; } > $CALF
+fi
+CAL="--calib $CALF --calib-samples 64 --calib-seqlen 512 ${EXTRA_FLAGS:-}"
 
 # the held-out texts, as plain text files $OUT/text_NAME.txt
 qa() {   # jsonl -> "Question: Q\nAnswer: A\n\n" per problem (jq decodes every JSON escape)

@@ -8,6 +8,7 @@
 #
 #   LLAMA_CPP_DIR=/path/to/llama.cpp sh bench/vs_llamacpp.sh [ROUNDS]
 #   LLAMA_CPP_DIR=/path/to/llama.cpp sh bench/vs_llamacpp.sh kld
+#   KLD_MODEL=samples/work/mid-dsv3 KLD_TEXT=FILE ... sh bench/vs_llamacpp.sh kld
 #
 # LLAMA_CPP_DIR is a llama.cpp checkout the user built (CPU, -DGGML_NATIVE=ON,
 # targets llama-bench and llama-quantize); binaries are looked for in
@@ -63,24 +64,29 @@ fi
 # type, llama-perplexity --kl-divergence against the BF16 logits on
 # samples/data/heldout.txt (-c 512: 39 chunks, the second half of each scored,
 # 9,984 positions). Each figure is against llama.cpp's own float base, as
-# dsq's are against its own (`ds-eval kld`).
+# dsq's are against its own (`ds-eval kld`). KLD_MODEL (default samples/tiny-dsv3)
+# and KLD_TEXT (default samples/data/heldout.txt) pick another model and text:
+# mid-dsv3 (samples/train_gpu.py) with the text files calib_quality.sh writes.
 if [ "$1" = kld ]; then
     [ -x "$LBIN/llama-perplexity" ] || { echo "vs_llamacpp: $LBIN/llama-perplexity not found" >&2; exit 1; }
+    KM=${KLD_MODEL:-samples/tiny-dsv3}
+    KX=${KLD_TEXT:-samples/data/heldout.txt}
     K=bench/out/gguf-tiny
+    [ "$KM" = samples/tiny-dsv3 ] || K=bench/out/gguf-$(basename "$KM")
     KT=${THREADS:-2}
     KT=${KT%% *}
     mkdir -p $K
-    PYTHONPATH="$LLAMA_CPP_DIR/gguf-py" $PYTHON bench/synth_to_gguf.py samples/tiny-dsv3 $K/bf16.gguf
-    "$LBIN/llama-perplexity" -m $K/bf16.gguf -f samples/data/heldout.txt -c 512 -t $KT \
+    PYTHONPATH="$LLAMA_CPP_DIR/gguf-py" $PYTHON bench/synth_to_gguf.py "$KM" $K/bf16.gguf
+    "$LBIN/llama-perplexity" -m $K/bf16.gguf -f "$KX" -c 512 -t $KT \
         --kl-divergence-base $K/base.kld > $K/base.log 2>&1 || { tail -5 $K/base.log; exit 1; }
     echo "llama.cpp $(git -C "$LLAMA_CPP_DIR" log -1 --format='%h %cd' --date=short 2>/dev/null)," \
-         "samples/tiny-dsv3 on samples/data/heldout.txt, -c 512; vs llama.cpp's BF16 logits"
+         "$KM on $KX, -c 512; vs llama.cpp's BF16 logits"
     sed -n 's/^Final estimate: PPL = /BF16 base PPL /p' $K/base.log
     printf '%-8s %8s %11s %11s %11s %9s %8s\n' type "file MB" "mean KLD" "median" "p99" "same top" "PPL"
     for q in ${KLD_TYPES:-Q8_0 Q4_K_M Q4_K_S Q4_0}; do
         "$LBIN/llama-quantize" $K/bf16.gguf $K/$q.gguf $q > $K/$q-quant.log 2>&1 ||
             { tail -5 $K/$q-quant.log; exit 1; }
-        "$LBIN/llama-perplexity" -m $K/$q.gguf -f samples/data/heldout.txt -c 512 -t $KT \
+        "$LBIN/llama-perplexity" -m $K/$q.gguf -f "$KX" -c 512 -t $KT \
             --kl-divergence-base $K/base.kld --kl-divergence > $K/$q.log 2>&1 || { tail -5 $K/$q.log; exit 1; }
         awk -v q=$q -v mb="$(wc -c < $K/$q.gguf)" '
             /^Mean PPL\(Q\)  / { ppl = $4 } /^Mean +KLD:/ { mean = $3 } /^Median +KLD:/ { med = $3 }

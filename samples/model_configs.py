@@ -76,8 +76,8 @@ DSV3 = {
 # (q_lora 256, kv_lora 128, experts 128 wide); 32 routed experts in 4 groups,
 # 4 per token from 2 groups; 26M parameters, 52 MB in BF16.
 DSV3_MID = dict(DSV3, hidden_size=384, intermediate_size=1024, kv_lora_rank=128, moe_intermediate_size=128,
-                n_routed_experts=32, num_attention_heads=6, num_hidden_layers=5, q_lora_rank=256,
-                qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64)
+                n_routed_experts=32, num_attention_heads=6, num_key_value_heads=6, num_hidden_layers=5,
+                q_lora_rank=256, qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64)
 
 FP8_QUANT = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
 
