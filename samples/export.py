@@ -51,15 +51,21 @@ def shard_of(name, n_layers):
 
 def write_dir(out, cfg, tensors, tok_dir):
     """tensors: name -> (dtype, numpy raw array)."""
+    parts = [{}, {}]
+    for n, v in tensors.items():
+        parts[shard_of(n, cfg["num_hidden_layers"])][n] = v
+    write_shards(out, cfg, parts, tok_dir)
+
+
+def write_shards(out, cfg, parts, tok_dir=None):
+    """parts: one dict name -> (dtype, numpy raw array) per shard, in order.  The
+    tokenizer files are copied from tok_dir when given."""
     os.makedirs(out, exist_ok=True)
     for fn in os.listdir(out):
         if fn.endswith(".safetensors") or fn == "model.safetensors.index.json":
             os.remove(os.path.join(out, fn))
-    nsh = 2
+    nsh = len(parts)
     names = ["model-%05d-of-%05d.safetensors" % (i + 1, nsh) for i in range(nsh)]
-    parts = [{} for _ in range(nsh)]
-    for n, v in tensors.items():
-        parts[shard_of(n, cfg["num_hidden_layers"])][n] = v
     wmap, total = {}, 0
     for fn, p in zip(names, parts):
         total += st_io.write(os.path.join(out, fn), p, {"format": "pt"})
@@ -75,8 +81,9 @@ def write_dir(out, cfg, tensors, tok_dir):
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         json.dump(model_configs.GENERATION, f, indent=2)
         f.write("\n")
-    for fn in ("tokenizer.json", "tokenizer_config.json"):
+    for fn in ("tokenizer.json", "tokenizer_config.json") if tok_dir else ():
         shutil.copyfile(os.path.join(tok_dir, fn), os.path.join(out, fn))
+    return names
 
 
 def bf16_tensors(sd):

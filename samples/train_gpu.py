@@ -125,8 +125,8 @@ def causal_sdpa(q, k, v, mask, scale):
 
 
 def export(model, cfg, out):
+    import export as export_mod
     import st_io
-    os.makedirs(out, exist_ok=True)
     tensors = {}
     for n, t in model.state_dict().items():
         t = t.detach().float().cpu()
@@ -144,21 +144,7 @@ def export(model, cfg, out):
             size = 0
         parts[-1][n] = tensors[n]
         size += b
-    names = ["model-%05d-of-%05d.safetensors" % (i + 1, len(parts)) for i in range(len(parts))]
-    wmap, tot = {}, 0
-    for fn, p in zip(names, parts):
-        tot += st_io.write(os.path.join(out, fn), p, {"format": "pt"})
-        wmap.update({n: fn for n in p})
-    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": tot}, "weight_map": dict(sorted(wmap.items()))}, f, indent=2)
-        f.write("\n")
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2, sort_keys=True)
-        f.write("\n")
-    with open(os.path.join(out, "generation_config.json"), "w") as f:
-        json.dump(model_configs.GENERATION, f, indent=2)
-        f.write("\n")
-    return names
+    return export_mod.write_shards(out, cfg, parts)
 
 
 def train(a):
