@@ -77,7 +77,8 @@ static int kvb_in_place(const dsq_layer *ly, const dsq_kernels *kl)
 {
     uint32_t id = ly->kv_b.w.scheme->id;
     return ly->kv_b_run.w.scheme != ly->kv_b.w.scheme && kl->gemv_t && kl->gemv_i &&
-           (id == DSQ_SCHEME_W8A8_DYNAMIC || id == DSQ_SCHEME_W8A8 || id == DSQ_SCHEME_W4A8);
+           (id == DSQ_SCHEME_W8A8_DYNAMIC || id == DSQ_SCHEME_W8A8 || id == DSQ_SCHEME_W4A8 ||
+            id == DSQ_SCHEME_AWQ_W4A16);
 }
 
 static int64_t kvb_chunk_rows(const dsq_layer *ly)

@@ -153,7 +153,7 @@ typedef struct dsq_kernels {
      * int codes in place instead of dequantizing them to a buffer first.
      * gemv_i: gemv_f's contract for every scheme, int weights (w8a8,
      * w8a8-dynamic, w4a8) included: y = dot(deq(W[n,:]), x) in f32.
-     * gemv_t (w8a8, w8a8-dynamic, w4a8 views only; others may take a
+     * gemv_t (w8a8, w8a8-dynamic, w4a8, awq-w4a16 views only; others may take a
      * scalar path): the transposed product of one token, y[c] += sum over n in
      * [n0, n1) of a[n - n0] * deq(W)[n][c] for every column c (y holds
      * cols floats). Both within the float dot bound of the reference

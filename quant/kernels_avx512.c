@@ -862,7 +862,9 @@ AI __m512 i8x16_ps(__m512i c, const int q)
 
 /* Columns [c0, c0 + 128) of rows [n0, n1): 8 accumulators stay in
  * registers while the rows pass (each row's 128 codes are one 64-byte load
- * for w4a8, two for w8); weight q times the row's coefficient a * s. */
+ * for w4a8 and awq, two for w8); weight q times the row's coefficient a * s.
+ * W4: 1 w4a8 (u - 8), 2 awq (u - z, the group's zero point: -15..15, exact
+ * in int8 as in awq_deq64). */
 AI void gemv_t128(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, int64_t c0, int64_t g,
                   const int W4, float *y)
 {
@@ -878,8 +880,9 @@ AI void gemv_t128(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, in
         __m512i c[2];
         if (W4) {
             const __m512i raw = _mm512_loadu_si512(row + (c0 >> 1));
-            c[0] = _mm512_sub_epi8(_mm512_and_si512(raw, m4), e8);
-            c[1] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), e8);
+            const __m512i z = W4 == 2 ? _mm512_set1_epi8((char)v->zeros[n * ng + g]) : e8;
+            c[0] = _mm512_sub_epi8(_mm512_and_si512(raw, m4), z);
+            c[1] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), z);
         } else {
             c[0] = _mm512_loadu_si512(row + c0);
             c[1] = _mm512_loadu_si512(row + c0 + 64);
@@ -896,13 +899,14 @@ AI void gemv_t128(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, in
 static void z_gemv_t(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, float *y)
 {
     const int64_t cols = v->shape.cols, gs = v->layout.gsize;
-    const int w4 = v->scheme->id == DSQ_SCHEME_W4A8;
+    const int w4 = v->scheme->id == DSQ_SCHEME_W4A8 ? 1 : v->scheme->id == DSQ_SCHEME_AWQ_W4A16 ? 2 : 0;
     int64_t c0 = 0;
     /* whole 128-column blocks inside one group (w8: one per row) */
     if (!w4 || v->layout.ngroups == 1 || gs % 128 == 0)
         for (; c0 + 128 <= cols; c0 += 128) {
             const int64_t g = w4 ? c0 / gs : 0;
-            if (w4) gemv_t128(v, n0, n1, a, c0, g, 1, y);
+            if (w4 == 2) gemv_t128(v, n0, n1, a, c0, g, 2, y);
+            else if (w4) gemv_t128(v, n0, n1, a, c0, g, 1, y);
             else gemv_t128(v, n0, n1, a, c0, 0, 0, y);
         }
     for (int64_t c = c0; c < cols; c++) {

@@ -429,7 +429,15 @@ AI void d1_rows(const dsq_qview *v, const float *x, int64_t n0, int64_t n1, cons
  * blocks of codes ahead, no prefetch (hot 5-8% faster, cold 10-20% slower),
  * and cheaper unpacks (and + vcvtdq2ps with the zero point per group, or
  * vpermw of bf16(i - z) split in two with a shift and an and): 23-26 ops
- * either way, no faster hot. */
+ * either way, no faster hot. Rows of 8 KB (o_proj, 16384 columns) stream
+ * slower than the expert rows (2048 x 16384 about 3.7-3.9 ns per 128 weights
+ * of a row cache-cold against 3.1-3.2 at 7168 columns; 8192 and 15872
+ * columns in between: x past L1 and a 4 KB row stride each cost some).
+ * Tried for it, no gain (2026-11-26, interleaved in one process, machine
+ * shared): column chunks of 64 blocks with the accumulators carried in
+ * memory between chunks (x's chunk in L1; bit-identical), prefetching the
+ * next tile's rows half a row ahead (off the 4 KB-aliased set), prefetching
+ * the current rows 8-32 blocks ahead instead of the next tile's. */
 AI void d1_full_tile(const dsq_qview *v, const float *x, int64_t n, const int R, int pfd, float *y)
 {
     const int64_t ng = v->layout.ngroups; const size_t rb = v->layout.row_bytes;

@@ -468,7 +468,7 @@ static void test_mla_naive_vs_absorbed(void **st)
 static void test_mla_quantized_kvb_decode(void **st)
 {
     (void)st;
-    const uint32_t schemes[] = { DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W4A8 };
+    const uint32_t schemes[] = { DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W4A8, DSQ_SCHEME_AWQ_W4A16 };
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         tiny *m;
         char *dir = make_st(A_V3, E_BF16, 91 + i, &m);

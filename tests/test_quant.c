@@ -206,7 +206,8 @@ static void check_absorb_kernels(const dsq_kernels *k, const dsq_qview *v, const
             }
         }
     }
-    if (k->gemv_t && is_int) {
+    /* gemv_t: int views, and awq (the absorbed path reads an awq kv_b in place too) */
+    if (k->gemv_t && (is_int || v->scheme->id == DSQ_SCHEME_AWQ_W4A16)) {
         for (int64_t c = 0; c < cols; c++) y[c] = 0.25f * x[c];
         k->gemv_t(v, 0, r1 < rows ? r1 : rows, a, y);
         if (r1 < rows) k->gemv_t(v, r1, rows, a + r1, y);
