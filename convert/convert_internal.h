@@ -43,6 +43,8 @@ typedef struct dsq_conv_result {
     uint8_t *piece;         /* streamed: piece blob, piece_size bytes */
     size_t piece_size;
     size_t piece_cap;       /* its allocation (dsq_conv_buf_put) */
+    uint8_t *zframe;        /* streamed with zstd: the piece's W rows as one frame */
+    size_t zframe_size, zframe_cap;
     void *blob_buf;         /* whole tensor: the buffer blob.data points into */
     size_t blob_cap;
     double err2, ref2;
