@@ -113,14 +113,26 @@ int dsq_convert_prepare(dsq_convert **out, const dsq_convert_opts *o, dsq_diag *
         uint64_t per = 64ull << 20;
         c->o.mem_budget = (uint64_t)t * per > (512ull << 20) ? (uint64_t)t * per : 512ull << 20;
     }
-    if (!c->o.stream_bytes) c->o.stream_bytes = 64ull << 20;
+    /* .dsq output: blobs above 4 MiB (the piece size) go through the
+     * streamed pieces, whose buffers are recycled, and whose zstd runs on
+     * the workers. A whole tensor needs a buffer of its size on the worker
+     * and one more (the encoded copy) while it waits for the writer: with
+     * the 64 MiB threshold the e16 layer's buffers grew to 275-300 MB in
+     * ~20 sizes, memory first touched in each run (page zeroing at
+     * ~0.25-0.7 GB/s in this VM, 10-30% of the CPU, `perf record`); now
+     * ~65 MB (peak RSS 250-300 -> 56-99 MB, -T 2). Exports keep
+     * 64 MiB: most export targets gather a streamed tensor whole again
+     * (convert_export.c), so streaming would only add a copy there. */
+    if (!c->o.stream_bytes)
+        c->o.stream_bytes = o->export_format && strcmp(o->export_format, "dsq") != 0 ? 64ull << 20
+                                                                                  : 4ull << 20;
     /* 4 MiB: the window holds up to 2 x threads + 2 pieces, and each piece
      * buffer is memory first touched in this run (~0.2-0.3 GB/s of page
      * zeroing in this VM): 16 MiB pieces were 96 MiB of the 16-expert
      * w4a8 -T 2 run's 275 MB peak RSS. With zstd a streamed payload has
      * one frame per piece (compressed on the workers), so the piece size is
-     * part of the output bytes: 4 MiB frames cost 0.001% of the size on
-     * the e16 layer against one frame per tensor. */
+     * part of the output bytes: 4 MiB frames change the size by -0.01% to
+     * +0.004% on the e16 layer against one frame per tensor. */
     if (!c->o.piece_bytes) c->o.piece_bytes = 4ull << 20;
     if (c->o.error_sample <= 0) c->o.error_sample = 16;
     if (!c->o.tool) c->o.tool = "ds-quant " DSQ_VERSION_STRING;
