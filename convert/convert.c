@@ -377,7 +377,8 @@ static int sink_stream(dsq_conv_sink *k, const dsq_conv_item *it, dsq_conv_resul
         info.raw_size = L->total;
         /* With zstd, the workers compressed each piece's rows as a frame
          * of its own (convert_pool.c): the payload is a sequence of frames. */
-        if (r->zframe) DSQ_TRY(dsq_ctr_writer_begin_frames(k->w, &info, c->o.zstd_level, d));
+        if (r->zframe && c->hash) DSQ_TRY(dsq_ctr_writer_begin_frames_hashed(k->w, &info, c->o.zstd_level, d));
+        else if (r->zframe) DSQ_TRY(dsq_ctr_writer_begin_frames(k->w, &info, c->o.zstd_level, d));
         else DSQ_TRY(dsq_ctr_writer_begin(k->w, &info, c->o.zstd_level, d));
         dsq_qblob_header h;
         memcpy(&h, r->piece, sizeof h);
@@ -401,9 +402,9 @@ static int sink_stream(dsq_conv_sink *k, const dsq_conv_item *it, dsq_conv_resul
         if (!k->acc) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
         k->stream_tensor = it->tensor;
     }
-    if (r->zframe)
-        DSQ_TRY(dsq_ctr_writer_frame(k->w, r->piece + pl.w_off, (size_t)it->nrows * pl.row_bytes,
-                                     r->zframe, r->zframe_size, d));
+    if (r->zframe)   /* raw rows for the writer's hash, unless the workers took it */
+        DSQ_TRY(dsq_ctr_writer_frame(k->w, c->hash ? NULL : r->piece + pl.w_off,
+                                     (size_t)it->nrows * pl.row_bytes, r->zframe, r->zframe_size, d));
     else
         DSQ_TRY(dsq_ctr_writer_chunk(k->w, r->piece + pl.w_off, (size_t)it->nrows * pl.row_bytes, d));
     /* Sections after W, addressed relative to the end of W. */
@@ -414,6 +415,20 @@ static int sink_stream(dsq_conv_sink *k, const dsq_conv_item *it, dsq_conv_resul
     if (L->r_size) memcpy(k->acc + (L->r_off - base) + r0 * 4, r->piece + pl.r_off, nr * 4);
     if (it->piece + 1 == ct->npieces) {
         if (k->acc_size) DSQ_TRY(dsq_ctr_writer_chunk(k->w, k->acc, k->acc_size, d));
+        if (r->zframe && c->hash) {
+            /* The workers hashed header and rows (hash_turn, convert_pool.c);
+             * every piece was hashed before it reached this thread. */
+            dsq_conv_hash *hs = &c->hash[it->tensor];
+            if (hs->broken || !hs->h.md_ctx)
+                return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory for the payload hash");
+            uint8_t dig[DSQ_SHA256_LEN];
+            dsq_sha256_update(&hs->h, k->acc, k->acc_size);
+            dsq_sha256_final(&hs->h, dig);
+            free(k->acc);
+            k->acc = NULL;
+            DSQ_TRY(dsq_ctr_writer_end_digest(k->w, dig, d));
+            return DSQ_OK;
+        }
         free(k->acc);
         k->acc = NULL;
         DSQ_TRY(dsq_ctr_writer_end(k->w, d));

@@ -427,6 +427,50 @@ static int cancelled(const dsq_convert *c)
     return c->o.cancel && *c->o.cancel;
 }
 
+/* Piece it's turn at its tensor's payload hash (dsq_conv_hash): wait for
+ * the pieces before it, hash its bytes in file order (nothing if r is NULL,
+ * a failed piece: the tensor is then broken and never committed), pass on. */
+static void hash_turn(dsq_convert *c, const dsq_conv_item *it, const dsq_conv_result *r)
+{
+    dsq_conv_hash *hs = &c->hash[it->tensor];
+    pthread_mutex_lock(&c->hash_mu);
+    while (hs->next != it->piece) pthread_cond_wait(&c->hash_cv, &c->hash_mu);
+    pthread_mutex_unlock(&c->hash_mu);
+    if (r && !hs->broken) {
+        const dsq_plan_entry *e = &c->plan.v[it->tensor];
+        const dsq_qlayout *L = &c->ct[it->tensor].layout;
+        dsq_qshape ps = e->qshape;
+        ps.rows = it->nrows;
+        dsq_qlayout pl;
+        if (dsq_qlayout_get(e->scheme, &ps, &pl) < 0) {
+            hs->broken = 1;
+        } else if (it->piece == 0 && dsq_sha256_init(&hs->h) < 0) {
+            hs->broken = 1;
+        } else {
+            if (it->piece == 0) {   /* the header as the writer stores it, then the gap */
+                static const uint8_t zero[256];
+                dsq_qblob_header h;
+                memcpy(&h, r->piece, sizeof h);
+                h.rows = e->qshape.rows;
+                h.blob_size = L->total;
+                dsq_sha256_update(&hs->h, &h, sizeof h);
+                for (size_t g = L->w_off - sizeof h; g; ) {
+                    size_t k = g < sizeof zero ? g : sizeof zero;
+                    dsq_sha256_update(&hs->h, zero, k);
+                    g -= k;
+                }
+            }
+            dsq_sha256_update(&hs->h, r->piece + pl.w_off, (size_t)it->nrows * pl.row_bytes);
+        }
+    } else {
+        hs->broken = 1;
+    }
+    pthread_mutex_lock(&c->hash_mu);
+    hs->next++;
+    pthread_cond_broadcast(&c->hash_cv);
+    pthread_mutex_unlock(&c->hash_mu);
+}
+
 static void *worker(void *arg)
 {
     pipe_t *p = arg;
@@ -456,6 +500,8 @@ static void *worker(void *arg)
 
         dsq_conv_result r;
         dsq_conv_process(c, &p->items[i], fbuf, bbuf, &ws, &r);
+        if (c->hash && c->ct[p->items[i].tensor].stream)
+            hash_turn(c, &p->items[i], r.status == DSQ_OK ? &r : NULL);
 
         pthread_mutex_lock(&p->mu);
         slot *s = &p->slots[i % p->window];
@@ -505,6 +551,17 @@ int dsq_conv_pipeline_run(dsq_convert *c, const dsq_conv_item *items, size_t nit
         free(p.slots);
         free(th);
         return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    /* The workers hash streamed payloads whose pieces they compress. */
+    if (c->o.zstd_level > 0 && !c->xformat) {
+        c->hash = calloc(c->plan.n ? c->plan.n : 1, sizeof *c->hash);
+        if (!c->hash) {
+            free(p.slots);
+            free(th);
+            return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        }
+        pthread_mutex_init(&c->hash_mu, NULL);
+        pthread_cond_init(&c->hash_cv, NULL);
     }
     pthread_mutex_init(&p.mu, NULL);
     pthread_mutex_init(&p.bufs.mu, NULL);
@@ -562,6 +619,13 @@ int dsq_conv_pipeline_run(dsq_convert *c, const dsq_conv_item *items, size_t nit
     for (size_t i = 0; i < p.window; i++)
         if (p.slots[i].ready) result_free(&p.bufs, &p.slots[i].r);
     for (int i = 0; i < p.bufs.n; i++) free(p.bufs.p[i]);
+    if (c->hash) {   /* tensors left open by an error or an interruption */
+        for (size_t i = 0; i < c->plan.n; i++) dsq_sha256_release(&c->hash[i].h);
+        free(c->hash);
+        c->hash = NULL;
+        pthread_mutex_destroy(&c->hash_mu);
+        pthread_cond_destroy(&c->hash_cv);
+    }
     pthread_mutex_destroy(&p.bufs.mu);
     pthread_mutex_destroy(&p.mu);
     pthread_cond_destroy(&p.cv_work);

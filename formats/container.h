@@ -240,6 +240,15 @@ int dsq_ctr_writer_begin_frames(dsq_ctr_writer *w, const dsq_ctr_tensor_info *in
                                 int zstd_level, dsq_diag *d);
 int dsq_ctr_writer_frame(dsq_ctr_writer *w, const void *raw, size_t n, const void *frame,
                          size_t frame_size, dsq_diag *d);
+/* The same with the payload's SHA-256 taken by the caller (the conversion's
+ * workers hash a streamed tensor's pieces in file order, so the writer
+ * thread does not hash every streamed byte alone): the writer hashes
+ * nothing, frame's raw may be NULL, and the payload ends with
+ * dsq_ctr_writer_end_digest (the digest of its raw bytes) instead of end.
+ * A wrong digest makes a file whose verify fails on that tensor. */
+int dsq_ctr_writer_begin_frames_hashed(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
+                                       int zstd_level, dsq_diag *d);
+int dsq_ctr_writer_end_digest(dsq_ctr_writer *w, const uint8_t digest[DSQ_SHA256_LEN], dsq_diag *d);
 
 /* The model metadata: one JSON object (validated here, stored verbatim).
  * May be called any time before finish; the last call wins. Default "{}".

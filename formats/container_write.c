@@ -31,7 +31,8 @@ struct dsq_ctr_writer {
     int streaming;
     dsq_ctr_wentry cur;
     int cur_level;
-    int cur_frames;            /* payload as a sequence of frames (begin_frames) */
+    int cur_frames;            /* payload as a sequence of frames (begin_frames);
+                                * 2: the caller hashes it (end_digest) */
     uint64_t cur_raw, cur_pledged;
     dsq_sha256 raw_h;
     ZSTD_CCtx *cctx;
@@ -553,6 +554,12 @@ int dsq_ctr_writer_begin_frames(dsq_ctr_writer *w, const dsq_ctr_tensor_info *in
     return begin_stream(w, info, zstd_level, 1, d);
 }
 
+int dsq_ctr_writer_begin_frames_hashed(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
+                                       int zstd_level, dsq_diag *d)
+{
+    return begin_stream(w, info, zstd_level, 2, d);
+}
+
 /* Drop the open stream and cut its bytes off the file. */
 static int stream_rollback(dsq_ctr_writer *w, int rc, dsq_diag *d)
 {
@@ -615,7 +622,7 @@ static void chunk_task(void *ctx, size_t item, int tid)
     struct chunk_job *j = ctx;
     dsq_ctr_writer *w = j->w;
     if (item == 0) {
-        dsq_sha256_update(&w->raw_h, j->raw, j->n);
+        if (w->cur_frames != 2) dsq_sha256_update(&w->raw_h, j->raw, j->n);
         return;
     }
     if (j->frame)
@@ -657,7 +664,7 @@ static int chunk_run(dsq_ctr_writer *w, const void *raw, size_t n, const void *f
     if (w->failed) return dsq_fail(d, w->failed, w->f.tmp_path, NULL, -1, "writer failed earlier");
     if (!w->streaming)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, w->f.path, NULL, -1, "no streamed tensor is open");
-    if (!raw && n)
+    if (!raw && n && !(frame && w->cur_frames == 2))
         return stream_rollback(w, dsq_fail(d, DSQ_ERR_INVALID_ARG, w->f.path, w->cur.name, -1,
                                            "NULL chunk of %zu bytes", n), d);
     if (w->cur_pledged && n > w->cur_pledged - w->cur_raw)
@@ -677,9 +684,12 @@ static int chunk_run(dsq_ctr_writer *w, const void *raw, size_t n, const void *f
         w->pair = dsq_pool_create(2);
         if (w->pair) (void)dsq_pool_set_spin_us(w->pair, 0);   /* sleeps between chunks */
     }
-    dsq_pool_run(n >= PAIR_MIN ? w->pair : NULL, 2, chunk_task, &j);
+    /* (a payload the caller hashes has nothing to pair with the write) */
+    dsq_pool_run(n >= PAIR_MIN && w->cur_frames != 2 ? w->pair : NULL, 2, chunk_task, &j);
     return j.rc < 0 ? stream_rollback(w, j.rc, d) : DSQ_OK;
 }
+
+static int stream_end(dsq_ctr_writer *w, const uint8_t *digest, dsq_diag *d);
 
 int dsq_ctr_writer_end(dsq_ctr_writer *w, dsq_diag *d)
 {
@@ -691,6 +701,28 @@ int dsq_ctr_writer_end(dsq_ctr_writer *w, dsq_diag *d)
                                            "got %llu bytes but %llu were promised",
                                            (unsigned long long)w->cur_raw,
                                            (unsigned long long)w->cur_pledged), d);
+    if (w->cur_frames == 2)
+        return stream_rollback(w, dsq_fail(d, DSQ_ERR_INVALID_ARG, w->f.path, w->cur.name, -1,
+                                           "a payload hashed by the caller ends with end_digest"), d);
+    return stream_end(w, NULL, d);
+}
+
+int dsq_ctr_writer_end_digest(dsq_ctr_writer *w, const uint8_t digest[DSQ_SHA256_LEN], dsq_diag *d)
+{
+    if (w->failed) return dsq_fail(d, w->failed, w->f.tmp_path, NULL, -1, "writer failed earlier");
+    if (!w->streaming || w->cur_frames != 2)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, w->f.path, NULL, -1,
+                        "no streamed tensor begun with begin_frames_hashed is open");
+    if (w->cur_pledged && w->cur_raw != w->cur_pledged)
+        return stream_rollback(w, dsq_fail(d, DSQ_ERR_INVALID_ARG, w->f.path, w->cur.name, -1,
+                                           "got %llu bytes but %llu were promised",
+                                           (unsigned long long)w->cur_raw,
+                                           (unsigned long long)w->cur_pledged), d);
+    return stream_end(w, digest, d);
+}
+
+static int stream_end(dsq_ctr_writer *w, const uint8_t *digest, dsq_diag *d)
+{
     int rc = DSQ_OK;
     if (w->cur_frames) {
         /* No frame at all (an empty tensor): one empty frame, since a zstd
@@ -705,6 +737,7 @@ int dsq_ctr_writer_end(dsq_ctr_writer *w, dsq_diag *d)
     t->stored_size = w->f.written - t->offset;
     t->compression = w->cur_level > 0 ? DSQ_CTR_COMP_ZSTD : DSQ_CTR_COMP_NONE;
     dsq_sha256_final(&w->raw_h, t->sha256);
+    if (digest) memcpy(t->sha256, digest, 32);
     if (w->st_on) { dsq_sha256_release(&w->st_h); w->st_on = 0; }
     memcpy(w->cur.stored_sha256, t->sha256, 32);
     w->streaming = 0;

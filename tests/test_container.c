@@ -674,6 +674,19 @@ static void test_frames(void **state)
         assert_int_equal(dsq_ctr_writer_frame(w, pc, PIECE, fr, fs, &d), DSQ_OK);
     }
     assert_int_equal(dsq_ctr_writer_end(w, &d), DSQ_OK);
+    /* the same bytes, hashed by the caller: same digest, same payload */
+    dsq_ctr_tensor_info th = mkinfo("framed-hashed", 1, (int64_t)n / 2, 0);
+    th.raw_size = n;
+    assert_int_equal(dsq_ctr_writer_begin_frames_hashed(w, &th, 1, &d), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_chunk(w, raw, 64, &d), DSQ_OK);
+    for (int i = 0; i < NP; i++) {
+        const uint8_t *pc = raw + 64 + (size_t)i * PIECE;
+        assert_int_equal(dsq_ctr_zstd_frame(pc, PIECE, 1, fr, cap, &fs, &d), DSQ_OK);
+        assert_int_equal(dsq_ctr_writer_frame(w, NULL, PIECE, fr, fs, &d), DSQ_OK);
+    }
+    uint8_t dig[DSQ_SHA256_LEN];
+    assert_int_equal(dsq_sha256_buf(raw, n, dig), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_end_digest(w, dig, &d), DSQ_OK);
     dsq_ctr_tensor_info e = mkinfo("framed-empty", 1, 0, 0);
     assert_int_equal(dsq_ctr_writer_begin_frames(w, &e, 3, &d), DSQ_OK);
     assert_int_equal(dsq_ctr_writer_end(w, &d), DSQ_OK);   /* no frame: an empty one */
@@ -686,11 +699,17 @@ static void test_frames(void **state)
     assert_int_equal(dsq_ctr_writer_frame(w, raw, 9, fr, fs, NULL), DSQ_ERR_INVALID_ARG);
     assert_int_equal(dsq_ctr_writer_begin(w, &b, 1, NULL), DSQ_OK);
     assert_int_equal(dsq_ctr_writer_frame(w, raw, 8, fr, fs, NULL), DSQ_ERR_INVALID_ARG);
-    assert_int_equal(dsq_ctr_writer_count(w), 2);
+    /* a caller-hashed payload ends only with its digest, a plain one only without */
+    assert_int_equal(dsq_ctr_writer_begin_frames_hashed(w, &b, 1, NULL), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_end(w, NULL), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_ctr_writer_begin(w, &b, 1, NULL), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_end_digest(w, dig, NULL), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_ctr_writer_end(w, NULL), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_count(w), 4);
     /* interrupted here: the resume re-hashes the framed payload from disk */
     assert_int_equal(dsq_ctr_writer_detach(w, &d), DSQ_OK);
     assert_int_equal(dsq_ctr_writer_open_ex(&w, p, DSQ_CTR_RESUME, "fp-f", &d), DSQ_OK);
-    assert_int_equal(dsq_ctr_writer_count(w), 2);
+    assert_int_equal(dsq_ctr_writer_count(w), 4);
     assert_int_equal(dsq_ctr_writer_finish(w, &d), DSQ_OK);
 
     dsq_ctr *r;
@@ -709,6 +728,10 @@ static void test_frames(void **state)
     uint8_t want[DSQ_SHA256_LEN];
     assert_int_equal(dsq_sha256_buf(raw, n, want), DSQ_OK);
     assert_memory_equal(ti->sha256, want, DSQ_SHA256_LEN);
+    const dsq_ctr_tensor_info *tc = dsq_ctr_find(r, "framed-hashed");
+    assert_int_equal(tc->stored_size, ti->stored_size);
+    assert_memory_equal(tc->sha256, want, DSQ_SHA256_LEN);
+    assert_memory_equal(dsq_ctr_stored_ptr(r, tc), sp, ti->stored_size);
     const dsq_ctr_tensor_info *te = dsq_ctr_find(r, "framed-empty");
     assert_int_equal(te->raw_size, 0);
     assert_true(te->stored_size > 0);
