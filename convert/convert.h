@@ -14,8 +14,9 @@
  * dsq_ctr_encode then hashes and compresses it). Tensors whose output blob is larger than
  * stream_bytes are cut into row pieces of about piece_bytes that several
  * workers quantize at once; each worker compresses its piece's rows into a
- * zstd frame of their own, and the writer hashes and streams them into the
- * file (one payload of several frames) and keeps only the small scale /
+ * zstd frame of their own and adds them to the tensor's SHA-256 in file
+ * order, and the writer streams the frames into the file (one payload of
+ * several frames) and keeps only the small scale /
  * zero / row-sum sections until the tensor ends. Finished outputs wait for
  * the writer in a window of at most 2*threads+2 items and mem_budget bytes.
  * Source pages are dropped from the process (madvise DONTNEED) as soon as a

@@ -680,7 +680,7 @@ static int chunk_run(dsq_ctr_writer *w, const void *raw, size_t n, const void *f
      * were the conversion's longest serial stretch (perf, -T 2: the writer
      * thread held 23% of the CPU samples, SHA-256 a quarter of it). Same
      * bytes: each of the two runs over the chunk in order, as before. */
-    if (n >= PAIR_MIN && !w->pair) {
+    if (n >= PAIR_MIN && !w->pair && w->cur_frames != 2) {
         w->pair = dsq_pool_create(2);
         if (w->pair) (void)dsq_pool_set_spin_us(w->pair, 0);   /* sleeps between chunks */
     }
