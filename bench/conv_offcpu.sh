@@ -17,9 +17,12 @@
 # (lock / condition)": waiting for another thread of the run; "runnable":
 # ready but no free core (other jobs on the machine). Thread roles are
 # named from their stacks: workers (quantize, SHA-256 + zstd of whole
-# tensors), the writer (main thread: the ordered hand-off, zstd of streamed
-# tensors), the SHA-256 pair thread of streamed tensors, the O_DIRECT ring
-# (common/dsq_dio.h) and the background fdatasync (common/dsq_syncer.h).
+# tensors, zstd of streamed pieces and their tensor's SHA-256 in file order:
+# a worker whose piece's turn has not come sleeps on a condition), the
+# writer (main thread: the ordered hand-off, the copy into the O_DIRECT
+# ring), the SHA-256 pair thread (streamed tensors at --zstd-level 0 only),
+# the O_DIRECT ring (common/dsq_dio.h) and the background fdatasync
+# (common/dsq_syncer.h).
 set -e
 S=${1:-w8a8-dynamic}
 T=${2:-2}

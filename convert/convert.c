@@ -113,12 +113,26 @@ int dsq_convert_prepare(dsq_convert **out, const dsq_convert_opts *o, dsq_diag *
         uint64_t per = 64ull << 20;
         c->o.mem_budget = (uint64_t)t * per > (512ull << 20) ? (uint64_t)t * per : 512ull << 20;
     }
-    if (!c->o.stream_bytes) c->o.stream_bytes = 64ull << 20;
+    /* .dsq output: blobs above 4 MiB (the piece size) go through the
+     * streamed pieces, whose buffers are recycled, and whose zstd runs on
+     * the workers. A whole tensor needs a buffer of its size on the worker
+     * and one more (the encoded copy) while it waits for the writer: with
+     * the 64 MiB threshold the e16 layer's buffers grew to 275-300 MB in
+     * ~20 sizes, memory first touched in each run (page zeroing at
+     * ~0.25-0.7 GB/s in this VM, 10-30% of the CPU, `perf record`); now
+     * ~65 MB (peak RSS 250-300 -> 56-99 MB, -T 2). Exports keep
+     * 64 MiB: most export targets gather a streamed tensor whole again
+     * (convert_export.c), so streaming would only add a copy there. */
+    if (!c->o.stream_bytes)
+        c->o.stream_bytes = o->export_format && strcmp(o->export_format, "dsq") != 0 ? 64ull << 20
+                                                                                  : 4ull << 20;
     /* 4 MiB: the window holds up to 2 x threads + 2 pieces, and each piece
      * buffer is memory first touched in this run (~0.2-0.3 GB/s of page
      * zeroing in this VM): 16 MiB pieces were 96 MiB of the 16-expert
-     * w4a8 -T 2 run's 275 MB peak RSS. Same output bytes (the stream is
-     * one zstd frame whatever the chunking; checked by cmp on that layer). */
+     * w4a8 -T 2 run's 275 MB peak RSS. With zstd a streamed payload has
+     * one frame per piece (compressed on the workers), so the piece size is
+     * part of the output bytes: 4 MiB frames change the size by -0.01% to
+     * +0.004% on the e16 layer against one frame per tensor. */
     if (!c->o.piece_bytes) c->o.piece_bytes = 4ull << 20;
     if (c->o.error_sample <= 0) c->o.error_sample = 16;
     if (!c->o.tool) c->o.tool = "ds-quant " DSQ_VERSION_STRING;
@@ -157,6 +171,7 @@ uint64_t dsq_convert_peak_estimate(const dsq_convert *c)
         uint64_t m;
         if (ct->stream) {
             m = (uint64_t)ct->piece_rows * (ct->layout.total / (uint64_t)c->plan.v[i].qshape.rows + 1);
+            if (c->o.zstd_level > 0 && !c->xformat) m *= 2;   /* and its zstd frame */
             uint64_t acc = ct->layout.s_size + ct->layout.z_size + ct->layout.r_size;
             if (acc > acc_max) acc_max = acc;
         } else {
@@ -360,20 +375,38 @@ static int sink_stream(dsq_conv_sink *k, const dsq_conv_item *it, dsq_conv_resul
         dsq_ctr_tensor_info info;
         fill_info(c, it->tensor, &info);
         info.raw_size = L->total;
-        DSQ_TRY(dsq_ctr_writer_begin(k->w, &info, c->o.zstd_level, d));
+        /* With zstd, the workers compressed each piece's rows as a frame
+         * of its own (convert_pool.c): the payload is a sequence of frames. */
+        if (r->zframe && c->hash) DSQ_TRY(dsq_ctr_writer_begin_frames_hashed(k->w, &info, c->o.zstd_level, d));
+        else if (r->zframe) DSQ_TRY(dsq_ctr_writer_begin_frames(k->w, &info, c->o.zstd_level, d));
+        else DSQ_TRY(dsq_ctr_writer_begin(k->w, &info, c->o.zstd_level, d));
         dsq_qblob_header h;
         memcpy(&h, r->piece, sizeof h);
         h.rows = e->qshape.rows;
         h.blob_size = L->total;
-        DSQ_TRY(dsq_ctr_writer_chunk(k->w, &h, sizeof h, d));
-        DSQ_TRY(write_zeros(k->w, L->w_off - sizeof h, d));
+        if (r->zframe) {
+            /* header and the gap before W: one small frame, not one per call */
+            uint8_t *hb = calloc(1, L->w_off);
+            if (!hb) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
+            memcpy(hb, &h, sizeof h);
+            int hrc = dsq_ctr_writer_chunk(k->w, hb, L->w_off, d);
+            free(hb);
+            DSQ_TRY(hrc);
+        } else {
+            DSQ_TRY(dsq_ctr_writer_chunk(k->w, &h, sizeof h, d));
+            DSQ_TRY(write_zeros(k->w, L->w_off - sizeof h, d));
+        }
         free(k->acc);
         k->acc_size = L->total - L->w_off - L->w_size;
         k->acc = calloc(1, k->acc_size ? k->acc_size : 1);
         if (!k->acc) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
         k->stream_tensor = it->tensor;
     }
-    DSQ_TRY(dsq_ctr_writer_chunk(k->w, r->piece + pl.w_off, (size_t)it->nrows * pl.row_bytes, d));
+    if (r->zframe)   /* raw rows for the writer's hash, unless the workers took it */
+        DSQ_TRY(dsq_ctr_writer_frame(k->w, c->hash ? NULL : r->piece + pl.w_off,
+                                     (size_t)it->nrows * pl.row_bytes, r->zframe, r->zframe_size, d));
+    else
+        DSQ_TRY(dsq_ctr_writer_chunk(k->w, r->piece + pl.w_off, (size_t)it->nrows * pl.row_bytes, d));
     /* Sections after W, addressed relative to the end of W. */
     size_t base = L->w_off + L->w_size, g = (size_t)L->ngroups, r0 = (size_t)it->row0;
     size_t nr = (size_t)it->nrows;
@@ -381,7 +414,21 @@ static int sink_stream(dsq_conv_sink *k, const dsq_conv_item *it, dsq_conv_resul
     if (L->z_size) memcpy(k->acc + (L->z_off - base) + r0 * g, r->piece + pl.z_off, nr * g);
     if (L->r_size) memcpy(k->acc + (L->r_off - base) + r0 * 4, r->piece + pl.r_off, nr * 4);
     if (it->piece + 1 == ct->npieces) {
-        DSQ_TRY(dsq_ctr_writer_chunk(k->w, k->acc, k->acc_size, d));
+        if (k->acc_size) DSQ_TRY(dsq_ctr_writer_chunk(k->w, k->acc, k->acc_size, d));
+        if (r->zframe && c->hash) {
+            /* The workers hashed header and rows (hash_turn, convert_pool.c);
+             * every piece was hashed before it reached this thread. */
+            dsq_conv_hash *hs = &c->hash[it->tensor];
+            if (hs->broken || !hs->h.md_ctx)
+                return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory for the payload hash");
+            uint8_t dig[DSQ_SHA256_LEN];
+            dsq_sha256_update(&hs->h, k->acc, k->acc_size);
+            dsq_sha256_final(&hs->h, dig);
+            free(k->acc);
+            k->acc = NULL;
+            DSQ_TRY(dsq_ctr_writer_end_digest(k->w, dig, d));
+            return DSQ_OK;
+        }
         free(k->acc);
         k->acc = NULL;
         DSQ_TRY(dsq_ctr_writer_end(k->w, d));
@@ -526,8 +573,9 @@ static int build_items(dsq_convert *c, size_t from, dsq_conv_item **out, size_t 
             v[k].piece = p;
             v[k].row0 = (int64_t)p * ct->piece_rows;
             v[k].nrows = rows - v[k].row0 < ct->piece_rows ? rows - v[k].row0 : ct->piece_rows;
-            if (ct->stream)
-                v[k].mem = (uint64_t)v[k].nrows * (ct->layout.total / (uint64_t)rows + 1);
+            if (ct->stream)   /* with zstd, the piece's frame too (up to its size) */
+                v[k].mem = (uint64_t)v[k].nrows * (ct->layout.total / (uint64_t)rows + 1) *
+                           (c->o.zstd_level > 0 && !c->xformat ? 2 : 1);
             else
                 v[k].mem = 2 * ct->layout.total;
         }

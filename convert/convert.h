@@ -13,8 +13,10 @@
  * blob of the tensor it is working on (quantize writes rows straight into it;
  * dsq_ctr_encode then hashes and compresses it). Tensors whose output blob is larger than
  * stream_bytes are cut into row pieces of about piece_bytes that several
- * workers quantize at once; the writer streams them into the file (one zstd
- * frame, compressed on the writer thread) and keeps only the small scale /
+ * workers quantize at once; each worker compresses its piece's rows into a
+ * zstd frame of their own and adds them to the tensor's SHA-256 in file
+ * order, and the writer streams the frames into the file (one payload of
+ * several frames) and keeps only the small scale /
  * zero / row-sum sections until the tensor ends. Finished outputs wait for
  * the writer in a window of at most 2*threads+2 items and mem_budget bytes.
  * Source pages are dropped from the process (madvise DONTNEED) as soon as a
@@ -103,7 +105,8 @@ typedef struct dsq_convert_opts {
     uint64_t mem_budget;        /* finished outputs waiting for the writer;
                                    0 = default: 512 MiB or 64 MiB per
                                    thread, whichever is more */
-    uint64_t stream_bytes;      /* blobs above this are streamed; 0 = 64 MiB */
+    uint64_t stream_bytes;      /* blobs above this are streamed; 0 = 4 MiB
+                                   (.dsq), 64 MiB (exports) */
     uint64_t piece_bytes;       /* streamed piece size; 0 = 4 MiB */
     double checkpoint_seconds;  /* resume journal interval; < 0 = writer default */
     const char *tool;           /* "ds-quant 0.1.0" (metadata "tool") */

@@ -43,11 +43,26 @@ typedef struct dsq_conv_result {
     uint8_t *piece;         /* streamed: piece blob, piece_size bytes */
     size_t piece_size;
     size_t piece_cap;       /* its allocation (dsq_conv_buf_put) */
+    uint8_t *zframe;        /* streamed with zstd: the piece's W rows as one frame */
+    size_t zframe_size, zframe_cap;
     void *blob_buf;         /* whole tensor: the buffer blob.data points into */
     size_t blob_cap;
     double err2, ref2;
     uint8_t src_sha[DSQ_SHA256_LEN]; /* ledger digest of the item's source rows */
 } dsq_conv_result;
+
+/* A streamed tensor's payload SHA-256 (zstd, .dsq output), taken on the
+ * workers in file order: the worker of piece k waits until piece k-1 is
+ * hashed, hashes its rows (piece 0 also the blob header and the gap after
+ * it), and passes the turn on; the writer adds the S / Z / R sections at the
+ * last piece and ends the payload with the digest. Pieces of one tensor
+ * hash one after another, different tensors at once: before, the writer
+ * thread hashed every streamed byte alone. */
+typedef struct dsq_conv_hash {
+    dsq_sha256 h;
+    size_t next;            /* pieces hashed (the turn) */
+    int broken;             /* a piece failed or no context: nothing more hashed */
+} dsq_conv_hash;
 
 struct dsq_convert {
     dsq_convert_opts o;
@@ -64,6 +79,9 @@ struct dsq_convert {
     dsq_tensor_result *results;
     int ran;
     int ledger_on;            /* workers hash source rows for the resume ledger */
+    dsq_conv_hash *hash;      /* per tensor, while a pipeline runs (NULL: writer hashes) */
+    pthread_mutex_t hash_mu;
+    pthread_cond_t hash_cv;
     /* export (convert_export.c) */
     const char *xformat;      /* NULL: .dsq container */
     uint64_t xshard;          /* export shard size (o.shard_bytes is 0 then) */

@@ -350,6 +350,30 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
         r->piece = out;
         r->piece_size = ol.total;
         r->piece_cap = out_cap;
+        /* A streamed piece's W rows are compressed here, on the worker, as
+         * a frame of their own (dsq_ctr_writer_frame): one zstd stream per
+         * tensor ran on the writer thread alone while the workers waited
+         * for their window (perf, w8a8-dynamic -T 2: ~23% of the CPU on the
+         * writer and its hash thread, for the ~30% of the output that is
+         * streamed). The writer only hashes and writes. */
+        if (ct->stream && !c->xformat && c->o.zstd_level > 0) {
+            const uint8_t *wr = out + ol.w_off;
+            size_t wn = (size_t)it->nrows * ol.row_bytes;
+            r->zframe = dsq_conv_buf_get(ws->bufs, dsq_ctr_encode_bound(wn), &r->zframe_cap);
+            if (!r->zframe)
+                rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory (%zu bytes)",
+                              dsq_ctr_encode_bound(wn));
+            else
+                rc = dsq_ctr_zstd_frame(wr, wn, c->o.zstd_level, r->zframe, r->zframe_cap,
+                                        &r->zframe_size, d);
+            if (rc < 0) {
+                dsq_conv_buf_put(ws->bufs, r->zframe, r->zframe_cap);
+                r->zframe = NULL;
+                r->piece = NULL;
+                dsq_conv_buf_put(ws->bufs, out, out_cap);
+                return r->status = rc;
+            }
+        }
         return DSQ_OK;
     }
     size_t bcap;
@@ -403,6 +427,50 @@ static int cancelled(const dsq_convert *c)
     return c->o.cancel && *c->o.cancel;
 }
 
+/* Piece it's turn at its tensor's payload hash (dsq_conv_hash): wait for
+ * the pieces before it, hash its bytes in file order (nothing if r is NULL,
+ * a failed piece: the tensor is then broken and never committed), pass on. */
+static void hash_turn(dsq_convert *c, const dsq_conv_item *it, const dsq_conv_result *r)
+{
+    dsq_conv_hash *hs = &c->hash[it->tensor];
+    pthread_mutex_lock(&c->hash_mu);
+    while (hs->next != it->piece) pthread_cond_wait(&c->hash_cv, &c->hash_mu);
+    pthread_mutex_unlock(&c->hash_mu);
+    if (r && !hs->broken) {
+        const dsq_plan_entry *e = &c->plan.v[it->tensor];
+        const dsq_qlayout *L = &c->ct[it->tensor].layout;
+        dsq_qshape ps = e->qshape;
+        ps.rows = it->nrows;
+        dsq_qlayout pl;
+        if (dsq_qlayout_get(e->scheme, &ps, &pl) < 0) {
+            hs->broken = 1;
+        } else if (it->piece == 0 && dsq_sha256_init(&hs->h) < 0) {
+            hs->broken = 1;
+        } else {
+            if (it->piece == 0) {   /* the header as the writer stores it, then the gap */
+                static const uint8_t zero[256];
+                dsq_qblob_header h;
+                memcpy(&h, r->piece, sizeof h);
+                h.rows = e->qshape.rows;
+                h.blob_size = L->total;
+                dsq_sha256_update(&hs->h, &h, sizeof h);
+                for (size_t g = L->w_off - sizeof h; g; ) {
+                    size_t k = g < sizeof zero ? g : sizeof zero;
+                    dsq_sha256_update(&hs->h, zero, k);
+                    g -= k;
+                }
+            }
+            dsq_sha256_update(&hs->h, r->piece + pl.w_off, (size_t)it->nrows * pl.row_bytes);
+        }
+    } else {
+        hs->broken = 1;
+    }
+    pthread_mutex_lock(&c->hash_mu);
+    hs->next++;
+    pthread_cond_broadcast(&c->hash_cv);
+    pthread_mutex_unlock(&c->hash_mu);
+}
+
 static void *worker(void *arg)
 {
     pipe_t *p = arg;
@@ -432,6 +500,8 @@ static void *worker(void *arg)
 
         dsq_conv_result r;
         dsq_conv_process(c, &p->items[i], fbuf, bbuf, &ws, &r);
+        if (c->hash && c->ct[p->items[i].tensor].stream)
+            hash_turn(c, &p->items[i], r.status == DSQ_OK ? &r : NULL);
 
         pthread_mutex_lock(&p->mu);
         slot *s = &p->slots[i % p->window];
@@ -457,8 +527,10 @@ static void result_free(dsq_conv_bufs *b, dsq_conv_result *r)
     dsq_ctr_blob_free(&r->blob);
     dsq_conv_buf_put(b, r->blob_buf, r->blob_cap);
     dsq_conv_buf_put(b, r->piece, r->piece_cap);
+    dsq_conv_buf_put(b, r->zframe, r->zframe_cap);
     r->blob_buf = NULL;
     r->piece = NULL;
+    r->zframe = NULL;
 }
 
 int dsq_conv_pipeline_run(dsq_convert *c, const dsq_conv_item *items, size_t nitems,
@@ -479,6 +551,17 @@ int dsq_conv_pipeline_run(dsq_convert *c, const dsq_conv_item *items, size_t nit
         free(p.slots);
         free(th);
         return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
+    /* The workers hash streamed payloads whose pieces they compress. */
+    if (c->o.zstd_level > 0 && !c->xformat) {
+        c->hash = calloc(c->plan.n ? c->plan.n : 1, sizeof *c->hash);
+        if (!c->hash) {
+            free(p.slots);
+            free(th);
+            return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        }
+        pthread_mutex_init(&c->hash_mu, NULL);
+        pthread_cond_init(&c->hash_cv, NULL);
     }
     pthread_mutex_init(&p.mu, NULL);
     pthread_mutex_init(&p.bufs.mu, NULL);
@@ -536,6 +619,13 @@ int dsq_conv_pipeline_run(dsq_convert *c, const dsq_conv_item *items, size_t nit
     for (size_t i = 0; i < p.window; i++)
         if (p.slots[i].ready) result_free(&p.bufs, &p.slots[i].r);
     for (int i = 0; i < p.bufs.n; i++) free(p.bufs.p[i]);
+    if (c->hash) {   /* tensors left open by an error or an interruption */
+        for (size_t i = 0; i < c->plan.n; i++) dsq_sha256_release(&c->hash[i].h);
+        free(c->hash);
+        c->hash = NULL;
+        pthread_mutex_destroy(&c->hash_mu);
+        pthread_cond_destroy(&c->hash_cv);
+    }
     pthread_mutex_destroy(&p.bufs.mu);
     pthread_mutex_destroy(&p.mu);
     pthread_cond_destroy(&p.cv_work);

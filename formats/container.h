@@ -7,7 +7,8 @@
  *
  * Every payload starts at a multiple of 64 bytes (DSQ_CTR_ALIGN), so an
  * uncompressed payload can be used in place from the mapping with aligned
- * SIMD loads. Each payload is stored raw or as one independent zstd frame.
+ * SIMD loads. Each payload is stored raw or as zstd: one frame, or (a streamed
+ * tensor compressed piece by piece) a sequence of independent frames.
  * The binary index (one fixed-size record per tensor + a string table) and
  * the metadata follow the last payload; the fixed-size footer at EOF holds
  * their offsets, lengths and SHA-256s, and a SHA-256 of itself. Each tensor
@@ -51,7 +52,7 @@
 /* Payload compression (u32 on disk). */
 enum dsq_ctr_compression {
     DSQ_CTR_COMP_NONE = 0,  /* stored bytes are the raw bytes */
-    DSQ_CTR_COMP_ZSTD = 1   /* stored bytes are exactly one zstd frame */
+    DSQ_CTR_COMP_ZSTD = 1   /* stored bytes are one or more zstd frames */
 };
 
 /* Tensor role (u32 on disk). Pinned values: append only, never renumber;
@@ -140,6 +141,13 @@ int  dsq_ctr_encode(const void *raw, size_t n, int zstd_level, dsq_ctr_blob *out
 size_t dsq_ctr_encode_bound(size_t n);
 int  dsq_ctr_encode_into(const void *raw, size_t n, int zstd_level, void *dst, size_t dst_cap,
                          dsq_ctr_blob *out, dsq_diag *d);
+/* One zstd frame of raw[0..n) at zstd_level (1..22) into dst (dst_cap >=
+ * dsq_ctr_encode_bound(n)), with the container's frame parameters (content
+ * size, no checksum); *stored: its size. Thread-safe, deterministic: this
+ * is how a streamed payload's pieces are compressed on the conversion's
+ * worker threads for dsq_ctr_writer_frame. */
+int  dsq_ctr_zstd_frame(const void *raw, size_t n, int zstd_level, void *dst, size_t dst_cap,
+                        size_t *stored, dsq_diag *d);
 /* Release the blob's memory; safe on a zeroed blob; leaves it zeroed. */
 void dsq_ctr_blob_free(dsq_ctr_blob *b);
 
@@ -217,6 +225,30 @@ int dsq_ctr_writer_begin(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
                          int zstd_level, dsq_diag *d);
 int dsq_ctr_writer_chunk(dsq_ctr_writer *w, const void *raw, size_t n, dsq_diag *d);
 int dsq_ctr_writer_end(dsq_ctr_writer *w, dsq_diag *d);
+
+/* A streamed tensor stored as a sequence of independent zstd frames
+ * (docs/dsq-format.md §3), so its pieces can be compressed on other threads
+ * (dsq_ctr_zstd_frame) while the writer hashes and writes them in order.
+ * After begin_frames: dsq_ctr_writer_frame appends a frame the caller made
+ * of the next n raw bytes (the writer hashes raw and writes the frame);
+ * dsq_ctr_writer_chunk compresses its bytes into a frame of their own on the
+ * calling thread; end as above. zstd_level 1..22 (for chunk). The payload
+ * is a function of the bytes and of where the frames are cut: feed the same
+ * pieces for byte-identical resumes. frame checks that it is one zstd frame
+ * of exactly n bytes (DSQ_ERR_INVALID_ARG otherwise, the stream rolled back). */
+int dsq_ctr_writer_begin_frames(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
+                                int zstd_level, dsq_diag *d);
+int dsq_ctr_writer_frame(dsq_ctr_writer *w, const void *raw, size_t n, const void *frame,
+                         size_t frame_size, dsq_diag *d);
+/* The same with the payload's SHA-256 taken by the caller (the conversion's
+ * workers hash a streamed tensor's pieces in file order, so the writer
+ * thread does not hash every streamed byte alone): the writer hashes
+ * nothing, frame's raw may be NULL, and the payload ends with
+ * dsq_ctr_writer_end_digest (the digest of its raw bytes) instead of end.
+ * A wrong digest makes a file whose verify fails on that tensor. */
+int dsq_ctr_writer_begin_frames_hashed(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
+                                       int zstd_level, dsq_diag *d);
+int dsq_ctr_writer_end_digest(dsq_ctr_writer *w, const uint8_t digest[DSQ_SHA256_LEN], dsq_diag *d);
 
 /* The model metadata: one JSON object (validated here, stored verbatim).
  * May be called any time before finish; the last call wins. Default "{}".

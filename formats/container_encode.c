@@ -88,6 +88,29 @@ static int encode_to(const void *raw, size_t n, int zstd_level, uint8_t *dst, si
     return DSQ_OK;
 }
 
+int dsq_ctr_zstd_frame(const void *raw, size_t n, int zstd_level, void *dst, size_t dst_cap,
+                      size_t *stored, dsq_diag *d)
+{
+    *stored = 0;
+    if (zstd_level < 1 || zstd_level > DSQ_CTR_LEVEL_MAX)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "zstd level %d outside 1..%d",
+                        zstd_level, DSQ_CTR_LEVEL_MAX);
+    if ((!raw && n) || !dst || dst_cap < dsq_ctr_encode_bound(n))
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
+                        "no input, or an output buffer below the bound");
+    int owned;
+    ZSTD_CCtx *c = thread_cctx(&owned);
+    if (!c) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    size_t z = dsq_ctr_cctx_setup(c, zstd_level) == 0 ? ZSTD_compress2(c, dst, dst_cap, raw, n)
+                                                       : (size_t)-1;
+    if (owned) ZSTD_freeCCtx(c);
+    if (ZSTD_isError(z))
+        return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "zstd compression failed: %s",
+                        ZSTD_getErrorName(z));
+    *stored = z;
+    return DSQ_OK;
+}
+
 static int encode_args(const void *raw, size_t n, int zstd_level, dsq_diag *d)
 {
     if (zstd_level < 0 || zstd_level > DSQ_CTR_LEVEL_MAX)

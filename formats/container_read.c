@@ -382,18 +382,24 @@ const void *dsq_ctr_raw_ptr(const dsq_ctr *r, const dsq_ctr_tensor_info *t)
 
 /* ---- read ---- */
 
-/* The payload must be exactly one (non-skippable) zstd frame. */
+/* The payload must be one or more regular zstd frames that tile it exactly:
+ * no skippable frame (each starts with the frame magic), no trailing bytes.
+ * Each frame header is parsed once; the cost is per frame, not per byte. */
 static int check_frame(const dsq_ctr *r, const dsq_ctr_tensor_info *t, dsq_diag *d)
 {
     const uint8_t *src = r->base + t->offset;
-    if (t->stored_size < 4 || dsq_load_u32le(src) != ZSTD_MAGICNUMBER)
-        return dsq_fail(d, DSQ_ERR_FORMAT, r->path, t->name, (int64_t)t->offset,
-                        "payload is not a zstd frame");
-    size_t fsz = ZSTD_findFrameCompressedSize(src, (size_t)t->stored_size);
-    if (ZSTD_isError(fsz) || fsz != t->stored_size)
-        return dsq_fail(d, DSQ_ERR_FORMAT, r->path, t->name, (int64_t)t->offset,
-                        "payload is not exactly one zstd frame (%s)",
-                        ZSTD_isError(fsz) ? ZSTD_getErrorName(fsz) : "trailing bytes");
+    uint64_t off = 0;
+    do {
+        uint64_t left = t->stored_size - off;
+        if (left < 4 || dsq_load_u32le(src + off) != ZSTD_MAGICNUMBER)
+            return dsq_fail(d, DSQ_ERR_FORMAT, r->path, t->name, (int64_t)(t->offset + off),
+                            "payload is not a sequence of zstd frames");
+        size_t fsz = ZSTD_findFrameCompressedSize(src + off, (size_t)left);
+        if (ZSTD_isError(fsz))
+            return dsq_fail(d, DSQ_ERR_FORMAT, r->path, t->name, (int64_t)(t->offset + off),
+                            "payload is not a sequence of zstd frames (%s)", ZSTD_getErrorName(fsz));
+        off += fsz;
+    } while (off < t->stored_size);
     return DSQ_OK;
 }
 
@@ -513,7 +519,7 @@ static int verify_one(verify_job *j, size_t i, int tid, dsq_diag *d)
             dsq_sha256_update(&h, out.dst, out.pos);
             add_progress(j, in.pos - before);
             if (cancelled(j)) rc = DSQ_ERR_INTERRUPTED;
-            if (ret == 0) break;
+            /* ret == 0 ends a frame; the loop goes on while frames follow. */
         }
         /* Drain output still buffered inside zstd once all input is in. */
         while (rc == DSQ_OK && ret != 0) {

@@ -31,6 +31,8 @@ struct dsq_ctr_writer {
     int streaming;
     dsq_ctr_wentry cur;
     int cur_level;
+    int cur_frames;            /* payload as a sequence of frames (begin_frames);
+                                * 2: the caller hashes it (end_digest) */
     uint64_t cur_raw, cur_pledged;
     dsq_sha256 raw_h;
     ZSTD_CCtx *cctx;
@@ -506,8 +508,8 @@ int dsq_ctr_writer_add(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
     return rc;
 }
 
-int dsq_ctr_writer_begin(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
-                         int zstd_level, dsq_diag *d)
+static int begin_stream(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info, int zstd_level,
+                        int frames, dsq_diag *d)
 {
     DSQ_TRY(w_usable(w, d));
     const char *p = w->f.path;
@@ -516,7 +518,9 @@ int dsq_ctr_writer_begin(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
                         "zstd level %d outside 0..%d", zstd_level, DSQ_CTR_LEVEL_MAX);
     DSQ_TRY(entry_prepare(w, info, &w->cur, d));
     int rc = DSQ_OK;
-    if (zstd_level > 0) {
+    if (frames && zstd_level < 1) {
+        rc = dsq_fail(d, DSQ_ERR_INVALID_ARG, p, info->name, -1, "a framed payload needs zstd level >= 1");
+    } else if (zstd_level > 0 && !frames) {
         if (!w->cctx) w->cctx = ZSTD_createCCtx();
         if (!w->zbuf) { w->zcap = ZSTD_CStreamOutSize(); w->zbuf = malloc(w->zcap); }
         if (!w->cctx || !w->zbuf || dsq_ctr_cctx_setup(w->cctx, zstd_level) != 0)
@@ -530,11 +534,30 @@ int dsq_ctr_writer_begin(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
     if (rc < 0) { entry_drop(&w->cur); return rc; }
     w->streaming = 1;
     w->cur_level = zstd_level;
+    w->cur_frames = frames;
     w->cur_raw = 0;
     w->cur_pledged = info->raw_size;
     rc = w_pad(w, DSQ_CTR_ALIGN, d);
     w->cur.t.offset = w->f.written;
     return rc;
+}
+
+int dsq_ctr_writer_begin(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
+                         int zstd_level, dsq_diag *d)
+{
+    return begin_stream(w, info, zstd_level, 0, d);
+}
+
+int dsq_ctr_writer_begin_frames(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
+                                int zstd_level, dsq_diag *d)
+{
+    return begin_stream(w, info, zstd_level, 1, d);
+}
+
+int dsq_ctr_writer_begin_frames_hashed(dsq_ctr_writer *w, const dsq_ctr_tensor_info *info,
+                                       int zstd_level, dsq_diag *d)
+{
+    return begin_stream(w, info, zstd_level, 2, d);
 }
 
 /* Drop the open stream and cut its bytes off the file. */
@@ -572,9 +595,25 @@ struct chunk_job {
     dsq_ctr_writer *w;
     const void *raw;
     size_t n;
+    const void *frame;      /* framed payload: the caller's frame of raw, or NULL */
+    size_t frame_size;
     dsq_diag *d;
     int rc;
 };
+
+/* A framed payload's chunk: raw compressed into a frame of its own here. */
+static int frame_compress(dsq_ctr_writer *w, const void *raw, size_t n, dsq_diag *d)
+{
+    size_t need = dsq_ctr_encode_bound(n), z;
+    if (w->zcap < need) {
+        uint8_t *nb = realloc(w->zbuf, need);
+        if (!nb) return dsq_fail(d, DSQ_ERR_NOMEM, w->f.path, w->cur.name, -1, "out of memory");
+        w->zbuf = nb;
+        w->zcap = need;
+    }
+    DSQ_TRY(dsq_ctr_zstd_frame(raw, n, w->cur_level, w->zbuf, w->zcap, &z, d));
+    return w_write(w, w->zbuf, z, d);
+}
 
 /* item 0: the raw hash; item 1: compress (or copy) and write */
 static void chunk_task(void *ctx, size_t item, int tid)
@@ -583,19 +622,49 @@ static void chunk_task(void *ctx, size_t item, int tid)
     struct chunk_job *j = ctx;
     dsq_ctr_writer *w = j->w;
     if (item == 0) {
-        dsq_sha256_update(&w->raw_h, j->raw, j->n);
+        if (w->cur_frames != 2) dsq_sha256_update(&w->raw_h, j->raw, j->n);
         return;
     }
-    j->rc = w->cur_level > 0 ? stream_compress(w, j->raw, j->n, ZSTD_e_continue, j->d)
-                             : w_write(w, j->raw, j->n, j->d);
+    if (j->frame)
+        j->rc = w_write(w, j->frame, j->frame_size, j->d);
+    else if (w->cur_frames)
+        j->rc = frame_compress(w, j->raw, j->n, j->d);
+    else
+        j->rc = w->cur_level > 0 ? stream_compress(w, j->raw, j->n, ZSTD_e_continue, j->d)
+                                 : w_write(w, j->raw, j->n, j->d);
 }
 
+static int chunk_run(dsq_ctr_writer *w, const void *raw, size_t n, const void *frame,
+                     size_t frame_size, dsq_diag *d);
+
 int dsq_ctr_writer_chunk(dsq_ctr_writer *w, const void *raw, size_t n, dsq_diag *d)
+{
+    return chunk_run(w, raw, n, NULL, 0, d);
+}
+
+int dsq_ctr_writer_frame(dsq_ctr_writer *w, const void *raw, size_t n, const void *frame,
+                         size_t frame_size, dsq_diag *d)
+{
+    if (w->streaming && !w->cur_frames)
+        return stream_rollback(w, dsq_fail(d, DSQ_ERR_INVALID_ARG, w->f.path, w->cur.name, -1,
+                                           "frame on a payload not begun with begin_frames"), d);
+    /* One regular frame of exactly n bytes: a skippable frame, trailing
+     * bytes or another size would make a payload no reader accepts. */
+    if (w->streaming && (!frame || frame_size < 4 || dsq_load_u32le(frame) != ZSTD_MAGICNUMBER ||
+                         ZSTD_findFrameCompressedSize(frame, frame_size) != frame_size ||
+                         ZSTD_getFrameContentSize(frame, frame_size) != (unsigned long long)n))
+        return stream_rollback(w, dsq_fail(d, DSQ_ERR_INVALID_ARG, w->f.path, w->cur.name, -1,
+                                           "not one zstd frame of the %zu bytes", n), d);
+    return chunk_run(w, raw, n, frame, frame_size, d);
+}
+
+static int chunk_run(dsq_ctr_writer *w, const void *raw, size_t n, const void *frame,
+                     size_t frame_size, dsq_diag *d)
 {
     if (w->failed) return dsq_fail(d, w->failed, w->f.tmp_path, NULL, -1, "writer failed earlier");
     if (!w->streaming)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, w->f.path, NULL, -1, "no streamed tensor is open");
-    if (!raw && n)
+    if (!raw && n && !(frame && w->cur_frames == 2))
         return stream_rollback(w, dsq_fail(d, DSQ_ERR_INVALID_ARG, w->f.path, w->cur.name, -1,
                                            "NULL chunk of %zu bytes", n), d);
     if (w->cur_pledged && n > w->cur_pledged - w->cur_raw)
@@ -603,7 +672,7 @@ int dsq_ctr_writer_chunk(dsq_ctr_writer *w, const void *raw, size_t n, dsq_diag 
                                            "more bytes than the promised %llu",
                                            (unsigned long long)w->cur_pledged), d);
     w->cur_raw += n;
-    struct chunk_job j = { w, raw, n, d, DSQ_OK };
+    struct chunk_job j = { w, raw, n, frame, frame_size, d, DSQ_OK };
     /* A large chunk is hashed on a second thread while this one compresses
      * and writes it: the stream's SHA-256 and zstd are both sequential
      * over the tensor, and for the streamed tensors (the embedding and the
@@ -611,13 +680,16 @@ int dsq_ctr_writer_chunk(dsq_ctr_writer *w, const void *raw, size_t n, dsq_diag 
      * were the conversion's longest serial stretch (perf, -T 2: the writer
      * thread held 23% of the CPU samples, SHA-256 a quarter of it). Same
      * bytes: each of the two runs over the chunk in order, as before. */
-    if (n >= PAIR_MIN && !w->pair) {
+    if (n >= PAIR_MIN && !w->pair && w->cur_frames != 2) {
         w->pair = dsq_pool_create(2);
         if (w->pair) (void)dsq_pool_set_spin_us(w->pair, 0);   /* sleeps between chunks */
     }
-    dsq_pool_run(n >= PAIR_MIN ? w->pair : NULL, 2, chunk_task, &j);
+    /* (a payload the caller hashes has nothing to pair with the write) */
+    dsq_pool_run(n >= PAIR_MIN && w->cur_frames != 2 ? w->pair : NULL, 2, chunk_task, &j);
     return j.rc < 0 ? stream_rollback(w, j.rc, d) : DSQ_OK;
 }
+
+static int stream_end(dsq_ctr_writer *w, const uint8_t *digest, dsq_diag *d);
 
 int dsq_ctr_writer_end(dsq_ctr_writer *w, dsq_diag *d)
 {
@@ -629,13 +701,43 @@ int dsq_ctr_writer_end(dsq_ctr_writer *w, dsq_diag *d)
                                            "got %llu bytes but %llu were promised",
                                            (unsigned long long)w->cur_raw,
                                            (unsigned long long)w->cur_pledged), d);
-    int rc = w->cur_level > 0 ? stream_compress(w, NULL, 0, ZSTD_e_end, d) : DSQ_OK;
+    if (w->cur_frames == 2)
+        return stream_rollback(w, dsq_fail(d, DSQ_ERR_INVALID_ARG, w->f.path, w->cur.name, -1,
+                                           "a payload hashed by the caller ends with end_digest"), d);
+    return stream_end(w, NULL, d);
+}
+
+int dsq_ctr_writer_end_digest(dsq_ctr_writer *w, const uint8_t digest[DSQ_SHA256_LEN], dsq_diag *d)
+{
+    if (w->failed) return dsq_fail(d, w->failed, w->f.tmp_path, NULL, -1, "writer failed earlier");
+    if (!w->streaming || w->cur_frames != 2)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, w->f.path, NULL, -1,
+                        "no streamed tensor begun with begin_frames_hashed is open");
+    if (w->cur_pledged && w->cur_raw != w->cur_pledged)
+        return stream_rollback(w, dsq_fail(d, DSQ_ERR_INVALID_ARG, w->f.path, w->cur.name, -1,
+                                           "got %llu bytes but %llu were promised",
+                                           (unsigned long long)w->cur_raw,
+                                           (unsigned long long)w->cur_pledged), d);
+    return stream_end(w, digest, d);
+}
+
+static int stream_end(dsq_ctr_writer *w, const uint8_t *digest, dsq_diag *d)
+{
+    int rc = DSQ_OK;
+    if (w->cur_frames) {
+        /* No frame at all (an empty tensor): one empty frame, since a zstd
+         * payload is never empty. */
+        if (w->f.written == w->cur.t.offset) rc = frame_compress(w, NULL, 0, d);
+    } else if (w->cur_level > 0) {
+        rc = stream_compress(w, NULL, 0, ZSTD_e_end, d);
+    }
     if (rc < 0) return stream_rollback(w, rc, d);
     dsq_ctr_tensor_info *t = &w->cur.t;
     t->raw_size = w->cur_raw;
     t->stored_size = w->f.written - t->offset;
     t->compression = w->cur_level > 0 ? DSQ_CTR_COMP_ZSTD : DSQ_CTR_COMP_NONE;
     dsq_sha256_final(&w->raw_h, t->sha256);
+    if (digest) memcpy(t->sha256, digest, 32);
     if (w->st_on) { dsq_sha256_release(&w->st_h); w->st_on = 0; }
     memcpy(w->cur.stored_sha256, t->sha256, 32);
     w->streaming = 0;

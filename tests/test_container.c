@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zstd.h>
 
 /* ---- helpers ---- */
 
@@ -638,6 +639,125 @@ static void test_hostile_layouts(void **state)
     free(orig); free(b); free(p);
 }
 
+/* ---- framed payloads (a sequence of zstd frames) ---- */
+
+/* A streamed tensor written as frames made elsewhere (dsq_ctr_zstd_frame,
+ * as the conversion's workers do) reads back, verifies and resumes like a
+ * one-frame payload; its stored bytes really hold several frames; a bad
+ * frame is refused by the writer, and a payload whose second frame is not a
+ * regular one by the reader. */
+static void test_frames(void **state)
+{
+    (void)state;
+    enum { NP = 5, PIECE = 70001 };
+    size_t n = 64 + (size_t)NP * PIECE;
+    uint8_t *raw = malloc(n);
+    fill_smooth(raw, n, 11);
+    fill_random(raw + 64 + PIECE, PIECE, 12);          /* one piece incompressible */
+    char *p = tpath("frames.dsq");
+    char *tmp = dsq_outfile_tmp_name(p);
+    dsq_ctr_writer *w;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    size_t cap = dsq_ctr_encode_bound(PIECE), fs;
+    uint8_t *fr = malloc(cap);
+
+    assert_int_equal(dsq_ctr_writer_open_ex(&w, p, DSQ_CTR_RESUME, "fp-f", &d), DSQ_OK);
+    dsq_ctr_writer_set_checkpoint_interval(w, 0);
+    dsq_ctr_tensor_info t = mkinfo("framed", 1, (int64_t)n / 2, 0);
+    t.raw_size = n;
+    assert_int_equal(dsq_ctr_writer_begin_frames(w, &t, 1, &d), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_chunk(w, raw, 64, &d), DSQ_OK);   /* a frame of its own */
+    for (int i = 0; i < NP; i++) {
+        const uint8_t *pc = raw + 64 + (size_t)i * PIECE;
+        assert_int_equal(dsq_ctr_zstd_frame(pc, PIECE, 1, fr, cap, &fs, &d), DSQ_OK);
+        assert_int_equal(dsq_ctr_writer_frame(w, pc, PIECE, fr, fs, &d), DSQ_OK);
+    }
+    assert_int_equal(dsq_ctr_writer_end(w, &d), DSQ_OK);
+    /* the same bytes, hashed by the caller: same digest, same payload */
+    dsq_ctr_tensor_info th = mkinfo("framed-hashed", 1, (int64_t)n / 2, 0);
+    th.raw_size = n;
+    assert_int_equal(dsq_ctr_writer_begin_frames_hashed(w, &th, 1, &d), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_chunk(w, raw, 64, &d), DSQ_OK);
+    for (int i = 0; i < NP; i++) {
+        const uint8_t *pc = raw + 64 + (size_t)i * PIECE;
+        assert_int_equal(dsq_ctr_zstd_frame(pc, PIECE, 1, fr, cap, &fs, &d), DSQ_OK);
+        assert_int_equal(dsq_ctr_writer_frame(w, NULL, PIECE, fr, fs, &d), DSQ_OK);
+    }
+    uint8_t dig[DSQ_SHA256_LEN];
+    assert_int_equal(dsq_sha256_buf(raw, n, dig), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_end_digest(w, dig, &d), DSQ_OK);
+    dsq_ctr_tensor_info e = mkinfo("framed-empty", 1, 0, 0);
+    assert_int_equal(dsq_ctr_writer_begin_frames(w, &e, 3, &d), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_end(w, &d), DSQ_OK);   /* no frame: an empty one */
+    /* refused: a frame of other bytes' size, a level-0 framed payload, a
+     * frame on a one-frame stream; each leaves the writer usable */
+    dsq_ctr_tensor_info b = mkinfo("bad", 1, 4, 0);
+    assert_int_equal(dsq_ctr_writer_begin_frames(w, &b, 0, NULL), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_ctr_writer_begin_frames(w, &b, 1, NULL), DSQ_OK);
+    assert_int_equal(dsq_ctr_zstd_frame(raw, 8, 1, fr, cap, &fs, NULL), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_frame(w, raw, 9, fr, fs, NULL), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_ctr_writer_begin(w, &b, 1, NULL), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_frame(w, raw, 8, fr, fs, NULL), DSQ_ERR_INVALID_ARG);
+    /* a caller-hashed payload ends only with its digest, a plain one only without */
+    assert_int_equal(dsq_ctr_writer_begin_frames_hashed(w, &b, 1, NULL), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_end(w, NULL), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_ctr_writer_begin(w, &b, 1, NULL), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_end_digest(w, dig, NULL), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_ctr_writer_end(w, NULL), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_count(w), 4);
+    /* interrupted here: the resume re-hashes the framed payload from disk */
+    assert_int_equal(dsq_ctr_writer_detach(w, &d), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_open_ex(&w, p, DSQ_CTR_RESUME, "fp-f", &d), DSQ_OK);
+    assert_int_equal(dsq_ctr_writer_count(w), 4);
+    assert_int_equal(dsq_ctr_writer_finish(w, &d), DSQ_OK);
+
+    dsq_ctr *r;
+    assert_int_equal(dsq_ctr_open(&r, p, &d), DSQ_OK);
+    const dsq_ctr_tensor_info *ti = dsq_ctr_find(r, "framed");
+    assert_non_null(ti);
+    assert_int_equal(ti->compression, DSQ_CTR_COMP_ZSTD);
+    assert_int_equal(ti->raw_size, n);
+    const uint8_t *sp = dsq_ctr_stored_ptr(r, ti);
+    size_t first = ZSTD_findFrameCompressedSize(sp, ti->stored_size);
+    assert_false(ZSTD_isError(first));
+    assert_true(first < ti->stored_size);                /* more than one frame */
+    uint8_t *got = malloc(n);
+    assert_int_equal(dsq_ctr_read(r, ti, got, n, &d), DSQ_OK);
+    assert_memory_equal(got, raw, n);
+    uint8_t want[DSQ_SHA256_LEN];
+    assert_int_equal(dsq_sha256_buf(raw, n, want), DSQ_OK);
+    assert_memory_equal(ti->sha256, want, DSQ_SHA256_LEN);
+    const dsq_ctr_tensor_info *tc = dsq_ctr_find(r, "framed-hashed");
+    assert_int_equal(tc->stored_size, ti->stored_size);
+    assert_memory_equal(tc->sha256, want, DSQ_SHA256_LEN);
+    assert_memory_equal(dsq_ctr_stored_ptr(r, tc), sp, ti->stored_size);
+    const dsq_ctr_tensor_info *te = dsq_ctr_find(r, "framed-empty");
+    assert_int_equal(te->raw_size, 0);
+    assert_true(te->stored_size > 0);
+    size_t bad;
+    assert_int_equal(dsq_ctr_verify(r, 2, &bad, &d), DSQ_OK);
+    uint64_t off = ti->offset + first;   /* where the second frame starts */
+    size_t sidx = ti->index;
+    dsq_ctr_close(r);
+
+    /* the second frame made skippable: read and verify refuse the payload */
+    size_t fn;
+    uint8_t *f = read_all(p, &fn);
+    dsq_store_u32le(f + off, 0x184D2A50u);
+    assert_int_equal(dsq_ctr_open_mem(&r, f, fn, "x", NULL), DSQ_OK);
+    assert_int_equal(dsq_ctr_read(r, dsq_ctr_get(r, sidx), got, n, NULL), DSQ_ERR_FORMAT);
+    assert_int_equal(dsq_ctr_verify(r, 1, &bad, NULL), DSQ_ERR_FORMAT);
+    assert_int_equal(bad, sidx);
+    dsq_ctr_close(r);
+    free(f);
+    free(got);
+    free(fr);
+    free(raw);
+    free(tmp);
+    free(p);
+}
+
 /* ---- interrupted writes ---- */
 
 static void on_term(int sig)
@@ -968,6 +1088,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hostile_layouts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_interrupted_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_frames, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_async_checkpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_full, setup, teardown),
         cmocka_unit_test(test_roles),
