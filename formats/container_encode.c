@@ -66,15 +66,8 @@ static int encode_to(const void *raw, size_t n, int zstd_level, uint8_t *dst, si
     out->raw_size = n;
     out->data = dst;
     if (zstd_level > 0 && n > 0) {
-        int owned;
-        ZSTD_CCtx *c = thread_cctx(&owned);
-        if (!c) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-        size_t z = dsq_ctr_cctx_setup(c, zstd_level) == 0 ? ZSTD_compress2(c, dst, cap, raw, n)
-                                                           : (size_t)-1;
-        if (owned) ZSTD_freeCCtx(c);
-        if (ZSTD_isError(z))
-            return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "zstd compression failed: %s",
-                            ZSTD_getErrorName(z));
+        size_t z;   /* one frame, as a streamed piece gets (cap >= the bound) */
+        DSQ_TRY(dsq_ctr_zstd_frame(raw, n, zstd_level, dst, cap, &z, d));
         if (dsq_ctr_compression_pays(z, n)) {
             out->stored_size = z;
             out->compression = DSQ_CTR_COMP_ZSTD;
