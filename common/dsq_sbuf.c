@@ -1,7 +1,6 @@
 /* dsq_sbuf.c - a growing string (see dsq_sbuf.h). */
 #include "dsq_sbuf.h"
 
-#include <json-c/json.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,15 +41,4 @@ void dsq_sb_printf(dsq_sbuf *b, const char *fmt, ...)
     va_end(ap);
     dsq_sb_add(b, big, (size_t)k);
     free(big);
-}
-
-void dsq_sb_json_str(dsq_sbuf *b, const char *s)
-{
-    if (b->oom) return;
-    json_object *o = json_object_new_string(s ? s : "");
-    const char *t = o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
-                      : NULL;
-    if (t) dsq_sb_puts(b, t);
-    else b->oom = 1;
-    json_object_put(o);
 }

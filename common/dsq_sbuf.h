@@ -1,5 +1,5 @@
 /* dsq_sbuf.h - a growing string: the text the library builds in memory
- * (safetensors headers, shard indexes, container metadata, prompts).
+ * (prompts, fingerprints, padding around the JSON that json-c writes).
  *
  * Allocation failure is sticky: once oom is set every append is a no-op,
  * so a builder appends without checking and tests oom once at the end. */
@@ -17,8 +17,5 @@ typedef struct dsq_sbuf {
 void dsq_sb_add(dsq_sbuf *b, const void *s, size_t n);
 void dsq_sb_puts(dsq_sbuf *b, const char *s);
 void dsq_sb_printf(dsq_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* s as a JSON string literal, quotes included, escaped by json-c (a NULL s
- * is ""); '/' is left as is. */
-void dsq_sb_json_str(dsq_sbuf *b, const char *s);
 
 #endif

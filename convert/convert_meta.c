@@ -9,22 +9,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ================= string builder ================= */
-
-
 /* ================= side files ================= */
 
-/* Validate text as one strict JSON value (the container's rules) and return
- * the parsed object (caller puts it) plus the trimmed span. */
-static int parse_json(const char *path, const char *text, size_t len, json_object **out,
-                      size_t *b, size_t *e, dsq_diag *d)
+/* Validate text as one strict JSON object (the container's rules) and return
+ * it parsed (caller puts it). */
+static int parse_json(const char *path, const char *text, size_t len, json_object **out, dsq_diag *d)
 {
     size_t s = 0;
     if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) s = 3;  /* UTF-8 BOM */
@@ -41,7 +36,6 @@ static int parse_json(const char *path, const char *text, size_t len, json_objec
         return dsq_fail(d, DSQ_ERR_JSON, path, NULL, (int64_t)used, "malformed JSON: %s",
                         err == json_tokener_continue ? "unexpected end" : json_tokener_error_desc(err));
     }
-    size_t end = used;
     while (used < len && strchr(" \t\r\n", text[used])) used++;
     if (used != len) {
         json_object_put(o);
@@ -52,12 +46,10 @@ static int parse_json(const char *path, const char *text, size_t len, json_objec
         return dsq_fail(d, DSQ_ERR_JSON, path, NULL, 0, "not a JSON object");
     }
     *out = o;
-    *b = s;
-    *e = end;
     return DSQ_OK;
 }
 
-/* Append `"key": <file content>` if dir/name exists. */
+/* 1 if input is one tensor file (a .safetensors, not a shard index). */
 int dsq_conv_input_is_tensor_file(const char *input)
 {
     struct stat st;
@@ -67,32 +59,35 @@ int dsq_conv_input_is_tensor_file(const char *input)
     return !(n >= sizeof suf - 1 && strcmp(input + n - (sizeof suf - 1), suf) == 0);
 }
 
-static int embed_file(dsq_sbuf *b, const char *dir, const char *name, const char *key, int *first,
-                      json_object **keep, dsq_diag *d)
+/* Put v under key in o, or note the failure (json-c returns NULL or -1 on
+ * allocation failure): one flag checked at the end keeps the builders below
+ * straight-line. v is consumed either way. */
+static void put(json_object *o, const char *key, json_object *v, int *oom)
 {
+    if (!o || !v || json_object_object_add(o, key, v) != 0) { json_object_put(v); *oom = 1; }
+}
+
+static void push(json_object *a, json_object *v, int *oom)
+{
+    if (!a || !v || json_object_array_add(a, v) != 0) { json_object_put(v); *oom = 1; }
+}
+
+/* dir/name parsed (the container's strict rules) into *out, or *out = NULL
+ * if the file does not exist. */
+static int read_side_file(const char *dir, const char *name, json_object **out, dsq_diag *d)
+{
+    *out = NULL;
     char *p = dsq_path_join(dir, name);
     if (!p) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    if (!dsq_path_exists(p)) { free(p); return 0; }
+    if (!dsq_path_exists(p)) { free(p); return DSQ_OK; }
     char *txt = NULL;
     size_t len = 0;
     int rc = dsq_read_file(p, 200u << 20, &txt, &len, d);
-    json_object *o = NULL;
-    size_t s = 0, e = 0;
-    if (rc == DSQ_OK) rc = parse_json(p, txt, len, &o, &s, &e, d);
-    if (rc == DSQ_OK) {
-        if (!*first) dsq_sb_puts(b, ", ");
-        *first = 0;
-        dsq_sb_json_str(b, key);
-        dsq_sb_puts(b, ": ");
-        dsq_sb_add(b, txt + s, e - s);
-        if (keep) *keep = o;
-        else json_object_put(o);
-    } else if (d && !d->msg[0]) {
-        dsq_fail(d, rc, p, NULL, -1, "cannot read");
-    }
+    if (rc == DSQ_OK) rc = parse_json(p, txt, len, out, d);
+    if (rc < 0 && d && !d->msg[0]) dsq_fail(d, rc, p, NULL, -1, "cannot read");
     free(txt);
     free(p);
-    return rc < 0 ? rc : 1;
+    return rc;
 }
 
 /* ================= metadata ================= */
@@ -131,57 +126,64 @@ static const char *base_name(const char *p)
     return s ? s + 1 : p;
 }
 
-static void recipe_json(dsq_sbuf *b, const dsq_convert *c)
+/* key: str, or JSON null when str is NULL */
+static void put_str_or_null(json_object *o, const char *key, const char *str, int *oom)
+{
+    json_object *v = NULL;
+    if (str && !(v = json_object_new_string(str))) { *oom = 1; return; }
+    if (!o || json_object_object_add(o, key, v) != 0) { json_object_put(v); *oom = 1; }
+}
+
+static json_object *recipe_json(const dsq_convert *c, int *oom)
 {
     const dsq_recipe *r = c->o.recipe;
     const dsq_scheme *main_sc = r->role_scheme[DSQ_ROLE_ATTN_LINEAR];
-    dsq_sb_puts(b, "{\"scheme\": ");
-    if (r->preset) dsq_sb_puts(b, "null");
-    else dsq_sb_json_str(b, main_sc ? main_sc->name : "keep");
-    dsq_sb_puts(b, ", \"preset\": ");
-    if (r->preset) dsq_sb_json_str(b, r->preset);
-    else dsq_sb_puts(b, "null");
-    if (r->group_size == DSQ_GROUP_DEFAULT) dsq_sb_puts(b, ", \"group_size\": \"default\"");
-    else dsq_sb_printf(b, ", \"group_size\": %d", (int)r->group_size);
-    dsq_sb_puts(b, ", \"rules\": [");
+    json_object *o = json_object_new_object();
+    if (!o) { *oom = 1; return NULL; }
+    put_str_or_null(o, "scheme", r->preset ? NULL : main_sc ? main_sc->name : "keep", oom);
+    put_str_or_null(o, "preset", r->preset, oom);
+    put(o, "group_size", r->group_size == DSQ_GROUP_DEFAULT ? json_object_new_string("default")
+                                                            : json_object_new_int(r->group_size), oom);
+    json_object *rules = json_object_new_array();
     for (size_t i = 0; i < r->nrules; i++) {
-        dsq_sb_puts(b, i ? ", {\"pattern\": " : "{\"pattern\": ");
-        dsq_sb_json_str(b, r->rules[i].pattern);
-        dsq_sb_puts(b, ", \"scheme\": ");
-        dsq_sb_json_str(b, r->rules[i].scheme ? r->rules[i].scheme->name : "keep");
-        dsq_sb_puts(b, i < r->nuser ? ", \"from\": \"user\"}" : ", \"from\": \"preset\"}");
+        json_object *ru = json_object_new_object();
+        put(ru, "pattern", json_object_new_string(r->rules[i].pattern), oom);
+        put(ru, "scheme", json_object_new_string(r->rules[i].scheme ? r->rules[i].scheme->name : "keep"), oom);
+        put(ru, "from", json_object_new_string(i < r->nuser ? "user" : "preset"), oom);
+        push(rules, ru, oom);
     }
-    dsq_sb_puts(b, "], \"roles\": {");
-    int first = 1;
+    put(o, "rules", rules, oom);
+    json_object *roles = json_object_new_object();
     for (uint32_t role = 0; role < DSQ_ROLE_COUNT; role++) {
         if (role == DSQ_ROLE_QUANT_AUX || role == DSQ_ROLE_CALIB_STATS) continue;
-        if (!first) dsq_sb_puts(b, ", ");
-        first = 0;
-        dsq_sb_json_str(b, dsq_role_name(role));
-        dsq_sb_puts(b, ": ");
-        dsq_sb_json_str(b, r->role_scheme[role] ? r->role_scheme[role]->name : "keep");
+        put(roles, dsq_role_name(role),
+            json_object_new_string(r->role_scheme[role] ? r->role_scheme[role]->name : "keep"), oom);
     }
-    dsq_sb_puts(b, "}, \"mtp_experts\": ");
-    if (r->mtp_expert_scheme) dsq_sb_json_str(b, r->mtp_expert_scheme->name);
-    else dsq_sb_puts(b, "\"as experts\"");
-    dsq_sb_printf(b, ", \"keep_means\": \"source float type (BF16 and FP8 -> bf16, F32/F16/F64 -> f32)\""
-                 ", \"calibration\": %s, \"clip_search\": %s, \"allow_nonfinite\": %s"
-                 ", \"zstd_level\": %d}",
-              c->o.calib_json ? c->o.calib_json : "\"none (RTN)\"", c->o.clip_search ? "true" : "false",
-              c->o.allow_nonfinite ? "true" : "false", c->o.zstd_level);
+    put(o, "roles", roles, oom);
+    put(o, "mtp_experts", json_object_new_string(r->mtp_expert_scheme ? r->mtp_expert_scheme->name
+                                                                       : "as experts"), oom);
+    put(o, "keep_means", json_object_new_string("source float type (BF16 and FP8 -> bf16, F32/F16/F64 -> f32)"),
+        oom);
+    /* calib_json is the calibration's own summary, built by the CLI */
+    json_object *cal = c->o.calib_json ? json_tokener_parse(c->o.calib_json) : json_object_new_string("none (RTN)");
+    put(o, "calibration", cal, oom);
+    put(o, "clip_search", json_object_new_boolean(c->o.clip_search), oom);
+    put(o, "allow_nonfinite", json_object_new_boolean(c->o.allow_nonfinite), oom);
+    put(o, "zstd_level", json_object_new_int(c->o.zstd_level), oom);
+    return o;
 }
 
 int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
 {
     const char *dir = dsq_st_dir(c->m);
-    dsq_sbuf b = { 0 };
-    dsq_sb_puts(&b, "{\"format\": \"dsq\", \"tool\": ");
-    dsq_sb_json_str(&b, c->o.tool);
-    dsq_sb_puts(&b, ", \"source\": {\"path\": ");
-    dsq_sb_json_str(&b, c->o.input);
-    dsq_sb_printf(&b, ", \"format\": \"safetensors\", \"total_bytes\": %llu, \"files\": [",
-              (unsigned long long)dsq_st_total_bytes(c->m));
-    int rc = DSQ_OK;
+    int oom = 0, rc = DSQ_OK;
+    json_object *root = json_object_new_object(), *src = json_object_new_object(),
+                *files = json_object_new_array();
+    put(root, "format", json_object_new_string("dsq"), &oom);
+    put(root, "tool", json_object_new_string(c->o.tool), &oom);
+    put(src, "path", json_object_new_string(c->o.input), &oom);
+    put(src, "format", json_object_new_string("safetensors"), &oom);
+    put(src, "total_bytes", json_object_new_int64((int64_t)dsq_st_total_bytes(c->m)), &oom);
     for (int i = 0; i < dsq_st_shard_count(c->m) && rc == DSQ_OK; i++) {
         const char *p = dsq_st_shard_path(c->m, i);
         uint64_t size;
@@ -189,18 +191,19 @@ int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
         char hex[65];
         rc = header_sha(p, &size, &mt, hex, d);
         if (rc < 0) break;
-        dsq_sb_puts(&b, i ? ", {\"name\": " : "{\"name\": ");
-        dsq_sb_json_str(&b, base_name(p));
-        dsq_sb_printf(&b, ", \"size\": %llu, \"header_sha256\": \"%s\"}", (unsigned long long)size, hex);
+        json_object *f = json_object_new_object();
+        put(f, "name", json_object_new_string(base_name(p)), &oom);
+        put(f, "size", json_object_new_int64((int64_t)size), &oom);
+        put(f, "header_sha256", json_object_new_string(hex), &oom);
+        push(files, f, &oom);
     }
-    dsq_sb_puts(&b, "]}");
+    put(src, "files", files, &oom);
+    put(root, "source", src, &oom);
 
     json_object *cfg = NULL;
-    int first = 0;   /* we are inside the top-level object already */
     if (rc == DSQ_OK) {
-        int got = embed_file(&b, dir, "config.json", "config", &first, &cfg, d);
-        if (got < 0) rc = got;
-        c->have_config = got == 1;
+        rc = read_side_file(dir, "config.json", &cfg, d);
+        c->have_config = cfg != NULL;
         /* A model directory or shard index without config.json cannot be
          * checked against its shapes, and ds-eval could not run what came
          * out (issue 14.7): refused. A single .safetensors file named on
@@ -232,41 +235,32 @@ int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
         }
         dsq_model_config_release(&mc);
     }
-    json_object_put(cfg);
+    if (cfg) put(root, "config", cfg, &oom);   /* the parsed object: json-c keeps number texts */
 
     static const char *const tok_files[] = { "tokenizer.json", "tokenizer_config.json",
                                              "special_tokens_map.json" };
-    if (rc == DSQ_OK) {
-        dsq_sbuf inner = { 0 };
-        int ifirst = 1;
-        for (size_t i = 0; i < sizeof tok_files / sizeof tok_files[0] && rc == DSQ_OK; i++) {
-            int got = embed_file(&inner, dir, tok_files[i], tok_files[i], &ifirst, NULL, d);
-            if (got < 0) rc = got;
+    json_object *tok = NULL;
+    for (size_t i = 0; i < sizeof tok_files / sizeof tok_files[0] && rc == DSQ_OK; i++) {
+        json_object *f = NULL;
+        rc = read_side_file(dir, tok_files[i], &f, d);
+        if (rc == DSQ_OK && f) {
+            if (!tok && !(tok = json_object_new_object())) oom = 1;
+            put(tok, tok_files[i], f, &oom);
         }
-        if (rc == DSQ_OK && !ifirst) {
-            dsq_sb_puts(&b, ", \"tokenizer\": {");
-            dsq_sb_add(&b, inner.p, inner.n);
-            dsq_sb_puts(&b, "}");
-        }
-        if (inner.oom) b.oom = 1;
-        free(inner.p);
     }
+    if (tok) put(root, "tokenizer", tok, &oom);
     if (rc == DSQ_OK) {
-        int got = embed_file(&b, dir, "generation_config.json", "generation_config", &first, NULL, d);
-        if (got < 0) rc = got;
+        json_object *g = NULL;
+        rc = read_side_file(dir, "generation_config.json", &g, d);
+        if (g) put(root, "generation_config", g, &oom);
     }
-    if (rc == DSQ_OK) {
-        dsq_sb_puts(&b, ", \"recipe\": ");
-        recipe_json(&b, c);
-        dsq_sb_puts(&b, "}");
-    }
-    if (rc == DSQ_OK && b.oom) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    if (rc < 0) {
-        free(b.p);
-        return rc;
-    }
-    c->meta = b.p;
-    return DSQ_OK;
+    if (rc == DSQ_OK) put(root, "recipe", recipe_json(c, &oom), &oom);
+    const char *txt = rc == DSQ_OK && !oom
+        ? json_object_to_json_string_ext(root, JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE) : NULL;
+    if (rc == DSQ_OK && (!txt || !(c->meta = strdup(txt))))
+        rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    json_object_put(root);
+    return rc;
 }
 
 /* ================= fingerprint ================= */
@@ -321,20 +315,26 @@ int dsq_conv_fingerprint(dsq_convert *c, dsq_diag *d)
 
 char *dsq_conv_index_json(const dsq_convert *c)
 {
-    dsq_sbuf b = { 0 };
     uint64_t total = 0;
+    int oom = 0;
     for (size_t i = 0; i < c->plan.n; i++) total += c->results[i].raw_bytes;
-    dsq_sb_printf(&b, "{\"metadata\": {\"format\": \"dsq\", \"total_size\": %llu, \"shards\": %d},\n"
-                  " \"weight_map\": {", (unsigned long long)total, c->nshards);
-    for (size_t i = 0; i < c->plan.n; i++) {
+    json_object *root = json_object_new_object(), *meta = json_object_new_object(),
+                *map = json_object_new_object();
+    put(meta, "format", json_object_new_string("dsq"), &oom);
+    put(meta, "total_size", json_object_new_int64((int64_t)total), &oom);
+    put(meta, "shards", json_object_new_int(c->nshards), &oom);
+    put(root, "metadata", meta, &oom);
+    for (size_t i = 0; i < c->plan.n && !oom; i++) {
         char name[64];
         snprintf(name, sizeof name, "model-%05d-of-%05d.dsq", c->ct[i].shard + 1, c->nshards);
-        dsq_sb_puts(&b, i ? ",\n  " : "\n  ");
-        dsq_sb_json_str(&b, c->plan.v[i].name);
-        dsq_sb_puts(&b, ": ");
-        dsq_sb_json_str(&b, name);
+        put(map, c->plan.v[i].name, json_object_new_string(name), &oom);
     }
-    dsq_sb_puts(&b, "\n}}\n");
-    if (b.oom) { free(b.p); return NULL; }
-    return b.p;
+    put(root, "weight_map", map, &oom);
+    const char *txt = oom ? NULL : json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
+                                                                  JSON_C_TO_STRING_SPACED |
+                                                                  JSON_C_TO_STRING_NOSLASHESCAPE);
+    char *out = txt ? malloc(strlen(txt) + 2) : NULL;
+    if (out) sprintf(out, "%s\n", txt);
+    json_object_put(root);
+    return out;
 }

@@ -5,6 +5,7 @@
 #include "st_writer.h"
 
 #include <errno.h>
+#include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,42 +183,45 @@ static int tied(const dsq_llama2c *m, const dsq_llama2c_hf_opts *o)
     return m->cfg.shared_classifier && !o->untie;
 }
 
+/* config.json of the HF Llama the checkpoint becomes. The float fields keep
+ * the texts HF writes (json-c would print 1e-05 as 1.0000000000000001e-05). */
 int dsq_llama2c_config_json(const dsq_llama2c *m, const dsq_llama2c_hf_opts *o,
                             char **out, dsq_diag *d)
 {
     dsq_llama2c_hf_opts def;
     if (!o) { dsq_llama2c_hf_opts_default(&def); o = &def; }
     const dsq_llama2c_config *c = &m->cfg;
-    char *s = NULL;
-    int n = asprintf(&s,
-        "{\n"
-        "  \"architectures\": [\"LlamaForCausalLM\"],\n"
-        "  \"model_type\": \"llama\",\n"
-        "  \"vocab_size\": %d,\n"
-        "  \"hidden_size\": %d,\n"
-        "  \"intermediate_size\": %d,\n"
-        "  \"num_hidden_layers\": %d,\n"
-        "  \"num_attention_heads\": %d,\n"
-        "  \"num_key_value_heads\": %d,\n"
-        "  \"head_dim\": %d,\n"
-        "  \"max_position_embeddings\": %d,\n"
-        "  \"hidden_act\": \"silu\",\n"
-        "  \"rms_norm_eps\": 1e-05,\n"
-        "  \"rope_theta\": 10000.0,\n"
-        "  \"rope_scaling\": null,\n"
-        "  \"attention_bias\": false,\n"
-        "  \"mlp_bias\": false,\n"
-        "  \"tie_word_embeddings\": %s,\n"
-        "  \"bos_token_id\": 1,\n"
-        "  \"eos_token_id\": 2,\n"
-        "  \"torch_dtype\": \"%s\",\n"
-        "  \"use_cache\": true\n"
-        "}\n",
-        (int)c->vocab_size, (int)c->dim, (int)c->hidden_dim, (int)c->n_layers,
-        (int)c->n_heads, (int)c->n_kv_heads, (int)(c->dim / c->n_heads), (int)c->seq_len,
-        tied(m, o) ? "true" : "false",
-        o->dtype == DSQ_DTYPE_BF16 ? "bfloat16" : "float32");
-    if (n < 0) return dsq_fail(d, DSQ_ERR_NOMEM, m->path, NULL, -1, "out of memory");
+    const struct { const char *k; int v; } ints[] = {
+        { "vocab_size", c->vocab_size }, { "hidden_size", c->dim }, { "intermediate_size", c->hidden_dim },
+        { "num_hidden_layers", c->n_layers }, { "num_attention_heads", c->n_heads },
+        { "num_key_value_heads", c->n_kv_heads }, { "head_dim", c->dim / c->n_heads },
+        { "max_position_embeddings", c->seq_len },
+    };
+    int bad = 0;
+    json_object *j = json_object_new_object(), *arch = json_object_new_array();
+    if (!arch || json_object_array_add(arch, json_object_new_string("LlamaForCausalLM")) != 0) bad = 1;
+#define PUT(key, val) do { json_object *v_ = (val); \
+        if (!j || json_object_object_add(j, key, v_) != 0) { json_object_put(v_); bad = 1; } } while (0)
+    PUT("architectures", arch);
+    PUT("model_type", json_object_new_string("llama"));
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) PUT(ints[i].k, json_object_new_int(ints[i].v));
+    PUT("hidden_act", json_object_new_string("silu"));
+    PUT("rms_norm_eps", json_object_new_double_s(1e-05, "1e-05"));
+    PUT("rope_theta", json_object_new_double_s(10000.0, "10000.0"));
+    PUT("rope_scaling", NULL);
+    PUT("attention_bias", json_object_new_boolean(0));
+    PUT("mlp_bias", json_object_new_boolean(0));
+    PUT("tie_word_embeddings", json_object_new_boolean(tied(m, o)));
+    PUT("bos_token_id", json_object_new_int(1));
+    PUT("eos_token_id", json_object_new_int(2));
+    PUT("torch_dtype", json_object_new_string(o->dtype == DSQ_DTYPE_BF16 ? "bfloat16" : "float32"));
+    PUT("use_cache", json_object_new_boolean(1));
+#undef PUT
+    const char *t = bad ? NULL : json_object_to_json_string_ext(j, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED);
+    char *s = t ? malloc(strlen(t) + 2) : NULL;
+    if (s) sprintf(s, "%s\n", t);
+    json_object_put(j);
+    if (!s) return dsq_fail(d, DSQ_ERR_NOMEM, m->path, NULL, -1, "out of memory");
     *out = s;
     return DSQ_OK;
 }

@@ -6,6 +6,7 @@
 #include "dsq_mem.h"
 
 #include <errno.h>
+#include <json-c/json.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,45 +235,65 @@ static int by_layout(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
+/* Put v under key in o, or note the failure: json-c returns NULL or -1 on
+ * allocation failure, and one flag checked at the end keeps the builders
+ * below straight-line. */
+static void put(json_object *o, const char *key, json_object *v, int *oom)
+{
+    if (!o || !v || json_object_object_add(o, key, v) != 0) { json_object_put(v); *oom = 1; }
+}
+
+static void push(json_object *a, json_object *v, int *oom)
+{
+    if (!a || !v || json_object_array_add(a, v) != 0) { json_object_put(v); *oom = 1; }
+}
+
+/* Serialise o (consumed) into b with json-c's flags; '/' is not escaped. */
+static void emit(json_object *o, int flags, int oom, dsq_sbuf *b)
+{
+    const char *txt = !oom && o ? json_object_to_json_string_ext(o, flags | JSON_C_TO_STRING_NOSLASHESCAPE)
+                                : NULL;
+    if (txt) dsq_sb_puts(b, txt);
+    else b->oom = 1;
+    json_object_put(o);
+}
+
 /* Header of the tensors in v[0..n) (already in layout order, begin set),
- * padded with spaces to a multiple of 8. */
+ * compact as the reference writer's, padded with spaces to a multiple of 8.
+ * json-c keeps keys in insertion order, so the bytes are deterministic. */
 static int build_header(const dsq_st_writer *w, struct w_ent **v, size_t n, dsq_sbuf *b)
 {
-    dsq_sb_puts(b, "{");
-    int first = 1;
+    int oom = 0;
+    json_object *root = json_object_new_object();
     if (w->nmeta) {
         /* keys sorted so the output is deterministic */
         size_t *ord = malloc(w->nmeta * sizeof *ord);
-        if (!ord) return DSQ_ERR_NOMEM;
+        if (!ord) { json_object_put(root); return DSQ_ERR_NOMEM; }
         for (size_t i = 0; i < w->nmeta; i++) ord[i] = i;
         for (size_t i = 1; i < w->nmeta; i++)
             for (size_t j = i; j > 0 && strcmp(w->mk[ord[j - 1]], w->mk[ord[j]]) > 0; j--) {
                 size_t t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t;
             }
-        dsq_sb_puts(b, "\"__metadata__\":{");
-        for (size_t i = 0; i < w->nmeta; i++) {
-            if (i) dsq_sb_puts(b, ",");
-            dsq_sb_json_str(b, w->mk[ord[i]]);
-            dsq_sb_puts(b, ":");
-            dsq_sb_json_str(b, w->mv[ord[i]]);
-        }
-        dsq_sb_puts(b, "}");
+        json_object *meta = json_object_new_object();
+        for (size_t i = 0; i < w->nmeta; i++)
+            put(meta, w->mk[ord[i]], json_object_new_string(w->mv[ord[i]]), &oom);
+        put(root, "__metadata__", meta, &oom);
         free(ord);
-        first = 0;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && !oom; i++) {
         const struct w_ent *e = v[i];
-        if (!first) dsq_sb_puts(b, ",");
-        first = 0;
-        dsq_sb_json_str(b, e->name);
-        dsq_sb_puts(b, ":{\"dtype\":");
-        dsq_sb_json_str(b, dsq_dtype_name(e->dtype));
-        dsq_sb_puts(b, ",\"shape\":[");
-        for (int k = 0; k < e->ndim; k++) dsq_sb_printf(b, "%s%lld", k ? "," : "", (long long)e->shape[k]);
-        dsq_sb_printf(b, "],\"data_offsets\":[%llu,", (unsigned long long)e->begin);
-        dsq_sb_printf(b, "%llu]}", (unsigned long long)(e->begin + e->nbytes));
+        json_object *t = json_object_new_object(), *shape = json_object_new_array(),
+                    *offs = json_object_new_array();
+        put(t, "dtype", json_object_new_string(dsq_dtype_name(e->dtype)), &oom);
+        for (int k = 0; k < e->ndim; k++) push(shape, json_object_new_int64(e->shape[k]), &oom);
+        put(t, "shape", shape, &oom);
+        /* offsets are bounded by the shard size, far below INT64_MAX */
+        push(offs, json_object_new_int64((int64_t)e->begin), &oom);
+        push(offs, json_object_new_int64((int64_t)(e->begin + e->nbytes)), &oom);
+        put(t, "data_offsets", offs, &oom);
+        put(root, e->name, t, &oom);
     }
-    dsq_sb_puts(b, "}");
+    emit(root, JSON_C_TO_STRING_PLAIN, oom, b);
     while (!b->oom && b->n % 8) dsq_sb_add(b, " ", 1);
     return b->oom ? DSQ_ERR_NOMEM : DSQ_OK;
 }
@@ -379,16 +400,17 @@ static int write_index(const dsq_st_writer *w, struct w_ent **v, char **names, c
 {
     dsq_sbuf b = {0};
     uint64_t total = 0;
+    int oom = 0;
     for (size_t i = 0; i < w->n; i++) total += v[i]->nbytes;
-    dsq_sb_printf(&b, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
-              (unsigned long long)total);
-    for (size_t i = 0; i < w->n; i++) {     /* v is in name order */
-        dsq_sb_puts(&b, i ? ",\n    " : "\n    ");
-        dsq_sb_json_str(&b, v[i]->name);
-        dsq_sb_puts(&b, ": ");
-        dsq_sb_json_str(&b, names[v[i]->shard]);
-    }
-    dsq_sb_puts(&b, "\n  }\n}\n");
+    json_object *root = json_object_new_object(), *meta = json_object_new_object(),
+                *map = json_object_new_object();
+    put(meta, "total_size", json_object_new_int64((int64_t)total), &oom);
+    put(root, "metadata", meta, &oom);
+    for (size_t i = 0; i < w->n && !oom; i++)     /* v is in name order */
+        put(map, v[i]->name, json_object_new_string(names[v[i]->shard]), &oom);
+    put(root, "weight_map", map, &oom);
+    emit(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED, oom, &b);
+    dsq_sb_puts(&b, "\n");
     if (b.oom) { free(b.p); return dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory"); }
     int rc = dsq_write_file_atomic(path, b.p, b.n, flags, d);
     free(b.p);

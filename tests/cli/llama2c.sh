@@ -33,7 +33,8 @@ awk -v p="$base" 'BEGIN { exit !(p > 1 && p < 10) }' || fail "stories260K ppl $b
 $QUANT -q --scheme w8a8-dynamic "$S/stories260K.bin" "$T/w8.dsq" 2> "$T/err" || fail "ds-quant on the .bin: $(cat "$T/err")"
 $QUANT -q --scheme awq-w4a16 --calib "$TXT" --calib-samples 16 --calib-seqlen 256 "$S/stories260K.bin" "$T/awq.dsq" 2> "$T/err" ||
   fail "ds-quant --calib on the .bin: $(cat "$T/err")"
-grep -aq '"method":"awq"' "$T/awq.dsq" || fail "the calibrated .dsq lacks its AWQ summary"
+./bin/ds-inspect --json "$T/awq.dsq" | jq -e '.recipe.calibration.method == "awq"' > /dev/null ||
+  fail "the calibrated .dsq lacks its AWQ summary"
 # int8 costs little; int4 on this 260K-parameter model (dim 64) costs ~11%
 for q in w8:1.02 awq:1.25; do
   n=${q%:*}; lim=${q#*:}
