@@ -147,4 +147,9 @@ if [ "${EXTRA_ROWS:-1}" != 0 ]; then
     # the rollback without smoothing (on mid-dsv3 smoothing does not lower
     # w8a8-dynamic's KLD; with EXTRA_FLAGS=--gptq the best 8-bit row there)
     row "w8a8-dynamic, no smoothing, --rollback 1" --scheme w8a8-dynamic --rollback 1 --no-smooth $CAL
+    # the mixed recipe DeepSeek deployments on Ascend run (msModelSlim's
+    # W4A8: routed experts w4a8, attention / dense / shared w8a8-dynamic)
+    row "deepseek-w4a8 recipe, RTN" --recipe deepseek-w4a8
+    row "deepseek-w4a8 recipe, calibrated" --recipe deepseek-w4a8 $CAL
+    row "deepseek-w4a8 recipe, calibrated, --rollback 1" --recipe deepseek-w4a8 --rollback 1 $CAL
 fi

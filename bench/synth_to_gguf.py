@@ -4,6 +4,13 @@ bench/gen_synth) as a llama.cpp GGUF file (arch "deepseek2"), so that
 bench/vs_llamacpp.sh can run llama.cpp on the very weights dsq runs.
 
     PYTHONPATH=$LLAMA_CPP_DIR/gguf-py python3 bench/synth_to_gguf.py MODEL_DIR OUT.gguf
+    PYTHONPATH=$LLAMA_CPP_DIR/gguf-py python3 bench/synth_to_gguf.py --bpw FILE.gguf
+
+--bpw prints the bits per weight of a (quantized) GGUF over its projection
+matrices (attention and FFN weights, not norms, the router, embeddings or the
+output head) and the share of those weights in each GGUF type: llama-quantize
+falls back from a K-quant to another type for rows not a multiple of 256
+(Q4_K -> Q5_0), so a "Q4_K_M" file can be mostly 5-bit.
 
 Why our own converter: llama.cpp's convert_hf_to_gguf.py needs transformers
 (and a real tokenizer), which this machine cannot install. This one reads the
@@ -247,7 +254,30 @@ def keep_f32(gguf, new_name, ndim):
             or ".ffn_gate_inp." in new_name)
 
 
+def linear_bpw(path):
+    reader = _import_gguf().GGUFReader(path)
+    nbytes = n = 0
+    share = {}
+    for t in reader.tensors:
+        name = t.name
+        if not name.endswith(".weight") or "norm" in name or "gate_inp" in name:
+            continue
+        if "attn" not in name and "ffn" not in name:
+            continue
+        k = int(np.prod([int(x) for x in t.shape]))
+        nbytes += int(t.n_bytes)
+        n += k
+        share[t.tensor_type.name] = share.get(t.tensor_type.name, 0) + k
+    if not n:
+        fail("%s: no projection weights" % path)
+    mix = ", ".join("%s %.0f%%" % (ty, 100.0 * v / n) for ty, v in sorted(share.items(), key=lambda kv: -kv[1]))
+    print("%.2f %s" % (nbytes * 8.0 / n, mix))
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--bpw":
+        linear_bpw(sys.argv[2])
+        return
     if len(sys.argv) != 3:
         sys.stderr.write("usage: synth_to_gguf.py MODEL_DIR OUT.gguf\n")
         sys.exit(2)

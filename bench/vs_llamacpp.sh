@@ -82,16 +82,18 @@ if [ "$1" = kld ]; then
     echo "llama.cpp $(git -C "$LLAMA_CPP_DIR" log -1 --format='%h %cd' --date=short 2>/dev/null)," \
          "$KM on $KX, -c 512; vs llama.cpp's BF16 logits"
     sed -n 's/^Final estimate: PPL = /BF16 base PPL /p' $K/base.log
-    printf '%-8s %8s %11s %11s %11s %9s %8s\n' type "file MB" "mean KLD" "median" "p99" "same top" "PPL"
+    printf '%-8s %8s %11s %11s %11s %9s %8s  %s\n' type "file MB" "mean KLD" "median" "p99" "same top" "PPL" \
+        "bpw of the projections (types used: llama-quantize falls back to Q5_0 for K-quants on rows not a multiple of 256)"
     for q in ${KLD_TYPES:-Q8_0 Q4_K_M Q4_K_S Q4_0}; do
         "$LBIN/llama-quantize" $K/bf16.gguf $K/$q.gguf $q > $K/$q-quant.log 2>&1 ||
             { tail -5 $K/$q-quant.log; exit 1; }
         "$LBIN/llama-perplexity" -m $K/$q.gguf -f "$KX" -c 512 -t $KT \
             --kl-divergence-base $K/base.kld --kl-divergence > $K/$q.log 2>&1 || { tail -5 $K/$q.log; exit 1; }
-        awk -v q=$q -v mb="$(wc -c < $K/$q.gguf)" '
+        bpw=$(PYTHONPATH="$LLAMA_CPP_DIR/gguf-py" $PYTHON bench/synth_to_gguf.py --bpw $K/$q.gguf) || exit 1
+        awk -v q=$q -v mb="$(wc -c < $K/$q.gguf)" -v bpw="$bpw" '
             /^Mean PPL\(Q\)  / { ppl = $4 } /^Mean +KLD:/ { mean = $3 } /^Median +KLD:/ { med = $3 }
             /^99\.0% +KLD:/ { p99 = $3 } /^Same top p:/ { top = $4 }
-            END { printf "%-8s %8.2f %11s %11s %11s %8s%% %8s\n", q, mb / 1e6, mean, med, p99, top, ppl }' $K/$q.log
+            END { printf "%-8s %8.2f %11s %11s %11s %8s%% %8s  %s\n", q, mb / 1e6, mean, med, p99, top, ppl, bpw }' $K/$q.log
     done
     exit 0
 fi
