@@ -36,7 +36,9 @@ typedef struct dsq_actbuf {
  * and optionally xl2 = bf16(x - xh - xl): xh + xl equals x within
  * 2^-16 |x|, with xl2 within 2^-24 |x| (scheme.h). Levels with a native
  * bf16 dot product (AVX-512 BF16) multiply the bf16 weights by each term;
- * the others widen the weights on the fly and use x. */
+ * the others widen the weights on the fly and use x. xh == NULL: not split
+ * (three terms at T >= 8, scheme_float.c); gemm_bf16 of the native level
+ * then widens the weights too and multiplies x itself (f32 FMA). */
 typedef struct dsq_bfact {
     int64_t         T;
     const float    *x;       /* [T][cols] */

@@ -335,7 +335,11 @@ static int bf16_gemm(const dsq_kernels *k, const dsq_qview *v, const float *x, i
      * stack instead of calling malloc per call; declared here, not in the
      * block below, because the gemm tasks read it after that block */
     _Alignas(64) uint16_t local[3 * 8224];   /* 48 KB: one token of up to 8192 columns */
-    if (k->bf16_split) {
+    /* three terms with prefill-sized T: the kernel widens the weights and
+     * multiplies x as is (fewer instructions than three dot products, and
+     * x exact), so no split; xh stays NULL to say so (kernels.h) */
+    const int split = k->bf16_split && !(dsq_bf16_terms(v) == 3 && T >= FLT_BF16_BIG_T);
+    if (split) {
         size_t need = bf16_split_bytes(v, T);
         if (!scratch && need <= sizeof local) {
             scratch = local;

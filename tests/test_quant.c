@@ -1175,9 +1175,10 @@ static void test_bf16_prefill_precision(void **state)
     free(w);
 }
 
-/* gemm_bf16 of every level called directly, with two and with three split
- * terms (the driver picks one, from DSQ_BF16_TERMS): within the float dot
- * bound plus 2^-8 (one term), 2^-16 (two terms) or 2^-23 (three) of sum|w x| of the exact
+/* gemm_bf16 of every level called directly, with one, two and three split
+ * terms (the driver picks one, from DSQ_BF16_TERMS) and unsplit (xh NULL:
+ * the native level's f32 path, three terms at T >= 8): within the float dot
+ * bound plus 2^-8 (one term), 2^-16 (two terms), 2^-23 (three) or 0 (unsplit) of sum|w x| of the exact
  * dot; rows, tokens and columns with tails of every tile and chunk size (83
  * rows: the packed path's 64-row blocks, one full and one of 19, the second
  * call's starting at row 5). */
@@ -1208,13 +1209,13 @@ static void test_bf16_kernel_terms(void **state)
     int nl = dsq_kernels_list(lv, 8);
     for (int l = 0; l < nl; l++) {
         if (!lv[l]->gemm_bf16) continue;
-        for (int terms = 1; terms <= 3; terms++)
+        for (int terms = 0; terms <= 3; terms++)   /* 0: not split (xh NULL), x itself */
         for (int nt = 3; nt <= T; nt = nt == 3 ? 11 : nt == 11 ? T : T + 1) {
-            dsq_bfact a = { nt, x, kp, pl[0], terms >= 2 ? pl[1] : NULL, terms == 3 ? pl[2] : NULL, 0 };
+            dsq_bfact a = { nt, x, kp, terms ? pl[0] : NULL, terms >= 2 ? pl[1] : NULL, terms == 3 ? pl[2] : NULL, 0 };
             memset(y, 0xff, sizeof y);
             lv[l]->gemm_bf16(&v, &a, 0, 5, y);     /* two calls: row ranges as the pool gives */
             lv[l]->gemm_bf16(&v, &a, 5, sh.rows, y);
-            double rel = lv[l]->bf16_split ? (terms == 1 ? 0x1p-8 : terms == 2 ? 0x1p-16 : 0x1p-23) : 0.0;
+            double rel = lv[l]->bf16_split && terms ? (terms == 1 ? 0x1p-8 : terms == 2 ? 0x1p-16 : 0x1p-23) : 0.0;
             for (int64_t t = 0; t < nt; t++)
                 for (int64_t n = 0; n < sh.rows; n++) {
                     double ex = 0, ab = 0;
@@ -1257,12 +1258,12 @@ static void test_bf16_kernel_terms(void **state)
         const double exact = 64.0 * (1.0 + 0x1p-10 + 0x1p-18);
         for (int l = 0; l < nl; l++) {
             if (!lv[l]->gemm_bf16 || !lv[l]->bf16_split) continue;
-            for (int terms = 1; terms <= 3; terms++)
+            for (int terms = 0; terms <= 3; terms++)   /* 0: not split, x as is: exact too */
             for (int nt = 5; nt <= 13; nt += 8) {
-                dsq_bfact a = { nt, x1, 64, q[0], terms >= 2 ? q[1] : NULL, terms == 3 ? q[2] : NULL, 0 };
+                dsq_bfact a = { nt, x1, 64, terms ? q[0] : NULL, terms >= 2 ? q[1] : NULL, terms == 3 ? q[2] : NULL, 0 };
                 lv[l]->gemm_bf16(&v2, &a, 0, 4, y1);
                 for (int i = 0; i < nt * 4; i++) {
-                    if (terms == 3) assert_true(y1[i] == (float)exact);
+                    if (terms == 3 || terms == 0) assert_true(y1[i] == (float)exact);
                     else if (terms == 2) assert_true(fabs(y1[i] - exact) >= 0.5 * 64.0 * 0x1p-18);
                     else assert_true(fabs(y1[i] - exact) >= 0.5 * 64.0 * 0x1p-10);
                 }
