@@ -266,8 +266,14 @@ int dsq_mla_forward(dsq_run *r, const float *x)
     const int qdim = (int)m->q_dim;
     if (absorbed) {
         const double items = (double)T * (double)j.H;
+        /* kv_b's bytes split between its two reads by rows (nope : v) */
+        const double kvb_bytes = (double)ly->kv_b.w.blob_size / (double)(j.nope + j.vd);
+        dsq_prof_begin(m->prof, &mk);
         dsq_pool_run(pool_for(m->pool, items * (double)(j.nope * R)), (size_t)T * (size_t)j.H, absorb_q_task,
                      &j);
+        dsq_prof_end_io(m->prof, &mk, "mla: absorbed q (kv_b W_UK)", 2.0 * items * (double)(j.nope * R),
+                        kvb_bytes * (double)j.nope);
+        dsq_prof_begin(m->prof, &mk);
         for (int t = 0; t < T; t++) {
             int n = (int)dsq_kv_index(r, t) + 1;
             for (int64_t h = 0; h < j.H; h++) sc->vis[h] = n;
@@ -278,8 +284,12 @@ int dsq_mla_forward(dsq_run *r, const float *x)
                              (int)qk, pe, (int)j.rope, (int)j.rope, lat, (int)R, (int)R, sc->vis, m->attn_scale,
                              sc->scores, qp, (int)R, m->pool);
         }
+        dsq_prof_end(m->prof, &mk, "mla: absorbed attention", 0.0);
+        dsq_prof_begin(m->prof, &mk);
         dsq_pool_run(pool_for(m->pool, items * (double)(j.vd * R)), (size_t)T * (size_t)j.H, absorb_out_task,
                      &j);
+        dsq_prof_end_io(m->prof, &mk, "mla: absorbed out (kv_b W_UV)", 2.0 * items * (double)(j.vd * R),
+                        kvb_bytes * (double)j.vd);
     } else {
         const float *lat = dsq_kv_base(r, 0), *pe = lat + r->kv.ctx * R;
         DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_b, lat, (int)P, NULL));
