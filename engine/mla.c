@@ -235,20 +235,35 @@ int dsq_mla_forward(dsq_run *r, const float *x)
     mla_job j = { r, ly, m->n_heads, c->qk_nope_head_dim, c->qk_rope_head_dim, c->v_head_dim, c->kv_lora_rank };
     const int64_t qk = j.nope + j.rope, R = j.R;
 
-    /* queries */
-    if (c->q_lora_rank > 0) {
-        DSQ_TRY(dsq_linear_hook_call(r, &ly->q_a, x, T, NULL));
-        DSQ_TRY(dsq_linear_gemm(r, &ly->q_a, x, T, sc->qa));
-        dsq_add_rmsnorm_rows(sc->qa, NULL, sc->qa, ly->q_a_norm, T, (int)c->q_lora_rank, m->eps, m->pool);
-        DSQ_TRY(dsq_linear_hook_call(r, &ly->q_b, sc->qa, T, NULL));
-        DSQ_TRY(dsq_linear_gemm(r, &ly->q_b, sc->qa, T, sc->q));
+    /* queries and compressed kv. Decode without hooks: the two products of
+     * x (q_a or q, and kv_a) are one pool job (dsq_linear_gemm_many: one
+     * wake-up and, for the same scheme, one prepared x; the same values);
+     * prefill and calibration (hooks) call them in order as before. */
+    const int lora = c->q_lora_rank > 0;
+    if (!r->hook && T < 4) {
+        const dsq_linear *ls[2] = { lora ? &ly->q_a : &ly->q, &ly->kv_a };
+        const float *xs[2] = { x, x };
+        const int ts[2] = { T, T };
+        float *ys[2] = { lora ? sc->qa : sc->q, sc->kva };
+        DSQ_TRY(dsq_linear_gemm_many(r, ls, xs, ts, ys, 2, "mla: q_a (or q) + kv_a (one job)"));
+        if (lora) {
+            dsq_add_rmsnorm_rows(sc->qa, NULL, sc->qa, ly->q_a_norm, T, (int)c->q_lora_rank, m->eps, m->pool);
+            DSQ_TRY(dsq_linear_gemm(r, &ly->q_b, sc->qa, T, sc->q));
+        }
     } else {
-        DSQ_TRY(dsq_linear_hook_call(r, &ly->q, x, T, NULL));
-        DSQ_TRY(dsq_linear_gemm(r, &ly->q, x, T, sc->q));
+        if (lora) {
+            DSQ_TRY(dsq_linear_hook_call(r, &ly->q_a, x, T, NULL));
+            DSQ_TRY(dsq_linear_gemm(r, &ly->q_a, x, T, sc->qa));
+            dsq_add_rmsnorm_rows(sc->qa, NULL, sc->qa, ly->q_a_norm, T, (int)c->q_lora_rank, m->eps, m->pool);
+            DSQ_TRY(dsq_linear_hook_call(r, &ly->q_b, sc->qa, T, NULL));
+            DSQ_TRY(dsq_linear_gemm(r, &ly->q_b, sc->qa, T, sc->q));
+        } else {
+            DSQ_TRY(dsq_linear_hook_call(r, &ly->q, x, T, NULL));
+            DSQ_TRY(dsq_linear_gemm(r, &ly->q, x, T, sc->q));
+        }
+        DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_a, x, T, NULL));
+        DSQ_TRY(dsq_linear_gemm(r, &ly->kv_a, x, T, sc->kva));
     }
-    /* compressed kv */
-    DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_a, x, T, NULL));
-    DSQ_TRY(dsq_linear_gemm(r, &ly->kv_a, x, T, sc->kva));
 
     dsq_prof_mark mk;
     dsq_prof_begin(m->prof, &mk);
