@@ -171,6 +171,39 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
     (void)sub.scheme->gemm(&sub, cv, 1, out, NULL, NULL, 0);
 }
 
+/* Absorbed attention of one token, ABS_HB heads per pool item: scores =
+ * q'.latent + q_pe.k_pe, softmax, context written over q' (the heads are
+ * independent rows of the same products). One [H x P] block on the
+ * caller's thread was a serial stretch of every decode step that grows with
+ * the context (V3, P = 144: about 40 MFLOP of sgemm per token and layer,
+ * 5% of a -t 2 step on the e16 layer, the other thread idle). The blocks
+ * are fixed by ABS_HB, never by the pool size: 1 and 2 threads give the
+ * same bits (OpenBLAS rounds a 16-row block differently from a 128-row
+ * one, so decode moved by float rounding when this came in, 2026-11-26). */
+#define ABS_HB 16
+
+typedef struct abs_attn_job {
+    const mla_job *j;
+    int t, n, qdim;
+} abs_attn_job;
+
+static void abs_attn_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    const abs_attn_job *a = ctx;
+    const mla_job *j = a->j;
+    const dsq_run *r = j->r;
+    dsq_scratch *sc = r->sc;
+    const int64_t R = j->R, qk = j->nope + j->rope, h0 = (int64_t)item * ABS_HB;
+    const int hb = (int)(j->H - h0 < ABS_HB ? j->H - h0 : ABS_HB);
+    const float *lat = dsq_kv_base(r, a->t), *pe = lat + r->kv.ctx * R;
+    float *qp = sc->qabs + ((size_t)a->t * (size_t)j->H + (size_t)h0) * (size_t)R;
+    const float *qpe = sc->q + (size_t)a->t * (size_t)a->qdim + (size_t)(h0 * qk + j->nope);
+    dsq_attend_block(hb, a->n, qp, (int)R, lat, (int)R, (int)R, qpe, (int)qk, pe, (int)j->rope, (int)j->rope, lat,
+                     (int)R, (int)R, sc->vis + h0, r->m->attn_scale, sc->scores + (size_t)h0 * (size_t)a->n, qp,
+                     (int)R, NULL);
+}
+
 /* Naive path: one head's attention block over the expanded k_nope | v. */
 typedef struct naive_job {
     dsq_run *r;
@@ -292,12 +325,9 @@ int dsq_mla_forward(dsq_run *r, const float *x)
         for (int t = 0; t < T; t++) {
             int n = (int)dsq_kv_index(r, t) + 1;
             for (int64_t h = 0; h < j.H; h++) sc->vis[h] = n;
-            const float *lat = dsq_kv_base(r, t), *pe = lat + r->kv.ctx * R;
-            float *qp = sc->qabs + (size_t)t * j.H * R;
-            /* scores = q'.latent + q_pe.k_pe; context written over q' */
-            dsq_attend_block((int)j.H, n, qp, (int)R, lat, (int)R, (int)R, sc->q + (size_t)t * qdim + j.nope,
-                             (int)qk, pe, (int)j.rope, (int)j.rope, lat, (int)R, (int)R, sc->vis, m->attn_scale,
-                             sc->scores, qp, (int)R, m->pool);
+            abs_attn_job aj = { &j, t, n, qdim };
+            const double macs = (double)j.H * (double)n * (double)(2 * R + j.rope);
+            dsq_pool_run(pool_for(m->pool, macs), (size_t)((j.H + ABS_HB - 1) / ABS_HB), abs_attn_task, &aj);
         }
         dsq_prof_end(m->prof, &mk, "mla: absorbed attention", 0.0);
         dsq_prof_begin(m->prof, &mk);
