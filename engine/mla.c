@@ -175,8 +175,10 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
  * q'.latent + q_pe.k_pe, softmax, context written over q' (the heads are
  * independent rows of the same products). One [H x P] block on the
  * caller's thread was a serial stretch of every decode step that grows with
- * the context (V3, P = 144: about 40 MFLOP of sgemm per token and layer,
- * 5% of a -t 2 step on the e16 layer, the other thread idle). The blocks
+ * the context (V3, P = 128..144: about 40 MFLOP of sgemm, 0.7 ms CPU per
+ * token and layer, 3% of a one-thread step on the e16 layer, bench_engine
+ * -P -t 1 -p 128 -n 16, machine shared; at -t 2 the other thread idled
+ * through it). The blocks
  * are fixed by ABS_HB, never by the pool size: 1 and 2 threads give the
  * same bits (OpenBLAS rounds a 16-row block differently from a 128-row
  * one, so decode moved by float rounding when this came in, 2026-11-26). */

@@ -89,6 +89,24 @@ int dsq_mlp_forward(dsq_run *r, const dsq_mlp *mlp, const float *x, int T, const
     return dsq_linear_gemm(r, &mlp->down, sc->g, T, out);
 }
 
+/* silu * up of several experts' [rows, ffn] blocks, one per pool item
+ * (moe_batched: outputs 2i and 2i + 1 are expert i's gate and up), on the
+ * pool from SILU_MIN elements */
+#define SILU_MIN 8192
+
+typedef struct silu_many {
+    const dsq_linear *const *l;
+    float *const *out;
+    const int *nt;
+} silu_many;
+
+static void silu_many_task(void *ctx, size_t i, int tid)
+{
+    (void)tid;
+    const silu_many *s = ctx;
+    dsq_silu_mul(s->out[2 * i], s->out[2 * i + 1], (size_t)s->nt[2 * i] * (size_t)s->l[2 * i]->out);
+}
+
 /* Decode batching: up to this many routed (expert, token-run) pairs per
  * step take moe_batched (T * top_k of them at most; V3 decode: 8). */
 #define MOE_BATCH_MAX 24
@@ -151,9 +169,13 @@ static int moe_batched(dsq_run *r, const dsq_layer *ly, const float *x)
     }
     DSQ_TRY(dsq_linear_gemm_many(r, l, in, nt, out, n, "moe: experts gate + up (one job)"));
     dsq_prof_begin(m->prof, &mk);
-    /* g, u of each expert are contiguous [rows, ffn]: one call per expert,
-     * the same per-element op as per row */
-    for (int i = 0; i < n; i += 2) dsq_silu_mul(out[i], out[i + 1], (size_t)nt[i] * (size_t)l[i]->out);
+    /* g, u of each expert are contiguous [rows, ffn]: one pool item per
+     * expert, the same per-element op as per row (V3 decode: 9 x 2048
+     * expf, ~70 us on one thread) */
+    silu_many sm = { l, out, nt };
+    int64_t total = 0;
+    for (int i = 0; i < n; i += 2) total += (int64_t)nt[i] * l[i]->out;
+    dsq_pool_run(total < SILU_MIN ? NULL : m->pool, (size_t)(n / 2), silu_many_task, &sm);
     dsq_prof_end(m->prof, &mk, "mlp: silu * up", 0.0);
     const int nd = n / 2;
     for (int i = 0; i < nd; i++) {
