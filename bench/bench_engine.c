@@ -2,14 +2,19 @@
  * next to what the machine can do.
  *
  *   bench_engine [-t threads] [-p prefill_tokens] [-n decode_steps] [-r reps]
- *                [-b bf16_terms] [-1] [-P] [MODEL ...]
+ *                [-b bf16_terms] [-1] [-P] [-u] [MODEL ...]
  *
  * -b 1|2|3: dsq_model_opts.bf16_terms (BF16 weights: bf16 terms per f32
  * activation; default the engine's, 3, or DSQ_BF16_TERMS). 1 is llama.cpp's
  * numerics, for prefill comparisons at equal work.
  *
- * -P: after the timed runs, one more prefill with the engine's per-op
- * timers on (engine/prof.h): wall, CPU and GFLOP per op (prefill_profile).
+ * -u: the MoE layers' decode runs every expert's gemms as pool jobs of
+ * their own (dsq_model_opts.moe_unbatched: the loop before one job per
+ * projection; the same values), for A/B runs in one build.
+ *
+ * -P: after the timed runs, one more prefill and N decode steps with the
+ * engine's per-op timers on (engine/prof.h): wall, CPU, GFLOP and weight
+ * GB/s per op (run_profile).
  *
  * MODEL is anything dsq_model_open accepts (safetensors dir/file, .dsq).
  * Without models, two synthetic ones are written to a temp dir, a small
@@ -37,8 +42,11 @@
  * Output: the human-readable lines, then per model one stable line
  *   result: model=NAME threads=N prefill_tokens=P prefill_tok_s=X
  *     prefill_t1_tok_s=X decode_tok_s=X decode_mb_per_tok=X decode_gbs=X
- *     read_bw_gbs=X decode_bw_pct=X batch_tok_s=X
- * (one line, space-separated key=value; scripts parse these).
+ *     read_bw_gbs=X decode_bw_pct=X batch_tok_s=X decode_cpu_ms_per_tok=X
+ * (one line, space-separated key=value; scripts parse these;
+ * decode_cpu_ms_per_tok: the least process CPU time of the decode runs per
+ * token, every thread counted: on a shared machine a steadier measure of
+ * the work than wall time).
  *
  * Timing: best of reps; with one thread, process CPU time (other jobs on a
  * shared machine do not count), else wall time. Speed only: correctness
@@ -67,6 +75,14 @@ static double now(void)
 {
     struct timespec ts;
     clock_gettime(g_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Process CPU seconds (every thread, spinning pool workers included). */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -365,6 +381,7 @@ static void active_weights(const dsq_model *m, double *el, double *by, double *h
 static int g_t1;   /* -1: also time prefill on one thread */
 static int g_prof; /* -P: per-op profile of one more prefill */
 static int g_terms; /* -b: dsq_model_opts.bf16_terms (0: default) */
+static int g_unbatched; /* -u: dsq_model_opts.moe_unbatched (A/B of the MoE decode jobs) */
 
 static double prefill_1thread(const char *path, int P, int reps)
 {
@@ -397,11 +414,37 @@ static double prefill_1thread(const char *path, int P, int reps)
     return rc == 0 ? P / best : 0.0;
 }
 
-/* -P: one more prefill of the same P tokens with the engine's per-op timers
- * on (prof.h), printed as a table: wall and process CPU seconds per op
- * (CPU / wall near the thread count: both threads busy; near 1: serial),
- * GFLOP counted per linear (2 x rows x cols x tokens) and attention. */
-static int prefill_profile(dsq_model *m, dsq_state *s, const int32_t *toks, int P, float *lg, dsq_diag *d)
+/* -P: one more prefill of the same P tokens, then N more decode steps,
+ * with the engine's per-op timers on (prof.h), each printed as a table:
+ * wall and process CPU seconds per op (CPU / wall near the thread count:
+ * both threads busy; near 1: serial; spinning pool workers count as busy),
+ * GFLOP counted per linear (2 x rows x cols x tokens) and attention, and
+ * for decode the weight bytes each op streamed (linears: their blob) as
+ * GB/s of its wall time. Per call figures are totals over the run. */
+static void profile_table(const dsq_prof *pf, const char *what, int tokens, double wall)
+{
+    double sw = 0, sc = 0, sf = 0, sb = 0;
+    printf("  profile, %s (%.1f ms wall):\n  %-46s %6s %9s %9s %5s %8s %7s %7s\n", what, wall * 1e3, "op", "calls",
+           "wall ms", "cpu ms", "cpu/w", "GFLOP", "GF/s", "GB/s");
+    for (int i = 0; i < pf->n; i++) {
+        const dsq_prof_op *o = &pf->op[i];
+        const char *name = strncmp(o->name, "model.layers.*.", 15) == 0 ? o->name + 15 : o->name;
+        printf("  %-46.46s %6ld %9.2f %9.2f %5.2f %8.3f %7.1f %7.1f\n", name, o->calls, o->wall * 1e3, o->cpu * 1e3,
+               o->wall > 0 ? o->cpu / o->wall : 0.0, o->flop / 1e9, o->wall > 0 ? o->flop / o->wall / 1e9 : 0.0,
+               o->wall > 0 ? o->bytes / o->wall / 1e9 : 0.0);
+        sw += o->wall;
+        sc += o->cpu;
+        sf += o->flop;
+        sb += o->bytes;
+    }
+    printf("  %-46s %6s %9.2f %9.2f %5.2f %8.3f %7.1f %7.1f\n  (untimed: %.2f ms wall; per token: %.3f GFLOP, "
+           "%.1f MB, %.3f ms wall)\n",
+           "total", "", sw * 1e3, sc * 1e3, sw > 0 ? sc / sw : 0.0, sf / 1e9, sw > 0 ? sf / sw / 1e9 : 0.0,
+           sw > 0 ? sb / sw / 1e9 : 0.0, (wall - sw) * 1e3, sf / 1e9 / tokens, sb / 1e6 / tokens,
+           wall * 1e3 / tokens);
+}
+
+static int run_profile(dsq_model *m, dsq_state *s, const int32_t *toks, int P, int N, float *lg, dsq_diag *d)
 {
     dsq_prof *pf = calloc(1, sizeof *pf);
     if (!pf) return DSQ_ERR_NOMEM;
@@ -412,23 +455,17 @@ static int prefill_profile(dsq_model *m, dsq_state *s, const int32_t *toks, int 
     double t0 = now();
     int rc = dsq_forward(m, s, 0, toks, P, lg, DSQ_FWD_LAST_LOGITS, d);
     double wall = now() - t0;
+    char what[96];
+    snprintf(what, sizeof what, "one prefill of %d tokens", P);
+    profile_table(pf, what, P, wall);
+    dsq_prof_reset(pf);
+    t0 = now();
+    for (int i = 0; i < N && rc == 0; i++) rc = dsq_forward(m, s, 0, toks + P + i, 1, lg, 0, d);
+    wall = now() - t0;
+    snprintf(what, sizeof what, "%d decode steps", N);
+    profile_table(pf, what, N, wall);
     m->prof = NULL;
     g_cpu_clock = saved;
-    double sw = 0, sc = 0, sf = 0;
-    printf("  profile, one prefill of %d tokens (%.1f ms wall):\n  %-52s %6s %9s %9s %5s %8s %7s\n", P,
-           wall * 1e3, "op", "calls", "wall ms", "cpu ms", "cpu/w", "GFLOP", "GF/s");
-    for (int i = 0; i < pf->n; i++) {
-        const dsq_prof_op *o = &pf->op[i];
-        const char *name = strncmp(o->name, "model.layers.*.", 15) == 0 ? o->name + 15 : o->name;
-        printf("  %-52.52s %6ld %9.2f %9.2f %5.2f %8.3f %7.1f\n", name, o->calls, o->wall * 1e3, o->cpu * 1e3,
-               o->wall > 0 ? o->cpu / o->wall : 0.0, o->flop / 1e9, o->wall > 0 ? o->flop / o->wall / 1e9 : 0.0);
-        sw += o->wall;
-        sc += o->cpu;
-        sf += o->flop;
-    }
-    printf("  %-52s %6s %9.2f %9.2f %5.2f %8.3f %7.1f\n  (untimed: %.2f ms wall; GFLOP per token %.3f)\n", "total", "",
-           sw * 1e3, sc * 1e3, sw > 0 ? sc / sw : 0.0, sf / 1e9, sw > 0 ? sf / sw / 1e9 : 0.0, (wall - sw) * 1e3,
-           sf / 1e9 / P);
     free(pf);
     return rc;
 }
@@ -439,6 +476,7 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
     dsq_model_opts_default(&o);
     o.threads = threads;
     o.bf16_terms = g_terms;
+    o.moe_unbatched = g_unbatched;
     dsq_model *m;
     dsq_diag d;
     dsq_diag_clear(&d);
@@ -458,7 +496,7 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
     dsq_state *s = dsq_state_create(m, B, P + N + 8);
     if (!s || !toks || !lg) { fprintf(stderr, "bench_engine: out of memory\n"); return 1; }
 
-    double t_pre = 1e30, t_dec = 1e30, t_bat = 1e30;
+    double t_pre = 1e30, t_dec = 1e30, t_bat = 1e30, c_dec = 1e30;
     for (int r = 0; r < reps && rc == 0; r++) {
         dsq_state_truncate(s, 0, 0);
         t0 = now();
@@ -466,9 +504,12 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
         double dt = now() - t0;
         t_pre = dt < t_pre ? dt : t_pre;
         t0 = now();
+        const double c0 = cpu_now();
         for (int i = 0; i < N && rc == 0; i++) rc = dsq_forward(m, s, 0, toks + P + i, 1, lg, 0, &d);
         dt = now() - t0;
+        const double dc = cpu_now() - c0;
         t_dec = dt < t_dec ? dt : t_dec;
+        c_dec = dc < c_dec ? dc : c_dec;
         /* batched decode: B sequences with a short shared prompt */
         int active[8];
         int32_t bt[8];
@@ -484,7 +525,7 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
         t_bat = dt < t_bat ? dt : t_bat;
     }
     if (rc) { fprintf(stderr, "bench_engine: %s: forward failed: %s\n", path, d.msg); return 1; }
-    if (g_prof && (rc = prefill_profile(m, s, toks, P, lg, &d)) != 0) {
+    if (g_prof && (rc = run_profile(m, s, toks, P, N, lg, &d)) != 0) {
         fprintf(stderr, "bench_engine: %s: profiled forward failed: %s\n", path, d.msg);
         return 1;
     }
@@ -514,9 +555,9 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
     const double pre1 = nt == 1 ? pre : g_t1 ? prefill_1thread(path, P, reps) : 0.0;
     printf("result: model=%s threads=%d prefill_tokens=%d prefill_tok_s=%.2f prefill_t1_tok_s=%.2f "
            "decode_tok_s=%.2f decode_mb_per_tok=%.3f decode_gbs=%.3f read_bw_gbs=%.3f decode_bw_pct=%.1f "
-           "batch_tok_s=%.2f\n",
+           "batch_tok_s=%.2f decode_cpu_ms_per_tok=%.3f\n",
            base ? base + 1 : path, nt, P, pre, pre1, dec, (by + hby) / 1e6, dec_gbs, bw,
-           100.0 * dec_gbs / bw, bat);
+           100.0 * dec_gbs / bw, bat, c_dec * 1e3 / N);
     fflush(stdout);
     free(toks);
     free(lg);
@@ -528,8 +569,9 @@ static int bench_one(const char *path, int threads, int P, int N, int reps)
 int main(int argc, char **argv)
 {
     int threads = 0, P = 128, N = 32, reps = 3, opt;
-    while ((opt = getopt(argc, argv, "t:p:n:r:b:1Ph")) != -1) {
+    while ((opt = getopt(argc, argv, "t:p:n:r:b:1Puh")) != -1) {
         switch (opt) {
+        case 'u': g_unbatched = 1; break;
         case '1': g_t1 = 1; break;
         case 'P': g_prof = 1; break;
         case 'b':
@@ -544,7 +586,7 @@ int main(int argc, char **argv)
         case 'n': N = atoi(optarg); break;
         case 'r': reps = atoi(optarg); break;
         default:
-            fprintf(stderr, "usage: bench_engine [-t threads] [-p prefill] [-n decode] [-r reps] [-b bf16_terms] [-1] [-P] [MODEL ...]\n");
+            fprintf(stderr, "usage: bench_engine [-t threads] [-p prefill] [-n decode] [-r reps] [-b bf16_terms] [-1] [-P] [-u] [MODEL ...]\n");
             return opt == 'h' ? 0 : 2;
         }
     }

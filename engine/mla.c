@@ -171,6 +171,41 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
     (void)sub.scheme->gemm(&sub, cv, 1, out, NULL, NULL, 0);
 }
 
+/* Absorbed attention of one token, ABS_HB heads per pool item: scores =
+ * q'.latent + q_pe.k_pe, softmax, context written over q' (the heads are
+ * independent rows of the same products). One [H x P] block on the
+ * caller's thread was a serial stretch of every decode step that grows with
+ * the context (V3, P = 128..144: about 40 MFLOP of sgemm, 0.7 ms CPU per
+ * token and layer, 3% of a one-thread step on the e16 layer, bench_engine
+ * -P -t 1 -p 128 -n 16, machine shared; at -t 2 the other thread idled
+ * through it). The blocks
+ * are fixed by ABS_HB, never by the pool size: 1 and 2 threads give the
+ * same bits (OpenBLAS rounds a 16-row block differently from a 128-row
+ * one, so decode moved by float rounding when this came in, 2026-11-26). */
+#define ABS_HB 16
+
+typedef struct abs_attn_job {
+    const mla_job *j;
+    int t, n, qdim;
+} abs_attn_job;
+
+static void abs_attn_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    const abs_attn_job *a = ctx;
+    const mla_job *j = a->j;
+    const dsq_run *r = j->r;
+    dsq_scratch *sc = r->sc;
+    const int64_t R = j->R, qk = j->nope + j->rope, h0 = (int64_t)item * ABS_HB;
+    const int hb = (int)(j->H - h0 < ABS_HB ? j->H - h0 : ABS_HB);
+    const float *lat = dsq_kv_base(r, a->t), *pe = lat + r->kv.ctx * R;
+    float *qp = sc->qabs + ((size_t)a->t * (size_t)j->H + (size_t)h0) * (size_t)R;
+    const float *qpe = sc->q + (size_t)a->t * (size_t)a->qdim + (size_t)(h0 * qk + j->nope);
+    dsq_attend_block(hb, a->n, qp, (int)R, lat, (int)R, (int)R, qpe, (int)qk, pe, (int)j->rope, (int)j->rope, lat,
+                     (int)R, (int)R, sc->vis + h0, r->m->attn_scale, sc->scores + (size_t)h0 * (size_t)a->n, qp,
+                     (int)R, NULL);
+}
+
 /* Naive path: one head's attention block over the expanded k_nope | v. */
 typedef struct naive_job {
     dsq_run *r;
@@ -235,20 +270,35 @@ int dsq_mla_forward(dsq_run *r, const float *x)
     mla_job j = { r, ly, m->n_heads, c->qk_nope_head_dim, c->qk_rope_head_dim, c->v_head_dim, c->kv_lora_rank };
     const int64_t qk = j.nope + j.rope, R = j.R;
 
-    /* queries */
-    if (c->q_lora_rank > 0) {
-        DSQ_TRY(dsq_linear_hook_call(r, &ly->q_a, x, T, NULL));
-        DSQ_TRY(dsq_linear_gemm(r, &ly->q_a, x, T, sc->qa));
-        dsq_add_rmsnorm_rows(sc->qa, NULL, sc->qa, ly->q_a_norm, T, (int)c->q_lora_rank, m->eps, m->pool);
-        DSQ_TRY(dsq_linear_hook_call(r, &ly->q_b, sc->qa, T, NULL));
-        DSQ_TRY(dsq_linear_gemm(r, &ly->q_b, sc->qa, T, sc->q));
+    /* queries and compressed kv. Decode without hooks: the two products of
+     * x (q_a or q, and kv_a) are one pool job (dsq_linear_gemm_many: one
+     * wake-up and, for the same scheme, one prepared x; the same values);
+     * prefill and calibration (hooks) call them in order as before. */
+    const int lora = c->q_lora_rank > 0;
+    if (!r->hook && T < 4) {
+        const dsq_linear *ls[2] = { lora ? &ly->q_a : &ly->q, &ly->kv_a };
+        const float *xs[2] = { x, x };
+        const int ts[2] = { T, T };
+        float *ys[2] = { lora ? sc->qa : sc->q, sc->kva };
+        DSQ_TRY(dsq_linear_gemm_many(r, ls, xs, ts, ys, 2, "mla: q_a (or q) + kv_a (one job)"));
+        if (lora) {
+            dsq_add_rmsnorm_rows(sc->qa, NULL, sc->qa, ly->q_a_norm, T, (int)c->q_lora_rank, m->eps, m->pool);
+            DSQ_TRY(dsq_linear_gemm(r, &ly->q_b, sc->qa, T, sc->q));
+        }
     } else {
-        DSQ_TRY(dsq_linear_hook_call(r, &ly->q, x, T, NULL));
-        DSQ_TRY(dsq_linear_gemm(r, &ly->q, x, T, sc->q));
+        if (lora) {
+            DSQ_TRY(dsq_linear_hook_call(r, &ly->q_a, x, T, NULL));
+            DSQ_TRY(dsq_linear_gemm(r, &ly->q_a, x, T, sc->qa));
+            dsq_add_rmsnorm_rows(sc->qa, NULL, sc->qa, ly->q_a_norm, T, (int)c->q_lora_rank, m->eps, m->pool);
+            DSQ_TRY(dsq_linear_hook_call(r, &ly->q_b, sc->qa, T, NULL));
+            DSQ_TRY(dsq_linear_gemm(r, &ly->q_b, sc->qa, T, sc->q));
+        } else {
+            DSQ_TRY(dsq_linear_hook_call(r, &ly->q, x, T, NULL));
+            DSQ_TRY(dsq_linear_gemm(r, &ly->q, x, T, sc->q));
+        }
+        DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_a, x, T, NULL));
+        DSQ_TRY(dsq_linear_gemm(r, &ly->kv_a, x, T, sc->kva));
     }
-    /* compressed kv */
-    DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_a, x, T, NULL));
-    DSQ_TRY(dsq_linear_gemm(r, &ly->kv_a, x, T, sc->kva));
 
     dsq_prof_mark mk;
     dsq_prof_begin(m->prof, &mk);
@@ -266,20 +316,27 @@ int dsq_mla_forward(dsq_run *r, const float *x)
     const int qdim = (int)m->q_dim;
     if (absorbed) {
         const double items = (double)T * (double)j.H;
+        /* kv_b's bytes split between its two reads by rows (nope : v) */
+        const double kvb_bytes = (double)ly->kv_b.w.blob_size / (double)(j.nope + j.vd);
+        dsq_prof_begin(m->prof, &mk);
         dsq_pool_run(pool_for(m->pool, items * (double)(j.nope * R)), (size_t)T * (size_t)j.H, absorb_q_task,
                      &j);
+        dsq_prof_end_io(m->prof, &mk, "mla: absorbed q (kv_b W_UK)", 2.0 * items * (double)(j.nope * R),
+                        kvb_bytes * (double)j.nope);
+        dsq_prof_begin(m->prof, &mk);
         for (int t = 0; t < T; t++) {
             int n = (int)dsq_kv_index(r, t) + 1;
             for (int64_t h = 0; h < j.H; h++) sc->vis[h] = n;
-            const float *lat = dsq_kv_base(r, t), *pe = lat + r->kv.ctx * R;
-            float *qp = sc->qabs + (size_t)t * j.H * R;
-            /* scores = q'.latent + q_pe.k_pe; context written over q' */
-            dsq_attend_block((int)j.H, n, qp, (int)R, lat, (int)R, (int)R, sc->q + (size_t)t * qdim + j.nope,
-                             (int)qk, pe, (int)j.rope, (int)j.rope, lat, (int)R, (int)R, sc->vis, m->attn_scale,
-                             sc->scores, qp, (int)R, m->pool);
+            abs_attn_job aj = { &j, t, n, qdim };
+            const double macs = (double)j.H * (double)n * (double)(2 * R + j.rope);
+            dsq_pool_run(pool_for(m->pool, macs), (size_t)((j.H + ABS_HB - 1) / ABS_HB), abs_attn_task, &aj);
         }
+        dsq_prof_end(m->prof, &mk, "mla: absorbed attention", 0.0);
+        dsq_prof_begin(m->prof, &mk);
         dsq_pool_run(pool_for(m->pool, items * (double)(j.vd * R)), (size_t)T * (size_t)j.H, absorb_out_task,
                      &j);
+        dsq_prof_end_io(m->prof, &mk, "mla: absorbed out (kv_b W_UV)", 2.0 * items * (double)(j.vd * R),
+                        kvb_bytes * (double)j.vd);
     } else {
         const float *lat = dsq_kv_base(r, 0), *pe = lat + r->kv.ctx * R;
         DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_b, lat, (int)P, NULL));

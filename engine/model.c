@@ -857,13 +857,52 @@ int dsq_linear_gemm(dsq_run *r, const dsq_linear *l, const float *x, int T, floa
     dsq_prof_mark mk;
     dsq_prof_begin(r->m->prof, &mk);
     int rc = sc->gemm(&w, x, T, y, pool, scratch, ssize);
-    dsq_prof_end(r->m->prof, &mk, l->name, 2.0 * (double)l->out * (double)l->in * (double)T);
+    dsq_prof_end_io(r->m->prof, &mk, l->name, 2.0 * (double)l->out * (double)l->in * (double)T,
+                    (double)l->w.blob_size);
     if (rc < 0) return rc;
     if (l->bias)
         for (int t = 0; t < T; t++) {
             float *row = y + (size_t)t * (size_t)l->out;
             for (int64_t i = 0; i < l->out; i++) row[i] += l->bias[i];
         }
+    return DSQ_OK;
+}
+
+int dsq_linear_gemm_many(dsq_run *r, const dsq_linear *const *l, const float *const *x, const int *T,
+                         float *const *y, int n, const char *prof)
+{
+    if (n < 0 || n > DSQ_LINEAR_MANY_MAX) return DSQ_ERR_INVALID_ARG;
+    dsq_qview w[DSQ_LINEAR_MANY_MAX];
+    dsq_gemm_task t[DSQ_LINEAR_MANY_MAX];
+    double flop = 0.0, bytes = 0.0;
+    for (int i = 0; i < n; i++) {
+        w[i] = l[i]->w;   /* with the model's bf16 split, as dsq_linear_gemm */
+        w[i].bf16_terms = r->m->opts.bf16_terms;
+        t[i].v = &w[i];
+        t[i].x = x[i];
+        t[i].T = T[i] > 0 ? T[i] : 0;
+        t[i].y = y[i];
+        flop += 2.0 * (double)l[i]->out * (double)l[i]->in * (double)t[i].T;
+        bytes += t[i].T > 0 ? (double)l[i]->w.blob_size : 0.0;
+    }
+    dsq_pool *pool = r->m->pool;
+    void *scratch = NULL;
+    size_t ssize = 0;
+    if (r->sc && r->sc->gemm_buf && dsq_gemm_many_scratch(t, n, dsq_pool_size(pool)) <= r->sc->gemm_size) {
+        scratch = r->sc->gemm_buf;
+        ssize = r->sc->gemm_size;
+    }
+    dsq_prof_mark mk;
+    dsq_prof_begin(r->m->prof, &mk);
+    int rc = dsq_gemm_many(t, n, pool, scratch, ssize);
+    dsq_prof_end_io(r->m->prof, &mk, prof, flop, bytes);
+    if (rc < 0) return rc;
+    for (int i = 0; i < n; i++)
+        if (l[i]->bias)
+            for (int tt = 0; tt < T[i]; tt++) {
+                float *row = y[i] + (size_t)tt * (size_t)l[i]->out;
+                for (int64_t k = 0; k < l[i]->out; k++) row[k] += l[i]->bias[k];
+            }
     return DSQ_OK;
 }
 

@@ -77,6 +77,9 @@ typedef struct dsq_model_opts {
                              bf16 as llama.cpp does, about 2.5x faster prefill;
                              quant/scheme.h "bf16 prefill"). 0: DSQ_BF16_TERMS
                              from the environment, else 3 */
+    int moe_unbatched;    /* 1: decode runs every expert's gemms as pool jobs of their
+                             own, as calibration and large batches do (moe.c); the
+                             same values; for tests and bench_engine's A/B */
 } dsq_model_opts;
 
 void dsq_model_opts_default(dsq_model_opts *o);
@@ -369,6 +372,12 @@ typedef struct dsq_run {
 int  dsq_linear_gemm(dsq_run *r, const dsq_linear *l, const float *x, int T, float *y);
 int  dsq_linear_hook_call(dsq_run *r, const dsq_linear *l, const float *x, int T,
                           const int32_t *token_index);
+/* n linears y[i] = l[i] x[i] (T[i] rows each) as one dsq_gemm_many job: the
+ * values of n dsq_linear_gemm calls (bias added the same way), one pool
+ * wake-up; prof: the op name the whole job is timed under. n <= 64. */
+#define DSQ_LINEAR_MANY_MAX 64
+int  dsq_linear_gemm_many(dsq_run *r, const dsq_linear *const *l, const float *const *x, const int *T,
+                          float *const *y, int n, const char *prof);
 /* kvcache.c */
 int  dsq_scratch_alloc(dsq_scratch *sc, const dsq_model *m, int64_t T, int64_t ctx);
 void dsq_scratch_free(dsq_scratch *sc);

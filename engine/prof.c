@@ -34,6 +34,11 @@ static void fold(const char *name, char *out)
 
 void dsq_prof_end(dsq_prof *p, const dsq_prof_mark *mk, const char *name, double flop)
 {
+    dsq_prof_end_io(p, mk, name, flop, 0.0);
+}
+
+void dsq_prof_end_io(dsq_prof *p, const dsq_prof_mark *mk, const char *name, double flop, double bytes)
+{
     if (!p) return;
     const double wall = clk(CLOCK_MONOTONIC) - mk->wall, cpu = clk(CLOCK_PROCESS_CPUTIME_ID) - mk->cpu;
     char key[DSQ_PROF_NAME];
@@ -51,6 +56,7 @@ void dsq_prof_end(dsq_prof *p, const dsq_prof_mark *mk, const char *name, double
     p->op[i].wall += wall;
     p->op[i].cpu += cpu;
     p->op[i].flop += flop;
+    p->op[i].bytes += bytes;
     p->op[i].calls++;
 }
 

@@ -20,6 +20,7 @@ typedef struct dsq_prof_op {
     char name[DSQ_PROF_NAME];
     double wall, cpu;   /* seconds */
     double flop;        /* 2 x rows x cols x tokens for linears; attention: 2 x its products */
+    double bytes;       /* weight bytes read (linears: the blob), for GB/s of decode */
     long calls;
 } dsq_prof_op;
 
@@ -37,6 +38,8 @@ void dsq_prof_begin(const dsq_prof *p, dsq_prof_mark *mk);
 /* End it: add the time since mk and flop to the op called name (digit
  * runs folded to '*'). Nothing when p is NULL. */
 void dsq_prof_end(dsq_prof *p, const dsq_prof_mark *mk, const char *name, double flop);
+/* The same, with the weight bytes the op read (a linear's blob). */
+void dsq_prof_end_io(dsq_prof *p, const dsq_prof_mark *mk, const char *name, double flop, double bytes);
 /* Zero every op. */
 void dsq_prof_reset(dsq_prof *p);
 

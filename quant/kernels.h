@@ -348,6 +348,20 @@ int  dsq_float_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *
 int  dsq_w8_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
                       float *y, dsq_pool *pool, void *scratch, size_t scratch_size);
 
+/* split_* rows of the table (scheme.h; dsq_gemm_many) */
+size_t  dsq_w8_split_size(const dsq_qview *v, int64_t T);
+void    dsq_w8_split_prep(const dsq_qview *v, const float *x, int64_t T, void *prep);
+int64_t dsq_w8_split_block(const dsq_qview *v, int64_t T);
+void    dsq_w8_split_rows(const dsq_qview *v, const void *prep, int64_t T, int64_t n0, int64_t n1, float *y);
+size_t  dsq_w4a8_split_size(const dsq_qview *v, int64_t T);
+void    dsq_w4a8_split_prep(const dsq_qview *v, const float *x, int64_t T, void *prep);
+int64_t dsq_w4a8_split_block(const dsq_qview *v, int64_t T);
+void    dsq_w4a8_split_rows(const dsq_qview *v, const void *prep, int64_t T, int64_t n0, int64_t n1, float *y);
+size_t  dsq_awq_split_size(const dsq_qview *v, int64_t T);
+void    dsq_awq_split_prep(const dsq_qview *v, const float *x, int64_t T, void *prep);
+int64_t dsq_awq_split_block(const dsq_qview *v, int64_t T);
+void    dsq_awq_split_rows(const dsq_qview *v, const void *prep, int64_t T, int64_t n0, int64_t n1, float *y);
+
 int  dsq_w4a8_blob_size(const dsq_qshape *s, size_t *out);
 int  dsq_w4a8_quantize(const float *, int64_t, int64_t, const dsq_qshape *, const dsq_qparams *,
                        uint8_t *, dsq_diag *);

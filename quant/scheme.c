@@ -43,6 +43,8 @@ static const dsq_scheme g_schemes[DSQ_SCHEME_ID_COUNT] = {
         .blob_size = dsq_w8_blob_size, .quantize = dsq_w8_quantize,
         .dequantize = dsq_w8_dequantize, .gemm = dsq_w8_gemm,
         .gemm_ref = dsq_w8_gemm_ref, .gemm_scratch = dsq_w8_gemm_scratch,
+        .split_size = dsq_w8_split_size, .split_prep = dsq_w8_split_prep,
+        .split_block = dsq_w8_split_block, .split_rows = dsq_w8_split_rows,
         .error_bound = dsq_grid_error_bound,
     },
     [DSQ_SCHEME_W8A8] = {
@@ -54,6 +56,8 @@ static const dsq_scheme g_schemes[DSQ_SCHEME_ID_COUNT] = {
         .blob_size = dsq_w8_blob_size, .quantize = dsq_w8s_quantize,
         .dequantize = dsq_w8_dequantize, .gemm = dsq_w8_gemm,
         .gemm_ref = dsq_w8_gemm_ref, .gemm_scratch = dsq_w8_gemm_scratch,
+        .split_size = dsq_w8_split_size, .split_prep = dsq_w8_split_prep,
+        .split_block = dsq_w8_split_block, .split_rows = dsq_w8_split_rows,
         .error_bound = dsq_grid_error_bound,
     },
     [DSQ_SCHEME_W4A8] = {
@@ -64,6 +68,8 @@ static const dsq_scheme g_schemes[DSQ_SCHEME_ID_COUNT] = {
         .blob_size = dsq_w4a8_blob_size, .quantize = dsq_w4a8_quantize,
         .dequantize = dsq_w4a8_dequantize, .gemm = dsq_w4a8_gemm,
         .gemm_ref = dsq_w4a8_gemm_ref, .gemm_scratch = dsq_w4a8_gemm_scratch,
+        .split_size = dsq_w4a8_split_size, .split_prep = dsq_w4a8_split_prep,
+        .split_block = dsq_w4a8_split_block, .split_rows = dsq_w4a8_split_rows,
         .error_bound = dsq_grid_error_bound,
     },
     [DSQ_SCHEME_AWQ_W4A16] = {
@@ -75,6 +81,8 @@ static const dsq_scheme g_schemes[DSQ_SCHEME_ID_COUNT] = {
         .blob_size = dsq_awq_blob_size, .quantize = dsq_awq_quantize,
         .dequantize = dsq_awq_dequantize, .gemm = dsq_awq_gemm,
         .gemm_ref = dsq_float_gemm_ref, .gemm_scratch = dsq_awq_gemm_scratch,
+        .split_size = dsq_awq_split_size, .split_prep = dsq_awq_split_prep,
+        .split_block = dsq_awq_split_block, .split_rows = dsq_awq_split_rows,
         .error_bound = dsq_grid_error_bound,
     },
     /* [DSQ_SCHEME_F16] reserved: all zero */

@@ -358,6 +358,20 @@ typedef struct dsq_scheme {
     int (*quantize_bf16)(const uint8_t *src, int64_t row0, int64_t nrows,
                          const dsq_qshape *shape, const dsq_qparams *params,
                          uint8_t *blob, dsq_diag *diag);
+
+    /* Optional (NULL: none): gemm in two steps, so that several gemms run
+     * as one pool job (dsq_gemm_many: a decode step's experts, which would
+     * otherwise each wake the pool, wait for its slowest thread and prepare
+     * x on one thread while the others idle). split_size: bytes of x
+     * prepared for this view, T and the kernel level the gemm picks; 0 when
+     * the gemm does not split there (dsq_gemm_many then calls gemm).
+     * split_prep writes them (prep 64-byte aligned); split_rows computes rows
+     * [n0, n1) of y from them, any thread, bit for bit what gemm gives (the
+     * same kernel on the same rows); split_block: rows per pool item. */
+    size_t (*split_size)(const dsq_qview *v, int64_t T);
+    void (*split_prep)(const dsq_qview *v, const float *x, int64_t T, void *prep);
+    int64_t (*split_block)(const dsq_qview *v, int64_t T);
+    void (*split_rows)(const dsq_qview *v, const void *prep, int64_t T, int64_t n0, int64_t n1, float *y);
 } dsq_scheme;
 
 /* ---- the table ----------------------------------------------------------- */
@@ -385,6 +399,26 @@ void dsq_qparams_init(dsq_qparams *p);
  * DSQ_ERR_NONFINITE / DSQ_ERR_SHAPE / DSQ_ERR_UNSUPPORTED. */
 int dsq_qview_init(dsq_qview *v, const dsq_scheme *sc, const dsq_qshape *shape,
                    const void *blob, size_t blob_size, dsq_diag *diag);
+
+/* ---- several gemms in one pool job ---------------------------------------- */
+/* y = W x for each task (x [T][cols], y [T][rows], as gemm). */
+typedef struct dsq_gemm_task {
+    const dsq_qview *v;
+    const float *x;
+    int64_t T;
+    float *y;
+} dsq_gemm_task;
+
+/* Run n gemms: those whose scheme splits (split_size > 0) prepare x on the
+ * caller's thread (once for tasks of the same x, T, scheme and shape:
+ * a MoE layer's gates and ups of one token), then ALL their row blocks go
+ * to the pool as ONE job; the others run their gemm after it, one by one.
+ * Every y is bit for bit what its gemm alone gives, on any pool. scratch:
+ * NULL (allocated inside) or dsq_gemm_many_scratch bytes, 64-byte aligned.
+ * Outputs must not overlap each other or any x. 0, DSQ_ERR_NOMEM or
+ * DSQ_ERR_INVALID_ARG. */
+size_t dsq_gemm_many_scratch(const dsq_gemm_task *t, int n, int nthreads);
+int dsq_gemm_many(const dsq_gemm_task *t, int n, dsq_pool *pool, void *scratch, size_t scratch_size);
 
 /* ---- whole-tensor helpers ------------------------------------------------- */
 /* Quantize a whole tensor, rows split over pool (NULL = serial). */

@@ -413,6 +413,31 @@ static int awq_gemm_f32(const dsq_kernels *k, const dsq_qview *v, const float *x
     return DSQ_OK;
 }
 
+/* The f32 kernel's gemm in two steps (scheme.h split_*, dsq_gemm_many):
+ * the permuted x, then the same row blocks' gemv_awq. Where the gemm takes
+ * another kernel (one bf16 term, other levels) there is no split. */
+size_t dsq_awq_split_size(const dsq_qview *v, int64_t T)
+{
+    return T >= 1 && awq_use_f32(dsq_kernels_get(), v, T) ? awq_xp_bytes(v, T) : 0;
+}
+
+void dsq_awq_split_prep(const dsq_qview *v, const float *x, int64_t T, void *prep)
+{
+    struct awq_dec_job j = { dsq_kernels_get(), v, x, prep, T, awq_kpad(v->shape.cols), 0, NULL, { 0, 0, 0 } };
+    for (int64_t t = 0; t < T; t++) awq_perm_task(&j, (size_t)t, 0);
+}
+
+int64_t dsq_awq_split_block(const dsq_qview *v, int64_t T)
+{
+    (void)v;
+    return T == 1 ? AWQ_DEC1_ROWS : AWQ_DEC_ROWS;
+}
+
+void dsq_awq_split_rows(const dsq_qview *v, const void *prep, int64_t T, int64_t n0, int64_t n1, float *y)
+{
+    dsq_kernels_get()->gemv_awq(v, prep, T, awq_kpad(v->shape.cols), n0, n1, y);
+}
+
 int dsq_awq_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
                       float *y, dsq_pool *pool, void *scratch, size_t scratch_size)
 {

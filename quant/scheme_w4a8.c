@@ -169,6 +169,45 @@ int dsq_w4a8_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x,
     return DSQ_OK;
 }
 
+/* The gemm in two steps (scheme.h split_*, dsq_gemm_many): the int8 codes,
+ * scales and group sums in the gemm's scratch layout, then the same row
+ * blocks' gemm_w4. */
+size_t dsq_w4a8_split_size(const dsq_qview *v, int64_t T)
+{
+    return T >= 1 ? dsq_w4a8_gemm_scratch(v, T, 1) : 0;
+}
+
+static dsq_actbuf w4_actbuf(const dsq_qview *v, int64_t T, const void *prep)
+{
+    const int64_t kpad = dsq_act_kpad(v->shape.cols);
+    const uint8_t *p = prep;
+    const size_t qb = dsq_align_up((size_t)T * (size_t)kpad, 64), sb = dsq_align_up((size_t)T * 4, 64);
+    dsq_actbuf a = { T, kpad, (const int8_t *)p, (const float *)(const void *)(p + qb),
+                     (const int32_t *)(const void *)(p + qb + sb) };
+    return a;
+}
+
+void dsq_w4a8_split_prep(const dsq_qview *v, const float *x, int64_t T, void *prep)
+{
+    const dsq_kernels *k = dsq_kernels_get();
+    dsq_actbuf a = w4_actbuf(v, T, prep);
+    dsq_actq_token_k(k, x, T, v->shape.cols, (int8_t *)a.q, a.kpad, (float *)a.scale);
+    dsq_actq_group_sums(a.q, T, a.kpad, v->layout.gsize, v->layout.ngroups, (int32_t *)a.gsum, T);
+}
+
+int64_t dsq_w4a8_split_block(const dsq_qview *v, int64_t T)
+{
+    (void)v;
+    (void)T;
+    return W4_ROW_BLOCK;
+}
+
+void dsq_w4a8_split_rows(const dsq_qview *v, const void *prep, int64_t T, int64_t n0, int64_t n1, float *y)
+{
+    dsq_actbuf a = w4_actbuf(v, T, prep);
+    dsq_kernels_get()->gemm_w4(v, &a, n0, n1, y);
+}
+
 int dsq_w4a8_gemm(const dsq_qview *v, const float *x, int64_t T, float *y, dsq_pool *pool,
                   void *scratch, size_t scratch_size)
 {

@@ -214,6 +214,50 @@ int dsq_w8_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, i
     return DSQ_OK;
 }
 
+/* The gemm in two steps (scheme.h split_*, dsq_gemm_many): the int8 codes
+ * and scales in the gemm's scratch layout, then the same row blocks'
+ * gemm_w8. */
+size_t dsq_w8_split_size(const dsq_qview *v, int64_t T)
+{
+    return T >= 1 ? dsq_w8_gemm_scratch(v, T, 1) : 0;
+}
+
+static dsq_actbuf w8_actbuf(const dsq_qview *v, int64_t T, const void *prep)
+{
+    const int64_t kpad = dsq_act_kpad(v->shape.cols);
+    const uint8_t *p = prep;
+    dsq_actbuf a = { T, kpad, (const int8_t *)p,
+                     (const float *)(const void *)(p + dsq_align_up((size_t)T * (size_t)kpad, 64)), NULL };
+    return a;
+}
+
+void dsq_w8_split_prep(const dsq_qview *v, const float *x, int64_t T, void *prep)
+{
+    const dsq_kernels *k = dsq_kernels_get();
+    dsq_actbuf a = w8_actbuf(v, T, prep);
+    int8_t *q = (int8_t *)a.q;
+    float *s = (float *)a.scale;
+    if (v->scheme->act == DSQ_ACT_INT8_STATIC) {
+        dsq_actq_static_k(k, x, T, v->shape.cols, q, a.kpad, v->act_scale, v->act_offset);
+        for (int64_t t = 0; t < T; t++) s[t] = v->act_scale;
+    } else {
+        dsq_actq_token_k(k, x, T, v->shape.cols, q, a.kpad, s);
+    }
+}
+
+int64_t dsq_w8_split_block(const dsq_qview *v, int64_t T)
+{
+    (void)v;
+    (void)T;
+    return W8_ROW_BLOCK;
+}
+
+void dsq_w8_split_rows(const dsq_qview *v, const void *prep, int64_t T, int64_t n0, int64_t n1, float *y)
+{
+    dsq_actbuf a = w8_actbuf(v, T, prep);
+    dsq_kernels_get()->gemm_w8(v, &a, n0, n1, y);
+}
+
 int dsq_w8_gemm(const dsq_qview *v, const float *x, int64_t T, float *y, dsq_pool *pool,
                 void *scratch, size_t scratch_size)
 {

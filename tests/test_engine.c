@@ -531,6 +531,63 @@ static void test_last_logits_prune(void **st)
     }
 }
 
+/* Decode runs a MoE layer's expert gemms as two pool jobs (moe.c,
+ * moe_batched; dsq_gemm_many); calibration and large batches run them one
+ * by one. Both must give the same bits, for every scheme (bf16 has no
+ * split: its gemms run after the job), one token or a batch of three
+ * sequences (T = 3: the gathered rows), 1 or 2 threads. */
+static void test_moe_decode_batched(void **st)
+{
+    (void)st;
+    const uint32_t schemes[] = { DSQ_SCHEME_BF16, DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W4A8,
+                                 DSQ_SCHEME_AWQ_W4A16 };
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        for (enum arch a = A_V3; a <= A_V2; a++) {
+            tiny *tm;
+            char *dir = make_st(a, E_BF16, 131 + i + 7 * (a == A_V2), &tm);
+            char path[4200];
+            snprintf(path, sizeof path, "%s/model-q.dsq", dir);
+            tiny_write_dsq(tm, path, schemes[i], 0, 0);
+            dsq_model *ms[3];
+            for (int k = 0; k < 3; k++) {
+                dsq_model_opts o;
+                dsq_model_opts_default(&o);
+                o.threads = k == 0 ? 1 : 2;
+                o.moe_unbatched = k == 2;
+                assert_int_equal(dsq_model_open(&ms[k], path, &o, NULL), 0);
+            }
+            enum { V = 64, N = 6 };
+            float dec[3][N * V], bat[3][3 * 2 * V];
+            for (int k = 0; k < 3; k++) {
+                float *d = decode_logits(ms[k], N);
+                memcpy(dec[k], d, sizeof dec[k]);
+                free(d);
+                dsq_state *b = dsq_state_create(ms[k], 3, 32);
+                assert_non_null(b);
+                for (int q = 0; q < 3; q++)
+                    assert_int_equal(dsq_forward(ms[k], b, q, PROMPT + q, 2 + q, NULL, 0, NULL), 0);
+                for (int step = 0; step < 2; step++) {
+                    int active[3] = { 1, 2, 0 };
+                    int32_t tok[3] = { 7, 11 + step, 40 };
+                    assert_int_equal(dsq_forward_batch_decode(ms[k], b, tok, active, 3, bat[k] + step * 3 * V, NULL),
+                                     0);
+                }
+                dsq_state_free(b);
+            }
+            assert_true(max_abs(dec[2], N * V) > 0.1);
+            assert_memory_equal(dec[0], dec[2], sizeof dec[0]);
+            assert_memory_equal(dec[1], dec[2], sizeof dec[0]);
+            assert_memory_equal(bat[0], bat[2], sizeof bat[0]);
+            assert_memory_equal(bat[1], bat[2], sizeof bat[0]);
+            for (int k = 0; k < 3; k++) dsq_model_free(ms[k]);
+            tiny_free(tm);
+            free(tm);
+            dsq_test_rmtree(dir);
+            free(dir);
+        }
+    }
+}
+
 static void test_threads_and_chunks(void **st)
 {
     (void)st;
@@ -1016,6 +1073,7 @@ int main(void)
         cmocka_unit_test(test_mla_naive_vs_absorbed),
         cmocka_unit_test(test_mla_quantized_kvb_decode),
         cmocka_unit_test(test_threads_and_chunks),
+        cmocka_unit_test(test_moe_decode_batched),
         cmocka_unit_test(test_last_logits_prune),
         cmocka_unit_test(test_batch_decode),
         cmocka_unit_test(test_layer_api),

@@ -729,6 +729,100 @@ static void test_awq_f32_kernel(void **state)
             worst[1]);
 }
 
+/* dsq_gemm_many: every scheme's gemms in one job (split ones as one pool
+ * job, the others after it) give each gemm's bits alone, on no pool and on
+ * pools of 2 and 3 threads: two matrices of one shape sharing x (one
+ * prepared x), shapes over the serial threshold (pool split in
+ * dsq_rowsplit order) and under it, odd rows, K tails, groups of 128 and
+ * per row, T = 1, 2, 3, 5, and more tasks than one job takes (72). */
+static void test_gemm_many(void **state)
+{
+    (void)state;
+    static const shp sh[] = { { 300, 3584, 128 }, { 300, 3584, 128 }, { 131, 1300, 0 }, { 67, 2200, 128 } };
+    enum { NS = 4, REP = 3, MAXN = DSQ_SCHEME_ID_COUNT * NS * REP };
+    dsq_qview v[DSQ_SCHEME_ID_COUNT][NS];
+    uint8_t *blobs[DSQ_SCHEME_ID_COUNT][NS];
+    int have[DSQ_SCHEME_ID_COUNT] = { 0 };
+    for (int i = 0; i < dsq_scheme_count(); i++) {
+        const dsq_scheme *sc = dsq_scheme_at(i);
+        if (!sc) continue;
+        dsq_qparams p;
+        dsq_qparams_init(&p);
+        if (sc->needs_calibration) {
+            p.has_act_static = 1;
+            p.act_scale = 0.02f;
+            p.act_offset = 3.0f;
+        }
+        for (int k = 0; k < NS; k++) {
+            dsq_qshape q = { sh[k].rows, sh[k].cols, shape_ok(sc, &sh[k]) ? sh[k].g : 0 };
+            float *w = rand_matrix(q.rows, q.cols, 0.05f);
+            size_t nb;
+            blobs[i][k] = make_blob(sc, &q, w, &p, &nb, 0);
+            assert_int_equal(dsq_qview_init(&v[i][k], sc, &q, blobs[i][k], nb, NULL), 0);
+            free(w);
+        }
+        have[i] = 1;
+    }
+    dsq_pool *pools[3] = { NULL, dsq_pool_create(2), dsq_pool_create(3) };
+    static const int64_t Ts[] = { 1, 2, 3, 5 };
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+        const int64_t T = Ts[ti];
+        float *xa = rand_x(T, 3584), *xb = rand_x(T, 1300), *xc = rand_x(T, 2200);
+        const float *xs[NS] = { xa, xa, xb, xc };
+        dsq_gemm_task t[MAXN];
+        float *ref[MAXN];
+        int n = 0;
+        for (int rep = 0; rep < REP; rep++)
+            for (int i = 0; i < dsq_scheme_count(); i++) {
+                if (!have[i]) continue;
+                for (int k = 0; k < NS; k++) {
+                    const dsq_qview *vv = &v[i][k];
+                    const size_t ny = (size_t)(T * vv->shape.rows);
+                    t[n].v = vv;
+                    t[n].x = xs[k];
+                    t[n].T = T;
+                    t[n].y = malloc(ny * sizeof(float));
+                    ref[n] = malloc(ny * sizeof(float));
+                    assert_int_equal(vv->scheme->gemm(vv, xs[k], T, ref[n], NULL, NULL, 0), 0);
+                    n++;
+                }
+            }
+        assert_true(n > 64);
+        for (int pi = 0; pi < 3; pi++) {
+            for (int j = 0; j < n; j++) memset(t[j].y, 0xff, (size_t)(T * t[j].v->shape.rows) * sizeof(float));
+            /* the caller's scratch, then none (allocated inside) */
+            const size_t need = dsq_gemm_many_scratch(t, n < 64 ? n : 64, dsq_pool_size(pools[pi]));
+            void *scr = pi == 1 ? NULL : dsq_aligned_alloc(need ? need : 64);
+            assert_int_equal(dsq_gemm_many(t, n, pools[pi], scr, pi == 1 ? 0 : need), 0);
+            free(scr);
+            for (int j = 0; j < n; j++) {
+                if (memcmp(t[j].y, ref[j], (size_t)(T * t[j].v->shape.rows) * sizeof(float)) != 0) {
+                    fprintf(stderr, "gemm_many %s [%lld x %lld] T=%lld task %d pool %d differs\n",
+                            t[j].v->scheme->name, (long long)t[j].v->shape.rows,
+                            (long long)t[j].v->shape.cols, (long long)T, j, pi);
+                    fail();
+                }
+            }
+        }
+        for (int j = 0; j < n; j++) {
+            free(t[j].y);
+            free(ref[j]);
+        }
+        free(xa);
+        free(xb);
+        free(xc);
+    }
+    /* hostile arguments */
+    dsq_gemm_task bad = { NULL, NULL, 1, NULL };
+    assert_int_equal(dsq_gemm_many(&bad, 1, NULL, NULL, 0), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_gemm_many(NULL, 1, NULL, NULL, 0), DSQ_ERR_INVALID_ARG);
+    assert_int_equal(dsq_gemm_many(NULL, 0, NULL, NULL, 0), 0);
+    for (int pi = 1; pi < 3; pi++) dsq_pool_free(pools[pi]);
+    for (int i = 0; i < dsq_scheme_count(); i++)
+        if (have[i])
+            for (int k = 0; k < NS; k++) free(blobs[i][k]);
+}
+
 /* ---- error paths ----------------------------------------------------------- */
 
 static void test_nonfinite(void **state)
@@ -1327,6 +1421,7 @@ int main(void)
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_large),
         cmocka_unit_test(test_awq_f32_kernel),
+        cmocka_unit_test(test_gemm_many),
         cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_zero_rows),
         cmocka_unit_test(test_w8a8_needs_stats),
