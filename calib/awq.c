@@ -419,7 +419,7 @@ int dsq_awq_run_quant(const cons *c, const float *w, const float *s, const float
 
 
 int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const float *in_scale,
-                   const float *importance, const dsq_act_stats *site, dsq_pool *pool, int *use_clip, double *err0,
+                   const float *importance, int search, const dsq_act_stats *site, dsq_pool *pool, int *use_clip, double *err0,
                    double *err1, dsq_diag *d)
 {
     *use_clip = 1;
@@ -452,6 +452,7 @@ int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const 
         qp.in_scale = in_scale;
         qp.importance = importance;
         qp.clip_search = clip;
+        qp.range_search = search;
         memset(blob, 0, c.blob_size);
         rc = dsq_quantize_tensor(sc, w, &c.shape, &qp, blob, pool, d);
         dsq_qview v;

@@ -663,8 +663,8 @@ static int clip_cov(lin_ctx *x, const dsq_linear *l, const dsq_scheme *sc, int32
         }
         l->w.scheme->dequantize(&l->w, 0, l->out, w);
         rc = dsq_calib_apply_rows(t, 0, l->out, l->in, w);   /* the weights the converter will see */
-        if (rc == DSQ_OK) rc = dsq_awq_clip_search(w, l->out, l->in, (int32_t)L.gsize, t->in_scale, site, idx, NULL,
-                                                   NULL);
+        if (rc == DSQ_OK) rc = dsq_awq_clip_search(w, l->out, l->in, (int32_t)L.gsize, t->in_scale, site,
+                                                   c->o->range_search, t->importance, idx, NULL, NULL);
         free(w);
         if (rc < 0) rc = dsq_fail(c->d, rc, NULL, l->name, -1, "clip search failed (%s)", dsq_strerror(rc));
         if (rc == DSQ_OK && c->w) rc = dsq_stats_writer_put(c->w, name, idx, n, 1, 0, c->d);
@@ -748,7 +748,8 @@ static int linear_entry(lin_ctx *x, const dsq_linear *l)
             use = 0;   /* the clip is in clip_idx, not a quantizer search */
             x->decision = 2;
         } else if (use && x->fresh) {
-            DSQ_TRY(dsq_clip_check(l, sc, gs, t->in_scale, imp, site, dsq_model_pool(c->m), &use, NULL, NULL, c->d));
+            DSQ_TRY(dsq_clip_check(l, sc, gs, t->in_scale, imp, c->o->range_search, site, dsq_model_pool(c->m), &use,
+                                   NULL, NULL, c->d));
         } else if (use && x->clip_in && x->nclip < x->nclip_in && x->clip_in[x->nclip] <= 1) {
             use = x->clip_in[x->nclip];
         }
@@ -905,7 +906,7 @@ static int gptq_task(gphase *p, size_t k)
         }
         l->w.scheme->dequantize(&l->w, 0, l->out, w);
         rc = dsq_calib_apply_rows(j->t, 0, l->out, l->in, w);
-        dsq_gptq_opts go = { c->o->gptq_damp, 0, j->t->clip, j->t->importance };
+        dsq_gptq_opts go = { c->o->gptq_damp, 0, j->t->clip, j->t->importance, c->o->range_search };
         dsq_qparams qp;
         dsq_qparams_init(&qp);
         dsq_calib_qparams(j->t, &qp);

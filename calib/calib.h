@@ -139,6 +139,8 @@ typedef struct dsq_calib_opts {
     int alpha_set;                /* alpha given explicitly: w4a8 / w8a8-dynamic use it instead of searching */
     int smooth;                   /* 0: no smoothing for w8a8/w4a8/w8a8-dynamic; default 1 */
     int clip;                     /* clip search for awq-w4a16 / w4a8; default 1 */
+    int range_search;             /* int4 searched group parameters (dsq_qparams.range_search:
+                                     0 default, > 0 on, < 0 off) in the clip and GPTQ steps */
     int gptq;                     /* --gptq: GPTQ rounding of every integer-scheme linear */
     double gptq_damp;             /* --gptq-damp (percdamp); default 0.01 */
     int moe_calib_all;            /* --moe-calib all */

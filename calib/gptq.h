@@ -63,6 +63,7 @@ typedef struct dsq_gptq_opts {
     int block;                /* lazy block columns; 0: group size, or 128 per channel */
     int clip;                 /* choose each group's scale with the scheme's clip grid */
     const float *importance;  /* [cols] clip weights or NULL */
+    int search;               /* each group's params searched (dsq_qparams.range_search mode) */
 } dsq_gptq_opts;
 
 typedef struct dsq_gptq_report {

@@ -165,9 +165,10 @@ static void recipe_json(dsq_sbuf *b, const dsq_convert *c)
     if (r->mtp_expert_scheme) dsq_sb_json_str(b, r->mtp_expert_scheme->name);
     else dsq_sb_puts(b, "\"as experts\"");
     dsq_sb_printf(b, ", \"keep_means\": \"source float type (BF16 and FP8 -> bf16, F32/F16/F64 -> f32)\""
-                 ", \"calibration\": %s, \"clip_search\": %s, \"allow_nonfinite\": %s"
+                 ", \"calibration\": %s, \"clip_search\": %s, \"range_search\": %s, \"allow_nonfinite\": %s"
                  ", \"zstd_level\": %d}",
               c->o.calib_json ? c->o.calib_json : "\"none (RTN)\"", c->o.clip_search ? "true" : "false",
+              dsq_qsearch_mode(c->o.range_search) ? "true" : "false",
               c->o.allow_nonfinite ? "true" : "false", c->o.zstd_level);
 }
 
@@ -280,8 +281,8 @@ int dsq_conv_fingerprint(dsq_convert *c, dsq_diag *d)
      * (convert_ledger.h; 2 was SHA-256 piece digests): a partial left by an
      * older build is refused here, as made with other options, instead of
      * every tensor failing the ledger check. */
-    dsq_sb_printf(&b, "dsq-convert 3\n%s\nlevel %d clip %d nonfinite %d stream %llu piece %llu shard %llu\n",
-              c->o.tool, c->o.zstd_level, c->o.clip_search, c->o.allow_nonfinite,
+    dsq_sb_printf(&b, "dsq-convert 3\n%s\nlevel %d clip %d search %d nonfinite %d stream %llu piece %llu shard %llu\n",
+              c->o.tool, c->o.zstd_level, c->o.clip_search, dsq_qsearch_mode(c->o.range_search), c->o.allow_nonfinite,
               (unsigned long long)c->o.stream_bytes, (unsigned long long)c->o.piece_bytes,
               (unsigned long long)c->o.shard_bytes);
     for (int i = 0; i < dsq_st_shard_count(c->m); i++) {

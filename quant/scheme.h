@@ -249,6 +249,12 @@ typedef struct dsq_qparams {
      * and keep the ratio with the least (importance-weighted) squared error
      * (AutoAWQ _compute_best_clip, with a weight-space proxy for X.W). */
     int clip_search;
+    /* int4 schemes (awq-w4a16, w4a8): searched group parameters (qsearch.c,
+     * kernels.h): from the min/max (or clipped) range, a weighted
+     * least-squares search of scale (and integer zero), the weights from
+     * importance when given, else a weight-magnitude prior. Same format.
+     * 0: DSQ_QSEARCH_DEFAULT, > 0: on, < 0: plain min/max (or clip grid). */
+    int range_search;
     /* nonzero: NaN/Inf weights are tolerated: the scale is computed over
      * finite values, NaN encodes as 0, +-Inf saturate. Default: refuse with
      * DSQ_ERR_NONFINITE. */
@@ -370,6 +376,10 @@ int dsq_qshape_init(dsq_qshape *s, const dsq_scheme *sc, int64_t rows, int64_t c
 /* Section offsets for scheme + shape (validates like blob_size). */
 int dsq_qlayout_get(const dsq_scheme *sc, const dsq_qshape *shape, dsq_qlayout *out);
 void dsq_qparams_init(dsq_qparams *p);
+/* What range_search == 0 means (see dsq_qparams). */
+#define DSQ_QSEARCH_DEFAULT 0
+static inline int dsq_qsearch_mode(int v) { return v > 0 || (v == 0 && DSQ_QSEARCH_DEFAULT); }
+static inline int dsq_qsearch_on(const dsq_qparams *p) { return dsq_qsearch_mode(p ? p->range_search : 0); }
 
 /* ---- views --------------------------------------------------------------- */
 /* Validate a blob (hostile input: from a file) and fill *v. sc may be NULL

@@ -2409,7 +2409,7 @@ static void test_sample_clip_cov(void **state)
             lin->w.scheme->dequantize(&lin->w, 0, R, w);
             for (int64_t j = 0; j < C; j++) imp[j] = (float)dsq_act_stats_rms(sa, j);
             double e0, e1;
-            assert_int_equal(dsq_awq_clip_search(w, R, C, 128, NULL, sa, idx, &e0, &e1), 0);
+            assert_int_equal(dsq_awq_clip_search(w, R, C, 128, NULL, sa, -1, NULL, idx, &e0, &e1), 0);
             assert_true(e1 <= e0);   /* on its own data the search never loses */
             memcpy(wc, w, (size_t)(R * C) * sizeof *wc);
             dsq_awq_clip_apply(wc, R, C, 128, idx);
