@@ -384,6 +384,7 @@ static int resolve(const dsq_search_opts *o, const dsq_linear *l, const dsq_act_
     if (rc == DSQ_OK) rc = sc->blob_size(&c->shape, &c->blob_size);
     if (rc < 0) return dsq_fail(d, rc, NULL, l->name, -1, "scheme %s cannot hold this tensor", sc->name);
     c->sc = sc;
+    c->range_search = o->range_search;
     return DSQ_OK;
 }
 
@@ -402,6 +403,7 @@ int dsq_awq_run_quant(const cons *c, const float *w, const float *s, const float
     dsq_qparams qp;
     dsq_qparams_init(&qp);
     qp.in_scale = s;
+    qp.range_search = c->range_search;
     if (c->sc->act == DSQ_ACT_INT8_STATIC) {
         if (!c->site || c->site->count == 0)
             return dsq_fail(d, DSQ_ERR_DATA, NULL, c->l->name, -1, "no activation range for static quantization");

@@ -148,6 +148,8 @@ typedef struct dsq_search_opts {
     int attn_block;              /* score the attention-input group on the MLA
                                     block output (ATTN above) where the site
                                     kept sequences; 0: LINEARS */
+    int range_search;            /* the candidates' int4 group parameters
+                                    (dsq_qparams.range_search) */
 } dsq_search_opts;
 
 typedef struct dsq_search_report {

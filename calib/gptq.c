@@ -168,7 +168,7 @@ int dsq_gptq_solve_f(const dsq_scheme *sc, const dsq_qshape *shape, float *w, co
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: block %lld not a multiple of group %lld",
                         (long long)B, (long long)gs);
     const int clip = o ? o->clip : 0;
-    const int search = dsq_qsearch_mode(o ? o->search : 0);
+    const int search = o && o->search > 0;
     const float *imp = o ? o->importance : NULL;
     const grid gr = { !sc->symmetric, (float)sc->qmin, (float)sc->qmax };
     const dsq_kernels *k = dsq_kernels_get();

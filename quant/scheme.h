@@ -377,7 +377,7 @@ int dsq_qshape_init(dsq_qshape *s, const dsq_scheme *sc, int64_t rows, int64_t c
 int dsq_qlayout_get(const dsq_scheme *sc, const dsq_qshape *shape, dsq_qlayout *out);
 void dsq_qparams_init(dsq_qparams *p);
 /* What range_search == 0 means (see dsq_qparams). */
-#define DSQ_QSEARCH_DEFAULT 0
+#define DSQ_QSEARCH_DEFAULT 1
 static inline int dsq_qsearch_mode(int v) { return v > 0 || (v == 0 && DSQ_QSEARCH_DEFAULT); }
 static inline int dsq_qsearch_on(const dsq_qparams *p) { return dsq_qsearch_mode(p ? p->range_search : 0); }
 

@@ -2316,6 +2316,7 @@ static void quant_deq(const float *w, int64_t rows, int64_t cols, int32_t gs, in
     dsq_qparams qp;
     dsq_qparams_init(&qp);
     qp.clip_search = clip;
+    qp.range_search = -1;   /* the clip methods compared on min/max RTN, as the clip search above */
     qp.importance = imp;
     assert_int_equal(dsq_quantize_tensor(sc, w, &sh, &qp, blob, NULL, NULL), 0);
     dsq_qview v;
