@@ -85,7 +85,7 @@ int dsq_awq_clip_search(const float *w, int64_t rows, int64_t cols, int32_t gs, 
                         const dsq_act_stats *site, int search, const float *importance, uint8_t *idx,
                         double *err0, double *err1)
 {
-    search = dsq_qsearch_mode(search);
+    search = dsq_qsearch_mode(search, DSQ_SCHEME_AWQ_W4A16);
     if (err0) *err0 = -1.0;
     if (err1) *err1 = -1.0;
     if (!site || !site->cov || site->in != cols || !dsq_awq_clip_supported(cols, gs)) return DSQ_ERR_INVALID_ARG;

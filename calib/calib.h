@@ -183,6 +183,7 @@ typedef struct dsq_calib_tensor {
     const float *row_scale;       /* [rows] or NULL: multiply row i (1-D: element i) */
     const float *importance;      /* [cols] or NULL: dsq_qparams.importance (scaled space) */
     int clip;                     /* dsq_qparams.clip_search */
+    int range_search;             /* dsq_qparams.range_search (calib.c calib_search) */
     const uint8_t *clip_idx;      /* [rows][groups of clip_gs]: AWQ clip per (row, group) searched on
                                      X^T X (awq.h), applied by dsq_calib_apply_rows; or NULL. Points
                                      into a read-only file mapping owned by the result */

@@ -168,7 +168,7 @@ static void recipe_json(dsq_sbuf *b, const dsq_convert *c)
                  ", \"calibration\": %s, \"clip_search\": %s, \"range_search\": %s, \"allow_nonfinite\": %s"
                  ", \"zstd_level\": %d}",
               c->o.calib_json ? c->o.calib_json : "\"none (RTN)\"", c->o.clip_search ? "true" : "false",
-              dsq_qsearch_mode(c->o.range_search) ? "true" : "false",
+              c->o.range_search > 0 ? "\"on\"" : c->o.range_search < 0 ? "\"off\"" : "\"default (w4a8 RTN)\"",
               c->o.allow_nonfinite ? "true" : "false", c->o.zstd_level);
 }
 
@@ -282,7 +282,7 @@ int dsq_conv_fingerprint(dsq_convert *c, dsq_diag *d)
      * older build is refused here, as made with other options, instead of
      * every tensor failing the ledger check. */
     dsq_sb_printf(&b, "dsq-convert 3\n%s\nlevel %d clip %d search %d nonfinite %d stream %llu piece %llu shard %llu\n",
-              c->o.tool, c->o.zstd_level, c->o.clip_search, dsq_qsearch_mode(c->o.range_search), c->o.allow_nonfinite,
+              c->o.tool, c->o.zstd_level, c->o.clip_search, c->o.range_search, c->o.allow_nonfinite,
               (unsigned long long)c->o.stream_bytes, (unsigned long long)c->o.piece_bytes,
               (unsigned long long)c->o.shard_bytes);
     for (int i = 0; i < dsq_st_shard_count(c->m); i++) {

@@ -159,7 +159,8 @@ int dsq_awq_quantize(const float *w, int64_t row0, int64_t nrows, const dsq_qsha
                 z = p->given_zero[n * ng + g];
                 awq_group(k, wg, len, s, z, NULL, codes + k0, 0);
             } else {
-                dsq_qgroup_awq(k, wg, len, p->clip_search, dsq_qsearch_on(p), imp, codes + k0, &s, &z);
+                dsq_qgroup_awq(k, wg, len, p->clip_search, dsq_qsearch_on(p, DSQ_SCHEME_AWQ_W4A16), imp,
+                               codes + k0, &s, &z);
             }
             scales[n * ng + g] = s;
             zeros[n * ng + g] = z;
