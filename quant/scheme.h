@@ -44,6 +44,10 @@
  *     zero  = clamp(-rint(min / scale), 0, 15)
  *     q     = clamp(rint(w / scale) + zero, 0, 15)
  *     deq   = (q - zero) * scale
+ * Searched int4 parameters (dsq_qparams.range_search; default for w4a8, off
+ * for awq-w4a16): scale (and zero) come from a weighted least-squares search
+ * started at the values above (quant/qsearch.c) instead; codes are still
+ * clamp(rint(w / scale) (+ zero)) and deq as above, so nothing below changes.
  * Per-token int8 activations (w8a8-dynamic, w4a8):
  *     s_x = max(amax_t / 127, DSQ_QSCALE_MIN);  q_x = clamp(rint(x / s_x), -127, 127)
  * Static int8 activations (w8a8, msModelSlim):
