@@ -162,7 +162,7 @@ static void one_linear(const dsq_linear *l, int type, const dsq_calib_result *r,
             dsq_act_stats_add(&sub, sa->sample, sa->sample_n, NULL, NULL) < 0)
             die("subsample", NULL);
         for (int v = 3; v < NV; v++) {
-            if (dsq_awq_clip_search(ws, R, C, g_gs, s, v == 3 ? &sub : sa, idx, NULL, NULL) < 0) die("clip", NULL);
+            if (dsq_awq_clip_search(ws, R, C, g_gs, s, v == 3 ? &sub : sa, -1, NULL, idx, NULL, NULL) < 0) die("clip", NULL);
             memcpy(wc, ws, nw * sizeof *wc);
             dsq_awq_clip_apply(wc, R, C, g_gs, idx);
             quant_deq(wc, R, C, 0, NULL, q);

@@ -27,6 +27,8 @@
 # bench/out/calib-quality, or bench/out/calib-quality-NAME for a MODEL
 # other than samples/tiny-dsv3 (NAME its directory's name).
 # EXTRA_FLAGS are added to every calibrated row (e.g. a --gptq variant);
+# QFLAGS to every row, RTN ones included (e.g. --search / --no-search: the
+# int4 rows' group parameters searched or plain min/max, quant/qsearch.c);
 # EXTRA_ROWS=0 drops the rows that are not RTN/calibrated pairs; ROWS=REGEX
 # runs only the rows whose label matches (grep -E), e.g. ROWS=w8a8-dynamic.
 # bpw is over the quantized linears; "bpw, all linears" also counts the
@@ -115,7 +117,7 @@ row() {   # label args...
     label=$1; shift
     [ -z "${ROWS:-}" ] || echo "$label" | grep -Eq -- "$ROWS" || return 0
     tag=$(echo "$label" | tr -c 'a-zA-Z0-9\n' '_')
-    bin/ds-quant -q -f --json "$@" "$MODEL" $OUT/$tag.dsq > $OUT/$tag.quant.json
+    bin/ds-quant -q -f --json "$@" ${QFLAGS:-} "$MODEL" $OUT/$tag.dsq > $OUT/$tag.quant.json
     line="| $label | $(bpw $OUT/$tag.dsq) | $(bpw_all $OUT/$tag.dsq) |"
     for t in $TEXTS; do
         bin/ds-eval kld -q -m $OUT/$tag.dsq --base $OUT/base_$t.logp --json > $OUT/$tag.$t.json

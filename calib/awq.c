@@ -384,6 +384,7 @@ static int resolve(const dsq_search_opts *o, const dsq_linear *l, const dsq_act_
     if (rc == DSQ_OK) rc = sc->blob_size(&c->shape, &c->blob_size);
     if (rc < 0) return dsq_fail(d, rc, NULL, l->name, -1, "scheme %s cannot hold this tensor", sc->name);
     c->sc = sc;
+    c->range_search = o->range_search;
     return DSQ_OK;
 }
 
@@ -402,6 +403,7 @@ int dsq_awq_run_quant(const cons *c, const float *w, const float *s, const float
     dsq_qparams qp;
     dsq_qparams_init(&qp);
     qp.in_scale = s;
+    qp.range_search = c->range_search;
     if (c->sc->act == DSQ_ACT_INT8_STATIC) {
         if (!c->site || c->site->count == 0)
             return dsq_fail(d, DSQ_ERR_DATA, NULL, c->l->name, -1, "no activation range for static quantization");
@@ -419,7 +421,7 @@ int dsq_awq_run_quant(const cons *c, const float *w, const float *s, const float
 
 
 int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const float *in_scale,
-                   const float *importance, const dsq_act_stats *site, dsq_pool *pool, int *use_clip, double *err0,
+                   const float *importance, int search, const dsq_act_stats *site, dsq_pool *pool, int *use_clip, double *err0,
                    double *err1, dsq_diag *d)
 {
     *use_clip = 1;
@@ -452,6 +454,7 @@ int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const 
         qp.in_scale = in_scale;
         qp.importance = importance;
         qp.clip_search = clip;
+        qp.range_search = search;
         memset(blob, 0, c.blob_size);
         rc = dsq_quantize_tensor(sc, w, &c.shape, &qp, blob, pool, d);
         dsq_qview v;

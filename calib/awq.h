@@ -148,6 +148,8 @@ typedef struct dsq_search_opts {
     int attn_block;              /* score the attention-input group on the MLA
                                     block output (ATTN above) where the site
                                     kept sequences; 0: LINEARS */
+    int range_search;            /* the candidates' int4 group parameters
+                                    (dsq_qparams.range_search) */
 } dsq_search_opts;
 
 typedef struct dsq_search_report {
@@ -190,9 +192,10 @@ int dsq_awq_clip_allowed(const char *tensor);
  * linear on the site's sampled rows, quantized by sc (group gs) with
  * in_scale, with and without the clip search, and sets *use_clip to 1 only
  * when clipping is strictly better; *err0 / *err1 (may be NULL) receive the
- * two mean squared errors. No sampled rows: *use_clip = 1 (trust the proxy). */
+ * two mean squared errors. No sampled rows: *use_clip = 1 (trust the proxy).
+ * search: dsq_qparams.range_search of both quantizations. */
 int dsq_clip_check(const dsq_linear *l, const dsq_scheme *sc, int32_t gs, const float *in_scale,
-                   const float *importance, const dsq_act_stats *site, dsq_pool *pool, int *use_clip, double *err0,
+                   const float *importance, int search, const dsq_act_stats *site, dsq_pool *pool, int *use_clip, double *err0,
                    double *err1, dsq_diag *d);
 
 /* ---- Clip search on X^T X (awq_clip.c) --------------------------------
@@ -213,9 +216,13 @@ float dsq_awq_clip_max(float amax, int idx);
 /* w [rows][cols]: weights with every scale folded; idx [rows][ngroups]
  * receives the chosen i per (row, group). *err0 / *err1 (may be NULL): the
  * objective per weight without clipping / with the chosen clips.
+ * search (dsq_qparams.range_search mode): each candidate is quantized as the
+ * converter will, with searched group parameters weighted by importance
+ * ([cols] or NULL) when on, plain min/max when off.
  * DSQ_ERR_INVALID_ARG without X^T X or for unsupported groups. */
 int   dsq_awq_clip_search(const float *w, int64_t rows, int64_t cols, int32_t gs, const float *in_scale,
-                          const dsq_act_stats *site, uint8_t *idx, double *err0, double *err1);
+                          const dsq_act_stats *site, int search, const float *importance, uint8_t *idx,
+                          double *err0, double *err1);
 /* Clamp each (row, group) of rows w [nrows][cols] to +-its clip (idx as
  * above, starting at the first of these rows). */
 void  dsq_awq_clip_apply(float *w, int64_t nrows, int64_t cols, int32_t gs, const uint8_t *idx);

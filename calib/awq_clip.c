@@ -10,6 +10,7 @@
  * batches through BLAS: for R rows and the 10 candidates the errors are the
  * row sums of E .* (E C_g), E = [R * 10][group] error rows. */
 #include "awq.h"
+#include "kernels.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -29,8 +30,11 @@ int dsq_awq_clip_supported(int64_t cols, int32_t gs)
 float dsq_awq_clip_max(float amax, int idx) { return amax * (1.0f - (float)idx / (float)DSQ_AWQ_CLIP_GRID); }
 
 /* The awq-w4a16 value of each w clamped to +-mv (scheme.h: asymmetric int4,
- * range widened to include 0, round half to even), into out. */
-static void fake_quant(const float *w, int64_t n, float mv, float *out)
+ * range widened to include 0, round half to even), into out; with search,
+ * the converter's searched parameters for the clamped group (qsearch.c,
+ * weighted by imp), so the clip is chosen for the quantizer that runs. */
+static void fake_quant(const float *w, int64_t n, float mv, int search, const float *imp, int8_t *codes,
+                       float *out)
 {
     float mn = 0.0f, mx = 0.0f;
     for (int64_t j = 0; j < n; j++) {
@@ -38,6 +42,13 @@ static void fake_quant(const float *w, int64_t n, float mv, float *out)
         out[j] = v;
         if (v < mn) mn = v;
         if (v > mx) mx = v;
+    }
+    if (search) {
+        float s;
+        uint8_t z;
+        dsq_qgroup_awq(dsq_kernels_get(), out, n, 0, 1, imp, codes, &s, &z);
+        for (int64_t j = 0; j < n; j++) out[j] = (float)(codes[j] - (int)z) * s;
+        return;
     }
     float r = mx - mn, s = (r > 1e-5f ? r : 1e-5f) / 15.0f;
     float z = -rintf(mn / s);
@@ -71,8 +82,10 @@ void dsq_awq_clip_apply(float *w, int64_t nrows, int64_t cols, int32_t gs, const
 }
 
 int dsq_awq_clip_search(const float *w, int64_t rows, int64_t cols, int32_t gs, const float *in_scale,
-                        const dsq_act_stats *site, uint8_t *idx, double *err0, double *err1)
+                        const dsq_act_stats *site, int search, const float *importance, uint8_t *idx,
+                        double *err0, double *err1)
 {
+    search = dsq_qsearch_mode(search, DSQ_SCHEME_AWQ_W4A16);
     if (err0) *err0 = -1.0;
     if (err1) *err1 = -1.0;
     if (!site || !site->cov || site->in != cols || !dsq_awq_clip_supported(cols, gs)) return DSQ_ERR_INVALID_ARG;
@@ -84,7 +97,9 @@ int dsq_awq_clip_search(const float *w, int64_t rows, int64_t cols, int32_t gs, 
     float *E = malloc((size_t)CLIP_ROWS * NC * (size_t)g * sizeof *E);
     float *F = malloc((size_t)CLIP_ROWS * NC * (size_t)g * sizeof *F);
     float *q = malloc((size_t)g * sizeof *q);
-    if (!C || !E || !F || !q) {
+    int8_t *codes = malloc((size_t)g);
+    if (!C || !E || !F || !q || !codes) {
+        free(codes);
         free(C);
         free(E);
         free(F);
@@ -111,7 +126,8 @@ int dsq_awq_clip_search(const float *w, int64_t rows, int64_t cols, int32_t gs, 
                 float amax = group_amax(wg, len);
                 for (int c = 0; c < NC; c++) {
                     float *e = E + ((size_t)r * NC + (size_t)c) * (size_t)len;
-                    fake_quant(wg, len, dsq_awq_clip_max(amax, c), q);
+                    fake_quant(wg, len, dsq_awq_clip_max(amax, c), search, importance ? importance + c0 : NULL,
+                               codes, q);
                     for (int64_t j = 0; j < len; j++) e[j] = wg[j] - q[j];
                 }
             }
@@ -140,6 +156,7 @@ int dsq_awq_clip_search(const float *w, int64_t rows, int64_t cols, int32_t gs, 
     free(E);
     free(F);
     free(q);
+    free(codes);
     if (err0) *err0 = e0 / (double)(rows * cols);
     if (err1) *err1 = e1 / (double)(rows * cols);
     return DSQ_OK;

@@ -12,6 +12,7 @@ typedef struct dsq_awq_cons {
     dsq_qshape shape;
     size_t blob_size;
     const dsq_act_stats *site;   /* for static activation ranges */
+    int range_search;            /* dsq_qparams.range_search of the candidates */
 } dsq_awq_cons;
 
 /* W [out][in] as float32 (caller frees), NULL when out of memory. */

@@ -139,6 +139,8 @@ typedef struct dsq_calib_opts {
     int alpha_set;                /* alpha given explicitly: w4a8 / w8a8-dynamic use it instead of searching */
     int smooth;                   /* 0: no smoothing for w8a8/w4a8/w8a8-dynamic; default 1 */
     int clip;                     /* clip search for awq-w4a16 / w4a8; default 1 */
+    int range_search;             /* int4 searched group parameters (dsq_qparams.range_search:
+                                     0 default, > 0 on, < 0 off) in the clip and GPTQ steps */
     int gptq;                     /* --gptq: GPTQ rounding of every integer-scheme linear */
     double gptq_damp;             /* --gptq-damp (percdamp); default 0.01 */
     int moe_calib_all;            /* --moe-calib all */
@@ -181,6 +183,7 @@ typedef struct dsq_calib_tensor {
     const float *row_scale;       /* [rows] or NULL: multiply row i (1-D: element i) */
     const float *importance;      /* [cols] or NULL: dsq_qparams.importance (scaled space) */
     int clip;                     /* dsq_qparams.clip_search */
+    int range_search;             /* dsq_qparams.range_search (calib.c calib_search) */
     const uint8_t *clip_idx;      /* [rows][groups of clip_gs]: AWQ clip per (row, group) searched on
                                      X^T X (awq.h), applied by dsq_calib_apply_rows; or NULL. Points
                                      into a read-only file mapping owned by the result */

@@ -59,12 +59,14 @@ static inline float quant1(const grid *g, float w, float s, uint8_t z)
 
 /* Scale (and zero) of n weights, with the scheme's own function. */
 static void group_params(const dsq_kernels *k, const dsq_scheme *sc, const float *w, int64_t n, int clip,
-                         const float *imp, int8_t *codes, float *s, uint8_t *z)
+                         int search, const float *imp, int8_t *codes, float *s, uint8_t *z)
 {
+    /* searched params only for int4 (qsearch.c); int8's grid is fine enough */
+    search = search && sc->weight_bits == 4;
     if (!sc->symmetric) {
-        dsq_qgroup_awq(k, w, n, clip, imp, codes, s, z);
+        dsq_qgroup_awq(k, w, n, clip, search, imp, codes, s, z);
     } else {
-        dsq_qrow_sym(k, w, n, n, sc->qmin, sc->qmax, 0, clip, imp, NULL, codes, s);
+        dsq_qrow_sym(k, w, n, n, sc->qmin, sc->qmax, 0, clip, search, imp, NULL, codes, s);
         *z = 0;
     }
 }
@@ -166,6 +168,7 @@ int dsq_gptq_solve_f(const dsq_scheme *sc, const dsq_qshape *shape, float *w, co
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "gptq: block %lld not a multiple of group %lld",
                         (long long)B, (long long)gs);
     const int clip = o ? o->clip : 0;
+    const int search = o && o->search > 0;
     const float *imp = o ? o->importance : NULL;
     const grid gr = { !sc->symmetric, (float)sc->qmin, (float)sc->qmax };
     const dsq_kernels *k = dsq_kernels_get();
@@ -188,7 +191,7 @@ int dsq_gptq_solve_f(const dsq_scheme *sc, const dsq_qshape *shape, float *w, co
     if (shape->group_size <= 0)
         for (int64_t r = 0; r < rows; r++) {
             uint8_t z0 = 0;
-            group_params(k, sc, w + r * cols, cols, clip, imp, codes, &scales[r], zeros ? &zeros[r] : &z0);
+            group_params(k, sc, w + r * cols, cols, clip, search, imp, codes, &scales[r], zeros ? &zeros[r] : &z0);
         }
     for (int64_t j = 0; j < cols; j++)
         if (f->dead[j])
@@ -207,7 +210,7 @@ int dsq_gptq_solve_f(const dsq_scheme *sc, const dsq_qshape *shape, float *w, co
             for (int64_t i = i1; i < i2; i++) {
                 if (shape->group_size > 0 && i % gs == 0) {
                     int64_t g = i / gs, n = cols - i < gs ? cols - i : gs;
-                    group_params(k, sc, wr + i, n, clip, imp ? imp + i : NULL, codes, &s, &z);
+                    group_params(k, sc, wr + i, n, clip, search, imp ? imp + i : NULL, codes, &s, &z);
                     scales[r * ng + g] = s;
                     if (zeros) zeros[r * ng + g] = z;
                 }

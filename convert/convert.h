@@ -100,6 +100,8 @@ typedef struct dsq_convert_opts {
                                    periodic fsync (~10% less CPU) */
     int allow_nonfinite;        /* NaN -> 0, Inf saturates (else an error) */
     int clip_search;            /* per-group MSE clip search (--clip-search) */
+    int range_search;           /* int4 searched group params (dsq_qparams.range_search;
+                                   --search 1, --no-search -1, 0 default) */
     int error_sample;           /* measure error on 1 row in N; 0 = default 16 */
     uint64_t shard_bytes;       /* 0: one file */
     uint64_t mem_budget;        /* finished outputs waiting for the writer;

@@ -168,6 +168,8 @@ static json_object *recipe_json(const dsq_convert *c, int *oom)
     json_object *cal = c->o.calib_json ? json_tokener_parse(c->o.calib_json) : json_object_new_string("none (RTN)");
     put(o, "calibration", cal, oom);
     put(o, "clip_search", json_object_new_boolean(c->o.clip_search), oom);
+    put(o, "range_search", json_object_new_string(c->o.range_search > 0 ? "on" : c->o.range_search < 0 ? "off"
+                                                  : "default (w4a8 RTN)"), oom);
     put(o, "allow_nonfinite", json_object_new_boolean(c->o.allow_nonfinite), oom);
     put(o, "zstd_level", json_object_new_int(c->o.zstd_level), oom);
     return o;
@@ -274,8 +276,8 @@ int dsq_conv_fingerprint(dsq_convert *c, dsq_diag *d)
      * (convert_ledger.h; 2 was SHA-256 piece digests): a partial left by an
      * older build is refused here, as made with other options, instead of
      * every tensor failing the ledger check. */
-    dsq_sb_printf(&b, "dsq-convert 3\n%s\nlevel %d clip %d nonfinite %d stream %llu piece %llu shard %llu\n",
-              c->o.tool, c->o.zstd_level, c->o.clip_search, c->o.allow_nonfinite,
+    dsq_sb_printf(&b, "dsq-convert 3\n%s\nlevel %d clip %d search %d nonfinite %d stream %llu piece %llu shard %llu\n",
+              c->o.tool, c->o.zstd_level, c->o.clip_search, c->o.range_search, c->o.allow_nonfinite,
               (unsigned long long)c->o.stream_bytes, (unsigned long long)c->o.piece_bytes,
               (unsigned long long)c->o.shard_bytes);
     for (int i = 0; i < dsq_st_shard_count(c->m); i++) {

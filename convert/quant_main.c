@@ -58,6 +58,9 @@ static void usage(void)
 "  --group-size G           int4 group size: 0 = per output channel, or a\n"
 "                           multiple of 64 (default: w4a8 0, awq-w4a16 128)\n"
 "  --clip-search            per-group MSE clip search (AutoAWQ-style, RTN)\n"
+"  --search, --no-search    int4 (awq-w4a16, w4a8): search each group's scale\n"
+"                           (and zero) by weighted least squares, or keep the\n"
+"                           plain min/max range (RTN, clip and GPTQ steps alike)\n"
 "  --allow-nonfinite        convert NaN as 0 and saturate Inf instead of failing\n"
 "\n"
 "Calibration (scales from what the model computes; folded into the weights, so\n"
@@ -153,7 +156,8 @@ enum {
     OPT_NONFINITE, OPT_RESUME, OPT_CLIP, OPT_SHARD, OPT_JSON, OPT_NOPROG, OPT_MEM,
     OPT_SAMPLE, OPT_CHECKPOINT, OPT_NOJOURNAL, OPT_CALIB, OPT_CSAMPLES, OPT_CSEQLEN, OPT_SEED,
     OPT_MOECALIB, OPT_MINTOK, OPT_ALPHA, OPT_NOSMOOTH, OPT_NOCLIP, OPT_SAVESTATS, OPT_STATS,
-    OPT_FORMAT, OPT_GPTQ, OPT_GPTQDAMP, OPT_CALIBRAM, OPT_ATTNBLOCK, OPT_CROWS, OPT_CEROWS, OPT_ROLLBACK
+    OPT_FORMAT, OPT_GPTQ, OPT_GPTQDAMP, OPT_CALIBRAM, OPT_ATTNBLOCK, OPT_CROWS, OPT_CEROWS, OPT_ROLLBACK,
+    OPT_SEARCH, OPT_NOSEARCH
 };
 
 typedef struct rule_arg { int keep; const char *s; } rule_arg;
@@ -564,6 +568,8 @@ int main(int argc, char **argv)
         { "allow-nonfinite", no_argument, NULL, OPT_NONFINITE },
         { "resume", no_argument, NULL, OPT_RESUME },
         { "clip-search", no_argument, NULL, OPT_CLIP },
+        { "search", no_argument, NULL, OPT_SEARCH },
+        { "no-search", no_argument, NULL, OPT_NOSEARCH },
         { "shard-size", required_argument, NULL, OPT_SHARD },
         { "json", no_argument, NULL, OPT_JSON },
         { "no-progress", no_argument, NULL, OPT_NOPROG },
@@ -635,6 +641,8 @@ int main(int argc, char **argv)
         case OPT_NONFINITE: o.allow_nonfinite = 1; break;
         case OPT_RESUME: o.resume = 1; break;
         case OPT_CLIP: o.clip_search = 1; break;
+        case OPT_SEARCH: o.range_search = co.range_search = 1; break;
+        case OPT_NOSEARCH: o.range_search = co.range_search = -1; break;
         case OPT_SHARD:
             if (dsq_cli_parse_u64(optarg, 1, UINT64_MAX, &u) < 0)
                 return free(rules), dsq_cli_usage_error(&cli, "bad shard size '%s'", optarg);

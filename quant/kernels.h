@@ -281,17 +281,37 @@ int dsq_qrow_prepare(const dsq_kernels *k, const float *w, int64_t cols, const f
                      int allow_nonfinite, float *tmp, const float **row, int64_t *bad_col);
 
 /* Symmetric group quantization of one prepared row: for each group, find the
- * scale (amax/qmax, with optional clip search), write codes[k] = q + add
- * with q = clamp(rint(w/scale), qlo, qmax), and scales[g]. gsize = columns
- * per group. importance may be NULL. given: NULL, or the row's [groups]
- * scales to use as they are (no search; copied to scales). */
+ * scale (amax/qmax, with optional clip search, or searched: qsearch.c),
+ * write codes[k] = q + add with q = clamp(rint(w/scale), qlo, qmax), and
+ * scales[g]. gsize = columns per group. importance may be NULL. given: NULL,
+ * or the row's [groups] scales to use as they are (no search; copied to
+ * scales). search: nonzero runs dsq_qsearch_sym from the chosen scale. */
 void dsq_qrow_sym(const dsq_kernels *k, const float *w, int64_t cols, int64_t gsize,
-                  int32_t qlo, int32_t qmax, int32_t add, int clip_search,
+                  int32_t qlo, int32_t qmax, int32_t add, int clip_search, int search,
                   const float *importance, const float *given, int8_t *codes, float *scales);
 /* AutoAWQ asymmetric params + codes (0..15) of one group of n finite values
- * (scheme_awq.c), with the optional clip search; used by quantize and GPTQ. */
-void dsq_qgroup_awq(const dsq_kernels *k, const float *w, int64_t n, int clip_search,
+ * (scheme_awq.c), with the optional clip search and the optional searched
+ * parameters (search nonzero: dsq_qsearch_awq from the min/max or clipped
+ * ones); used by quantize, GPTQ and the AWQ clip search. */
+void dsq_qgroup_awq(const dsq_kernels *k, const float *w, int64_t n, int clip_search, int search,
                     const float *importance, int8_t *codes, float *scale, uint8_t *zero);
+
+/* ---- Searched group parameters (qsearch.c) -------------------------------
+ * Per-element error weights c[n] of a group x[n]: with importance (the
+ * calibration's per-input rms), imp_j^2 * sqrt(rms(x)^2 + x_j^2); without,
+ * rms(x) + |x_j| (llama.cpp's k-quant prior). */
+void dsq_qsearch_weights(const float *x, int64_t n, const float *importance, float *c);
+/* Improve awq params (*scale, *zero: the starting, e.g. min/max, ones) of a
+ * group under sum_j c_j (x_j - (q_j - zero) * scale)^2, q_j the quantizer's
+ * codes (k->quant_i8); mn/mx the group's (clipped) range; tmp: n bytes of
+ * scratch. Returns the final weighted error (never above the starting
+ * one's). Scales are f16-exact unless the start's is kept or f16 cannot
+ * hold them. */
+double dsq_qsearch_awq(const dsq_kernels *k, const float *x, int64_t n, const float *c, float mn, float mx,
+                       float *scale, uint8_t *zero, int8_t *tmp);
+/* The same for symmetric codes qlo..qmax, deq = q * scale, amax = max |x|. */
+double dsq_qsearch_sym(const dsq_kernels *k, const float *x, int64_t n, const float *c, int qlo, int qmax,
+                       float amax, float *scale, int8_t *tmp);
 
 /* Activation quantization with an explicit kernel level (actq.c). */
 void dsq_actq_token_k(const dsq_kernels *k, const float *x, int64_t T, int64_t cols, int8_t *q,

@@ -44,6 +44,10 @@
  *     zero  = clamp(-rint(min / scale), 0, 15)
  *     q     = clamp(rint(w / scale) + zero, 0, 15)
  *     deq   = (q - zero) * scale
+ * Searched int4 parameters (dsq_qparams.range_search; default for w4a8, off
+ * for awq-w4a16): scale (and zero) come from a weighted least-squares search
+ * started at the values above (quant/qsearch.c) instead; codes are still
+ * clamp(rint(w / scale) (+ zero)) and deq as above, so nothing below changes.
  * Per-token int8 activations (w8a8-dynamic, w4a8):
  *     s_x = max(amax_t / 127, DSQ_QSCALE_MIN);  q_x = clamp(rint(x / s_x), -127, 127)
  * Static int8 activations (w8a8, msModelSlim):
@@ -253,6 +257,13 @@ typedef struct dsq_qparams {
      * and keep the ratio with the least (importance-weighted) squared error
      * (AutoAWQ _compute_best_clip, with a weight-space proxy for X.W). */
     int clip_search;
+    /* int4 schemes (awq-w4a16, w4a8): searched group parameters (qsearch.c,
+     * kernels.h): from the min/max (or clipped) range, a weighted
+     * least-squares search of scale (and integer zero), the weights from
+     * importance when given, else a weight-magnitude prior. Same format.
+     * 0: the scheme's default (dsq_qsearch_mode: w4a8 on, awq-w4a16 off),
+     * > 0: on, < 0: plain min/max (or clip grid). */
+    int range_search;
     /* nonzero: NaN/Inf weights are tolerated: the scale is computed over
      * finite values, NaN encodes as 0, +-Inf saturate. Default: refuse with
      * DSQ_ERR_NONFINITE. */
@@ -388,6 +399,19 @@ int dsq_qshape_init(dsq_qshape *s, const dsq_scheme *sc, int64_t rows, int64_t c
 /* Section offsets for scheme + shape (validates like blob_size). */
 int dsq_qlayout_get(const dsq_scheme *sc, const dsq_qshape *shape, dsq_qlayout *out);
 void dsq_qparams_init(dsq_qparams *p);
+/* Whether range_search value v searches for scheme id: > 0 on, < 0 off, 0
+ * the scheme's default: on for w4a8 only. Measured 2026-11-26 (README,
+ * "Searched group parameters"): w4a8 RTN KLD -17% to -30% on both samples
+ * and texts; awq-w4a16 RTN -3% to -8% on mid-dsv3 but within the noise on
+ * tiny-dsv3 (either sign), at ~15x the conversion CPU time. */
+static inline int dsq_qsearch_mode(int v, uint32_t scheme_id)
+{
+    return v > 0 || (v == 0 && scheme_id == DSQ_SCHEME_W4A8);
+}
+static inline int dsq_qsearch_on(const dsq_qparams *p, uint32_t scheme_id)
+{
+    return dsq_qsearch_mode(p ? p->range_search : 0, scheme_id);
+}
 
 /* ---- views --------------------------------------------------------------- */
 /* Validate a blob (hostile input: from a file) and fill *v. sc may be NULL

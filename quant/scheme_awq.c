@@ -14,7 +14,10 @@
  * and zero from the clamped range, and keep the ratio with the least
  * (importance-weighted) squared weight error. AutoAWQ measures the error on
  * X.W over sampled tokens; with only a per-channel importance vector
- * (mean |x_j|) we use sum_j (imp_j * (w_j - deq_j))^2 as the proxy. */
+ * (mean |x_j|) we use sum_j (imp_j * (w_j - deq_j))^2 as the proxy.
+ * Searched parameters (params->range_search, qsearch.c): from the min/max
+ * (or each clipped) range, a least-squares search of scale and integer zero
+ * under a weighted squared error; the format is unchanged. */
 #include "scheme.h"
 #include "kernels.h"
 #include "dsq_mem.h"
@@ -60,13 +63,24 @@ static double awq_group(const dsq_kernels *k, const float *w, int64_t n, float s
     return err;
 }
 
-void dsq_qgroup_awq(const dsq_kernels *k, const float *wg, int64_t len, int clip_search,
+/* Error weights of one search: on the stack for groups up to QS_STACK, else
+ * allocated; when that fails the group keeps its unsearched params (a
+ * search only lowers the error, never changes what the blob may hold).
+ * The codes buffer is the search's scratch (rewritten at the end). */
+#define QS_STACK 256
+
+void dsq_qgroup_awq(const dsq_kernels *k, const float *wg, int64_t len, int clip_search, int search,
                     const float *imp, int8_t *codes, float *scale, uint8_t *zero)
 {
     float mn, mx, s;
     uint8_t z;
     k->minmax(wg, len, &mn, &mx);
     awq_params(mn, mx, &s, &z);
+    float cst[QS_STACK], *c = NULL;
+    if (search && len > 1) {
+        c = len <= QS_STACK ? cst : malloc((size_t)len * sizeof *c);
+        if (c) dsq_qsearch_weights(wg, len, imp, c);
+    }
     if (clip_search) {
         float amax = fmaxf(fabsf(mn), fabsf(mx));
         double best = INFINITY;
@@ -77,7 +91,9 @@ void dsq_qgroup_awq(const dsq_kernels *k, const float *wg, int64_t len, int clip
             float cs;
             uint8_t cz;
             awq_params(fmaxf(mn, -mv), fminf(mx, mv), &cs, &cz);
-            double e = awq_group(k, wg, len, cs, cz, imp, codes, 1);
+            /* searched: each clipped range seeds a search, scored with its weights */
+            double e = c ? dsq_qsearch_awq(k, wg, len, c, fmaxf(mn, -mv), fminf(mx, mv), &cs, &cz, codes)
+                         : awq_group(k, wg, len, cs, cz, imp, codes, 1);
             if (e < best) {
                 best = e;
                 bs = cs;
@@ -86,7 +102,10 @@ void dsq_qgroup_awq(const dsq_kernels *k, const float *wg, int64_t len, int clip
         }
         s = bs;
         z = bz;
+    } else if (c) {
+        dsq_qsearch_awq(k, wg, len, c, mn, mx, &s, &z, codes);
     }
+    if (c != cst) free(c);
     awq_group(k, wg, len, s, z, NULL, codes, 0);
     *scale = s;
     *zero = z;
@@ -140,7 +159,8 @@ int dsq_awq_quantize(const float *w, int64_t row0, int64_t nrows, const dsq_qsha
                 z = p->given_zero[n * ng + g];
                 awq_group(k, wg, len, s, z, NULL, codes + k0, 0);
             } else {
-                dsq_qgroup_awq(k, wg, len, p->clip_search, imp, codes + k0, &s, &z);
+                dsq_qgroup_awq(k, wg, len, p->clip_search, dsq_qsearch_on(p, DSQ_SCHEME_AWQ_W4A16), imp,
+                               codes + k0, &s, &z);
             }
             scales[n * ng + g] = s;
             zeros[n * ng + g] = z;

@@ -78,7 +78,8 @@ int dsq_w4a8_quantize(const float *w, int64_t row0, int64_t nrows, const dsq_qsh
             break;
         }
         /* codes = q + 8 in 0..15 (offset binary nibbles) */
-        dsq_qrow_sym(k, row, cols, L.gsize, -8, 7, 8, p->clip_search, p->importance,
+        dsq_qrow_sym(k, row, cols, L.gsize, -8, 7, 8, p->clip_search, dsq_qsearch_on(p, DSQ_SCHEME_W4A8),
+                     p->importance,
                      p->given_scale ? p->given_scale + n * L.ngroups : NULL, (int8_t *)codes,
                      scales + n * L.ngroups);
         dsq_i4_pack_row(codes, cols, blob + L.w_off + (size_t)n * L.row_bytes, L.row_bytes);

@@ -19,10 +19,13 @@ static float sym_scale(float amax, int32_t qmax)
 }
 
 void dsq_qrow_sym(const dsq_kernels *k, const float *w, int64_t cols, int64_t gsize,
-                  int32_t qlo, int32_t qmax, int32_t add, int clip_search,
+                  int32_t qlo, int32_t qmax, int32_t add, int clip_search, int search,
                   const float *importance, const float *given, int8_t *codes, float *scales)
 {
     int64_t ng = (cols + gsize - 1) / gsize;
+    /* searched scales (qsearch.c): error weights of the largest group; when
+     * the allocation fails the groups keep their unsearched scales */
+    float *c = search && !given ? malloc((size_t)(gsize < cols ? gsize : cols) * sizeof *c) : NULL;
     for (int64_t g = 0; g < ng; g++) {
         int64_t k0 = g * gsize, n = cols - k0 < gsize ? cols - k0 : gsize;
         const float *wg = w + k0;
@@ -50,9 +53,16 @@ void dsq_qrow_sym(const dsq_kernels *k, const float *w, int64_t cols, int64_t gs
             }
             s = best_s;
         }
+        if (c && amax > 0.0f) {
+            /* from the chosen (clipped) scale; the candidates cover the clip
+             * grid's range, so with clip_search the better of both is kept */
+            dsq_qsearch_weights(wg, n, importance ? importance + k0 : NULL, c);
+            dsq_qsearch_sym(k, wg, n, c, qlo, qmax, amax, &s, codes + k0);
+        }
         k->quant_i8(wg, n, s, add, qlo + add, qmax + add, codes + k0);
         scales[g] = s;
     }
+    free(c);
 }
 
 /* ---- quantize ------------------------------------------------------------ */
@@ -100,7 +110,7 @@ static int w8_quantize(const dsq_scheme *sc, const float *w, int64_t row0, int64
                             (long long)n, (long long)bad);
         }
         int8_t *q = (int8_t *)(blob + L.w_off + (size_t)n * L.row_bytes);
-        dsq_qrow_sym(k, row, cols, cols, -127, 127, 0, p->clip_search, p->importance,
+        dsq_qrow_sym(k, row, cols, cols, -127, 127, 0, p->clip_search, 0, p->importance,
                      p->given_scale ? p->given_scale + n : NULL, q, scales + n);
         memset(q + cols, 0, L.row_bytes - (size_t)cols);
         rowsum[n] = k->sum_i8(q, cols);

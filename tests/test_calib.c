@@ -2316,6 +2316,7 @@ static void quant_deq(const float *w, int64_t rows, int64_t cols, int32_t gs, in
     dsq_qparams qp;
     dsq_qparams_init(&qp);
     qp.clip_search = clip;
+    qp.range_search = -1;   /* the clip methods compared on min/max RTN, as the clip search above */
     qp.importance = imp;
     assert_int_equal(dsq_quantize_tensor(sc, w, &sh, &qp, blob, NULL, NULL), 0);
     dsq_qview v;
@@ -2409,7 +2410,7 @@ static void test_sample_clip_cov(void **state)
             lin->w.scheme->dequantize(&lin->w, 0, R, w);
             for (int64_t j = 0; j < C; j++) imp[j] = (float)dsq_act_stats_rms(sa, j);
             double e0, e1;
-            assert_int_equal(dsq_awq_clip_search(w, R, C, 128, NULL, sa, idx, &e0, &e1), 0);
+            assert_int_equal(dsq_awq_clip_search(w, R, C, 128, NULL, sa, -1, NULL, idx, &e0, &e1), 0);
             assert_true(e1 <= e0);   /* on its own data the search never loses */
             memcpy(wc, w, (size_t)(R * C) * sizeof *wc);
             dsq_awq_clip_apply(wc, R, C, 128, idx);

@@ -114,6 +114,10 @@ static void free_problem(problem *p)
 }
 
 /* Quantize with GPTQ (h == NULL: RTN through the scheme) and dequantize. */
+/* Group parameters of both paths: min/max (-1, GPTQ's default; the RTN
+ * path's default would search for w4a8) or searched (1, quant/qsearch.c). */
+static int g_search = -1;
+
 static float *run(const dsq_scheme *sc, const dsq_qshape *sh, const problem *p, const double *h,
                   dsq_gptq_report *rep, uint8_t **blob_out)
 {
@@ -122,9 +126,11 @@ static float *run(const dsq_scheme *sc, const dsq_qshape *sh, const problem *p, 
     uint8_t *blob = dsq_aligned_alloc(bs);
     dsq_qparams qp;
     base_params(sc, &qp);
+    qp.range_search = g_search;
+    dsq_gptq_opts go = { 0.0, 0, 0, NULL, g_search };
     dsq_diag d;
     dsq_diag_clear(&d);
-    if (h) assert_int_equal(dsq_gptq_quantize(sc, sh, p->w, h, NULL, &qp, blob, rep, &d), DSQ_OK);
+    if (h) assert_int_equal(dsq_gptq_quantize(sc, sh, p->w, h, &go, &qp, blob, rep, &d), DSQ_OK);
     else assert_int_equal(sc->quantize(p->w, 0, sh->rows, sh, &qp, blob, &d), DSQ_OK);
     dsq_qview v;
     assert_int_equal(dsq_qview_init(&v, sc, sh, blob, bs, &d), DSQ_OK);
@@ -198,7 +204,8 @@ static void test_given_scale_exact(void **st)
     free_problem(&p);
 }
 
-/* H = I: no column talks to another, so GPTQ is RTN, byte for byte. */
+/* H = I: no column talks to another, so GPTQ is RTN, byte for byte, with
+ * min/max and with searched group parameters alike. */
 static void test_identity_is_rtn(void **st)
 {
     (void)st;
@@ -206,10 +213,11 @@ static void test_identity_is_rtn(void **st)
     make_problem(&p, 16, 192, 8, 0);
     memset(p.h, 0, (size_t)(p.cols * p.cols) * sizeof *p.h);
     for (int64_t j = 0; j < p.cols; j++) p.h[j * p.cols + j] = 1.0;
-    for (int c = 0; c < NCFG; c++) {
-        const dsq_scheme *sc = dsq_scheme_by_id(k_cfgs[c].id);
+    for (int c = 0; c < 2 * NCFG; c++) {
+        g_search = c < NCFG ? -1 : 1;
+        const dsq_scheme *sc = dsq_scheme_by_id(k_cfgs[c % NCFG].id);
         dsq_qshape sh;
-        assert_int_equal(dsq_qshape_init(&sh, sc, p.rows, p.cols, k_cfgs[c].group), DSQ_OK);
+        assert_int_equal(dsq_qshape_init(&sh, sc, p.rows, p.cols, k_cfgs[c % NCFG].group), DSQ_OK);
         size_t bs;
         assert_int_equal(sc->blob_size(&sh, &bs), DSQ_OK);
         uint8_t *a, *b;
@@ -223,6 +231,7 @@ static void test_identity_is_rtn(void **st)
         free(a);
         free(b);
     }
+    g_search = -1;
     free_problem(&p);
 }
 

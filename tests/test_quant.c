@@ -1025,6 +1025,8 @@ static void test_clip_search(void **state)
             dsq_qparams p;
             dsq_qparams_init(&p);
             set_act_stats(&p, sc, C);
+            /* the clip grid against min/max RTN (searched params: test_qsearch.c) */
+            p.range_search = -1;
             if (useimp) p.importance = imp;
             double err[2];
             for (int clip = 0; clip < 2; clip++) {

@@ -817,6 +817,7 @@ static void quantize(const char *scheme, const char *out)
     o.output = out;
     o.recipe = &r;
     o.threads = 2;
+    o.range_search = -1;   /* the reference fake-quantizes with min/max (scheme.h math) */
     dsq_convert *c = NULL;
     int rc = dsq_convert_prepare(&c, &o, &d);
     dsq_convert_summary sum;
