@@ -169,7 +169,7 @@ static json_object *recipe_json(const dsq_convert *c, int *oom)
     put(o, "calibration", cal, oom);
     put(o, "clip_search", json_object_new_boolean(c->o.clip_search), oom);
     put(o, "range_search", json_object_new_string(c->o.range_search > 0 ? "on" : c->o.range_search < 0 ? "off"
-                                                  : "default (w4a8 RTN)"), oom);
+                                                  : "default (off)"), oom);
     put(o, "allow_nonfinite", json_object_new_boolean(c->o.allow_nonfinite), oom);
     put(o, "zstd_level", json_object_new_int(c->o.zstd_level), oom);
     return o;
