@@ -111,6 +111,26 @@ static void silu_many_task(void *ctx, size_t i, int tid)
  * step take moe_batched (T * top_k of them at most; V3 decode: 8). */
 #define MOE_BATCH_MAX 24
 
+/* The tokens routed to expert e, in token order, into list / w (weight 0
+ * for a token that was not routed there but runs anyway: all != 0, the
+ * calibration's "all experts"). Returns how many. */
+static int routed_tokens(const dsq_scratch *sc, int T, int K, int e, int all, int32_t *list, float *wts)
+{
+    int n = 0;
+    for (int t = 0; t < T; t++) {
+        float w = 0.0f;
+        int hit = 0;
+        for (int k = 0; k < K; k++)
+            if (sc->route_idx[(size_t)t * K + k] == e) { w = sc->route_w[(size_t)t * K + k]; hit = 1; }
+        if (hit || all) {
+            list[n] = t;
+            wts[n] = hit ? w : 0.0f;
+            n++;
+        }
+    }
+    return n;
+}
+
 /* Every selected expert's gate and up, with the shared expert's, as ONE
  * pool job (dsq_linear_gemm_many), then all their downs as another: a V3
  * decode step wakes the pool 2 times instead of 27 and prepares x (awq's
@@ -129,18 +149,7 @@ static int moe_batched(dsq_run *r, const dsq_layer *ly, const float *x)
     const int64_t D = m->hidden, F = m->max_ffn;
     int ex[MOE_BATCH_MAX], off[MOE_BATCH_MAX + 1], ne = 0, rows = 0;
     for (int e = 0; e < E; e++) {
-        int n = 0;
-        for (int t = 0; t < T; t++) {
-            float w = 0.0f;
-            int hit = 0;
-            for (int k = 0; k < K; k++)
-                if (sc->route_idx[(size_t)t * K + k] == e) { w = sc->route_w[(size_t)t * K + k]; hit = 1; }
-            if (hit) {
-                sc->tok_list[rows + n] = t;
-                sc->tok_w[rows + n] = w;
-                n++;
-            }
-        }
+        int n = routed_tokens(sc, T, K, e, 0, sc->tok_list + rows, sc->tok_w + rows);
         if (n == 0) continue;
         ex[ne] = e;
         off[ne++] = rows;
@@ -233,19 +242,7 @@ int dsq_moe_forward(dsq_run *r, const float *x)
         (int64_t)T * (K + 1) <= sc->cap_T)
         return moe_batched(r, ly, x);
     for (int e = 0; e < E; e++) {
-        /* tokens routed to e, in token order, with their weights */
-        int n = 0;
-        for (int t = 0; t < T; t++) {
-            float w = 0.0f;
-            int hit = 0;
-            for (int k = 0; k < K; k++)
-                if (sc->route_idx[(size_t)t * K + k] == e) { w = sc->route_w[(size_t)t * K + k]; hit = 1; }
-            if (hit || all) {
-                sc->tok_list[n] = t;
-                sc->tok_w[n] = hit ? w : 0.0f;
-                n++;
-            }
-        }
+        int n = routed_tokens(sc, T, K, e, all, sc->tok_list, sc->tok_w);
         if (n == 0) continue;
         /* calibration "all experts": everyone runs, only routed tokens count */
         dsq_prof_begin(pf, &mk);

@@ -271,6 +271,23 @@ AI void bfp_masks(int nr, const int H, __mmask16 m[4])
  * first: store into y, else add. m: the rows of each half that exist.
  * pf: the next block, one line fetched per pmask + 1 column pairs until it
  * is all asked for. */
+/* A tile's H x NT accumulators into y (rows wide, from row n of token
+ * t0): stored on the first column chunk, added to what is there after. */
+AI void tile_out(__m512 acc[4][BFP_PT_MAX], const int NT, const int H, int64_t t0, int first,
+                 float *y, int64_t rows, int64_t n, const __mmask16 m[4])
+{
+#pragma GCC unroll 12
+    for (int t = 0; t < NT; t++) {
+        float *o = y + (t0 + t) * rows + n;
+#pragma GCC unroll 4
+        for (int h = 0; h < H; h++) {
+            if (first) _mm512_mask_storeu_ps(o + 16 * h, m[h], acc[h][t]);
+            else _mm512_mask_storeu_ps(o + 16 * h, m[h],
+                                       _mm512_add_ps(_mm512_maskz_loadu_ps(m[h], o + 16 * h), acc[h][t]));
+        }
+    }
+}
+
 AI void bfp_tile(const u32a *wp, int64_t np, const dsq_bfact *a, int64_t t0, const int NT,
                  const int TERMS, const int H, const int KC, int64_t k0, int first, float *y,
                  int64_t rows, int64_t n, const __mmask16 m[4], bfp_pf *pf, int64_t pmask)
@@ -307,16 +324,7 @@ AI void bfp_tile(const u32a *wp, int64_t np, const dsq_bfact *a, int64_t t0, con
             }
         }
     }
-#pragma GCC unroll 12
-    for (int t = 0; t < NT; t++) {
-        float *o = y + (t0 + t) * rows + n;
-#pragma GCC unroll 4
-        for (int h = 0; h < H; h++) {
-            if (first) _mm512_mask_storeu_ps(o + 16 * h, m[h], acc[h][t]);
-            else _mm512_mask_storeu_ps(o + 16 * h, m[h],
-                                       _mm512_add_ps(_mm512_maskz_loadu_ps(m[h], o + 16 * h), acc[h][t]));
-        }
-    }
+    tile_out(acc, NT, H, t0, first, y, rows, n, m);
 }
 
 /* Every token of a against one packed block (16 H rows, np pairs from
@@ -459,16 +467,7 @@ AI void bff_tile(const float *wf, int64_t nc, const dsq_bfact *a, int64_t t0, co
             for (int h = 0; h < H; h++) acc[h][t] = _mm512_fmadd_ps(w[h], b, acc[h][t]);
         }
     }
-#pragma GCC unroll 12
-    for (int t = 0; t < NT; t++) {
-        float *o = y + (t0 + t) * rows + n;
-#pragma GCC unroll 4
-        for (int h = 0; h < H; h++) {
-            if (first) _mm512_mask_storeu_ps(o + 16 * h, m[h], acc[h][t]);
-            else _mm512_mask_storeu_ps(o + 16 * h, m[h],
-                                       _mm512_add_ps(_mm512_maskz_loadu_ps(m[h], o + 16 * h), acc[h][t]));
-        }
-    }
+    tile_out(acc, NT, H, t0, first, y, rows, n, m);
 }
 
 AI void bff_block(const float *wf, int64_t nc, const dsq_bfact *a, const int H, const int KC,
