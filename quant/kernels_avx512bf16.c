@@ -327,6 +327,17 @@ AI void bfp_tile(const u32a *wp, int64_t np, const dsq_bfact *a, int64_t t0, con
     tile_out(acc, NT, H, t0, first, y, rows, n, m);
 }
 
+/* Prefetch spacing for a block of `steps` pair / column steps: a mask
+ * 2^s - 1, 2^s the largest power of two with 2^s x lines <= steps. */
+AI int64_t bfp_pmask(const bfp_pf *pf, int64_t steps)
+{
+    int64_t pmask = 0;
+    const int64_t lines = (int64_t)pf->rows * pf->lines;
+    if (lines > 0)
+        while (2 * (pmask + 1) * lines <= steps) pmask = 2 * pmask + 1;
+    return pmask;
+}
+
 /* Every token of a against one packed block (16 H rows, np pairs from
  * column k0). The next block's lines are spread over all of this block's
  * pair steps: one prefetch per 2^s steps, 2^s the largest power of two with
@@ -336,10 +347,7 @@ AI void bfp_block(const u32a *wp, int64_t np, const dsq_bfact *a, const int TERM
                   const int KC, const int PT, int64_t k0, int first, float *y, int64_t rows,
                   int64_t n, const __mmask16 m[4], bfp_pf *pf)
 {
-    int64_t pmask = 0;
-    const int64_t lines = (int64_t)pf->rows * pf->lines, steps = (a->T + PT - 1) / PT * np;
-    if (lines > 0)
-        while (2 * (pmask + 1) * lines <= steps) pmask = 2 * pmask + 1;
+    const int64_t pmask = bfp_pmask(pf, (a->T + PT - 1) / PT * np);
     int64_t t = 0;
     for (; t + PT <= a->T; t += PT) bfp_tile(wp, np, a, t, PT, TERMS, H, KC, k0, first, y, rows, n, m, pf, pmask);
     switch (a->T - t) {
@@ -474,10 +482,7 @@ AI void bff_block(const float *wf, int64_t nc, const dsq_bfact *a, const int H, 
                   const int PT, int64_t k0, int first, float *y, int64_t rows, int64_t n,
                   const __mmask16 m[4], bfp_pf *pf, int64_t ldx)
 {
-    int64_t pmask = 0;
-    const int64_t lines = (int64_t)pf->rows * pf->lines, steps = (a->T + PT - 1) / PT * nc;
-    if (lines > 0)
-        while (2 * (pmask + 1) * lines <= steps) pmask = 2 * pmask + 1;
+    const int64_t pmask = bfp_pmask(pf, (a->T + PT - 1) / PT * nc);
     int64_t t = 0;
     for (; t + PT <= a->T; t += PT) bff_tile(wf, nc, a, t, PT, H, KC, k0, first, y, rows, n, m, pf, pmask, ldx);
     switch (a->T - t) {
