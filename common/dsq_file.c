@@ -555,6 +555,38 @@ int dsq_write_file_atomic(const char *path, const void *data, size_t n, unsigned
 
 /* ---- reading ---- */
 
+/* A read-only shared mapping of fd, started on a 2 MiB boundary and
+ * advised for huge pages (dsq_aligned_alloc says why). With both, page cache
+ * that a fault brings in is read as 2 MiB folios and mapped by one entry
+ * each: a 2 GB checkpoint that was not cached read at a steady 25 GB/s of
+ * CPU time afterwards, against 10-26 GB/s (and 1.6 GB/s on the first pass,
+ * the 4 KiB faults) unaligned (2026-11-26, this VM, ext4). Pages already
+ * cached in small folios stay small. Falls back to a plain mapping. */
+static void *map_aligned(int fd, size_t size)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (size >= huge && size <= SIZE_MAX - huge) {
+        uint8_t *res = mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (res != MAP_FAILED) {
+            uint8_t *al = (uint8_t *)(((uintptr_t)res + huge - 1) & ~(uintptr_t)(huge - 1));
+            void *p = mmap(al, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
+            if (p != MAP_FAILED) {
+                /* give back the reservation around the file mapping */
+                const size_t pg = (size_t)sysconf(_SC_PAGESIZE), used = (size + pg - 1) / pg * pg;
+                const size_t tail = (size_t)(res + size + huge - (al + used));
+                if (al > res) munmap(res, (size_t)(al - res));
+                if (tail > 0) munmap(al + used, tail);
+#ifdef MADV_HUGEPAGE
+                (void)madvise(p, size, MADV_HUGEPAGE);
+#endif
+                return p;
+            }
+            munmap(res, size + huge);
+        }
+    }
+    return mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+}
+
 int dsq_map_open(dsq_map *m, const char *path, dsq_diag *d)
 {
     memset(m, 0, sizeof *m);
@@ -574,7 +606,7 @@ int dsq_map_open(dsq_map *m, const char *path, dsq_diag *d)
     }
     m->size = (uint64_t)st.st_size;
     if (m->size == 0) return DSQ_OK;
-    void *p = mmap(NULL, (size_t)m->size, PROT_READ, MAP_SHARED, m->fd, 0);
+    void *p = map_aligned(m->fd, (size_t)m->size);
     if (p == MAP_FAILED) {
         int rc = dsq_fail_errno(d, errno, path, "mmap failed");
         close(m->fd);

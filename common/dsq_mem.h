@@ -77,7 +77,8 @@ static inline int dsq_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
 
 static inline size_t dsq_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-/* 64-byte aligned allocation for SIMD buffers; free with free(). */
+/* 64-byte aligned allocation for SIMD buffers (2 MiB aligned and advised
+ * for huge pages from 4 MiB on: dsq_thread.c); free with free(). */
 void *dsq_aligned_alloc(size_t size);
 
 #endif

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,11 +96,26 @@ static int spin_while_nonzero(atomic_int *a, long budget_ns)
     }
 }
 
+/* Buffers of DSQ_HUGE_MIN bytes or more (weights, decompressed payloads,
+ * big scratch) start on a 2 MiB boundary and ask for transparent huge pages
+ * (advice; the kernel's "madvise" THP mode, the common default, gives none
+ * without it). Streaming weights through 4 KiB pages costs TLB misses, and
+ * in a VM each one is a two-level walk: here a 2 GB read loop ran at 10-23
+ * GB/s of CPU time on 4 KiB pages against a steady 25-29 on 2 MiB ones
+ * (2026-11-26). The leading slack is virtual only and the partial last huge
+ * page stays on 4 KiB pages, so RSS does not grow. */
+#define DSQ_HUGE_MIN ((size_t)4 << 20)
+#define DSQ_HUGE_PAGE ((size_t)2 << 20)
+
 void *dsq_aligned_alloc(size_t size)
 {
     void *p = NULL;
     if (size == 0) size = 64;
-    if (posix_memalign(&p, 64, dsq_align_up(size, 64)) != 0) return NULL;
+    size_t align = size >= DSQ_HUGE_MIN ? DSQ_HUGE_PAGE : 64;
+    if (posix_memalign(&p, align, dsq_align_up(size, 64)) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (align == DSQ_HUGE_PAGE) (void)madvise(p, size / DSQ_HUGE_PAGE * DSQ_HUGE_PAGE, MADV_HUGEPAGE);
+#endif
     return p;
 }
 

@@ -860,33 +860,19 @@ AI __m512 i8x16_ps(__m512i c, const int q)
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(l));
 }
 
-/* Columns [c0, c0 + 128) of rows [n0, n1): 8 accumulators stay in
- * registers while the rows pass (each row's 128 codes are one 64-byte load
- * for w4a8 and awq, two for w8); weight q times the row's coefficient a * s.
- * W4: 1 w4a8 (u - 8), 2 awq (u - z, the group's zero point: -15..15, exact
- * in int8 as in awq_deq64). */
-AI void gemv_t128(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, int64_t c0, int64_t g,
-                  const int W4, float *y)
+/* Columns [c0, c0 + 128) of rows [n0, n1) of an int8 view: 8 accumulators
+ * stay in registers while the rows pass (two 64-byte loads per row); weight
+ * q times the row's coefficient a * s. */
+AI void gemv_t128_i8(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, int64_t c0, float *y)
 {
     const size_t ws = v->layout.row_bytes;
-    const int64_t ng = v->layout.ngroups;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), e8 = _mm512_set1_epi8(8);
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) acc[i] = _mm512_loadu_ps(y + c0 + 16 * i);
     for (int64_t n = n0; n < n1; n++) {
         const uint8_t *row = v->w + (size_t)n * ws;
-        const __m512 cf = _mm512_set1_ps(a[n - n0] * v->scales[W4 ? n * ng + g : n]);
-        __m512i c[2];
-        if (W4) {
-            const __m512i raw = _mm512_loadu_si512(row + (c0 >> 1));
-            const __m512i z = W4 == 2 ? _mm512_set1_epi8((char)v->zeros[n * ng + g]) : e8;
-            c[0] = _mm512_sub_epi8(_mm512_and_si512(raw, m4), z);
-            c[1] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), z);
-        } else {
-            c[0] = _mm512_loadu_si512(row + c0);
-            c[1] = _mm512_loadu_si512(row + c0 + 64);
-        }
+        const __m512 cf = _mm512_set1_ps(a[n - n0] * v->scales[n]);
+        const __m512i c[2] = { _mm512_loadu_si512(row + c0), _mm512_loadu_si512(row + c0 + 64) };
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++)
 #pragma GCC unroll 4
@@ -894,6 +880,66 @@ AI void gemv_t128(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, in
     }
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) _mm512_storeu_ps(y + c0 + 16 * i, acc[i]);
+}
+
+/* The same for int4 views (W4: 1 w4a8, codes u - 8; 2 awq, u - z with the
+ * group's zero point). A code becomes its float (u - z) by a 16-entry table
+ * lookup (vpermps reads the low 4 bits of each 32-bit lane), as in
+ * kernels_avx512awq.c's decode: per row 7 shifts, 8 vpermps and 8 FMAs for
+ * 128 weights, against 8 sign extensions, 6 lane extracts and 8 int -> float
+ * conversions when the codes are widened, which made the absorbed kv_b
+ * products shuffle-bound (~9% of a w4a8 decode step). Shift s of 32-bit lane
+ * L holds column 4L + s / 2 + 64 (s & 1) (dsq_awq_perm16), so the
+ * accumulators hold the columns in that order: y is gathered into them and
+ * gathered back. Each column sees the same FMAs in the same row order as
+ * with widened codes: the result is bit-identical. */
+#define T128_PFD 16   /* rows ahead to prefetch in gemv_t128_w4 */
+
+AI void gemv_t128_w4(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, int64_t c0, int64_t g,
+                     const int W4, float *y)
+{
+    const size_t ws = v->layout.row_bytes;
+    const int64_t ng = v->layout.ngroups;
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i l4 = _mm512_slli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
+    __m512 tab = _mm512_sub_ps(iota, _mm512_set1_ps(8.0f));
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++)
+        acc[s] = _mm512_i32gather_ps(_mm512_add_epi32(l4, _mm512_set1_epi32((s >> 1) + 64 * (s & 1))), y + c0, 4);
+    /* the rows are 64 bytes apart in this sweep (a row's other blocks come
+     * in the next calls): without prefetch every load waited on DRAM
+     * (perf: half the kernel's samples on the instruction after it) */
+    const int64_t npf = v->shape.rows - T128_PFD;
+    for (int64_t n = n0; n < n1; n++) {
+        if (n < npf) {
+            const char *pf = (const char *)(v->w + (size_t)(n + T128_PFD) * ws);
+            if (c0 == 0)   /* the first sweep brings whole rows; the next ones find them in cache */
+                for (size_t o = 0; o < ws; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+            else
+                _mm_prefetch(pf + (c0 >> 1), _MM_HINT_T0);
+        }
+        const __m512i d = _mm512_loadu_si512(v->w + (size_t)n * ws + (c0 >> 1));
+        const __m512 cf = _mm512_set1_ps(a[n - n0] * v->scales[W4 ? n * ng + g : n]);
+        if (W4 == 2) tab = _mm512_sub_ps(iota, _mm512_set1_ps((float)v->zeros[n * ng + g]));
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++)
+            acc[s] = _mm512_fmadd_ps(_mm512_permutexvar_ps(s ? _mm512_srli_epi32(d, 4 * s) : d, tab), cf, acc[s]);
+    }
+    /* back to column order: column c (j = c & 63, h = c >> 6) is lane j / 4
+     * of shift 2 (j & 3) + h */
+    _Alignas(64) float t[128];
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) _mm512_store_ps(t + 16 * s, acc[s]);
+    const __m512i c16 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const __m512i j = _mm512_add_epi32(c16, _mm512_set1_epi32((16 * i) & 63));
+        const __m512i sh = _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(j, _mm512_set1_epi32(3)), 1),
+                                            _mm512_set1_epi32(i >> 2));
+        const __m512i p = _mm512_add_epi32(_mm512_slli_epi32(sh, 4), _mm512_srli_epi32(j, 2));
+        _mm512_storeu_ps(y + c0 + 16 * i, _mm512_i32gather_ps(p, t, 4));
+    }
 }
 
 static void z_gemv_t(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, float *y)
@@ -905,9 +951,9 @@ static void z_gemv_t(const dsq_qview *v, int64_t n0, int64_t n1, const float *a,
     if (!w4 || v->layout.ngroups == 1 || gs % 128 == 0)
         for (; c0 + 128 <= cols; c0 += 128) {
             const int64_t g = w4 ? c0 / gs : 0;
-            if (w4 == 2) gemv_t128(v, n0, n1, a, c0, g, 2, y);
-            else if (w4) gemv_t128(v, n0, n1, a, c0, g, 1, y);
-            else gemv_t128(v, n0, n1, a, c0, 0, 0, y);
+            if (w4 == 2) gemv_t128_w4(v, n0, n1, a, c0, g, 2, y);
+            else if (w4) gemv_t128_w4(v, n0, n1, a, c0, g, 1, y);
+            else gemv_t128_i8(v, n0, n1, a, c0, y);
         }
     for (int64_t c = c0; c < cols; c++) {
         float s = y[c];
