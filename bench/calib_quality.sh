@@ -134,6 +134,9 @@ row "w8a8 static, no smoothing" --scheme w8a8 $CAL --no-smooth
 row "w8a8 static, SmoothQuant" --scheme w8a8 $CAL
 row "w8a8-dynamic, RTN" --scheme w8a8-dynamic
 row "w8a8-dynamic, smoothed" --scheme w8a8-dynamic $CAL
+# GPTQ alone (docs/calibration.md "Why smoothing hurts w8a8-dynamic on
+# mid-dsv3"): on mid-dsv3 the calibrated row that beats RTN on prose
+row "w8a8-dynamic, GPTQ, no smoothing" --scheme w8a8-dynamic $CAL --gptq --no-smooth
 row "w4a8, RTN" --scheme w4a8
 row "w4a8, calibrated" --scheme w4a8 $CAL
 if [ "${EXTRA_ROWS:-1}" != 0 ]; then
