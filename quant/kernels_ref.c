@@ -81,6 +81,64 @@ static void ref_quant_i8(const float *x, int64_t n, float scale, int32_t add, in
     }
 }
 
+void dsq_qstats_scalar(const float *x, const float *c, int64_t n, float scale, float lo, float hi,
+                       double out[4])
+{
+    /* lane j % 16 of the vector levels: f32 partials for the fit sums,
+     * double for the error (two halves of 8 in the vector code, the same
+     * lanes here) */
+    float a0[16] = { 0 }, a1[16] = { 0 }, a2[16] = { 0 };
+    double e[16] = { 0 };
+    for (int64_t j = 0; j < n; j++) {
+        const int l = (int)(j & 15);
+        float r = rintf(x[j] / scale);
+        r = fmaxf(r, lo);
+        r = fminf(r, hi);
+        const float cr = c[j] * r, d = x[j] - r * scale;
+        a0[l] = a0[l] + cr;
+        a1[l] = a1[l] + cr * r;
+        a2[l] = a2[l] + cr * x[j];
+        const double dd = (double)d;
+        e[l] = e[l] + (double)c[j] * dd * dd;
+    }
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    for (int l = 0; l < 16; l++) {
+        s0 += (double)a0[l];
+        s1 += (double)a1[l];
+        s2 += (double)a2[l];
+        s3 += e[l];
+    }
+    out[0] = s0;
+    out[1] = s1;
+    out[2] = s2;
+    out[3] = s3;
+}
+
+void dsq_qtrial_scalar(const float *x, const float *c, int64_t n, float inv, float lo, float hi,
+                       double out[3])
+{
+    float a0[16] = { 0 }, a1[16] = { 0 }, a2[16] = { 0 };
+    for (int64_t j = 0; j < n; j++) {
+        const int l = (int)(j & 15);
+        float r = rintf(x[j] * inv);
+        r = fmaxf(r, lo);
+        r = fminf(r, hi);
+        const float cr = c[j] * r;
+        a0[l] = a0[l] + cr;
+        a1[l] = a1[l] + cr * r;
+        a2[l] = a2[l] + cr * x[j];
+    }
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0;
+    for (int l = 0; l < 16; l++) {
+        s0 += (double)a0[l];
+        s1 += (double)a1[l];
+        s2 += (double)a2[l];
+    }
+    out[0] = s0;
+    out[1] = s1;
+    out[2] = s2;
+}
+
 static int32_t ref_sum_i8(const int8_t *q, int64_t n)
 {
     int32_t s = 0;
@@ -212,6 +270,8 @@ const dsq_kernels dsq_kernels_ref_impl = {
     .absmax_bits = ref_absmax_bits,
     .minmax = ref_minmax,
     .quant_i8 = ref_quant_i8,
+    .qstats = dsq_qstats_scalar,
+    .qtrial = dsq_qtrial_scalar,
     .sum_i8 = ref_sum_i8,
     .f32_to_bf16 = ref_f32_to_bf16,
     .split_bf16 = dsq_split_bf16_scalar,
