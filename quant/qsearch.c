@@ -87,6 +87,28 @@ QS_VEC static double sum_cxx(const float *x, const float *c, int64_t n)
     return s;
 }
 
+/* sum c, sum c x, sum c x^2 of a group, once per search (lanes as sum_sq) */
+QS_VEC static void group_sums(const float *x, int64_t n, const float *c, double *sw, double *sx, double *sxx)
+{
+    double a[8] = { 0 }, b[8] = { 0 }, e[8] = { 0 };
+    for (int64_t j = 0; j < n; j++) {
+        const int l = (int)(j & 7);
+        double w = c[j], wx = w * x[j];
+        a[l] += w;
+        b[l] += wx;
+        e[l] += wx * x[j];
+    }
+    double ta = 0.0, tb = 0.0, te = 0.0;
+    for (int l = 0; l < 8; l++) {
+        ta += a[l];
+        tb += b[l];
+        te += e[l];
+    }
+    *sw = ta;
+    *sx = tb;
+    *sxx = te;
+}
+
 QS_VEC void dsq_qsearch_weights(const float *x, int64_t n, const float *imp, float *c)
 {
     /* Without calibration, llama.cpp's Q4_K prior (rms of the group plus
@@ -111,20 +133,9 @@ static float f16_exact(float s)
     return isfinite(h) && h >= 6.103515625e-05f ? h : s;
 }
 
-/* sum_j c_j x_j^2 (and sum c, sum c x) of a group, once per search */
-static void group_sums(const float *x, int64_t n, const float *c, double *sw, double *sx, double *sxx)
-{
-    double a = 0.0, b = 0.0, e = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-        double w = c[j], wx = w * x[j];
-        a += w;
-        b += wx;
-        e += wx * x[j];
-    }
-    *sw = a;
-    *sx = b;
-    *sxx = e;
-}
+
+typedef void (*qstats_fn)(const float *, const float *, int64_t, float, float, float, double *);
+typedef void (*qtrial_fn)(const float *, const float *, int64_t, float, float, float, double *);
 
 /* ---- asymmetric (awq-w4a16) -------------------------------------------- */
 
@@ -155,59 +166,69 @@ static int awq_fit(double sw, double sx, double sxx, const double st[4], int z0,
     return 1;
 }
 
-/* one pass: the quantizer's codes for (s, z), their sums and error */
-static void awq_pass(void (*qs)(const float *, const float *, int64_t, float, float, float, double *),
-                     const float *x, int64_t n, const float *c, float s, int z, double st[4])
-{
-    qs(x, c, n, s, (float)-z, (float)(15 - z), st);
-}
-
 double dsq_qsearch_awq(const dsq_kernels *k, const float *x, int64_t n, const float *c, float mn, float mx,
                        float *scale, uint8_t *zero, int8_t *tmp)
 {
     (void)tmp;
-    void (*qs)(const float *, const float *, int64_t, float, float, float, double *) =
-        k->qstats ? k->qstats : dsq_qstats_scalar;
+    qstats_fn qs = k->qstats ? k->qstats : dsq_qstats_scalar;
+    qtrial_fn qt = k->qtrial ? k->qtrial : dsq_qtrial_scalar;
     float bs = *scale;
     int bz = *zero;
-    double bst[4];
-    awq_pass(qs, x, n, c, bs, bz, bst);
-    double best = bst[3];
+    double st[4];
+    qs(x, c, n, bs, (float)-bz, (float)(15 - bz), st);
+    double best = st[3];
     mn = mn < 0.0f ? mn : 0.0f;
     mx = mx > 0.0f ? mx : 0.0f;
     const float range = mx - mn;
     if (!(range > 1e-5f) || n < 2) return best;
     double sw, sx, sxx;
     group_sums(x, n, c, &sw, &sx, &sxx);
-    /* the grid's codes (the quantizer's for scale range / steps and the
+    /* the grid's trial codes (the rounding for scale range / steps and the
      * zero that puts mn at code 0), ranked by their refit's bound */
     float fs = 0.0f;
     int fz = 0;
     double fb = INFINITY;
     for (int i = 0; i <= QS_NSTEP; i++) {
-        float st = range / (15.0f + QS_RMIN + QS_RDELTA * (float)i), z0 = -rintf(mn / st);
+        float sg = range / (15.0f + QS_RMIN + QS_RDELTA * (float)i), z0 = -rintf(mn / sg);
         int zi = (int)(z0 > 15.0f ? 15.0f : z0);
-        double gs[4];
-        awq_pass(qs, x, n, c, st, zi, gs);
+        double g[4];
+        qt(x, c, n, 1.0f / sg, (float)-zi, (float)(15 - zi), g);
         float s;
         int z;
         double b;
-        if (awq_fit(sw, sx, sxx, gs, zi, &s, &z, &b) && b < fb) {
+        if (awq_fit(sw, sx, sxx, g, zi, &s, &z, &b) && b < fb) {
             fb = b;
             fs = s;
             fz = z;
         }
     }
-    /* the best refit, then alternate: its codes' refit while the error falls */
-    for (int r = 0; r <= QS_ROUNDS && fb < best; r++) {
-        double st[4];
-        awq_pass(qs, x, n, c, fs, fz, st);
-        if (!(st[3] < best)) break;
+    if (fs == 0.0f) return best;
+    /* alternate from the best refit: its trial codes, their refit, while
+     * the estimated error falls; the one kept is scored with the
+     * quantizer's codes against the start */
+    float ks = fs, s = fs;
+    int kz = fz, z = fz;
+    double ke = INFINITY;
+    for (int r = 0; r <= QS_ROUNDS; r++) {
+        double g[4], b;
+        qt(x, c, n, 1.0f / s, (float)-z, (float)(15 - z), g);
+        /* error of (s, z) with those codes (r = l - z) */
+        const double e = sxx - 2.0 * s * g[2] + (double)s * s * g[1];
+        if (!(e < ke)) break;
+        ke = e;
+        ks = s;
+        kz = z;
+        float s2;
+        int z2;
+        if (!awq_fit(sw, sx, sxx, g, z, &s2, &z2, &b) || (s2 == s && z2 == z)) break;
+        s = s2;
+        z = z2;
+    }
+    qs(x, c, n, ks, (float)-kz, (float)(15 - kz), st);
+    if (st[3] < best) {
         best = st[3];
-        bs = fs;
-        bz = fz;
-        if (!awq_fit(sw, sx, sxx, st, fz, &fs, &fz, &fb)) break;
-        if (fs == bs && fz == bz) break;
+        bs = ks;
+        bz = kz;
     }
     *scale = bs;
     *zero = (uint8_t)bz;
@@ -228,8 +249,6 @@ static float sym_fit(const double st[4], double *bound)
     return s;
 }
 
-typedef void (*qtrial_fn)(const float *, const float *, int64_t, float, float, float, double *);
-
 /* The refit bound of the trial codes of inverse-scale steps t / 10 over
  * amax (INFINITY when no fit); *s its refit scale. */
 static double sym_trial(qtrial_fn qt, const float *x, int64_t n, const float *c, float amax, int t, float lo,
@@ -249,8 +268,7 @@ double dsq_qsearch_sym(const dsq_kernels *k, const float *x, int64_t n, const fl
                        float amax, float *scale, int8_t *tmp)
 {
     (void)tmp;
-    void (*qs)(const float *, const float *, int64_t, float, float, float, double *) =
-        k->qstats ? k->qstats : dsq_qstats_scalar;
+    qstats_fn qs = k->qstats ? k->qstats : dsq_qstats_scalar;
     qtrial_fn qt = k->qtrial ? k->qtrial : dsq_qtrial_scalar;
     const float lo = (float)qlo, hi = (float)qmax;
     float bs = *scale;
