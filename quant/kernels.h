@@ -330,8 +330,9 @@ void dsq_qgroup_awq(const dsq_kernels *k, const float *w, int64_t n, int clip_se
 void dsq_qsearch_weights(const float *x, int64_t n, const float *importance, float *c);
 /* Improve awq params (*scale, *zero: the starting, e.g. min/max, ones) of a
  * group under sum_j c_j (x_j - (q_j - zero) * scale)^2, q_j the quantizer's
- * codes (k->quant_i8); mn/mx the group's (clipped) range; tmp: n bytes of
- * scratch. Returns the final weighted error (never above the starting
+ * codes (k->quant_i8's rounding, scored by k->qstats); mn/mx the group's
+ * (clipped) range; tmp: unused (no codes buffer any more), may be NULL.
+ * Returns the final weighted error (never above the starting
  * one's). Scales are f16-exact unless the start's is kept or f16 cannot
  * hold them. */
 double dsq_qsearch_awq(const dsq_kernels *k, const float *x, int64_t n, const float *c, float mn, float mx,
