@@ -3,7 +3,9 @@
  * parameters' weighted error is never above the min/max ones', and lower in
  * total on groups with outliers; zeros, codes and scales stay in the format's
  * range, and the codes are the quantizer's own rounding for the stored
- * parameters. Scalar checks only. */
+ * parameters; every kernel level's qstats / qtrial is the scalar
+ * reference's bits, so the chosen parameters are the same on every level;
+ * the default searches w4a8 only. */
 #include "dsq_test.h"
 #include "scheme.h"
 #include "kernels.h"
@@ -217,7 +219,8 @@ static void test_qstats_levels(void **state)
 }
 
 /* Through the table: range_search on / off changes only the parameters (the
- * blob validates, the grid's error bound holds for every weight). */
+ * blob validates, the grid's error bound holds for every weight), and the
+ * default is the search for w4a8, min/max for awq-w4a16. */
 static void test_scheme_search(void **state)
 {
     (void)state;
@@ -244,6 +247,21 @@ static void test_scheme_search(void **state)
         sc->dequantize(&v, 0, R, deq);
         for (int64_t e = 0; e < R * C; e++)
             assert_true(fabs((double)w[e] - deq[e]) <= sc->error_bound(&v, e / C, e % C, w[e]));
+        /* the default (range_search 0): w4a8 searches, awq-w4a16 keeps
+         * min/max (scheme.h dsq_qsearch_mode); the rows with outliers make
+         * both blobs differ */
+        uint8_t *b0 = calloc(1, n), *bm = calloc(1, n);
+        assert_non_null(b0);
+        assert_non_null(bm);
+        p.range_search = 0;
+        assert_int_equal(sc->quantize(w, 0, R, &sh, &p, b0, NULL), 0);
+        p.range_search = -1;
+        assert_int_equal(sc->quantize(w, 0, R, &sh, &p, bm, NULL), 0);
+        assert_true(memcmp(b, bm, n) != 0);
+        if (ids[i] == DSQ_SCHEME_W4A8) assert_memory_equal(b0, b, n);
+        else assert_memory_equal(b0, bm, n);
+        free(b0);
+        free(bm);
         free(deq);
         free(b);
     }
