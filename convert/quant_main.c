@@ -61,7 +61,7 @@ static void usage(void)
 "  --search, --no-search    int4 (awq-w4a16, w4a8): search each group's scale\n"
 "                           (and zero) by weighted least squares, or keep the\n"
 "                           plain min/max range (RTN, clip and GPTQ steps alike);\n"
-"                           default: w4a8 RTN searches (~1.4 CPU-s per GB), the\n"
+"                           default: w4a8 RTN searches (~1.5 CPU-s per GB), the\n"
 "                           rest min/max (awq-w4a16, calibrated w4a8, --gptq)\n"
 "  --allow-nonfinite        convert NaN as 0 and saturate Inf instead of failing\n"
 "\n"

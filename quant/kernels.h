@@ -106,7 +106,8 @@ typedef struct dsq_kernels {
      * quantizer's rounding, as a float, without its add) and
      *   out[0] = sum c_j r_j, out[1] = sum c_j r_j^2, out[2] = sum c_j x_j r_j
      * (products and sums in f32, element j in lane j % 16, the 16 lanes then
-     * summed in double in lane order), out[3] = sum c_j d_j^2 with d_j =
+     * summed in double as a tree: lane l plus lane l + 8, then + 4, + 2, + 1),
+     * out[3] = sum c_j d_j^2 with d_j =
      * x_j - r_j * scale in f32 (the dequantizer's value) and c_j d_j d_j in
      * double (same lanes). No byte buffer: the codes stay in registers.
      * Bit-identical across levels (dsq_qstats_scalar is THE order; levels

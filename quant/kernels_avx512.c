@@ -98,6 +98,21 @@ static void z_quant_i8(const float *x, int64_t n, float scale, int32_t add, int3
     }
 }
 
+/* lanes16 of kernels_ref.c: 8 lanes l + (l + 8), then + 4, + 2, + 1 */
+AI double z_tree_pd(__m512d s8)
+{
+    const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(s8), _mm512_extractf64x4_pd(s8, 1));
+    const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+    return _mm_cvtsd_f64(s2) + _mm_cvtsd_f64(_mm_unpackhi_pd(s2, s2));
+}
+
+AI double z_tree_ps(__m512 a)
+{
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(a)),
+                  hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    return z_tree_pd(_mm512_add_pd(lo, hi));
+}
+
 /* dsq_qstats_scalar, 16 elements a vector: the same operations per lane
  * (mul and add, never fused: fp-contract is off), masked for the tail so
  * the lanes past n keep their partials as the reference does. */
@@ -123,24 +138,10 @@ static void z_qstats(const float *x, const float *c, int64_t n, float scale, flo
         el = _mm512_mask_add_pd(el, (__mmask8)m, el, _mm512_mul_pd(_mm512_mul_pd(cl, dl), dl));
         eh = _mm512_mask_add_pd(eh, (__mmask8)(m >> 8), eh, _mm512_mul_pd(_mm512_mul_pd(ch, dh), dh));
     }
-    float f0[16], f1[16], f2[16];
-    double e[16];
-    _mm512_storeu_ps(f0, a0);
-    _mm512_storeu_ps(f1, a1);
-    _mm512_storeu_ps(f2, a2);
-    _mm512_storeu_pd(e, el);
-    _mm512_storeu_pd(e + 8, eh);
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-    for (int l = 0; l < 16; l++) {
-        s0 += (double)f0[l];
-        s1 += (double)f1[l];
-        s2 += (double)f2[l];
-        s3 += e[l];
-    }
-    out[0] = s0;
-    out[1] = s1;
-    out[2] = s2;
-    out[3] = s3;
+    out[0] = z_tree_ps(a0);
+    out[1] = z_tree_ps(a1);
+    out[2] = z_tree_ps(a2);
+    out[3] = z_tree_pd(_mm512_add_pd(el, eh));
 }
 
 /* dsq_qtrial_scalar, 16 a vector (as z_qstats, without the error) */
@@ -158,19 +159,9 @@ static void z_qtrial(const float *x, const float *c, int64_t n, float inv, float
         a1 = _mm512_mask_add_ps(a1, m, a1, _mm512_mul_ps(cr, r));
         a2 = _mm512_mask_add_ps(a2, m, a2, _mm512_mul_ps(cr, xv));
     }
-    float f0[16], f1[16], f2[16];
-    _mm512_storeu_ps(f0, a0);
-    _mm512_storeu_ps(f1, a1);
-    _mm512_storeu_ps(f2, a2);
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0;
-    for (int l = 0; l < 16; l++) {
-        s0 += (double)f0[l];
-        s1 += (double)f1[l];
-        s2 += (double)f2[l];
-    }
-    out[0] = s0;
-    out[1] = s1;
-    out[2] = s2;
+    out[0] = z_tree_ps(a0);
+    out[1] = z_tree_ps(a1);
+    out[2] = z_tree_ps(a2);
 }
 
 static int32_t z_sum_i8(const int8_t *q, int64_t n)

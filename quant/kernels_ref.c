@@ -81,6 +81,25 @@ static void ref_quant_i8(const float *x, int64_t n, float scale, int32_t add, in
     }
 }
 
+/* qstats / qtrial's reduction of 16 lanes, in double, as a tree (lane l
+ * plus lane l + 8, then + 4, + 2, + 1): the order of the vector levels'
+ * halving adds, and 4 dependent adds instead of 16. */
+static double lanes16(const double v[16])
+{
+    double a[8];
+    for (int l = 0; l < 8; l++) a[l] = v[l] + v[l + 8];
+    for (int l = 0; l < 4; l++) a[l] = a[l] + a[l + 4];
+    for (int l = 0; l < 2; l++) a[l] = a[l] + a[l + 2];
+    return a[0] + a[1];
+}
+
+static double lanes16f(const float f[16])
+{
+    double v[16];
+    for (int l = 0; l < 16; l++) v[l] = (double)f[l];
+    return lanes16(v);
+}
+
 void dsq_qstats_scalar(const float *x, const float *c, int64_t n, float scale, float lo, float hi,
                        double out[4])
 {
@@ -101,17 +120,10 @@ void dsq_qstats_scalar(const float *x, const float *c, int64_t n, float scale, f
         const double dd = (double)d;
         e[l] = e[l] + (double)c[j] * dd * dd;
     }
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-    for (int l = 0; l < 16; l++) {
-        s0 += (double)a0[l];
-        s1 += (double)a1[l];
-        s2 += (double)a2[l];
-        s3 += e[l];
-    }
-    out[0] = s0;
-    out[1] = s1;
-    out[2] = s2;
-    out[3] = s3;
+    out[0] = lanes16f(a0);
+    out[1] = lanes16f(a1);
+    out[2] = lanes16f(a2);
+    out[3] = lanes16(e);
 }
 
 void dsq_qtrial_scalar(const float *x, const float *c, int64_t n, float inv, float lo, float hi,
@@ -128,15 +140,9 @@ void dsq_qtrial_scalar(const float *x, const float *c, int64_t n, float inv, flo
         a1[l] = a1[l] + cr * r;
         a2[l] = a2[l] + cr * x[j];
     }
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0;
-    for (int l = 0; l < 16; l++) {
-        s0 += (double)a0[l];
-        s1 += (double)a1[l];
-        s2 += (double)a2[l];
-    }
-    out[0] = s0;
-    out[1] = s1;
-    out[2] = s2;
+    out[0] = lanes16f(a0);
+    out[1] = lanes16f(a1);
+    out[2] = lanes16f(a2);
 }
 
 static int32_t ref_sum_i8(const int8_t *q, int64_t n)

@@ -23,7 +23,7 @@
  * (clamp(rint(x / scale) (+ zero))), and the min/max parameters are the
  * first candidate, so the result's weighted error is never above RTN's.
  *
- * Cost (2026-11-26: ~1.2-1.4 CPU-s per GB of BF16 for w4a8, where the
+ * Cost (2026-11-26: ~1.2-1.6 CPU-s per GB of BF16 for w4a8, where the
  * scalar version of this search took ~45): no pass writes codes to memory.
  * A trial pass (k->qtrial: codes from x * (1 / scale), in registers)
  * returns the fit sums sum c q, sum c q^2, sum c x q of one trial scale's

@@ -403,11 +403,12 @@ void dsq_qparams_init(dsq_qparams *p);
 /* Whether range_search value v searches for scheme id: > 0 on, < 0 off, 0
  * the default: on for w4a8, off for awq-w4a16. Measured 2026-11-26 (README,
  * "Searched group parameters"): w4a8 RTN KLD -17% to -30% on both samples
- * and texts for ~1.2-1.4 CPU-s per GB of BF16 (the real-shape e16 layer,
- * -T 1, machine shared: 2.0 -> 4.6-5.2 CPU-s for 2.1 GB); awq-w4a16 RTN
- * -3% to -8% on mid-dsv3 but noise on tiny-dsv3, and its 128-weight groups
- * make the search dearer per weight, so it stays opt-in (--search).
- * Calibrated paths choose their own (calib.c calib_search). */
+ * and texts for ~1.2-1.6 CPU-s per GB of BF16 (bench/bench_qsearch.sh: the
+ * real-shape e16 layer, -T 1, machine shared, 2.3-2.9 -> 5.4-5.6 CPU-s for
+ * 2.1 GB); awq-w4a16 RTN -3% to -8% on mid-dsv3 but noise on tiny-dsv3,
+ * and its 128-weight groups make the search dearer per weight (~7 CPU-s
+ * per GB), so it stays opt-in (--search). Calibrated paths choose their
+ * own (calib.c calib_search). */
 static inline int dsq_qsearch_mode(int v, uint32_t scheme_id)
 {
     return v > 0 || (v == 0 && scheme_id == DSQ_SCHEME_W4A8);
