@@ -19,9 +19,9 @@
  * extreme may use code -8, a positive one only 7, so both inverse scales
  * (7 and 8 steps over amax) seed the search.
  *
- * Every candidate is scored with the quantizer's own rounding
- * (clamp(rint(x / scale) (+ zero))), and the min/max parameters are the
- * first candidate, so the result's weighted error is never above RTN's.
+ * The parameters kept are scored with the quantizer's own rounding
+ * (clamp(rint(x / scale) (+ zero))) against the min/max ones, which win
+ * ties, so the result's weighted error is never above RTN's.
  *
  * Cost (2026-11-26: ~1.2-1.6 CPU-s per GB of BF16 for w4a8, where the
  * scalar version of this search took ~45): no pass writes codes to memory.
