@@ -269,7 +269,7 @@ void dsq_calib_qparams(const dsq_calib_tensor *t, dsq_qparams *qp)
 /* The int4 group-parameter search (qsearch.c) of the quantizations that
  * calibration runs and of the calibrated tensors' final one: the user's
  * choice (--search / --no-search), else off with GPTQ and for w4a8, else the
- * quantizer's default (scheme.h dsq_qsearch_mode: off, for its cost).
+ * quantizer's default (scheme.h dsq_qsearch_mode: off for awq-w4a16).
  * Measured on mid-dsv3 (2026-11-26, README "Searched group parameters"): it
  * raised KLD 1-7% under GPTQ's error feedback and 3-4% after w4a8's
  * smoothing (level on tiny-dsv3), so those stay min/max even if the

@@ -101,6 +101,28 @@ typedef struct dsq_kernels {
     void (*quant_i8)(const float *x, int64_t n, float scale, int32_t add,
                      int32_t lo, int32_t hi, int8_t *q);
 
+    /* Searched group parameters (qsearch.c), one pass over a group for a
+     * trial scale: r_j = min(max(rint(x_j / scale), lo), hi) (the
+     * quantizer's rounding, as a float, without its add) and
+     *   out[0] = sum c_j r_j, out[1] = sum c_j r_j^2, out[2] = sum c_j x_j r_j
+     * (products and sums in f32, element j in lane j % 16, the 16 lanes then
+     * summed in double as a tree: lane l plus lane l + 8, then + 4, + 2, + 1),
+     * out[3] = sum c_j d_j^2 with d_j =
+     * x_j - r_j * scale in f32 (the dequantizer's value) and c_j d_j d_j in
+     * double (same lanes). No byte buffer: the codes stay in registers.
+     * Bit-identical across levels (dsq_qstats_scalar is THE order; levels
+     * without a vector version use it). */
+    void (*qstats)(const float *x, const float *c, int64_t n, float scale, float lo, float hi,
+                   double out[4]);
+    /* The cheap trial pass ranking a grid of scales: out[0..2] as qstats but
+     * with r_j = min(max(rint(x_j * inv), lo), hi) (a multiply: it may
+     * differ from the quantizer's code by one where x_j / scale is within an
+     * ulp of a half, so callers rescore what they keep with qstats), and no
+     * error sum (sum c x^2 - 2 s out[2] + s^2 out[1] estimates it). Same
+     * lanes and order as qstats; dsq_qtrial_scalar is THE order. */
+    void (*qtrial)(const float *x, const float *c, int64_t n, float inv, float lo, float hi,
+                   double out[3]);
+
     /* sum of n int8 values (int32; n < 2^24). */
     int32_t (*sum_i8)(const int8_t *q, int64_t n);
     /* f32 -> bf16 bits, round to nearest even, NaN stays quiet NaN
@@ -257,6 +279,12 @@ static inline int64_t dsq_rowsplit_block(const dsq_rowsplit *s, size_t item)
 
 /* The reference split_bf16 (levels without a faster one use it). */
 void dsq_split_bf16_scalar(const float *x, int64_t n, uint16_t *hi, uint16_t *lo);
+/* The reference qstats and qtrial (contracts in dsq_kernels), shared by
+ * levels without a vector version. */
+void dsq_qstats_scalar(const float *x, const float *c, int64_t n, float scale, float lo, float hi,
+                       double out[4]);
+void dsq_qtrial_scalar(const float *x, const float *c, int64_t n, float inv, float lo, float hi,
+                       double out[3]);
 
 /* Codes row stride of activation buffers for a view. */
 int64_t dsq_act_kpad(int64_t cols);
@@ -303,8 +331,9 @@ void dsq_qgroup_awq(const dsq_kernels *k, const float *w, int64_t n, int clip_se
 void dsq_qsearch_weights(const float *x, int64_t n, const float *importance, float *c);
 /* Improve awq params (*scale, *zero: the starting, e.g. min/max, ones) of a
  * group under sum_j c_j (x_j - (q_j - zero) * scale)^2, q_j the quantizer's
- * codes (k->quant_i8); mn/mx the group's (clipped) range; tmp: n bytes of
- * scratch. Returns the final weighted error (never above the starting
+ * codes (k->quant_i8's rounding, scored by k->qstats); mn/mx the group's
+ * (clipped) range; tmp: unused (no codes buffer any more), may be NULL.
+ * Returns the final weighted error (never above the starting
  * one's). Scales are f16-exact unless the start's is kept or f16 cannot
  * hold them. */
 double dsq_qsearch_awq(const dsq_kernels *k, const float *x, int64_t n, const float *c, float mn, float mx,

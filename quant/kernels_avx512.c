@@ -98,6 +98,72 @@ static void z_quant_i8(const float *x, int64_t n, float scale, int32_t add, int3
     }
 }
 
+/* lanes16 of kernels_ref.c: 8 lanes l + (l + 8), then + 4, + 2, + 1 */
+AI double z_tree_pd(__m512d s8)
+{
+    const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(s8), _mm512_extractf64x4_pd(s8, 1));
+    const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+    return _mm_cvtsd_f64(s2) + _mm_cvtsd_f64(_mm_unpackhi_pd(s2, s2));
+}
+
+AI double z_tree_ps(__m512 a)
+{
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(a)),
+                  hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    return z_tree_pd(_mm512_add_pd(lo, hi));
+}
+
+/* dsq_qstats_scalar, 16 elements a vector: the same operations per lane
+ * (mul and add, never fused: fp-contract is off), masked for the tail so
+ * the lanes past n keep their partials as the reference does. */
+static void z_qstats(const float *x, const float *c, int64_t n, float scale, float lo, float hi,
+                     double out[4])
+{
+    const __m512 vs = _mm512_set1_ps(scale), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0;
+    __m512d el = _mm512_setzero_pd(), eh = el;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        const __m512 xv = _mm512_maskz_loadu_ps(m, x + i), cv = _mm512_maskz_loadu_ps(m, c + i);
+        __m512 r = _mm512_roundscale_ps(_mm512_div_ps(xv, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
+        const __m512 cr = _mm512_mul_ps(cv, r), d = _mm512_sub_ps(xv, _mm512_mul_ps(r, vs));
+        a0 = _mm512_mask_add_ps(a0, m, a0, cr);
+        a1 = _mm512_mask_add_ps(a1, m, a1, _mm512_mul_ps(cr, r));
+        a2 = _mm512_mask_add_ps(a2, m, a2, _mm512_mul_ps(cr, xv));
+        const __m512d dl = _mm512_cvtps_pd(_mm512_castps512_ps256(d)),
+                      dh = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)));
+        const __m512d cl = _mm512_cvtps_pd(_mm512_castps512_ps256(cv)),
+                      ch = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(cv), 1)));
+        el = _mm512_mask_add_pd(el, (__mmask8)m, el, _mm512_mul_pd(_mm512_mul_pd(cl, dl), dl));
+        eh = _mm512_mask_add_pd(eh, (__mmask8)(m >> 8), eh, _mm512_mul_pd(_mm512_mul_pd(ch, dh), dh));
+    }
+    out[0] = z_tree_ps(a0);
+    out[1] = z_tree_ps(a1);
+    out[2] = z_tree_ps(a2);
+    out[3] = z_tree_pd(_mm512_add_pd(el, eh));
+}
+
+/* dsq_qtrial_scalar, 16 a vector (as z_qstats, without the error) */
+static void z_qtrial(const float *x, const float *c, int64_t n, float inv, float lo, float hi, double out[3])
+{
+    const __m512 vi = _mm512_set1_ps(inv), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        const __m512 xv = _mm512_maskz_loadu_ps(m, x + i), cv = _mm512_maskz_loadu_ps(m, c + i);
+        __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(xv, vi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
+        const __m512 cr = _mm512_mul_ps(cv, r);
+        a0 = _mm512_mask_add_ps(a0, m, a0, cr);
+        a1 = _mm512_mask_add_ps(a1, m, a1, _mm512_mul_ps(cr, r));
+        a2 = _mm512_mask_add_ps(a2, m, a2, _mm512_mul_ps(cr, xv));
+    }
+    out[0] = z_tree_ps(a0);
+    out[1] = z_tree_ps(a1);
+    out[2] = z_tree_ps(a2);
+}
+
 static int32_t z_sum_i8(const int8_t *q, int64_t n)
 {
     __m512i acc = _mm512_setzero_si512();
@@ -1030,6 +1096,7 @@ static void z_gemm_bf16(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int6
     {                                                                               \
         .name = NAME, .bf16_split = SPLIT, .absmax_bits = z_absmax_bits,            \
         .minmax = z_minmax, .quant_i8 = z_quant_i8, .sum_i8 = z_sum_i8,             \
+        .qstats = z_qstats, .qtrial = z_qtrial,                                     \
         .f32_to_bf16 = z_f32_to_bf16, .split_bf16 = z_split_bf16,                   \
         .gemm_bf16 = GEMM_BF16, .gemm_awq = GEMM_AWQ, .gemm_w8 = z_gemm_w8,         \
         .gemm_w4 = z_gemm_w4, .gemv_awq = dsq_avx512awq_gemv,                       \

@@ -81,6 +81,70 @@ static void ref_quant_i8(const float *x, int64_t n, float scale, int32_t add, in
     }
 }
 
+/* qstats / qtrial's reduction of 16 lanes, in double, as a tree (lane l
+ * plus lane l + 8, then + 4, + 2, + 1): the order of the vector levels'
+ * halving adds, and 4 dependent adds instead of 16. */
+static double lanes16(const double v[16])
+{
+    double a[8];
+    for (int l = 0; l < 8; l++) a[l] = v[l] + v[l + 8];
+    for (int l = 0; l < 4; l++) a[l] = a[l] + a[l + 4];
+    for (int l = 0; l < 2; l++) a[l] = a[l] + a[l + 2];
+    return a[0] + a[1];
+}
+
+static double lanes16f(const float f[16])
+{
+    double v[16];
+    for (int l = 0; l < 16; l++) v[l] = (double)f[l];
+    return lanes16(v);
+}
+
+void dsq_qstats_scalar(const float *x, const float *c, int64_t n, float scale, float lo, float hi,
+                       double out[4])
+{
+    /* lane j % 16 of the vector levels: f32 partials for the fit sums,
+     * double for the error (two halves of 8 in the vector code, the same
+     * lanes here) */
+    float a0[16] = { 0 }, a1[16] = { 0 }, a2[16] = { 0 };
+    double e[16] = { 0 };
+    for (int64_t j = 0; j < n; j++) {
+        const int l = (int)(j & 15);
+        float r = rintf(x[j] / scale);
+        r = fmaxf(r, lo);
+        r = fminf(r, hi);
+        const float cr = c[j] * r, d = x[j] - r * scale;
+        a0[l] = a0[l] + cr;
+        a1[l] = a1[l] + cr * r;
+        a2[l] = a2[l] + cr * x[j];
+        const double dd = (double)d;
+        e[l] = e[l] + (double)c[j] * dd * dd;
+    }
+    out[0] = lanes16f(a0);
+    out[1] = lanes16f(a1);
+    out[2] = lanes16f(a2);
+    out[3] = lanes16(e);
+}
+
+void dsq_qtrial_scalar(const float *x, const float *c, int64_t n, float inv, float lo, float hi,
+                       double out[3])
+{
+    float a0[16] = { 0 }, a1[16] = { 0 }, a2[16] = { 0 };
+    for (int64_t j = 0; j < n; j++) {
+        const int l = (int)(j & 15);
+        float r = rintf(x[j] * inv);
+        r = fmaxf(r, lo);
+        r = fminf(r, hi);
+        const float cr = c[j] * r;
+        a0[l] = a0[l] + cr;
+        a1[l] = a1[l] + cr * r;
+        a2[l] = a2[l] + cr * x[j];
+    }
+    out[0] = lanes16f(a0);
+    out[1] = lanes16f(a1);
+    out[2] = lanes16f(a2);
+}
+
 static int32_t ref_sum_i8(const int8_t *q, int64_t n)
 {
     int32_t s = 0;
@@ -212,6 +276,8 @@ const dsq_kernels dsq_kernels_ref_impl = {
     .absmax_bits = ref_absmax_bits,
     .minmax = ref_minmax,
     .quant_i8 = ref_quant_i8,
+    .qstats = dsq_qstats_scalar,
+    .qtrial = dsq_qtrial_scalar,
     .sum_i8 = ref_sum_i8,
     .f32_to_bf16 = ref_f32_to_bf16,
     .split_bf16 = dsq_split_bf16_scalar,

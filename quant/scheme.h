@@ -44,9 +44,10 @@
  *     zero  = clamp(-rint(min / scale), 0, 15)
  *     q     = clamp(rint(w / scale) + zero, 0, 15)
  *     deq   = (q - zero) * scale
- * Searched int4 parameters (dsq_qparams.range_search, --search; off by
- * default): scale (and zero) come from a weighted least-squares search
- * started at the values above (quant/qsearch.c) instead; codes are still
+ * Searched int4 parameters (dsq_qparams.range_search, --search; the
+ * default for w4a8, opt-in for awq-w4a16: dsq_qsearch_mode): scale (and
+ * zero) come from a weighted least-squares search started at the values
+ * above (quant/qsearch.c) instead; codes are still
  * clamp(rint(w / scale) (+ zero)) and deq as above, so nothing below changes.
  * Per-token int8 activations (w8a8-dynamic, w4a8):
  *     s_x = max(amax_t / 127, DSQ_QSCALE_MIN);  q_x = clamp(rint(x / s_x), -127, 127)
@@ -400,17 +401,17 @@ int dsq_qshape_init(dsq_qshape *s, const dsq_scheme *sc, int64_t rows, int64_t c
 int dsq_qlayout_get(const dsq_scheme *sc, const dsq_qshape *shape, dsq_qlayout *out);
 void dsq_qparams_init(dsq_qparams *p);
 /* Whether range_search value v searches for scheme id: > 0 on, < 0 off, 0
- * the default, off for every scheme. Measured 2026-11-26 (README, "Searched
- * group parameters"): w4a8 RTN KLD -17% to -30% on both samples and texts,
- * awq-w4a16 RTN -3% to -8% on mid-dsv3 and noise on tiny-dsv3; but the search
- * is scalar and costs ~45 CPU-s per GB of BF16 (the real-shape e16 layer,
- * w4a8 -T 2: 55.6 s wall against 1.95 s), which would make a 671B conversion
- * hours instead of minutes and undo issue 16's conversion speed. Opt in with
- * --search. scheme_id is kept for a per-scheme default once it is fast. */
+ * the default: on for w4a8, off for awq-w4a16. Measured 2026-11-26 (README,
+ * "Searched group parameters"): w4a8 RTN KLD -17% to -30% on both samples
+ * and texts for ~1.2-1.6 CPU-s per GB of BF16 (bench/bench_qsearch.sh: the
+ * real-shape e16 layer, -T 1, machine shared, 2.3-2.9 -> 5.4-5.6 CPU-s for
+ * 2.1 GB); awq-w4a16 RTN -3% to -8% on mid-dsv3 but noise on tiny-dsv3,
+ * and its 128-weight groups make the search dearer per weight (~7 CPU-s
+ * per GB), so it stays opt-in (--search). Calibrated paths choose their
+ * own (calib.c calib_search). */
 static inline int dsq_qsearch_mode(int v, uint32_t scheme_id)
 {
-    (void)scheme_id;
-    return v > 0;
+    return v > 0 || (v == 0 && scheme_id == DSQ_SCHEME_W4A8);
 }
 static inline int dsq_qsearch_on(const dsq_qparams *p, uint32_t scheme_id)
 {

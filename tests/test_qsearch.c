@@ -3,7 +3,9 @@
  * parameters' weighted error is never above the min/max ones', and lower in
  * total on groups with outliers; zeros, codes and scales stay in the format's
  * range, and the codes are the quantizer's own rounding for the stored
- * parameters. Scalar checks only. */
+ * parameters; every kernel level's qstats / qtrial is the scalar
+ * reference's bits, so the chosen parameters are the same on every level;
+ * the default searches w4a8 only. */
 #include "dsq_test.h"
 #include "scheme.h"
 #include "kernels.h"
@@ -141,8 +143,84 @@ static void test_sym_search(void **state)
             }
 }
 
+/* Every kernel level's qstats / qtrial against the scalar reference: the
+ * same bits (the search's choices depend on them), on lengths with and
+ * without a tail, codes clamped or not; and so the same searched
+ * parameters on every level. The sums themselves against a plain double
+ * loop (within f32 accumulation). */
+static void test_qstats_levels(void **state)
+{
+    (void)state;
+    const dsq_kernels *lv[8];
+    const int nl = dsq_kernels_list(lv, 8);
+    const int64_t lens[] = { 7168, 128, 100, 64, 17, 7, 1 };
+    float x[7168], c[7168];
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+        for (int kind = 0; kind < KIND_COUNT; kind++) {
+            const int64_t n = lens[li];
+            make_group(x, n, kind);
+            dsq_qsearch_weights(x, n, NULL, c);
+            float amax = 0.0f;
+            for (int64_t j = 0; j < n; j++) amax = fmaxf(amax, fabsf(x[j]));
+            /* scales from coarse (codes mostly in range) to fine (clamped) */
+            const float scales[] = { amax / 7.0f, amax / 8.9f, amax / 3.0f, amax / 40.0f };
+            for (size_t si = 0; si < 4; si++) {
+                const float s = scales[si], lo = si & 1 ? -8.0f : -3.0f, hi = si & 1 ? 7.0f : 12.0f;
+                double r4[4], r3[3], e[4] = { 0 };
+                dsq_qstats_scalar(x, c, n, s, lo, hi, r4);
+                dsq_qtrial_scalar(x, c, n, 1.0f / s, lo, hi, r3);
+                for (int64_t j = 0; j < n; j++) {
+                    float r = fminf(fmaxf(rintf(x[j] / s), lo), hi);
+                    const float d = x[j] - r * s;   /* the dequantizer's value, in f32 */
+                    e[0] += (double)c[j] * r;
+                    e[1] += (double)c[j] * r * r;
+                    e[2] += (double)c[j] * x[j] * r;
+                    e[3] += (double)c[j] * (double)d * (double)d;
+                }
+                double tot = 0.0;
+                for (int64_t j = 0; j < n; j++) tot += (double)c[j] * (fabsf(x[j] / s) + 16.0f) * 16.0f;
+                for (int q = 0; q < 3; q++) assert_true(fabs(r4[q] - e[q]) <= 1e-5 * tot + 1e-30);
+                assert_true(fabs(r4[3] - e[3]) <= 1e-12 * e[3] + 1e-30);
+                for (int i = 0; i < nl; i++) {
+                    double o4[4], o3[3];
+                    lv[i]->qstats(x, c, n, s, lo, hi, o4);
+                    lv[i]->qtrial(x, c, n, 1.0f / s, lo, hi, o3);
+                    assert_memory_equal(o4, r4, sizeof r4);
+                    assert_memory_equal(o3, r3, sizeof r3);
+                }
+            }
+            /* the chosen parameters, level by level */
+            float s0 = amax / 7.0f, sr = s0;
+            dsq_qsearch_sym(dsq_kernels_ref(), x, n, c, -8, 7, amax, &sr, NULL);
+            float mn = x[0], mx = x[0];
+            for (int64_t j = 0; j < n; j++) {
+                mn = fminf(mn, x[j]);
+                mx = fmaxf(mx, x[j]);
+            }
+            const int64_t na = n < 128 ? n : 128;
+            int8_t q[128];
+            float as0, asr;
+            uint8_t az0, azr;
+            dsq_qgroup_awq(dsq_kernels_ref(), x, na, 0, 0, NULL, q, &as0, &az0);
+            asr = as0;
+            azr = az0;
+            dsq_kernels_ref()->minmax(x, na, &mn, &mx);
+            dsq_qsearch_awq(dsq_kernels_ref(), x, na, c, mn, mx, &asr, &azr, NULL);
+            for (int i = 0; i < nl; i++) {
+                float si = s0, ai = as0;
+                uint8_t zi = az0;
+                dsq_qsearch_sym(lv[i], x, n, c, -8, 7, amax, &si, NULL);
+                dsq_qsearch_awq(lv[i], x, na, c, mn, mx, &ai, &zi, NULL);
+                assert_memory_equal(&si, &sr, sizeof si);
+                assert_memory_equal(&ai, &asr, sizeof ai);
+                assert_int_equal(zi, azr);
+            }
+        }
+}
+
 /* Through the table: range_search on / off changes only the parameters (the
- * blob validates, the grid's error bound holds for every weight). */
+ * blob validates, the grid's error bound holds for every weight), and the
+ * default is the search for w4a8, min/max for awq-w4a16. */
 static void test_scheme_search(void **state)
 {
     (void)state;
@@ -169,6 +247,21 @@ static void test_scheme_search(void **state)
         sc->dequantize(&v, 0, R, deq);
         for (int64_t e = 0; e < R * C; e++)
             assert_true(fabs((double)w[e] - deq[e]) <= sc->error_bound(&v, e / C, e % C, w[e]));
+        /* the default (range_search 0): w4a8 searches, awq-w4a16 keeps
+         * min/max (scheme.h dsq_qsearch_mode); the rows with outliers make
+         * both blobs differ */
+        uint8_t *b0 = calloc(1, n), *bm = calloc(1, n);
+        assert_non_null(b0);
+        assert_non_null(bm);
+        p.range_search = 0;
+        assert_int_equal(sc->quantize(w, 0, R, &sh, &p, b0, NULL), 0);
+        p.range_search = -1;
+        assert_int_equal(sc->quantize(w, 0, R, &sh, &p, bm, NULL), 0);
+        assert_true(memcmp(b, bm, n) != 0);
+        if (ids[i] == DSQ_SCHEME_W4A8) assert_memory_equal(b0, b, n);
+        else assert_memory_equal(b0, bm, n);
+        free(b0);
+        free(bm);
         free(deq);
         free(b);
     }
@@ -180,6 +273,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_awq_search),
         cmocka_unit_test(test_sym_search),
+        cmocka_unit_test(test_qstats_levels),
         cmocka_unit_test(test_scheme_search),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
