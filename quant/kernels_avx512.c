@@ -918,11 +918,15 @@ static void z_gemv_f(const dsq_qview *v, const float *x, int64_t T, int64_t n0, 
 }
 #undef GEMV_KIND
 
-/* gemv_t: 16 int8 codes as floats (w8 rows, or w4a8 nibbles already
- * shifted down by 8). */
+/* gemv_t: 16 int8 codes (lane q of c) as floats. The lane index is spelled
+ * out as literals: clang wants the extract's immediate constant before
+ * inlining (make fuzz builds this file with clang). */
 AI __m512 i8x16_ps(__m512i c, const int q)
 {
-    __m128i l = q == 0 ? _mm512_castsi512_si128(c) : _mm512_extracti32x4_epi32(c, q);
+    __m128i l = q == 0   ? _mm512_castsi512_si128(c)
+                : q == 1 ? _mm512_extracti32x4_epi32(c, 1)
+                : q == 2 ? _mm512_extracti32x4_epi32(c, 2)
+                         : _mm512_extracti32x4_epi32(c, 3);
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(l));
 }
 
