@@ -332,15 +332,14 @@ void dsq_qsearch_weights(const float *x, int64_t n, const float *importance, flo
 /* Improve awq params (*scale, *zero: the starting, e.g. min/max, ones) of a
  * group under sum_j c_j (x_j - (q_j - zero) * scale)^2, q_j the quantizer's
  * codes (k->quant_i8's rounding, scored by k->qstats); mn/mx the group's
- * (clipped) range; tmp: unused (no codes buffer any more), may be NULL.
- * Returns the final weighted error (never above the starting
+ * (clipped) range. Returns the final weighted error (never above the starting
  * one's). Scales are f16-exact unless the start's is kept or f16 cannot
  * hold them. */
 double dsq_qsearch_awq(const dsq_kernels *k, const float *x, int64_t n, const float *c, float mn, float mx,
-                       float *scale, uint8_t *zero, int8_t *tmp);
+                       float *scale, uint8_t *zero);
 /* The same for symmetric codes qlo..qmax, deq = q * scale, amax = max |x|. */
 double dsq_qsearch_sym(const dsq_kernels *k, const float *x, int64_t n, const float *c, int qlo, int qmax,
-                       float amax, float *scale, int8_t *tmp);
+                       float amax, float *scale);
 
 /* Activation quantization with an explicit kernel level (actq.c). */
 void dsq_actq_token_k(const dsq_kernels *k, const float *x, int64_t T, int64_t cols, int8_t *q,

@@ -106,11 +106,16 @@ AI double z_tree_pd(__m512d s8)
     return _mm_cvtsd_f64(s2) + _mm_cvtsd_f64(_mm_unpackhi_pd(s2, s2));
 }
 
+/* lanes 0-7 (H 0) or 8-15 (H 1) of a, widened to double */
+AI __m512d z_half_pd(__m512 a, const int H)
+{
+    return _mm512_cvtps_pd(H ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))
+                             : _mm512_castps512_ps256(a));
+}
+
 AI double z_tree_ps(__m512 a)
 {
-    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(a)),
-                  hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
-    return z_tree_pd(_mm512_add_pd(lo, hi));
+    return z_tree_pd(_mm512_add_pd(z_half_pd(a, 0), z_half_pd(a, 1)));
 }
 
 /* dsq_qstats_scalar, 16 elements a vector: the same operations per lane
@@ -131,10 +136,7 @@ static void z_qstats(const float *x, const float *c, int64_t n, float scale, flo
         a0 = _mm512_mask_add_ps(a0, m, a0, cr);
         a1 = _mm512_mask_add_ps(a1, m, a1, _mm512_mul_ps(cr, r));
         a2 = _mm512_mask_add_ps(a2, m, a2, _mm512_mul_ps(cr, xv));
-        const __m512d dl = _mm512_cvtps_pd(_mm512_castps512_ps256(d)),
-                      dh = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)));
-        const __m512d cl = _mm512_cvtps_pd(_mm512_castps512_ps256(cv)),
-                      ch = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(cv), 1)));
+        const __m512d dl = z_half_pd(d, 0), dh = z_half_pd(d, 1), cl = z_half_pd(cv, 0), ch = z_half_pd(cv, 1);
         el = _mm512_mask_add_pd(el, (__mmask8)m, el, _mm512_mul_pd(_mm512_mul_pd(cl, dl), dl));
         eh = _mm512_mask_add_pd(eh, (__mmask8)(m >> 8), eh, _mm512_mul_pd(_mm512_mul_pd(ch, dh), dh));
     }

@@ -78,19 +78,6 @@ QS_VEC static double sum_sq(const float *x, int64_t n)
     return s;
 }
 
-QS_VEC /* sum c x^2 in double, lanes as sum_sq */
-QS_VEC static double sum_cxx(const float *x, const float *c, int64_t n)
-{
-    double a[8] = { 0 };
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) a[l] += (double)c[j + l] * x[j + l] * x[j + l];
-    for (int l = 0; j < n; j++, l++) a[l] += (double)c[j] * x[j] * x[j];
-    double s = 0.0;
-    for (int l = 0; l < 8; l++) s += a[l];
-    return s;
-}
-
 /* sum c, sum c x, sum c x^2 of a group, once per search (lanes as sum_sq) */
 QS_VEC static void group_sums(const float *x, int64_t n, const float *c, double *sw, double *sx, double *sxx)
 {
@@ -137,9 +124,8 @@ static float f16_exact(float s)
     return isfinite(h) && h >= 6.103515625e-05f ? h : s;
 }
 
-
-typedef void (*qstats_fn)(const float *, const float *, int64_t, float, float, float, double *);
-typedef void (*qtrial_fn)(const float *, const float *, int64_t, float, float, float, double *);
+/* k->qstats and k->qtrial (kernels.h) have this type */
+typedef void (*qpass_fn)(const float *, const float *, int64_t, float, float, float, double *);
 
 /* ---- asymmetric (awq-w4a16) -------------------------------------------- */
 
@@ -171,11 +157,9 @@ static int awq_fit(double sw, double sx, double sxx, const double st[4], int z0,
 }
 
 double dsq_qsearch_awq(const dsq_kernels *k, const float *x, int64_t n, const float *c, float mn, float mx,
-                       float *scale, uint8_t *zero, int8_t *tmp)
+                       float *scale, uint8_t *zero)
 {
-    (void)tmp;
-    qstats_fn qs = k->qstats ? k->qstats : dsq_qstats_scalar;
-    qtrial_fn qt = k->qtrial ? k->qtrial : dsq_qtrial_scalar;
+    const qpass_fn qs = k->qstats, qt = k->qtrial;
     float bs = *scale;
     int bz = *zero;
     double st[4];
@@ -255,7 +239,7 @@ static float sym_fit(const double st[4], double *bound)
 
 /* The refit bound of the trial codes of inverse-scale steps t / 10 over
  * amax (INFINITY when no fit); *s its refit scale. */
-static double sym_trial(qtrial_fn qt, const float *x, int64_t n, const float *c, float amax, int t, float lo,
+static double sym_trial(qpass_fn qt, const float *x, int64_t n, const float *c, float amax, int t, float lo,
                         float hi, float *s)
 {
     const float st = amax / (0.1f * (float)t);
@@ -267,11 +251,9 @@ static double sym_trial(qtrial_fn qt, const float *x, int64_t n, const float *c,
 }
 
 double dsq_qsearch_sym(const dsq_kernels *k, const float *x, int64_t n, const float *c, int qlo, int qmax,
-                       float amax, float *scale, int8_t *tmp)
+                       float amax, float *scale)
 {
-    (void)tmp;
-    qstats_fn qs = k->qstats ? k->qstats : dsq_qstats_scalar;
-    qtrial_fn qt = k->qtrial ? k->qtrial : dsq_qtrial_scalar;
+    const qpass_fn qs = k->qstats, qt = k->qtrial;
     const float lo = (float)qlo, hi = (float)qmax;
     float bs = *scale;
     double bst[4];
@@ -310,7 +292,8 @@ double dsq_qsearch_sym(const dsq_kernels *k, const float *x, int64_t n, const fl
      * sum c q^2 of the trial sums) falls; then the one kept is scored with
      * the quantizer's codes against the start */
     if (fs == 0.0f) return best;
-    const double sxx = sum_cxx(x, c, n);
+    double sw, sx, sxx;
+    group_sums(x, n, c, &sw, &sx, &sxx);
     float ks = fs, s = fs;
     double ke = INFINITY;
     for (int r = 0; r <= QS_ROUNDS; r++) {

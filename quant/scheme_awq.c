@@ -65,8 +65,7 @@ static double awq_group(const dsq_kernels *k, const float *w, int64_t n, float s
 
 /* Error weights of one search: on the stack for groups up to QS_STACK, else
  * allocated; when that fails the group keeps its unsearched params (a
- * search only lowers the error, never changes what the blob may hold).
- * The codes buffer is the search's scratch (rewritten at the end). */
+ * search only lowers the error, never changes what the blob may hold). */
 #define QS_STACK 256
 
 void dsq_qgroup_awq(const dsq_kernels *k, const float *wg, int64_t len, int clip_search, int search,
@@ -92,7 +91,7 @@ void dsq_qgroup_awq(const dsq_kernels *k, const float *wg, int64_t len, int clip
             uint8_t cz;
             awq_params(fmaxf(mn, -mv), fminf(mx, mv), &cs, &cz);
             /* searched: each clipped range seeds a search, scored with its weights */
-            double e = c ? dsq_qsearch_awq(k, wg, len, c, fmaxf(mn, -mv), fminf(mx, mv), &cs, &cz, codes)
+            double e = c ? dsq_qsearch_awq(k, wg, len, c, fmaxf(mn, -mv), fminf(mx, mv), &cs, &cz)
                          : awq_group(k, wg, len, cs, cz, imp, codes, 1);
             if (e < best) {
                 best = e;
@@ -103,7 +102,7 @@ void dsq_qgroup_awq(const dsq_kernels *k, const float *wg, int64_t len, int clip
         s = bs;
         z = bz;
     } else if (c) {
-        dsq_qsearch_awq(k, wg, len, c, mn, mx, &s, &z, codes);
+        dsq_qsearch_awq(k, wg, len, c, mn, mx, &s, &z);
     }
     if (c != cst) free(c);
     awq_group(k, wg, len, s, z, NULL, codes, 0);

@@ -57,7 +57,7 @@ void dsq_qrow_sym(const dsq_kernels *k, const float *w, int64_t cols, int64_t gs
             /* from the chosen (clipped) scale; the candidates cover the clip
              * grid's range, so with clip_search the better of both is kept */
             dsq_qsearch_weights(wg, n, importance ? importance + k0 : NULL, c);
-            dsq_qsearch_sym(k, wg, n, c, qlo, qmax, amax, &s, codes + k0);
+            dsq_qsearch_sym(k, wg, n, c, qlo, qmax, amax, &s);
         }
         k->quant_i8(wg, n, s, add, qlo + add, qmax + add, codes + k0);
         scales[g] = s;

@@ -191,7 +191,7 @@ static void test_qstats_levels(void **state)
             }
             /* the chosen parameters, level by level */
             float s0 = amax / 7.0f, sr = s0;
-            dsq_qsearch_sym(dsq_kernels_ref(), x, n, c, -8, 7, amax, &sr, NULL);
+            dsq_qsearch_sym(dsq_kernels_ref(), x, n, c, -8, 7, amax, &sr);
             float mn = x[0], mx = x[0];
             for (int64_t j = 0; j < n; j++) {
                 mn = fminf(mn, x[j]);
@@ -205,12 +205,12 @@ static void test_qstats_levels(void **state)
             asr = as0;
             azr = az0;
             dsq_kernels_ref()->minmax(x, na, &mn, &mx);
-            dsq_qsearch_awq(dsq_kernels_ref(), x, na, c, mn, mx, &asr, &azr, NULL);
+            dsq_qsearch_awq(dsq_kernels_ref(), x, na, c, mn, mx, &asr, &azr);
             for (int i = 0; i < nl; i++) {
                 float si = s0, ai = as0;
                 uint8_t zi = az0;
-                dsq_qsearch_sym(lv[i], x, n, c, -8, 7, amax, &si, NULL);
-                dsq_qsearch_awq(lv[i], x, na, c, mn, mx, &ai, &zi, NULL);
+                dsq_qsearch_sym(lv[i], x, n, c, -8, 7, amax, &si);
+                dsq_qsearch_awq(lv[i], x, na, c, mn, mx, &ai, &zi);
                 assert_memory_equal(&si, &sr, sizeof si);
                 assert_memory_equal(&ai, &asr, sizeof ai);
                 assert_int_equal(zi, azr);
