@@ -604,7 +604,8 @@ static void w4_gemm_pc45(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, in
 }
 
 /* Decode tile: 8 rows x TT tokens (TT 1..3), for groups of whole 128-column
- * blocks (one group per row, or gsize a multiple of 128). Each 64-byte load
+ * blocks (gsize a multiple of 128; at T = 1 only groups under 512 columns,
+ * the rest go to w4_dec_rows). Each 64-byte load
  * of a row gives both nibble halves (128 columns), used at once: one load,
  * one shift and two ands per 128 columns instead of w4_block's two loads,
  * two shifts and two ands. The weights are streamed once per step, so the
@@ -669,6 +670,57 @@ AI void w4_dec8(const dsq_qview *v, const dsq_actbuf *a, int64_t n, const int TT
         _mm256_storeu_ps(y + t * rows + n, _mm256_mul_ps(fs[t], _mm256_set1_ps(a->scale[t])));
 }
 
+/* Decode, T = 1, for groups of whole 128-column blocks: rows [n0, n1) one
+ * after another, as w8_dec_rows, so a pool item's rows are one sequential
+ * stream. w4_dec8's 8-row tiles read 8 streams one row apart; on rows of
+ * 1 KB or less (V3's expert down_proj, q_b_proj) that pattern ran at
+ * 10 GB/s against 17 on 3.5 KB rows (bench_quant T=1, one thread). Eight
+ * accumulators over 256-byte steps; exact int sums, then per group the
+ * epilogue of w4_dec8 one lane at a time (fmaf, as the vector fma), so y is
+ * bit for bit the other tiles'. */
+static void w4_dec_rows(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y)
+{
+    const int64_t ng = v->layout.ngroups, gs = v->layout.gsize, kpad = a->kpad;
+    const size_t ws = v->layout.row_bytes;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const int8_t *x = a->q;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *wr = v->w + (size_t)n * ws;
+        float fs = 0.0f;
+        for (int64_t g = 0; g < ng; g++) {
+            const int64_t k0 = g * gs, k1 = g == ng - 1 ? kpad : k0 + gs;
+            __m512i acc[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_si512();
+            int64_t k = k0;
+            for (; k + 512 <= k1; k += 512) {
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    const __m512i raw = _mm512_loadu_si512(wr + (size_t)((k >> 1) + 64 * i));
+                    const __m512i lo = _mm512_and_si512(raw, m4);
+                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                    acc[2 * i] = _mm512_dpbusd_epi32(acc[2 * i], lo, _mm512_loadu_si512(x + k + 128 * i));
+                    acc[2 * i + 1] =
+                        _mm512_dpbusd_epi32(acc[2 * i + 1], hi, _mm512_loadu_si512(x + k + 128 * i + 64));
+                }
+            }
+            for (int i = 0; k < k1; k += 128, i = (i + 2) & 7) {
+                const __m512i raw = _mm512_loadu_si512(wr + (size_t)(k >> 1));
+                acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_and_si512(raw, m4), _mm512_loadu_si512(x + k));
+                acc[i + 1] = _mm512_dpbusd_epi32(acc[i + 1], _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4),
+                                                 _mm512_loadu_si512(x + k + 64));
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) acc[i] = _mm512_add_epi32(acc[i], acc[i + 4]);
+            const __m512i sum =
+                _mm512_add_epi32(_mm512_add_epi32(acc[0], acc[1]), _mm512_add_epi32(acc[2], acc[3]));
+            const uint32_t u = (uint32_t)_mm512_reduce_add_epi32(sum) - 8u * (uint32_t)a->gsum[g];
+            fs = fmaf((float)(int32_t)u, v->scales[n * ng + g], fs);
+        }
+        y[n] = fs * a->scale[0];
+    }
+}
+
 static void z_gemm_w4(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64_t n1, float *y)
 {
     const int64_t T = a->T;
@@ -689,6 +741,12 @@ static void z_gemm_w4(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64
     } else if (v->layout.ngroups == 1 || v->layout.gsize % 128 == 0) {
         /* prefetch reaches past n1 (the next pool item's rows) but not past
          * the matrix */
+        if (T == 1 && (v->layout.ngroups == 1 || v->layout.gsize >= 512)) {
+            /* (per-group reductions make it slower than w4_dec8 on groups
+             * of 128: 0.89 against 0.48 ms on 2048 x 7168) */
+            w4_dec_rows(v, a, n0, n1, y);
+            return;
+        }
         const int64_t rows = v->shape.rows;
         for (; n + 8 <= n1; n += 8) {
             const int npf = rows - (n + 8) < 8 ? (int)(rows - (n + 8)) : 8;

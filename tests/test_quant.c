@@ -45,6 +45,8 @@ static const shp g_shapes[] = {
      * groups of several 128-column blocks, a ragged last group, tail rows
      * and prefetch past a pool item into the next one */
     { 75, 700, 256 }, { 21, 1000, 384 },
+    /* T = 1 row-stream decode (w4_dec_rows: per channel, or groups of 512+) */
+    { 13, 1500, 512 }, { 9, 2000, 640 },
 };
 #define N_SHAPES ((int)(sizeof g_shapes / sizeof g_shapes[0]))
 
