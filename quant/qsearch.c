@@ -288,18 +288,19 @@ double dsq_qsearch_sym(const dsq_kernels *k, const float *x, int64_t n, const fl
         }
     }
     /* alternate from the best refit: the trial codes of the scale, their
-     * refit, while the estimated error (sum c x^2 - 2 s sum c x q + s^2
-     * sum c q^2 of the trial sums) falls; then the one kept is scored with
-     * the quantizer's codes against the start */
+     * refit, while the estimated error (- 2 s sum c x q + s^2 sum c q^2 of
+     * the trial sums, plus the constant sum c x^2) falls; then the one
+     * kept is scored with the quantizer's codes against the start */
     if (fs == 0.0f) return best;
-    double sw, sx, sxx;
-    group_sums(x, n, c, &sw, &sx, &sxx);
     float ks = fs, s = fs;
     double ke = INFINITY;
     for (int r = 0; r <= QS_ROUNDS; r++) {
         double g[4], b;
         qt(x, c, n, 1.0f / s, lo, hi, g);
-        const double e = sxx - 2.0 * s * g[2] + (double)s * s * g[1];
+        /* less the constant sum c x^2, as sym_fit's bound: only compared
+         * (summing it cost as much as 7 trial passes on a 7168-column row,
+         * being scalar double) */
+        const double e = -2.0 * s * g[2] + (double)s * s * g[1];
         if (!(e < ke)) break;
         ke = e;
         ks = s;
