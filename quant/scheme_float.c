@@ -37,6 +37,17 @@
 #define FLT_BF16_RB_MAX 512   /* most output rows per pool task (bf16 prefill) */
 #define FLT_BF16_BIG_T 8      /* from this many tokens on, prefill-sized tasks */
 #define FLT_BF16_TASKS 8      /* fewest prefill tasks per thread (while rows allow) */
+/* bf16 decode (T = 1) of rows this long or longer goes to gemv_f (weights
+ * widened to f32, 4-row tiles, exact products) instead of the bf16
+ * dot-product kernel (4-row tiles in 2048-column chunks, three activation
+ * terms). On the e16 layer at one thread (bench_engine -P, the two builds
+ * interleaved, 2026-11-26) gemv_f streamed o_proj (16384 columns), the
+ * experts' gate / up and lm_head (7168) at 18.5-20.8 GB/s against
+ * 12.8-14.7 (10 in other runs). On short rows neither is ahead in every
+ * run (q_b_proj, 1536 columns, and the experts' down, 2048: 13-14 GB/s
+ * each way, the dot-product kernel 20-21 in some runs), so they keep the
+ * dot-product kernel. */
+#define FLT_BF16_GEMV_COLS 4096
 
 /* ---- passthrough rows ---------------------------------------------------- */
 
@@ -375,8 +386,9 @@ int dsq_float_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x
     if (T == 0) return DSQ_OK;
     const int64_t rows = v->shape.rows, cols = v->shape.cols;
     /* bf16 on a level with a bf16 dot product: that kernel for every T
-     * (decode too: its dot product needs no widening of the weights) */
-    if (v->scheme->id == DSQ_SCHEME_BF16 && k->gemm_bf16 && k->bf16_split)
+     * but the decode of long rows (FLT_BF16_GEMV_COLS) */
+    if (v->scheme->id == DSQ_SCHEME_BF16 && k->gemm_bf16 && k->bf16_split &&
+        !(T == 1 && cols >= FLT_BF16_GEMV_COLS))
         return bf16_gemm(k, v, x, T, y, pool, scratch, scratch_size);
     if (T <= FLT_GEMV_MAX_T || k == dsq_kernels_ref()) {
         struct gemv_job j = { k, v, x, T, y };
