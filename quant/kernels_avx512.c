@@ -990,16 +990,29 @@ AI __m512 i8x16_ps(__m512i c, const int q)
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(l));
 }
 
+#define T128_PFD 16   /* rows ahead to prefetch in gemv_t128_i8 / _w4 */
+
 /* Columns [c0, c0 + 128) of rows [n0, n1) of an int8 view: 8 accumulators
  * stay in registers while the rows pass (two 64-byte loads per row); weight
- * q times the row's coefficient a * s. */
+ * q times the row's coefficient a * s. Rows are prefetched as in
+ * gemv_t128_w4 (whole rows in the first sweep). */
 AI void gemv_t128_i8(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, int64_t c0, float *y)
 {
     const size_t ws = v->layout.row_bytes;
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) acc[i] = _mm512_loadu_ps(y + c0 + 16 * i);
+    const int64_t npf = v->shape.rows - T128_PFD;
     for (int64_t n = n0; n < n1; n++) {
+        if (n < npf) {
+            const char *pf = (const char *)(v->w + (size_t)(n + T128_PFD) * ws);
+            if (c0 == 0)
+                for (size_t o = 0; o < ws; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+            else {
+                _mm_prefetch(pf + c0, _MM_HINT_T0);
+                _mm_prefetch(pf + c0 + 64, _MM_HINT_T0);
+            }
+        }
         const uint8_t *row = v->w + (size_t)n * ws;
         const __m512 cf = _mm512_set1_ps(a[n - n0] * v->scales[n]);
         const __m512i c[2] = { _mm512_loadu_si512(row + c0), _mm512_loadu_si512(row + c0 + 64) };
@@ -1023,7 +1036,6 @@ AI void gemv_t128_i8(const dsq_qview *v, int64_t n0, int64_t n1, const float *a,
  * accumulators hold the columns in that order: y is gathered into them and
  * gathered back. Each column sees the same FMAs in the same row order as
  * with widened codes: the result is bit-identical. */
-#define T128_PFD 16   /* rows ahead to prefetch in gemv_t128_w4 */
 
 AI void gemv_t128_w4(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, int64_t c0, int64_t g,
                      const int W4, float *y)
