@@ -105,8 +105,10 @@ typedef struct dsq_kernels {
      * trial scale: r_j = min(max(rint(x_j / scale), lo), hi) (the
      * quantizer's rounding, as a float, without its add) and
      *   out[0] = sum c_j r_j, out[1] = sum c_j r_j^2, out[2] = sum c_j x_j r_j
-     * (products and sums in f32, element j in lane j % 16, the 16 lanes then
-     * summed in double as a tree: lane l plus lane l + 8, then + 4, + 2, + 1),
+     * (in f32, element j in lane j % 16: c_j r_j rounded, then added to
+     * out[0]'s lane and fused-multiply-added with r_j and with x_j into
+     * out[1]'s and out[2]'s; the 16 lanes then summed in double as a tree:
+     * lane l plus lane l + 8, then + 4, + 2, + 1),
      * out[3] = sum c_j d_j^2 with d_j =
      * x_j - r_j * scale in f32 (the dequantizer's value) and c_j d_j d_j in
      * double (same lanes). No byte buffer: the codes stay in registers.

@@ -119,7 +119,8 @@ AI double z_tree_ps(__m512 a)
 }
 
 /* dsq_qstats_scalar, 16 elements a vector: the same operations per lane
- * (mul and add, never fused: fp-contract is off), masked for the tail so
+ * (the reference's fmaf as an FMA, every other mul and add apart:
+ * fp-contract is off), masked for the tail so
  * the lanes past n keep their partials as the reference does. Whole
  * vectors run unmasked: masked adds in every step made both passes ~20%
  * slower (their result waits on the mask and the old accumulator). */
@@ -129,15 +130,15 @@ static void z_qstats(const float *x, const float *c, int64_t n, float scale, flo
     const __m512 vs = _mm512_set1_ps(scale), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0;
     __m512d el = _mm512_setzero_pd(), eh = el;
-#define QSTATS_STEP(M, LOADX, LOADC, ADD, ADDD)                                                          \
+#define QSTATS_STEP(M, LOADX, LOADC, ADD, ADDD, FMA)                                                          \
     do {                                                                                                 \
         const __m512 xv = LOADX, cv = LOADC;                                                             \
         __m512 r = _mm512_roundscale_ps(_mm512_div_ps(xv, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); \
         r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);                                                   \
         const __m512 cr = _mm512_mul_ps(cv, r), d = _mm512_sub_ps(xv, _mm512_mul_ps(r, vs));             \
         a0 = ADD(a0, M, cr);                                                                             \
-        a1 = ADD(a1, M, _mm512_mul_ps(cr, r));                                                           \
-        a2 = ADD(a2, M, _mm512_mul_ps(cr, xv));                                                          \
+        a1 = FMA(cr, r, a1, M);                                                                          \
+        a2 = FMA(cr, xv, a2, M);                                                                         \
         const __m512d dl = z_half_pd(d, 0), dh = z_half_pd(d, 1), cl = z_half_pd(cv, 0), ch = z_half_pd(cv, 1); \
         el = ADDD(el, (__mmask8)(M), _mm512_mul_pd(_mm512_mul_pd(cl, dl), dl));                          \
         eh = ADDD(eh, (__mmask8)((M) >> 8), _mm512_mul_pd(_mm512_mul_pd(ch, dh), dh));                   \
@@ -146,12 +147,14 @@ static void z_qstats(const float *x, const float *c, int64_t n, float scale, flo
 #define QS_ADDD(a, m, b) _mm512_add_pd(a, b)
 #define QS_MADD(a, m, b) _mm512_mask_add_ps(a, m, a, b)
 #define QS_MADDD(a, m, b) _mm512_mask_add_pd(a, m, a, b)
+#define QS_FMA(a, b, c, m) _mm512_fmadd_ps(a, b, c)
+#define QS_MFMA(a, b, c, m) _mm512_mask3_fmadd_ps(a, b, c, m)
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        QSTATS_STEP(0xffff, _mm512_loadu_ps(x + i), _mm512_loadu_ps(c + i), QS_ADD, QS_ADDD);
+        QSTATS_STEP(0xffff, _mm512_loadu_ps(x + i), _mm512_loadu_ps(c + i), QS_ADD, QS_ADDD, QS_FMA);
     if (i < n) {
         const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        QSTATS_STEP(m, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, c + i), QS_MADD, QS_MADDD);
+        QSTATS_STEP(m, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, c + i), QS_MADD, QS_MADDD, QS_MFMA);
     }
 #undef QSTATS_STEP
     out[0] = z_tree_ps(a0);
@@ -165,27 +168,29 @@ static void z_qtrial(const float *x, const float *c, int64_t n, float inv, float
 {
     const __m512 vi = _mm512_set1_ps(inv), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0;
-#define QTRIAL_STEP(M, LOADX, LOADC, ADD)                                                                \
+#define QTRIAL_STEP(M, LOADX, LOADC, ADD, FMA)                                                                \
     do {                                                                                                 \
         const __m512 xv = LOADX, cv = LOADC;                                                             \
         __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(xv, vi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); \
         r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);                                                   \
         const __m512 cr = _mm512_mul_ps(cv, r);                                                          \
         a0 = ADD(a0, M, cr);                                                                             \
-        a1 = ADD(a1, M, _mm512_mul_ps(cr, r));                                                           \
-        a2 = ADD(a2, M, _mm512_mul_ps(cr, xv));                                                          \
+        a1 = FMA(cr, r, a1, M);                                                                          \
+        a2 = FMA(cr, xv, a2, M);                                                                         \
     } while (0)
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) QTRIAL_STEP(0xffff, _mm512_loadu_ps(x + i), _mm512_loadu_ps(c + i), QS_ADD);
+    for (; i + 16 <= n; i += 16) QTRIAL_STEP(0xffff, _mm512_loadu_ps(x + i), _mm512_loadu_ps(c + i), QS_ADD, QS_FMA);
     if (i < n) {
         const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        QTRIAL_STEP(m, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, c + i), QS_MADD);
+        QTRIAL_STEP(m, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, c + i), QS_MADD, QS_MFMA);
     }
 #undef QTRIAL_STEP
 #undef QS_ADD
 #undef QS_ADDD
 #undef QS_MADD
 #undef QS_MADDD
+#undef QS_FMA
+#undef QS_MFMA
     out[0] = z_tree_ps(a0);
     out[1] = z_tree_ps(a1);
     out[2] = z_tree_ps(a2);
