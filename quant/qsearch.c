@@ -23,10 +23,9 @@
  * (clamp(rint(x / scale) (+ zero))) against the min/max ones, which win
  * ties, so the result's weighted error is never above RTN's.
  *
- * Cost (2026-11-26: ~1.3 CPU-s per GB of BF16 for w4a8, ~2.0 before the
- * symmetric search stopped summing c x^2 and the AVX-512 passes stopped
- * masking every step; the scalar version of this search took ~45): no pass
- * writes codes to memory.
+ * Cost (2026-11-26: ~1.15 CPU-s per GB of BF16 for w4a8 on AVX-512, ~2.3
+ * before session 10's changes to the passes; the scalar version of this
+ * search took ~45): no pass writes codes to memory.
  * A trial pass (k->qtrial: codes from x * (1 / scale), in registers)
  * returns the fit sums sum c q, sum c q^2, sum c x q of one trial scale's
  * codes, so it gives that rounding's refit s' and the refit's error with
