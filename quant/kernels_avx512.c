@@ -118,82 +118,64 @@ AI double z_tree_ps(__m512 a)
     return z_tree_pd(_mm512_add_pd(z_half_pd(a, 0), z_half_pd(a, 1)));
 }
 
-/* dsq_qstats_scalar, 16 elements a vector: the same operations per lane
- * (the reference's fmaf as an FMA, every other mul and add apart:
- * fp-contract is off), masked for the tail so
- * the lanes past n keep their partials as the reference does. Whole
- * vectors run unmasked: masked adds in every step made both passes ~20%
- * slower (their result waits on the mask and the old accumulator). */
+/* One 16-element step of dsq_qstats_scalar (ERR: r from x / scale, plus
+ * the error in double, two halves of 8) or dsq_qtrial_scalar (r from
+ * x * inv): the reference's operations per lane (its fmaf as an FMA, every
+ * other mul and add apart: fp-contract is off). TAIL: the last, partial
+ * vector, masked so the lanes past n keep their partials as the reference
+ * does; whole vectors run unmasked (masked adds in every step made both
+ * passes ~20% slower: each waits on the mask and the old accumulator). */
+AI void qpass_step(const float *x, const float *c, __mmask16 m, const int TAIL, const int ERR, __m512 vsi,
+                   __m512 vlo, __m512 vhi, __m512 acc[3], __m512d e[2])
+{
+    const __m512 xv = TAIL ? _mm512_maskz_loadu_ps(m, x) : _mm512_loadu_ps(x);
+    const __m512 cv = TAIL ? _mm512_maskz_loadu_ps(m, c) : _mm512_loadu_ps(c);
+    __m512 r = _mm512_roundscale_ps(ERR ? _mm512_div_ps(xv, vsi) : _mm512_mul_ps(xv, vsi),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
+    const __m512 cr = _mm512_mul_ps(cv, r);
+    if (TAIL) {
+        acc[0] = _mm512_mask_add_ps(acc[0], m, acc[0], cr);
+        acc[1] = _mm512_mask3_fmadd_ps(cr, r, acc[1], m);
+        acc[2] = _mm512_mask3_fmadd_ps(cr, xv, acc[2], m);
+    } else {
+        acc[0] = _mm512_add_ps(acc[0], cr);
+        acc[1] = _mm512_fmadd_ps(cr, r, acc[1]);
+        acc[2] = _mm512_fmadd_ps(cr, xv, acc[2]);
+    }
+    if (ERR) {
+        const __m512 d = _mm512_sub_ps(xv, _mm512_mul_ps(r, vsi));
+        const __m512d dl = z_half_pd(d, 0), dh = z_half_pd(d, 1), cl = z_half_pd(cv, 0), ch = z_half_pd(cv, 1);
+        const __m512d tl = _mm512_mul_pd(_mm512_mul_pd(cl, dl), dl), th = _mm512_mul_pd(_mm512_mul_pd(ch, dh), dh);
+        e[0] = TAIL ? _mm512_mask_add_pd(e[0], (__mmask8)m, e[0], tl) : _mm512_add_pd(e[0], tl);
+        e[1] = TAIL ? _mm512_mask_add_pd(e[1], (__mmask8)(m >> 8), e[1], th) : _mm512_add_pd(e[1], th);
+    }
+}
+
+/* qstats (ERR) and qtrial: whole vectors, then the masked tail */
+AI void qpass(const float *x, const float *c, int64_t n, float si, float lo, float hi, const int ERR,
+              double *out)
+{
+    const __m512 vsi = _mm512_set1_ps(si), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    __m512 acc[3] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+    __m512d e[2] = { _mm512_setzero_pd(), _mm512_setzero_pd() };
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) qpass_step(x + i, c + i, 0xffff, 0, ERR, vsi, vlo, vhi, acc, e);
+    if (i < n)
+        qpass_step(x + i, c + i, (__mmask16)((1u << (n - i)) - 1u), 1, ERR, vsi, vlo, vhi, acc, e);
+    for (int k = 0; k < 3; k++) out[k] = z_tree_ps(acc[k]);
+    if (ERR) out[3] = z_tree_pd(_mm512_add_pd(e[0], e[1]));
+}
+
 static void z_qstats(const float *x, const float *c, int64_t n, float scale, float lo, float hi,
                      double out[4])
 {
-    const __m512 vs = _mm512_set1_ps(scale), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0;
-    __m512d el = _mm512_setzero_pd(), eh = el;
-#define QSTATS_STEP(M, LOADX, LOADC, ADD, ADDD, FMA)                                                          \
-    do {                                                                                                 \
-        const __m512 xv = LOADX, cv = LOADC;                                                             \
-        __m512 r = _mm512_roundscale_ps(_mm512_div_ps(xv, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); \
-        r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);                                                   \
-        const __m512 cr = _mm512_mul_ps(cv, r), d = _mm512_sub_ps(xv, _mm512_mul_ps(r, vs));             \
-        a0 = ADD(a0, M, cr);                                                                             \
-        a1 = FMA(cr, r, a1, M);                                                                          \
-        a2 = FMA(cr, xv, a2, M);                                                                         \
-        const __m512d dl = z_half_pd(d, 0), dh = z_half_pd(d, 1), cl = z_half_pd(cv, 0), ch = z_half_pd(cv, 1); \
-        el = ADDD(el, (__mmask8)(M), _mm512_mul_pd(_mm512_mul_pd(cl, dl), dl));                          \
-        eh = ADDD(eh, (__mmask8)((M) >> 8), _mm512_mul_pd(_mm512_mul_pd(ch, dh), dh));                   \
-    } while (0)
-#define QS_ADD(a, m, b) _mm512_add_ps(a, b)
-#define QS_ADDD(a, m, b) _mm512_add_pd(a, b)
-#define QS_MADD(a, m, b) _mm512_mask_add_ps(a, m, a, b)
-#define QS_MADDD(a, m, b) _mm512_mask_add_pd(a, m, a, b)
-#define QS_FMA(a, b, c, m) _mm512_fmadd_ps(a, b, c)
-#define QS_MFMA(a, b, c, m) _mm512_mask3_fmadd_ps(a, b, c, m)
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        QSTATS_STEP(0xffff, _mm512_loadu_ps(x + i), _mm512_loadu_ps(c + i), QS_ADD, QS_ADDD, QS_FMA);
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        QSTATS_STEP(m, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, c + i), QS_MADD, QS_MADDD, QS_MFMA);
-    }
-#undef QSTATS_STEP
-    out[0] = z_tree_ps(a0);
-    out[1] = z_tree_ps(a1);
-    out[2] = z_tree_ps(a2);
-    out[3] = z_tree_pd(_mm512_add_pd(el, eh));
+    qpass(x, c, n, scale, lo, hi, 1, out);
 }
 
-/* dsq_qtrial_scalar, 16 a vector (as z_qstats, without the error) */
 static void z_qtrial(const float *x, const float *c, int64_t n, float inv, float lo, float hi, double out[3])
 {
-    const __m512 vi = _mm512_set1_ps(inv), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0;
-#define QTRIAL_STEP(M, LOADX, LOADC, ADD, FMA)                                                                \
-    do {                                                                                                 \
-        const __m512 xv = LOADX, cv = LOADC;                                                             \
-        __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(xv, vi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); \
-        r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);                                                   \
-        const __m512 cr = _mm512_mul_ps(cv, r);                                                          \
-        a0 = ADD(a0, M, cr);                                                                             \
-        a1 = FMA(cr, r, a1, M);                                                                          \
-        a2 = FMA(cr, xv, a2, M);                                                                         \
-    } while (0)
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) QTRIAL_STEP(0xffff, _mm512_loadu_ps(x + i), _mm512_loadu_ps(c + i), QS_ADD, QS_FMA);
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        QTRIAL_STEP(m, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, c + i), QS_MADD, QS_MFMA);
-    }
-#undef QTRIAL_STEP
-#undef QS_ADD
-#undef QS_ADDD
-#undef QS_MADD
-#undef QS_MADDD
-#undef QS_FMA
-#undef QS_MFMA
-    out[0] = z_tree_ps(a0);
-    out[1] = z_tree_ps(a1);
-    out[2] = z_tree_ps(a2);
+    qpass(x, c, n, inv, lo, hi, 0, out);
 }
 
 static int32_t z_sum_i8(const int8_t *q, int64_t n)
