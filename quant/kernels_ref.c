@@ -117,8 +117,8 @@ static double lanes16f(const float f[16])
 #define QPASS_CLONES
 #endif
 
-/* one element into lane l: the fit sums; returns d = x - r * scale
- * (qstats) or nothing used (qtrial passes scale = 0 and ignores it) */
+/* element j into lane l: its clamped code r (kept in rr[l] for qstats'
+ * error) and the three fit sums */
 #define QPASS_LANE(R_OF_X, l, j)                                                       \
     do {                                                                               \
         float r = R_OF_X;                                                              \
