@@ -114,13 +114,9 @@ echo
 if [ "${SKIP_ENGINE:-0}" != 1 ]; then
     echo "== engine (bench_engine -t N -p $ENGINE_P -n $ENGINE_N -r $ENGINE_R; decode % of the read bandwidth it measured)"
     printf '%-14s %3s %10s %10s %8s %8s\n' weights T "prefill/s" "decode/s" "dec %BW" "read GB/s"
-    # The BF16 rows read the checkpoint through its mapping. Dropped from the
-    # page cache first (dd's nocache flag: posix_fadvise DONTNEED), it is read
-    # back through dsq's 2 MiB-aligned, huge-page-advised mapping as 2 MiB
-    # folios, as a checkpoint that is not yet cached would be; the copy the
-    # conversions above left cached is in small folios, mapped 4 KiB at a time,
-    # which this VM streams at about half the speed (common/dsq_file.c).
-    for f in $MODEL/*.safetensors; do dd if="$f" iflag=nocache count=0 status=none; done
+    # The BF16 rows read the checkpoint through its mapping: the copy the
+    # conversions above left cached is dropped first (synth_layer.sh says why)
+    drop_cached $MODEL/*.safetensors
     for w in bf16 $SCHEMES; do
         m=$MODEL
         [ $w != bf16 ] && m=$DST/speed-$w.dsq

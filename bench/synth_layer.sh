@@ -25,3 +25,12 @@ synth_layer() {
     fi
     BYTES=$(cat $MODEL/*.safetensors | wc -c)
 }
+
+# drop_cached FILE...: drop the files from the page cache (dd's nocache flag:
+# posix_fadvise DONTNEED), so the next read comes back through dsq's 2 MiB
+# huge-page mapping as 2 MiB folios, as a checkpoint that is not yet cached
+# would be; a copy left cached in small folios is mapped 4 KiB at a time,
+# which this VM streams at about half the speed (common/dsq_file.c).
+drop_cached() {
+    for f in "$@"; do dd if="$f" iflag=nocache count=0 status=none; done
+}

@@ -182,10 +182,8 @@ while [ $r -le $ROUNDS ]; do
         for s in $PAIRS; do
             # BF16 is read through each tool's mapping: both files leave the
             # page cache first, so each is read as an uncached checkpoint
-            # would be (bench_speed.sh says why it matters on this VM)
-            if [ $s = bf16 ]; then
-                for f in $MODEL/*.safetensors $G/bf16.gguf; do dd if="$f" iflag=nocache count=0 status=none; done
-            fi
+            # would be (synth_layer.sh's drop_cached says why)
+            if [ $s = bf16 ]; then drop_cached $MODEL/*.safetensors $G/bf16.gguf; fi
             $ENGINE -t $t -p $P -n $N -r $REPS $(dsq_of $s) > $OUT/vs-dsq.txt 2>&1 ||
                 { cat $OUT/vs-dsq.txt; exit 1; }
             awk -v r=$r -v t=$t -v s=$s '/ prefill +[0-9.]+ tok\/s .* decode / {

@@ -1,6 +1,7 @@
 /* dsq_file.c - atomic output files, mappings, small-file helpers. */
 #include "dsq_file.h"
 #include "dsq_syncer.h"
+#include "dsq_mem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -564,7 +565,7 @@ int dsq_write_file_atomic(const char *path, const void *data, size_t n, unsigned
  * cached in small folios stay small. Falls back to a plain mapping. */
 static void *map_aligned(int fd, size_t size)
 {
-    const size_t huge = (size_t)2 << 20;
+    const size_t huge = DSQ_HUGE_PAGE;
     if (size >= huge && size <= SIZE_MAX - huge) {
         uint8_t *res = mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (res != MAP_FAILED) {

@@ -77,6 +77,10 @@ static inline int dsq_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
 
 static inline size_t dsq_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+/* A transparent huge page (x86-64 and aarch64 with 4 KiB base pages):
+ * the alignment dsq_aligned_alloc and dsq_map_open give big buffers. */
+#define DSQ_HUGE_PAGE ((size_t)2 << 20)
+
 /* 64-byte aligned allocation for SIMD buffers (2 MiB aligned and advised
  * for huge pages from 4 MiB on: dsq_thread.c); free with free(). */
 void *dsq_aligned_alloc(size_t size);

@@ -105,7 +105,6 @@ static int spin_while_nonzero(atomic_int *a, long budget_ns)
  * (2026-11-26). The leading slack is virtual only and the partial last huge
  * page stays on 4 KiB pages, so RSS does not grow. */
 #define DSQ_HUGE_MIN ((size_t)4 << 20)
-#define DSQ_HUGE_PAGE ((size_t)2 << 20)
 
 void *dsq_aligned_alloc(size_t size)
 {

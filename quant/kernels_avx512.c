@@ -1004,27 +1004,33 @@ AI __m512 i8x16_ps(__m512i c, const int q)
 
 #define T128_PFD 16   /* rows ahead to prefetch in gemv_t128_i8 / _w4 */
 
+/* gemv_t's sweeps read rows 64-128 bytes at a time, rows apart (a row's
+ * other blocks come in the next calls): without prefetch every load waited
+ * on DRAM (perf: half the w4 kernel's samples on the instruction after
+ * it). Row n + T128_PFD is fetched whole in the first sweep (c0 == 0), and
+ * its `lines` lines at byte off in the later ones. */
+AI void t128_prefetch(const dsq_qview *v, int64_t n, int64_t c0, size_t off, const int lines)
+{
+    if (n >= v->shape.rows - T128_PFD) return;
+    const size_t ws = v->layout.row_bytes;
+    const char *pf = (const char *)(v->w + (size_t)(n + T128_PFD) * ws);
+    if (c0 == 0)
+        for (size_t o = 0; o < ws; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+    else
+        for (int i = 0; i < lines; i++) _mm_prefetch(pf + off + 64 * (size_t)i, _MM_HINT_T0);
+}
+
 /* Columns [c0, c0 + 128) of rows [n0, n1) of an int8 view: 8 accumulators
  * stay in registers while the rows pass (two 64-byte loads per row); weight
- * q times the row's coefficient a * s. Rows are prefetched as in
- * gemv_t128_w4 (whole rows in the first sweep). */
+ * q times the row's coefficient a * s. */
 AI void gemv_t128_i8(const dsq_qview *v, int64_t n0, int64_t n1, const float *a, int64_t c0, float *y)
 {
     const size_t ws = v->layout.row_bytes;
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) acc[i] = _mm512_loadu_ps(y + c0 + 16 * i);
-    const int64_t npf = v->shape.rows - T128_PFD;
     for (int64_t n = n0; n < n1; n++) {
-        if (n < npf) {
-            const char *pf = (const char *)(v->w + (size_t)(n + T128_PFD) * ws);
-            if (c0 == 0)
-                for (size_t o = 0; o < ws; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-            else {
-                _mm_prefetch(pf + c0, _MM_HINT_T0);
-                _mm_prefetch(pf + c0 + 64, _MM_HINT_T0);
-            }
-        }
+        t128_prefetch(v, n, c0, (size_t)c0, 2);
         const uint8_t *row = v->w + (size_t)n * ws;
         const __m512 cf = _mm512_set1_ps(a[n - n0] * v->scales[n]);
         const __m512i c[2] = { _mm512_loadu_si512(row + c0), _mm512_loadu_si512(row + c0 + 64) };
@@ -1061,18 +1067,8 @@ AI void gemv_t128_w4(const dsq_qview *v, int64_t n0, int64_t n1, const float *a,
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++)
         acc[s] = _mm512_i32gather_ps(_mm512_add_epi32(l4, _mm512_set1_epi32((s >> 1) + 64 * (s & 1))), y + c0, 4);
-    /* the rows are 64 bytes apart in this sweep (a row's other blocks come
-     * in the next calls): without prefetch every load waited on DRAM
-     * (perf: half the kernel's samples on the instruction after it) */
-    const int64_t npf = v->shape.rows - T128_PFD;
     for (int64_t n = n0; n < n1; n++) {
-        if (n < npf) {
-            const char *pf = (const char *)(v->w + (size_t)(n + T128_PFD) * ws);
-            if (c0 == 0)   /* the first sweep brings whole rows; the next ones find them in cache */
-                for (size_t o = 0; o < ws; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-            else
-                _mm_prefetch(pf + (c0 >> 1), _MM_HINT_T0);
-        }
+        t128_prefetch(v, n, c0, (size_t)(c0 >> 1), 1);
         const __m512i d = _mm512_loadu_si512(v->w + (size_t)n * ws + (c0 >> 1));
         const __m512 cf = _mm512_set1_ps(a[n - n0] * v->scales[W4 ? n * ng + g : n]);
         if (W4 == 2) tab = _mm512_sub_ps(iota, _mm512_set1_ps((float)v->zeros[n * ng + g]));

@@ -229,12 +229,19 @@ double dsq_qsearch_awq(const dsq_kernels *k, const float *x, int64_t n, const fl
 /* scale = sum c x q / sum c q^2 for the codes summarised in st; 0 when not
  * positive. *bound: its weighted error with these codes, less the constant
  * sum c x^2 (only compared between trials). */
+/* The weighted error of scale s with the codes summarised in st, less the
+ * constant sum c x^2 (these are only compared with each other). */
+static double sym_err(float s, const double st[4])
+{
+    return -2.0 * s * st[2] + (double)s * s * st[1];
+}
+
 static float sym_fit(const double st[4], double *bound)
 {
     if (!(st[1] > 0.0) || !(st[2] > 0.0)) return 0.0f;
     float s = (float)(st[2] / st[1]);
     if (!(s >= DSQ_QSCALE_MIN) || !isfinite(s)) return 0.0f;
-    *bound = -2.0 * s * st[2] + (double)s * s * st[1];
+    *bound = sym_err(s, st);
     return s;
 }
 
@@ -298,10 +305,9 @@ double dsq_qsearch_sym(const dsq_kernels *k, const float *x, int64_t n, const fl
     for (int r = 0; r <= QS_ROUNDS; r++) {
         double g[4], b;
         qt(x, c, n, 1.0f / s, lo, hi, g);
-        /* less the constant sum c x^2, as sym_fit's bound: only compared
-         * (summing it cost as much as 7 trial passes on a 7168-column row,
-         * being scalar double) */
-        const double e = -2.0 * s * g[2] + (double)s * s * g[1];
+        /* (sum c x^2 is left out: summing it cost as much as 7 trial
+         * passes on a 7168-column row, being scalar double) */
+        const double e = sym_err(s, g);
         if (!(e < ke)) break;
         ke = e;
         ks = s;

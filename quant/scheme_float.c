@@ -198,7 +198,9 @@ int dsq_bf16_terms(const dsq_qview *v)
 size_t dsq_float_gemm_scratch(const dsq_qview *v, int64_t T, int nthreads)
 {
     if (!v || T < 1 || v->scheme->id == DSQ_SCHEME_F32) return 0;
-    /* bf16 on a native-bf16 level splits activations for every T */
+    /* bf16 on a native-bf16 level splits activations for every T but the
+     * decode of long rows, which runs gemv_f on x itself */
+    if (v->scheme->id == DSQ_SCHEME_BF16 && T == 1 && v->shape.cols >= FLT_BF16_GEMV_COLS) return 0;
     if (v->scheme->id == DSQ_SCHEME_BF16 && T <= FLT_GEMV_MAX_T) return bf16_split_bytes(v, T);
     if (T <= FLT_GEMV_MAX_T) return 0;
     if (nthreads < 1) nthreads = 1;
