@@ -55,6 +55,41 @@ void dsq_actq_group_sums(const int8_t *q, int64_t T, int64_t ldq, int64_t gsize,
     }
 }
 
+void dsq_actq16_block(const float *x, int64_t n, int16_t q[128], float *xs)
+{
+    uint32_t mb = 0;
+    for (int64_t k = 0; k < n; k++) {
+        uint32_t b = dsq_f32_bits(x[k]) & 0x7fffffffu;
+        if (b > mb) mb = b;
+    }
+    if (mb >= 0x7f800000u) {   /* Inf or NaN in the block */
+        *xs = NAN;
+        memset(q, 0, 128 * sizeof *q);
+        return;
+    }
+    float s = dsq_bits_f32(mb) / (float)DSQ_AWQ16_QMAX;
+    if (s < DSQ_QSCALE_MIN) s = DSQ_QSCALE_MIN;
+    *xs = s;
+    for (int64_t k = 0; k < 128; k++) {
+        float r = k < n ? rintf(x[k] / s) : 0.0f;
+        r = fmaxf(r, (float)-DSQ_AWQ16_QMAX);
+        r = fminf(r, (float)DSQ_AWQ16_QMAX);
+        q[k] = (int16_t)r;
+    }
+}
+
+void dsq_actq16_fake(const float *x, int64_t T, int64_t cols, float *out)
+{
+    int16_t q[128];
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+            const int64_t n = cols - c0 < 128 ? cols - c0 : 128;
+            float xs;
+            dsq_actq16_block(x + t * cols + c0, n, q, &xs);
+            for (int64_t k = 0; k < n; k++) out[t * cols + c0 + k] = (float)q[k] * xs;
+        }
+}
+
 int dsq_actq_static_params(const float *mn, const float *mx, const float *absmax,
                            const float *div, int64_t cols, float *scale, int32_t *offset)
 {

@@ -1,4 +1,5 @@
-/* actq.h - int8 activation quantization (per-token dynamic and static).
+/* actq.h - int8 activation quantization (per-token dynamic and static), and
+ * awq-w4a16's int16 one (per 128-column block).
  *
  * The gemm of an int scheme quantizes its float activations with these; the
  * engine may also call them directly (e.g. to quantize one input once and
@@ -38,6 +39,20 @@ void dsq_actq_static(const float *x, int64_t T, int64_t cols, int8_t *q, int64_t
  * padded). Used by int4 kernels that store weights as unsigned codes. */
 void dsq_actq_group_sums(const int8_t *q, int64_t T, int64_t ldq, int64_t gsize,
                          int64_t ngroups, int32_t *gsum, int64_t ldg);
+
+/* int16 activations per 128-column block (awq-w4a16; kernels.h
+ * dsq_awq16_act): n (1..128) floats of x -> q[0..128) and *xs:
+ *     amax = max_k |x_k|;  xs = amax / 32767, raised to DSQ_QSCALE_MIN when
+ *     smaller, NaN when amax is Inf or NaN (the outputs then are NaN, as
+ *     for int8 activations);  q_k = clamp(rint(x_k / xs), -32767, 32767),
+ *     0 for k >= n and in a non-finite block.
+ * Every level's awq16_prep gives the same codes. */
+void dsq_actq16_block(const float *x, int64_t n, int16_t q[128], float *xs);
+
+/* x rounded to those codes, as floats: out[t][k] = q_k * xs_b (f32
+ * product) for T tokens of cols columns; out may be x. The float paths of
+ * awq-w4a16 multiply this. */
+void dsq_actq16_fake(const float *x, int64_t T, int64_t cols, float *out);
 
 /* Derive per-tensor static params from per-input-channel statistics (see
  * dsq_qparams in scheme.h). mn/mx: [cols] min and max, or absmax: [cols]

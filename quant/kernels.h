@@ -85,6 +85,34 @@ static inline int dsq_awq_perm16(int p)
     return 4 * l + (s >> 1) + 64 * (s & 1);
 }
 
+/* awq-w4a16's activations (scheme.h, "awq-w4a16 activations"): x in int16
+ * per 128-column block. Per token t and block b: xs[b] = the block's
+ * absmax / 32767 (at least DSQ_QSCALE_MIN; NaN where the block holds an Inf
+ * or NaN), q = rint(x / xs[b]) clamped to +-32767 (0 past cols and in a
+ * non-finite block), in the natural column order (dsq_actq16_block), and
+ * sf[b][l] = the sum of q over lane l's 8 columns (DSQ_AWQ16_LANE_COL),
+ * exact in f32. Lane l of a block is what one 32-bit lane of vpdpwssd
+ * accumulates when a packed int4 block (byte j: columns j and j + 64) is
+ * zero-extended to words 32 bytes at a time: columns 2l, 2l + 1 of each
+ * 32-column quarter. */
+#define DSQ_AWQ16_QMAX 32767
+#define DSQ_AWQ16_LANE_COL(l, j) (2 * (l) + ((j) & 1) + 32 * ((j) >> 1))   /* j = 0..7 */
+typedef struct dsq_awq16_act {
+    int64_t  T, kpad, nb;   /* tokens; blocks per token; kpad = 128 nb */
+    int16_t *q;             /* [T][kpad] */
+    float   *xs;            /* [T][nb] */
+    float   *sf;            /* [T][nb][16] */
+} dsq_awq16_act;
+/* Bytes of a dsq_awq16_act's arrays for T tokens of cols columns, and the
+ * arrays carved from buf (64-byte aligned, that many bytes). */
+size_t dsq_awq16_act_bytes(int64_t T, int64_t cols);
+void   dsq_awq16_act_init(dsq_awq16_act *a, void *buf, int64_t T, int64_t cols);
+/* The reference twins of awq16_prep and gemv_awq16 (kernels_ref.c): THE
+ * order that the vector levels reproduce bit for bit. */
+void dsq_awq16_prep_scalar(const float *x, int64_t cols, int64_t t, const dsq_awq16_act *a);
+void dsq_gemv_awq16_scalar(const dsq_qview *v, const dsq_awq16_act *a, int64_t n0, int64_t n1,
+                           float *y);
+
 typedef struct dsq_kernels {
     const char *name;        /* "ref", "avx2", "avx512", "avx512bf16", "neon" */
     /* 1: gemm_bf16 reads the split activations a->xh / a->xl (native bf16
@@ -167,6 +195,23 @@ typedef struct dsq_kernels {
      * order not pinned. NULL where the level has none (gemv_f serves). */
     void (*gemv_awq)(const dsq_qview *v, const float *xp, int64_t T, int64_t kpad, int64_t n0,
                      int64_t n1, float *y);
+    /* awq-w4a16 on int16 activations (dsq_awq16_act): awq16_prep fills
+     * token t of a from x (cols floats); gemv_awq16 gives y[t*rows + n]
+     * for rows [n0, n1) and every token of a, groups of a multiple of 128
+     * columns or one per row. Per row and token, in 16 lanes l:
+     *   D_b[l] = sum over lane l's columns k of block b of (q_k - z_g) x_k,
+     *            exact (integer; |D| < 2^22, so exact in f32 too);
+     *   per group g: gacc = 0, then for its blocks in order
+     *            gacc = fmaf(D_b, xs[b], gacc); then
+     *            facc = fmaf(gacc, s_g, facc)   (facc = 0 at the start);
+     *   y = facc summed as a tree (lane l + l + 8, then + 4, + 2, + 1).
+     * Bit-identical to dsq_gemv_awq16_scalar on every level that has it, and
+     * the same bits for a token whatever T is. NULL where the level has
+     * none: scheme_awq.c then rounds x the same way (dsq_actq16_fake) and
+     * runs the float paths on it. */
+    void (*awq16_prep)(const float *x, int64_t cols, int64_t t, const dsq_awq16_act *a);
+    void (*gemv_awq16)(const dsq_qview *v, const dsq_awq16_act *a, int64_t n0, int64_t n1,
+                       float *y);
     /* Float schemes (f32, bf16, awq): y[t*rows+n] = dot(deq(W[n,:]), x[t,:])
      * for rows [n0, n1), small T (decode). Order not pinned. */
     void (*gemv_f)(const dsq_qview *v, const float *x, int64_t T, int64_t n0, int64_t n1,
@@ -211,6 +256,9 @@ void dsq_avx512awq_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int6
                         void *work);
 void dsq_avx512awq_gemv(const dsq_qview *v, const float *xp, int64_t T, int64_t kpad, int64_t n0,
                         int64_t n1, float *y);
+void dsq_avx512awq16_prep(const float *x, int64_t cols, int64_t t, const dsq_awq16_act *a);
+void dsq_avx512awq16_gemv(const dsq_qview *v, const dsq_awq16_act *a, int64_t n0, int64_t n1,
+                          float *y);
 #endif
 #if defined(__aarch64__)
 extern const dsq_kernels dsq_kernels_neon_impl;
@@ -426,6 +474,7 @@ int  dsq_awq_blob_size(const dsq_qshape *s, size_t *out);
 int  dsq_awq_quantize(const float *, int64_t, int64_t, const dsq_qshape *, const dsq_qparams *,
                       uint8_t *, dsq_diag *);
 void dsq_awq_dequantize(const dsq_qview *, int64_t, int64_t, float *);
+int  dsq_awq_gemm_ref(const dsq_qview *, const float *, int64_t, float *);
 int  dsq_awq_gemm(const dsq_qview *, const float *, int64_t, float *, dsq_pool *, void *, size_t);
 size_t dsq_awq_gemm_scratch(const dsq_qview *, int64_t, int);
 int  dsq_awq_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,

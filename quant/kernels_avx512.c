@@ -1185,7 +1185,8 @@ static void z_gemm_bf16(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int6
         .gemm_bf16 = GEMM_BF16, .gemm_awq = GEMM_AWQ, .gemm_w8 = z_gemm_w8,         \
         .gemm_w4 = z_gemm_w4, .gemv_awq = dsq_avx512awq_gemv,                       \
         .gemv_f = z_gemv_f, .dequant_tile = z_dequant_tile, .gemv_i = z_gemv_f,     \
-        .gemv_t = z_gemv_t,                                                         \
+        .gemv_t = z_gemv_t, .awq16_prep = dsq_avx512awq16_prep,                     \
+        .gemv_awq16 = dsq_avx512awq16_gemv,                                         \
     }
 
 const dsq_kernels dsq_kernels_avx512_impl = Z_LEVEL("avx512", 0, z_gemm_bf16, NULL);

@@ -29,6 +29,9 @@
  * partial of the first chunk, then y += next): the order depends on the
  * shape only, never on the thread count.
  *
+ * The dispatch now prefers the int16 kernel (kernels_avx512awq16.c) for
+ * every view this kernel takes; dsq_awq_gemm_terms still runs it (tests,
+ * and any caller that asks for a number of bf16 terms).
  * Speed: with one term it beats every f32 path at every T (4 vdpbf16ps per
  * 128 weights); with two or three terms the f32 kernel of this file
  * (dsq_avx512awq_gemv, gemv_awq: 8 FMAs per 128 weights, x as is) is as
@@ -190,8 +193,10 @@ AI void dec_terms(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1
  * code i, so each product is the reference's, rounded once by the FMA) and
  * 8 FMAs, x read in the matching order (the driver permutes it once per
  * call). vpermps reads the low 4 index bits only: no masking. R = 4 rows
- * share each x load (6 for one token: d1_* below); up to 4 tokens share
- * each unpacked weight vector. */
+ * share each x load; up to 4 tokens share each unpacked weight vector.
+ * Since awq's activations are int16 (scheme.h), the dispatch runs this
+ * kernel only on the views the int16 kernel (kernels_avx512awq16.c) does
+ * not take: groups of an odd multiple of 64 columns. */
 
 #define F(z) { 0 - (z), 1 - (z), 2 - (z), 3 - (z), 4 - (z), 5 - (z), 6 - (z), 7 - (z),     \
                8 - (z), 9 - (z), 10 - (z), 11 - (z), 12 - (z), 13 - (z), 14 - (z), 15 - (z) }
@@ -311,205 +316,9 @@ AI void gv_tile(const dsq_qview *v, const float *xp, int64_t kp, int64_t n, cons
         }
 }
 
-/* ---- one token (decode): d1_* --------------------------------------------
- * Groups of a multiple of 128 columns or one per row. The same products as
- * gv_tile (the table (i - z) * s, vpermps, two FMA chains per row), six rows
- * at a time: six streams in flight plus six prefetched, each x load shared
- * six ways, the group's tables rebuilt when a block enters a new group
- * (every block at g128). Measured (2026-11-26, 2-core EPYC, machine shared,
- * 2048 x 7168 g128, ns per 128 weights of a row, cache-cold | L2-hot, same
- * process): gv_tile 3.2-4.4 | 2.4-3.2, 4-row tiles 2.8-3.6 | 1.7-2.4, 6-row
- * 2.4-3.2 | 1.4-2.3; 8 rows with one chain each are latency-bound (2.8 hot),
- * with two they spill. */
-
-#define GQ_PFD 8   /* rows ahead to prefetch: past the next 6-row tile's start */
-
-/* Block b of R rows into acc (MASK: the partial last block, lanes past cols
- * zeroed as in gv_block). */
-AI void d1_block(const uint8_t *w, size_t rb, const int R, const float *x, int64_t b,
-                 const __m512 *tab, const int MASK, const __mmask16 *tm, __m512 acc[][2])
-{
-    __m512i d[6];
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++) d[r] = _mm512_loadu_si512(w + (size_t)r * rb + b * 64);
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; s++) {
-        const __m512 xv = _mm512_loadu_ps(x + b * 128 + 16 * s);
-#pragma GCC unroll 6
-        for (int r = 0; r < R; r++) {
-            const __m512i idx = s ? _mm512_srli_epi32(d[r], 4 * s) : d[r];
-            const __m512 wv = MASK ? _mm512_maskz_permutexvar_ps(tm[s], idx, tab[r])
-                                   : _mm512_permutexvar_ps(idx, tab[r]);
-            acc[r][s & 1] = _mm512_fmadd_ps(wv, xv, acc[r][s & 1]);
-        }
-    }
-}
-
-AI void d1_tile(const dsq_qview *v, const float *x, int64_t n, const int R, const int PF,
-                const int G1, const __mmask16 *tm, float *y)
-{
-    const int64_t ng = v->layout.ngroups, gs = v->layout.gsize, cols = v->shape.cols;
-    const int64_t nfull = cols >> 7, nb = (cols + 127) >> 7;
-    const int64_t gpb = ng == 1 ? nb : gs >> 7;
-    const size_t rb = v->layout.row_bytes;
-    const uint8_t *w = v->w + (size_t)n * rb, *zp = v->zeros + n * ng;
-    const uint8_t *pf = w + (size_t)GQ_PFD * rb;
-    const float *sp = v->scales + n * ng;
-    __m512 acc[6][2], tab[6];
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++) {
-        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-        tab[r] = acc[r][0];
-    }
-#define D1_TAB(gb)                                                                                 \
-    _Pragma("GCC unroll 6") for (int r = 0; r < R; r++) tab[r] =                                  \
-        _mm512_mul_ps(_mm512_load_ps(awq_iz[zp[r * ng + (gb)]]), _mm512_set1_ps(sp[r * ng + (gb)]))
-    int64_t g = 0, gnext = 0;
-    for (int64_t b = 0; b < nfull; b++) {
-        if (G1) {   /* one group per block: ng == nb */
-            D1_TAB(b);
-        } else if (b == gnext) {
-            D1_TAB(g);
-            gnext = g + 1 < ng ? gnext + gpb : nb;
-            g++;
-        }
-        if (PF)
-#pragma GCC unroll 6
-            for (int r = 0; r < R; r++) _mm_prefetch((const char *)(pf + (size_t)r * rb + b * 64), _MM_HINT_T0);
-        __m512i d[6];
-#pragma GCC unroll 6
-        for (int r = 0; r < R; r++) d[r] = _mm512_loadu_si512(w + (size_t)r * rb + b * 64);
-#pragma GCC unroll 8
-        for (int s = 0; s < 8; s++) {
-            const __m512 xv = _mm512_loadu_ps(x + b * 128 + 16 * s);
-#pragma GCC unroll 6
-            for (int r = 0; r < R; r++) {
-                const __m512i idx = s ? _mm512_srli_epi32(d[r], 4 * s) : d[r];
-                acc[r][s & 1] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, tab[r]), xv, acc[r][s & 1]);
-            }
-        }
-    }
-    if (nfull < nb) {
-        const int64_t gl = nfull / gpb < ng ? nfull / gpb : ng - 1;
-        D1_TAB(gl);
-        d1_block(w, rb, R, x, nfull, tab, 1, tm, acc);
-    }
-#undef D1_TAB
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++) y[n + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
-}
-
-AI void d1_rows(const dsq_qview *v, const float *x, int64_t n0, int64_t n1, const int G1,
-             const __mmask16 *tm, float *y)
-{
-    const int64_t rows = v->shape.rows;
-    int64_t n = n0;
-    for (; n + 6 <= n1 && n + GQ_PFD + 6 <= rows; n += 6) d1_tile(v, x, n, 6, 1, G1, tm, y);
-    for (; n + 6 <= n1; n += 6) d1_tile(v, x, n, 6, 0, G1, tm, y);
-    for (; n + 4 <= n1; n += 4) d1_tile(v, x, n, 4, 0, G1, tm, y);
-    for (; n + 2 <= n1; n += 2) d1_tile(v, x, n, 2, 0, G1, tm, y);
-    for (; n < n1; n++) d1_tile(v, x, n, 1, 0, G1, tm, y);
-}
-
-/* g128 with every block full (cols a multiple of 128: the model shapes):
- * d1_tile without the group bookkeeping and the masked block, and without
- * unroll pragmas. Written apart because GCC allocates d1_tile's loop worse:
- * 2.3-2.8 against 2.1-2.3 ns per 128 weights of a row, L2-hot, same process
- * (2026-11-26, machine shared). pfd: rows ahead to prefetch, 0 for none.
- * Each block's codes are loaded one block ahead: the kernel is at the
- * vector issue limit (24 vector ops per 128 weights of a row: 7 shifts, 8
- * vpermps, 8 FMAs, the table), about as long as DRAM takes for the 64 bytes,
- * so a block whose shifts wait on its load adds the wait to the compute
- * instead of hiding it. 2048 x 7168 g128 cache-cold, ms per call, same
- * process, interleaved, machine shared (2026-11-26): 0.23-0.34 (median
- * 0.34) against 0.28-0.39 (0.39); 7168 x 2048 0.28-0.35 against 0.36-0.41;
- * L2-hot unchanged (1.6-2.1 ns per 128 weights of a row). Tried, no gain
- * (same runs): prefetch 12-24 rows ahead, prefetcht1/t2, prefetching the
- * next tile in address order, prefetching only a tile's first blocks, two
- * blocks of codes ahead, no prefetch (hot 5-8% faster, cold 10-20% slower),
- * and cheaper unpacks (and + vcvtdq2ps with the zero point per group, or
- * vpermw of bf16(i - z) split in two with a shift and an and): 23-26 ops
- * either way, no faster hot. Rows of 8 KB (o_proj, 16384 columns) stream
- * slower than the expert rows (2048 x 16384 about 3.7-3.9 ns per 128 weights
- * of a row cache-cold against 3.1-3.2 at 7168 columns; 8192 and 15872
- * columns in between: x past L1 and a 4 KB row stride each cost some).
- * Tried for it, no gain (2026-11-26, interleaved in one process, machine
- * shared): column chunks of 64 blocks with the accumulators carried in
- * memory between chunks (x's chunk in L1; bit-identical), prefetching the
- * next tile's rows half a row ahead (off the 4 KB-aliased set), prefetching
- * the current rows 8-32 blocks ahead instead of the next tile's. */
-AI void d1_full_tile(const dsq_qview *v, const float *x, int64_t n, const int R, int pfd, float *y)
-{
-    const int64_t ng = v->layout.ngroups; const size_t rb = v->layout.row_bytes;
-    const int64_t nb = v->shape.cols >> 7;
-    const uint8_t *w = v->w + (size_t)n * rb, *zp = v->zeros + n * ng; const float *sp = v->scales + n * ng;
-    __m512 acc[8][2];
-    for (int r = 0; r < R; r++) for (int c = 0; c < 2; c++) acc[r][c] = _mm512_setzero_ps();
-    const uint8_t *pf = w + (size_t)pfd * rb;
-    /* each block's codes are loaded one block early (dn): the shifts and
-     * permutes of block b do not wait on its load, which the prefetch has
-     * often not brought to L1 yet; the last block reloads itself */
-    __m512i dn[8];
-    for (int r = 0; r < R; r++) dn[r] = _mm512_loadu_si512(w + r * rb);
-    for (int64_t b = 0; b < nb; b++) {
-        __m512 tab[8];
-        for (int r = 0; r < R; r++) tab[r] = _mm512_mul_ps(_mm512_load_ps(awq_iz[zp[r * ng + b] & 15]), _mm512_set1_ps(sp[r * ng + b]));
-        if (pfd > 0) for (int r = 0; r < R; r++) _mm_prefetch((const char *)(pf + r * rb + b * 64), _MM_HINT_T0);
-        __m512i d[8];
-        const int64_t bn = b + 1 < nb ? b + 1 : b;
-        for (int r = 0; r < R; r++) {
-            d[r] = dn[r];
-            dn[r] = _mm512_loadu_si512(w + r * rb + bn * 64);
-        }
-        for (int s = 0; s < 8; s++) {
-            __m512 xv = _mm512_loadu_ps(x + b * 128 + 16 * s);
-            for (int r = 0; r < R; r++) {
-                __m512i idx = s ? _mm512_srli_epi32(d[r], 4 * s) : d[r];
-                acc[r][s % 2] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, tab[r]), xv, acc[r][s % 2]);
-            }
-        }
-    }
-    for (int r = 0; r < R; r++) y[n + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
-}
-
-static __attribute__((noinline)) void d1_rows_full(const dsq_qview *v, const float *x, int64_t n0,
-                                                   int64_t n1, float *y)
-{
-    const int64_t rows = v->shape.rows;
-    const int pfd = GQ_PFD;
-    int64_t n = n0;
-    for (; n + 6 <= n1 && n + GQ_PFD + 6 <= rows; n += 6) d1_full_tile(v, x, n, 6, pfd, y);
-    for (; n + 6 <= n1; n += 6) d1_full_tile(v, x, n, 6, 0, y);
-    for (; n + 4 <= n1; n += 4) d1_full_tile(v, x, n, 4, 0, y);
-    for (; n + 2 <= n1; n += 2) d1_full_tile(v, x, n, 2, 0, y);
-    for (; n < n1; n++) d1_full_tile(v, x, n, 1, 0, y);
-}
-
-/* One function per group shape, out of line (G1 a constant in each). */
-static __attribute__((noinline)) void d1_rows_g128(const dsq_qview *v, const float *x, int64_t n0,
-                                                   int64_t n1, const __mmask16 *tm, float *y)
-{
-    d1_rows(v, x, n0, n1, 1, tm, y);
-}
-
-static __attribute__((noinline)) void d1_rows_any(const dsq_qview *v, const float *x, int64_t n0,
-                                                  int64_t n1, const __mmask16 *tm, float *y)
-{
-    d1_rows(v, x, n0, n1, 0, tm, y);
-}
-
 AI void gv_rows(const dsq_qview *v, const float *xp, int64_t kp, int64_t n0, int64_t n1,
                 int64_t t0, const int NT, const __mmask16 *tm, float *y)
 {
-    if (NT == 1 && (v->layout.ngroups == 1 || v->layout.gsize % 128 == 0)) {   /* decode */
-        const int g1 = v->layout.gsize == 128 && v->layout.ngroups == ((v->shape.cols + 127) >> 7);
-        const float *x = xp + t0 * kp;
-        float *yt = y + t0 * v->shape.rows;
-        if (g1 && (v->shape.cols & 127) == 0) d1_rows_full(v, x, n0, n1, yt);
-        else if (g1) d1_rows_g128(v, x, n0, n1, tm, yt);
-        else d1_rows_any(v, x, n0, n1, tm, yt);
-        return;
-    }
     int64_t n = n0;
     /* a constant prefetch count (4 rows, none on the last tiles): the
      * block loop keeps no loop for it */

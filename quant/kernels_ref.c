@@ -8,6 +8,7 @@
 
 #include "kernels.h"
 #include "dsq_mem.h"
+#include "actq.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -280,6 +281,72 @@ static void ref_gemv_awq(const dsq_qview *v, const float *xp, int64_t T, int64_t
         }
 }
 
+/* ---- awq-w4a16 on int16 activations (kernels.h, gemv_awq16) -------------- */
+
+void dsq_awq16_prep_scalar(const float *x, int64_t cols, int64_t t, const dsq_awq16_act *a)
+{
+    int16_t *q = a->q + t * a->kpad;
+    float *xs = a->xs + t * a->nb, *sf = a->sf + t * a->nb * 16;
+    for (int64_t b = 0; b < a->nb; b++) {
+        const int64_t c0 = 128 * b, n = cols - c0 < 128 ? cols - c0 : 128;
+        int16_t *qb = q + c0;
+        if (n > 0) dsq_actq16_block(x + c0, n, qb, &xs[b]);
+        else {
+            memset(qb, 0, 128 * sizeof *qb);
+            xs[b] = DSQ_QSCALE_MIN;
+        }
+        for (int l = 0; l < 16; l++) {
+            int32_t acc = 0;
+            for (int j = 0; j < 8; j++) acc += qb[DSQ_AWQ16_LANE_COL(l, j)];
+            sf[16 * b + l] = (float)acc;
+        }
+    }
+}
+
+/* 16 lanes summed as a tree: l + l + 8, then + 4, + 2, + 1 (the vector
+ * levels' halving adds). */
+static float awq16_lanes(const float v[16])
+{
+    float a[8];
+    for (int l = 0; l < 8; l++) a[l] = v[l] + v[l + 8];
+    for (int l = 0; l < 4; l++) a[l] = a[l] + a[l + 4];
+    for (int l = 0; l < 2; l++) a[l] = a[l] + a[l + 2];
+    return a[0] + a[1];
+}
+
+void dsq_gemv_awq16_scalar(const dsq_qview *v, const dsq_awq16_act *a, int64_t n0, int64_t n1,
+                           float *y)
+{
+    const int64_t rows = v->shape.rows, ng = v->layout.ngroups, nb = a->nb;
+    const int64_t gpb = ng == 1 ? nb : v->layout.gsize / 128;
+    for (int64_t t = 0; t < a->T; t++) {
+        const int16_t *q = a->q + t * a->kpad;
+        const float *xs = a->xs + t * nb;
+        for (int64_t n = n0; n < n1; n++) {
+            const uint8_t *row = v->w + (size_t)n * v->layout.row_bytes;
+            float facc[16] = { 0 };
+            for (int64_t g = 0; g < ng; g++) {
+                const int z = v->zeros[n * ng + g];
+                const int64_t b0 = g * gpb, b1 = g == ng - 1 ? nb : b0 + gpb;
+                float gacc[16] = { 0 };
+                for (int64_t b = b0; b < b1; b++)
+                    for (int l = 0; l < 16; l++) {
+                        int32_t d = 0;
+                        for (int j = 0; j < 8; j++) {
+                            const int64_t c = 128 * b + DSQ_AWQ16_LANE_COL(l, j);
+                            const uint8_t byte = row[64 * b + (c & 63)];
+                            const int nib = (c & 127) < 64 ? byte & 15 : byte >> 4;
+                            d += (nib - z) * q[c];
+                        }
+                        gacc[l] = fmaf((float)d, xs[b], gacc[l]);
+                    }
+                for (int l = 0; l < 16; l++) facc[l] = fmaf(gacc[l], v->scales[n * ng + g], facc[l]);
+            }
+            y[t * rows + n] = awq16_lanes(facc);
+        }
+    }
+}
+
 static void ref_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
                              float *out, int64_t ldo)
 {
@@ -315,6 +382,8 @@ const dsq_kernels dsq_kernels_ref_impl = {
     .gemv_i = ref_gemv_f,   /* ref_deq covers every scheme */
     .gemv_t = ref_gemv_t,
     .gemv_awq = ref_gemv_awq,
+    .awq16_prep = dsq_awq16_prep_scalar,
+    .gemv_awq16 = dsq_gemv_awq16_scalar,
     .dequant_tile = ref_dequant_tile,
 };
 

@@ -17,7 +17,7 @@
  *                   asymmetric act (msModelSlim W8A8)
  *   4 w4a8          int4 sym W (per channel or group-wise), int8 per-token act
  *   5 awq-w4a16     int4 ASYMMETRIC W, uint4 zero points, groups (AutoAWQ),
- *                   float activations (alias "w4a16")
+ *                   16-bit activations: int16 per 128 columns (alias "w4a16")
  *   6 (reserved for f16)
  *
  * ===================================================================
@@ -51,6 +51,16 @@
  * clamp(rint(w / scale) (+ zero)) and deq as above, so nothing below changes.
  * Per-token int8 activations (w8a8-dynamic, w4a8):
  *     s_x = max(amax_t / 127, DSQ_QSCALE_MIN);  q_x = clamp(rint(x / s_x), -127, 127)
+ * awq-w4a16 activations (every level, every T; actq.h dsq_actq16_block):
+ *     per token and 128-column block b (the last one ragged):
+ *     s_b = max(amax_b / 32767, DSQ_QSCALE_MIN) (NaN when the block holds an
+ *     Inf or NaN);  q_x = clamp(rint(x / s_b), -32767, 32767)
+ *   15 bits against the block's largest |x|: finer than the fp16 that the
+ *   serving engines' AWQ kernels multiply, wherever an element is within
+ *   1/16 of its block's maximum, and never coarser than 2^-16 of it. Why
+ *   not f32: the int16 codes multiply the int4 codes exactly on VNNI
+ *   (vpdpwssd, 32 products per instruction), about half the vector work of
+ *   widening every weight to f32 (kernels_avx512awq16.c).
  * Static int8 activations (w8a8, msModelSlim):
  *     q_x = clamp(rint(x / act_scale) + act_offset, -128, 127)
  *   (act_offset is an integer; rint(x/s + o) == rint(x/s) + o for integer o.)
@@ -65,7 +75,15 @@
  *   w4a8        : acc_g = sum_{k in g} q_x[t,k] q_w[n,k]    (int32 per group)
  *                 sum = 0; for g in order: sum = fmaf((float)acc_g, s_w[n,g], sum)
  *                 y   = sum * s_x[t]
- *   awq-w4a16, bf16, f32: float dot of deq(W) row with x. Summation order is
+ *   awq-w4a16 (int16 kernel: AVX-512 VNNI, and the ref level's twin; the
+ *                 order in kernels.h gemv_awq16, bit-identical between them):
+ *                 per 16 lanes, D_b = sum (q_w - z_g) q_x (exact), then
+ *                 gacc = fmaf(D_b, s_b, gacc) over a group's blocks,
+ *                 facc = fmaf(gacc, s_w[n,g], facc), y = the lanes' tree sum.
+ *                 Other levels multiply the float x_b = q_x * s_b (f32) on
+ *                 the float paths below: agree within the float dot bound.
+ *   awq-w4a16 (float paths), bf16, f32: float dot of deq(W) row with x (for
+ *     awq the rounded x above). Summation order is
  *     NOT pinned (prefill uses OpenBLAS sgemm or the blocked bf16 kernel);
  *     fast vs ref agree within the float dot error bound
  *     2*cols*2^-24*sum|w x| (tested).
@@ -93,9 +111,11 @@
  *     the same rate on Zen 5): the float dot bound, no split error at all.
  *     A bf16 x that overflows (|x| >= 2^128 (1 - 2^-9)) gives Inf. The other
  *     levels widen the bf16 weights to f32 and use x as is (terms ignored).
- *   awq-w4a16 on the AVX-512 levels with two or three terms (or without
- *     AVX512_BF16): the f32 kernel gemv_awq, every T; each weight is the
- *     reference's deq, x as is: the float dot bound above, no split error.
+ *   awq-w4a16 views that the int16 kernel does not take (groups of an odd
+ *     multiple of 64 columns) on the AVX-512 levels with two or three terms
+ *     (or without AVX512_BF16): the f32 kernel gemv_awq, every T; each
+ *     weight is the reference's deq times the rounded x: the float dot
+ *     bound above, no split error.
  *   awq-w4a16 on the "avx512bf16" level with one term, the bf16 kernel
  *     (dsq_awq_gemm_terms runs it with any number of terms): y = sum_g s_g * sum_{k in g} (q_k - z_g)
  *     * (xh + xl + xl2)_k with x split as for bf16 prefill (the same terms choice): (q - z) is an
@@ -104,7 +124,8 @@
  *     group. Error: the float dot bound plus the split's (none more for
  *     three terms, 2^-16 sum|w x| for two, 2^-9 sum|w x| for one; tested).
  * Int accumulators cannot overflow: int schemes require cols <= 65536
- * (DSQ_QMAX_INT_COLS); 65536*255*127 < 2^31.
+ * (DSQ_QMAX_INT_COLS); 65536*255*127 < 2^31 (awq too: its per-row
+ * zero-point buffer is sized for 512 blocks).
  *
  * in_scale (SmoothQuant / AWQ per-input-channel factors): quantize encodes
  * W'[:,j] = W[:,j] * in_scale[j]. The caller must feed x[j] / in_scale[j] to
@@ -195,7 +216,8 @@ enum dsq_scheme_id {
 enum dsq_act_format {
     DSQ_ACT_FLOAT       = 0,  /* x used as float32 */
     DSQ_ACT_INT8_TOKEN  = 1,  /* int8 symmetric, one scale per token, at run time */
-    DSQ_ACT_INT8_STATIC = 2   /* int8 asymmetric, per-tensor scale+offset from calibration */
+    DSQ_ACT_INT8_STATIC = 2,  /* int8 asymmetric, per-tensor scale+offset from calibration */
+    DSQ_ACT_INT16_BLOCK = 3   /* int16 symmetric, one scale per 128 columns of a token (awq) */
 };
 
 #define DSQ_QBLOB_MAGIC      "DSQW"

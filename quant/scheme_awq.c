@@ -1,6 +1,6 @@
 /* scheme_awq.c - awq-w4a16 row: AutoAWQ asymmetric int4 with unsigned zero
- * points per (row, group); activations stay float (the gemm dequantizes on
- * the fly). Math follows AutoAWQ pseudo_quantize_tensor(zero_point=True):
+ * points per (row, group); activations in int16 per 128-column block
+ * (scheme.h, "awq-w4a16 activations"; the gemm reads the codes in place). Math follows AutoAWQ pseudo_quantize_tensor(zero_point=True):
  *   scale = max(max - min, 1e-5) / 15
  *   zero  = clamp(-rint(min / scale), 0, 15)
  *   q     = clamp(rint(w / scale) + zero, 0, 15),   deq = (q - zero) * scale
@@ -20,6 +20,7 @@
  * under a weighted squared error; the format is unchanged. */
 #include "scheme.h"
 #include "kernels.h"
+#include "actq.h"
 #include "dsq_mem.h"
 
 #include <math.h>
@@ -212,6 +213,22 @@ void dsq_awq_dequantize(const dsq_qview *v, int64_t row0, int64_t nrows, float *
 static int64_t awq_kpad(int64_t cols);
 static int awq_fast(const dsq_kernels *k, const dsq_qview *v);
 
+/* The int16 kernel reads whole 128-column blocks and changes group only
+ * between them: groups of a multiple of 128 columns, or one per row. Other
+ * views (groups of an odd multiple of 64) and levels without it multiply x
+ * rounded to the same codes (dsq_actq16_fake) on the float paths below. */
+static int awq_int16(const dsq_kernels *k, const dsq_qview *v)
+{
+    return k && k->gemv_awq16 && k->awq16_prep && v && v->scheme &&
+           (v->layout.ngroups == 1 || v->layout.gsize % 128 == 0);
+}
+
+/* x rounded to int16 blocks, as floats, for the float paths (64-aligned) */
+static size_t xhat_bytes(const dsq_qview *v, int64_t T)
+{
+    return dsq_align_up((size_t)T * (size_t)v->shape.cols * sizeof(float), 64);
+}
+
 /* The f32 kernel unless one bf16 term is asked for and the bf16 kernel runs
  * here (2026-11-25, one core, machine shared; bench_quant 2048 x 7168, ms
  * per call, bf16 kernel / f32 kernel). Three terms: T=1 0.53 / 0.45 (the
@@ -271,12 +288,20 @@ static size_t awq_xp_bytes(const dsq_qview *v, int64_t T)
     return (size_t)T * (size_t)awq_kpad(v->shape.cols) * sizeof(float);
 }
 
+/* The float paths' scratch after x rounded to int16 blocks (xhat_bytes). */
+static size_t awq_float_need(const dsq_kernels *k, const dsq_qview *v, int64_t T, int nthreads)
+{
+    if (awq_use_f32(k, v, T)) return awq_xp_bytes(v, T);
+    if (!awq_fast(k, v)) return dsq_float_gemm_scratch(v, T, nthreads);
+    return awq_need(v, T, nthreads);
+}
+
 size_t dsq_awq_gemm_scratch(const dsq_qview *v, int64_t T, int nthreads)
 {
     if (!v || T < 1) return 0;
-    if (awq_use_f32(dsq_kernels_get(), v, T)) return awq_xp_bytes(v, T);
-    if (!awq_fast(dsq_kernels_get(), v)) return dsq_float_gemm_scratch(v, T, nthreads);
-    return awq_need(v, T, nthreads);
+    const dsq_kernels *k = dsq_kernels_get();
+    if (awq_int16(k, v)) return dsq_awq16_act_bytes(T, v->shape.cols);
+    return xhat_bytes(v, T) + awq_float_need(k, v, T, nthreads);
 }
 
 struct awq_job {
@@ -432,17 +457,105 @@ static int awq_gemm_f32(const dsq_kernels *k, const dsq_qview *v, const float *x
     return DSQ_OK;
 }
 
+/* ---- int16 activations ------------------------------------------------- */
+
+size_t dsq_awq16_act_bytes(int64_t T, int64_t cols)
+{
+    const size_t nb = (size_t)((cols + 127) / 128), t = (size_t)(T < 1 ? 1 : T);
+    return dsq_align_up(t * nb * 128 * sizeof(int16_t), 64) +
+           dsq_align_up(t * nb * sizeof(float), 64) + t * nb * 16 * sizeof(float);
+}
+
+void dsq_awq16_act_init(dsq_awq16_act *a, void *buf, int64_t T, int64_t cols)
+{
+    const int64_t nb = (cols + 127) / 128;
+    uint8_t *p = buf;
+    a->T = T;
+    a->nb = nb;
+    a->kpad = 128 * nb;
+    a->q = (int16_t *)p;
+    p += dsq_align_up((size_t)(T * nb * 128) * sizeof(int16_t), 64);
+    a->xs = (float *)p;
+    p += dsq_align_up((size_t)(T * nb) * sizeof(float), 64);
+    a->sf = (float *)p;
+}
+
+struct awq16_job {
+    const dsq_kernels *k;
+    const dsq_qview *v;
+    const float *x;
+    dsq_awq16_act a;
+    int64_t rb;
+    float *y;
+    dsq_rowsplit split;
+};
+
+static void awq16_prep_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    const struct awq16_job *j = ctx;
+    const int64_t cols = j->v->shape.cols;
+    j->k->awq16_prep(j->x + (int64_t)item * cols, cols, (int64_t)item, &j->a);
+}
+
+static void awq16_task(void *ctx, size_t item, int tid)
+{
+    (void)tid;
+    struct awq16_job *j = ctx;
+    const int64_t b = dsq_rowsplit_block(&j->split, item);
+    if (b < 0) return;
+    int64_t n0 = b * j->rb, n1 = n0 + j->rb;
+    if (n1 > j->v->shape.rows) n1 = j->v->shape.rows;
+    j->k->gemv_awq16(j->v, &j->a, n0, n1, j->y);
+}
+
+/* x quantized once per call (a few microseconds per token), then row blocks
+ * over the pool in dsq_rowsplit order, as the f32 kernel's driver. */
+static int awq_gemm_i16(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
+                        float *y, dsq_pool *pool, void *scratch, size_t scratch_size)
+{
+    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    _Alignas(64) uint8_t local[24576];   /* one token of up to 8192 columns (mla.c's sub-views) */
+    void *own = NULL;
+    scratch = awq_scratch(scratch, scratch_size, dsq_awq16_act_bytes(T, cols), local, sizeof local, &own);
+    if (!scratch) return DSQ_ERR_NOMEM;
+    struct awq16_job j = { k, v, x, { 0 }, T == 1 ? AWQ_DEC1_ROWS : AWQ_DEC_ROWS, y, { 0, 0, 0 } };
+    dsq_awq16_act_init(&j.a, scratch, T, cols);
+    dsq_pool_run(dsq_gemm_pool(pool, 1, cols, T * 64), (size_t)T, awq16_prep_task, &j);
+    dsq_pool *use = dsq_gemm_pool(pool, rows, cols, T);
+    const size_t items = dsq_rowsplit_init(&j.split, (size_t)((rows + j.rb - 1) / j.rb), T,
+                                           dsq_pool_size(use));
+    dsq_pool_run(use, items, awq16_task, &j);
+    free(own);
+    return DSQ_OK;
+}
+
 /* The f32 kernel's gemm in two steps (scheme.h split_*, dsq_gemm_many):
  * the permuted x, then the same row blocks' gemv_awq. Where the gemm takes
  * another kernel (one bf16 term, other levels) there is no split. */
 size_t dsq_awq_split_size(const dsq_qview *v, int64_t T)
 {
-    return T >= 1 && awq_use_f32(dsq_kernels_get(), v, T) ? awq_xp_bytes(v, T) : 0;
+    const dsq_kernels *k = dsq_kernels_get();
+    if (T < 1) return 0;
+    if (awq_int16(k, v)) return dsq_awq16_act_bytes(T, v->shape.cols);
+    return awq_use_f32(k, v, T) ? xhat_bytes(v, T) + awq_xp_bytes(v, T) : 0;
 }
 
+/* prep: the int16 codes, or (f32 kernel) x rounded to them, then permuted
+ * after it */
 void dsq_awq_split_prep(const dsq_qview *v, const float *x, int64_t T, void *prep)
 {
-    struct awq_dec_job j = { dsq_kernels_get(), v, x, prep, T, awq_kpad(v->shape.cols), 0, NULL, { 0, 0, 0 } };
+    const dsq_kernels *k = dsq_kernels_get();
+    if (awq_int16(k, v)) {
+        struct awq16_job j = { k, v, x, { 0 }, 0, NULL, { 0, 0, 0 } };
+        dsq_awq16_act_init(&j.a, prep, T, v->shape.cols);
+        for (int64_t t = 0; t < T; t++) awq16_prep_task(&j, (size_t)t, 0);
+        return;
+    }
+    float *xf = prep;
+    dsq_actq16_fake(x, T, v->shape.cols, xf);
+    struct awq_dec_job j = { k, v, xf, (float *)((uint8_t *)prep + xhat_bytes(v, T)), T,
+                             awq_kpad(v->shape.cols), 0, NULL, { 0, 0, 0 } };
     for (int64_t t = 0; t < T; t++) awq_perm_task(&j, (size_t)t, 0);
 }
 
@@ -454,17 +567,62 @@ int64_t dsq_awq_split_block(const dsq_qview *v, int64_t T)
 
 void dsq_awq_split_rows(const dsq_qview *v, const void *prep, int64_t T, int64_t n0, int64_t n1, float *y)
 {
-    dsq_kernels_get()->gemv_awq(v, prep, T, awq_kpad(v->shape.cols), n0, n1, y);
+    const dsq_kernels *k = dsq_kernels_get();
+    if (awq_int16(k, v)) {
+        dsq_awq16_act a;
+        dsq_awq16_act_init(&a, (void *)prep, T, v->shape.cols);
+        k->gemv_awq16(v, &a, n0, n1, y);
+        return;
+    }
+    k->gemv_awq(v, (const float *)((const uint8_t *)prep + xhat_bytes(v, T)), T,
+                awq_kpad(v->shape.cols), n0, n1, y);
+}
+
+/* The specification (gemm_ref): x rounded to the int16 codes, then the
+ * float reference's dot (scheme_float.c). */
+int dsq_awq_gemm_ref(const dsq_qview *v, const float *x, int64_t T, float *y)
+{
+    if (T < 1) return DSQ_OK;
+    if (!x || !y) return DSQ_ERR_INVALID_ARG;
+    float *xf = malloc((size_t)T * (size_t)v->shape.cols * sizeof *xf);
+    if (!xf) return DSQ_ERR_NOMEM;
+    dsq_actq16_fake(x, T, v->shape.cols, xf);
+    int rc = dsq_float_gemm_ref(v, xf, T, y);
+    free(xf);
+    return rc;
+}
+
+/* The float paths on x as given (already rounded by the caller). */
+static int awq_gemm_float(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
+                          float *y, dsq_pool *pool, void *scratch, size_t scratch_size)
+{
+    if (awq_use_f32(k, v, T)) return awq_gemm_f32(k, v, x, T, y, pool, scratch, scratch_size);
+    if (awq_fast(k, v))
+        return dsq_awq_gemm_terms(k, v, x, T, y, pool, scratch, scratch_size, dsq_bf16_terms(v));
+    return dsq_float_gemm_with(k, v, x, T, y, pool, scratch, scratch_size);
 }
 
 int dsq_awq_gemm_with(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
                       float *y, dsq_pool *pool, void *scratch, size_t scratch_size)
 {
     if (T >= 1 && (!x || !y)) return DSQ_ERR_INVALID_ARG;
-    if (awq_use_f32(k, v, T)) return awq_gemm_f32(k, v, x, T, y, pool, scratch, scratch_size);
-    if (awq_fast(k, v))
-        return dsq_awq_gemm_terms(k, v, x, T, y, pool, scratch, scratch_size, dsq_bf16_terms(v));
-    return dsq_float_gemm_with(k, v, x, T, y, pool, scratch, scratch_size);
+    if (T < 1) return DSQ_OK;
+    if (awq_int16(k, v)) return awq_gemm_i16(k, v, x, T, y, pool, scratch, scratch_size);
+    /* x rounded to the int16 codes first: in the caller's scratch when it
+     * holds the float path's too, else allocated */
+    const size_t xb = xhat_bytes(v, T);
+    float *xf, *own = NULL;
+    if (scratch && scratch_size >= xb + awq_float_need(k, v, T, 1)) {
+        xf = scratch;
+        scratch = (uint8_t *)scratch + xb;
+        scratch_size -= xb;
+    } else if (!(xf = own = dsq_aligned_alloc(xb))) {
+        return DSQ_ERR_NOMEM;
+    }
+    dsq_actq16_fake(x, T, v->shape.cols, xf);
+    int rc = awq_gemm_float(k, v, xf, T, y, pool, scratch, scratch_size);
+    free(own);
+    return rc;
 }
 
 int dsq_awq_gemm(const dsq_qview *v, const float *x, int64_t T, float *y, dsq_pool *pool,

@@ -439,6 +439,8 @@ static void float_reference(const dsq_qview *v, const float *deq, const float *x
         for (int64_t t = 0; t < T; t++)
             for (int64_t k = 0; k < cols; k++)
                 xd[t * cols + k] = (float)((double)(q[t * kpad + k] - v->act_offset) * v->act_scale);
+    } else if (sc->act == DSQ_ACT_INT16_BLOCK) {
+        dsq_actq16_fake(x, T, cols, xd);
     } else {
         memcpy(xd, x, (size_t)(T * cols) * sizeof *xd);
     }
@@ -509,7 +511,10 @@ static void check_gemm(const dsq_scheme *sc, const shp *s)
     const dsq_kernels *lv[8];
     int nl = dsq_kernels_list(lv, 8);
     dsq_pool *pools[3] = { NULL, dsq_pool_create(2), dsq_pool_create(3) };
-    int is_int = sc->act != DSQ_ACT_FLOAT;
+    /* int8 activations: every level gives the reference's bits; float and
+     * int16 (awq) ones: within the float dot bound of the reference's dot
+     * of deq(W) with x as the scheme rounds it */
+    int is_int = sc->act == DSQ_ACT_INT8_TOKEN || sc->act == DSQ_ACT_INT8_STATIC;
     for (size_t ti = 0; ti < sizeof g_T / sizeof g_T[0]; ti++) {
         int64_t T = g_T[ti];
         float *x = rand_x(T, sh.cols);
@@ -556,7 +561,12 @@ static void check_gemm(const dsq_scheme *sc, const shp *s)
                 }
             }
         }
-        if (sc->id == DSQ_SCHEME_AWQ_W4A16) check_awq_terms(&v, x, T, lv, nl, pools, y0, ya);
+        if (sc->id == DSQ_SCHEME_AWQ_W4A16) {   /* the bf16 kernel multiplies x as given */
+            float *xf = malloc((size_t)(T * sh.cols) * sizeof *xf);
+            dsq_actq16_fake(x, T, sh.cols, xf);
+            check_awq_terms(&v, xf, T, lv, nl, pools, y0, ya);
+            free(xf);
+        }
         /* the dispatched gemm: any thread count gives identical bits */
         float *y2 = malloc(ny * sizeof *y2);
         assert_int_equal(sc->gemm(&v, x, T, y1, NULL, NULL, 0), 0);
@@ -642,10 +652,14 @@ static void check_awq_f32(const shp *s, double worst[2])
         float *y = malloc(ny * sizeof *y), *y1 = malloc(ny * sizeof *y1);
         double *yr = malloc(ny * sizeof *yr), *ya = malloc(ny * sizeof *ya);
         float_reference(&v, deq, x, T, yr, ya);
+        /* the f32 kernel multiplies x as given: the rounded x the
+         * dispatch gives it (and yr is the dot with) */
+        float *xf = malloc((size_t)(T * sh.cols) * sizeof *xf);
+        dsq_actq16_fake(x, T, sh.cols, xf);
         for (int64_t t = 0; t < T; t++)
             for (int64_t q = 0; q < kp; q++) {
                 int64_t c = q / 128 * 128 + dsq_awq_perm16((int)(q % 128));
-                if (c < sh.cols) xp[t * kp + q] = x[t * sh.cols + c];
+                if (c < sh.cols) xp[t * kp + q] = xf[t * sh.cols + c];
             }
         const double dot = 2.0 * (double)sh.cols * 0x1p-24;
         for (int l = 0; l < nl; l++) {
@@ -667,7 +681,7 @@ static void check_awq_f32(const shp *s, double worst[2])
                 }
             }
             if (strcmp(lv[l]->name, "ref") && T <= 4) {   /* the float driver's gemv_f, for the record */
-                lv[l]->gemv_f(&v, x, T, 0, sh.rows, y);
+                lv[l]->gemv_f(&v, xf, T, 0, sh.rows, y);
                 for (size_t i = 0; i < ny; i++) {
                     const double e = fabs((double)y[i] - yr[i]) / (ya[i] + 1e-30);
                     if (e > worst[1]) worst[1] = e;
@@ -691,6 +705,7 @@ static void check_awq_f32(const shp *s, double worst[2])
             }
         }
         free(x);
+        free(xf);
         free(xp);
         free(y);
         free(y1);
@@ -711,13 +726,10 @@ static void test_awq_f32_kernel(void **state)
                               { 33, 1000, 128 }, { 10, 513, 256 }, { 3, 4163, 0 },
                               { 4, 257, 64 },   { 7, 1000, 64 },  { 5, 700, 192 },
                               { 6, 200, 320 },
-                              /* the one-token kernels: g128 with full blocks
-                               * (6-row tiles with and without the prefetch,
-                               * then 4, 2 and 1 rows), g256 and one group per
-                               * row with full blocks */
+                              /* g128 with full blocks, g256 and one group
+                               * per row with full blocks */
                               { 29, 512, 128 }, { 23, 1024, 256 }, { 19, 640, 0 },
-                              /* one full block per row: the codes loaded a
-                               * block early (d1_full_tile) reload the last */
+                              /* one full block per row */
                               { 13, 128, 128 },
                               /* over DSQ_GEMM_SERIAL_MACS at T=1: the pools
                                * split it, 7 blocks of 48 rows (the last 12)
@@ -729,6 +741,116 @@ static void test_awq_f32_kernel(void **state)
      * record (the bound above is 2 cols 2^-24, far looser than f32 sums) */
     fprintf(stderr, "awq: worst |y - ref| / sum|w x|: gemv_awq %.3g, gemv_f %.3g\n", worst[0],
             worst[1]);
+}
+
+/* awq-w4a16's int16 path (kernels.h awq16_prep / gemv_awq16): every level
+ * that has it gives the scalar twin's codes and bits, on odd rows, columns
+ * not a multiple of 128, groups of 128 and 256 and one per row, T = 1..6
+ * (the kernel's 6-row one-token tiles, 2-row tiles of 4, 2 and 1 tokens),
+ * row ranges that split tiles; each token's bits are those of a T = 1 call;
+ * a zero weight row (every code at its zero point) gives exactly 0; a block
+ * with an Inf gives NaN; and the result is within the int16 rounding of x
+ * (sum_k |deq_k| xs_b / 2) plus the float dot bound of the exact dot. */
+static void check_awq16(const shp *s)
+{
+    const dsq_scheme *sc = dsq_scheme_by_id(DSQ_SCHEME_AWQ_W4A16);
+    dsq_qshape sh = { s->rows, s->cols, s->g };
+    float *w = rand_matrix(sh.rows, sh.cols, 0.05f);
+    for (int64_t k = 0; k < sh.cols; k++) w[k] = 0.0f;   /* row 0: all codes at the zero point */
+    dsq_qparams p;
+    dsq_qparams_init(&p);
+    size_t nb;
+    uint8_t *blob = make_blob(sc, &sh, w, &p, &nb, 0);
+    dsq_qview v;
+    assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, nb, NULL), 0);
+    float *deq = malloc((size_t)(sh.rows * sh.cols) * sizeof *deq);
+    sc->dequantize(&v, 0, sh.rows, deq);
+    const dsq_kernels *lv[8];
+    const int nl = dsq_kernels_list(lv, 8);
+    for (int64_t T = 1; T <= 6; T++) {
+        float *x = rand_x(T, sh.cols);
+        if (T == 3) x[sh.cols + sh.cols / 2] = INFINITY;   /* token 1: one block non-finite */
+        const size_t ny = (size_t)(T * sh.rows), ab = dsq_awq16_act_bytes(T, sh.cols);
+        void *b0 = dsq_aligned_alloc(ab), *b1 = dsq_aligned_alloc(ab), *b2 = dsq_aligned_alloc(ab);
+        memset(b0, 0x5a, ab);
+        memset(b1, 0x5a, ab);
+        dsq_awq16_act a0, a1, a2;
+        dsq_awq16_act_init(&a0, b0, T, sh.cols);
+        dsq_awq16_act_init(&a1, b1, T, sh.cols);
+        for (int64_t t = 0; t < T; t++) dsq_awq16_prep_scalar(x + t * sh.cols, sh.cols, t, &a0);
+        float *y0 = malloc(ny * sizeof *y0), *y = malloc(ny * sizeof *y);
+        dsq_gemv_awq16_scalar(&v, &a0, 0, sh.rows, y0);
+        for (int l = 0; l < nl; l++) {
+            if (!lv[l]->gemv_awq16) continue;
+            for (int64_t t = 0; t < T; t++) lv[l]->awq16_prep(x + t * sh.cols, sh.cols, t, &a1);
+            assert_memory_equal(b0, b1, ab);
+            const int64_t r1 = sh.rows / 2 | 1;
+            memset(y, 0xff, ny * sizeof *y);
+            lv[l]->gemv_awq16(&v, &a1, 0, r1 < sh.rows ? r1 : sh.rows, y);
+            if (r1 < sh.rows) lv[l]->gemv_awq16(&v, &a1, r1, sh.rows, y);
+            for (size_t i = 0; i < ny; i++)
+                if (memcmp(&y[i], &y0[i], 4)) {
+                    fprintf(stderr, "%s gemv_awq16 [%lld x %lld g%d] T=%lld i=%zu: %.9g vs twin %.9g\n",
+                            lv[l]->name, (long long)sh.rows, (long long)sh.cols, s->g, (long long)T,
+                            i, y[i], y0[i]);
+                    fail();
+                }
+            /* token by token: the same bits */
+            for (int64_t t = 0; t < T; t++) {
+                b2 = b2 ? b2 : dsq_aligned_alloc(dsq_awq16_act_bytes(1, sh.cols));
+                dsq_awq16_act_init(&a2, b2, 1, sh.cols);
+                lv[l]->awq16_prep(x + t * sh.cols, sh.cols, 0, &a2);
+                float *yt = malloc((size_t)sh.rows * sizeof *yt);
+                lv[l]->gemv_awq16(&v, &a2, 0, sh.rows, yt);
+                assert_memory_equal(yt, y0 + t * sh.rows, (size_t)sh.rows * sizeof *yt);
+                free(yt);
+            }
+        }
+        for (int64_t t = 0; t < T; t++) {
+            const int bad = T == 3 && t == 1;
+            assert_true(bad ? isnan(y0[t * sh.rows]) : y0[t * sh.rows] == 0.0f);
+            if (bad) continue;
+            for (int64_t n = 0; n < sh.rows; n++) {
+                double e = 0, dot = 0, abs = 0;
+                for (int64_t k = 0; k < sh.cols; k++) {
+                    const double d = deq[n * sh.cols + k], xk = x[t * sh.cols + k];
+                    dot += d * xk;
+                    abs += fabs(d * xk);
+                    e += fabs(d) * a0.xs[t * a0.nb + k / 128] * 0.5;
+                }
+                const double tol = e + 2.0 * sh.cols * 0x1p-24 * (abs + e) + 1e-30;
+                if (!(fabs(y0[t * sh.rows + n] - dot) <= tol)) {
+                    fprintf(stderr, "awq16 bound [%lld x %lld g%d] T=%lld t=%lld n=%lld: %g vs %g (tol %g)\n",
+                            (long long)sh.rows, (long long)sh.cols, s->g, (long long)T, (long long)t,
+                            (long long)n, y0[t * sh.rows + n], dot, tol);
+                    fail();
+                }
+            }
+        }
+        free(x);
+        free(y0);
+        free(y);
+        free(b0);
+        free(b1);
+        free(b2);
+        b2 = NULL;
+    }
+    free(deq);
+    free(blob);
+    free(w);
+}
+
+static void test_awq16_kernel(void **state)
+{
+    (void)state;
+    static const shp sh[] = { { 1, 1, 0 },      { 5, 100, 0 },     { 7, 130, 0 },
+                              { 13, 300, 0 },   { 9, 383, 128 },   { 6, 384, 128 },
+                              { 33, 1000, 128 }, { 10, 513, 256 }, { 3, 4163, 0 },
+                              { 29, 512, 128 }, { 23, 1024, 256 }, { 19, 640, 0 },
+                              { 13, 128, 128 }, { 40, 2048, 128 },
+                              /* one token past A16_ROW_COLS: 6-row tiles */
+                              { 20, 4224, 128 }, { 8, 4352, 256 } };
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) check_awq16(&sh[i]);
 }
 
 /* dsq_gemm_many: every scheme's gemms in one job (split ones as one pool
@@ -1425,6 +1547,7 @@ int main(void)
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_large),
         cmocka_unit_test(test_awq_f32_kernel),
+        cmocka_unit_test(test_awq16_kernel),
         cmocka_unit_test(test_gemm_many),
         cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_zero_rows),
