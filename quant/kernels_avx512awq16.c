@@ -50,6 +50,10 @@
  * against tiles 34-43; 2048 x 7168 rows 36-60, tiles 60; 7168 x 16384 rows
  * 31-32, tiles 49-58 (the f32 kernel: 38-41, 44-52, 48-50). */
 #define A16_ROW_COLS 4096
+/* ... and of at least this many: a row of a few blocks is one short
+ * dependent chain, which six rows side by side hide (the 5M-parameter
+ * sample's 256-column rows: 3.3k against 4.5k decode tok/s in rows). */
+#define A16_ROW_MIN 1024
 
 /* ---- prep ------------------------------------------------------------------ */
 
@@ -288,7 +292,7 @@ AI void a16_one(const dsq_qview *v, const dsq_awq16_act *a, int64_t n0, int64_t 
 {
     const int64_t rows = v->shape.rows;
     int64_t n = n0;
-    if (a->kpad <= A16_ROW_COLS) {
+    if (a->kpad >= A16_ROW_MIN && a->kpad <= A16_ROW_COLS) {
         for (; n < n1; n++) {
             a16_zeros(v, n, 1, zf);
             if (G1) a16_row_g1(v, a, n, zf, y);

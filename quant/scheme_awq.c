@@ -403,15 +403,25 @@ struct awq_dec_job {
     dsq_rowsplit split;
 };
 
+/* Rows [*n0, *n1) of pool item `item` (blocks of rb rows in dsq_rowsplit
+ * order); 0 when the item has none. */
+static int awq_item_rows(const dsq_rowsplit *sp, size_t item, int64_t rb, int64_t rows,
+                         int64_t *n0, int64_t *n1)
+{
+    const int64_t b = dsq_rowsplit_block(sp, item);
+    if (b < 0) return 0;
+    *n0 = b * rb;
+    *n1 = *n0 + rb < rows ? *n0 + rb : rows;
+    return 1;
+}
+
 static void awq_dec_task(void *ctx, size_t item, int tid)
 {
     (void)tid;
     struct awq_dec_job *j = ctx;
-    const int64_t b = dsq_rowsplit_block(&j->split, item);
-    if (b < 0) return;
-    int64_t n0 = b * j->rb, n1 = n0 + j->rb;
-    if (n1 > j->v->shape.rows) n1 = j->v->shape.rows;
-    j->k->gemv_awq(j->v, j->xp, j->T, j->kpad, n0, n1, j->y);
+    int64_t n0, n1;
+    if (awq_item_rows(&j->split, item, j->rb, j->v->shape.rows, &n0, &n1))
+        j->k->gemv_awq(j->v, j->xp, j->T, j->kpad, n0, n1, j->y);
 }
 
 /* x into the f32 kernel's order (dsq_awq_perm16), one token per item. */
@@ -502,11 +512,9 @@ static void awq16_task(void *ctx, size_t item, int tid)
 {
     (void)tid;
     struct awq16_job *j = ctx;
-    const int64_t b = dsq_rowsplit_block(&j->split, item);
-    if (b < 0) return;
-    int64_t n0 = b * j->rb, n1 = n0 + j->rb;
-    if (n1 > j->v->shape.rows) n1 = j->v->shape.rows;
-    j->k->gemv_awq16(j->v, &j->a, n0, n1, j->y);
+    int64_t n0, n1;
+    if (awq_item_rows(&j->split, item, j->rb, j->v->shape.rows, &n0, &n1))
+        j->k->gemv_awq16(j->v, &j->a, n0, n1, j->y);
 }
 
 /* x quantized once per call (a few microseconds per token), then row blocks

@@ -718,25 +718,32 @@ static void check_awq_f32(const shp *s, double worst[2])
     free(w);
 }
 
+/* awq-w4a16 kernel shapes: odd rows and column tails, groups of 64 x odd
+ * (the f32 kernel only), 128, 256 and one per row. */
+static const shp g_awq_shapes[] = {
+    { 1, 1, 0 },      { 5, 100, 0 },    { 7, 130, 0 },
+    { 13, 300, 0 },   { 9, 383, 128 },  { 6, 384, 128 },
+    { 33, 1000, 128 }, { 10, 513, 256 }, { 3, 4163, 0 },
+    { 4, 257, 64 },   { 7, 1000, 64 },  { 5, 700, 192 },
+    { 6, 200, 320 },
+    /* g128 with full blocks, g256 and one group
+     * per row with full blocks */
+    { 29, 512, 128 }, { 23, 1024, 256 }, { 19, 640, 0 },
+    /* one full block per row */
+    { 13, 128, 128 },
+    /* over DSQ_GEMM_SERIAL_MACS at T=1: the pools
+     * split it, 7 blocks of 48 rows (the last 12)
+     * in dsq_rowsplit order, some items empty */
+    { 300, 3584, 128 },
+};
+
 static void test_awq_f32_kernel(void **state)
 {
     (void)state;
-    static const shp sh[] = { { 1, 1, 0 },      { 5, 100, 0 },    { 7, 130, 0 },
-                              { 13, 300, 0 },   { 9, 383, 128 },  { 6, 384, 128 },
-                              { 33, 1000, 128 }, { 10, 513, 256 }, { 3, 4163, 0 },
-                              { 4, 257, 64 },   { 7, 1000, 64 },  { 5, 700, 192 },
-                              { 6, 200, 320 },
-                              /* g128 with full blocks, g256 and one group
-                               * per row with full blocks */
-                              { 29, 512, 128 }, { 23, 1024, 256 }, { 19, 640, 0 },
-                              /* one full block per row */
-                              { 13, 128, 128 },
-                              /* over DSQ_GEMM_SERIAL_MACS at T=1: the pools
-                               * split it, 7 blocks of 48 rows (the last 12)
-                               * in dsq_rowsplit order, some items empty */
-                              { 300, 3584, 128 } };
+    const shp *sh = g_awq_shapes;
+    const size_t nsh = sizeof g_awq_shapes / sizeof g_awq_shapes[0];
     double worst[2] = { 0.0, 0.0 };
-    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) check_awq_f32(&sh[i], worst);
+    for (size_t i = 0; i < nsh; i++) check_awq_f32(&sh[i], worst);
     /* the worst error relative to sum |w x| of the fast levels, for the
      * record (the bound above is 2 cols 2^-24, far looser than f32 sums) */
     fprintf(stderr, "awq: worst |y - ref| / sum|w x|: gemv_awq %.3g, gemv_f %.3g\n", worst[0],
@@ -843,14 +850,14 @@ static void check_awq16(const shp *s)
 static void test_awq16_kernel(void **state)
 {
     (void)state;
-    static const shp sh[] = { { 1, 1, 0 },      { 5, 100, 0 },     { 7, 130, 0 },
-                              { 13, 300, 0 },   { 9, 383, 128 },   { 6, 384, 128 },
-                              { 33, 1000, 128 }, { 10, 513, 256 }, { 3, 4163, 0 },
-                              { 29, 512, 128 }, { 23, 1024, 256 }, { 19, 640, 0 },
-                              { 13, 128, 128 }, { 40, 2048, 128 },
-                              /* one token past A16_ROW_COLS: 6-row tiles */
-                              { 20, 4224, 128 }, { 8, 4352, 256 } };
-    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) check_awq16(&sh[i]);
+    /* one token, rows of A16_ROW_MIN..A16_ROW_COLS columns streamed one
+     * by one (g128, one group per row, a ragged last block), and past
+     * A16_ROW_COLS in 6-row tiles, beside the shared shapes */
+    static const shp more[] = { { 40, 2048, 128 }, { 11, 1500, 0 }, { 7, 1100, 256 },
+                                { 20, 4224, 128 }, { 8, 4352, 256 } };
+    for (size_t i = 0; i < sizeof g_awq_shapes / sizeof g_awq_shapes[0]; i++)
+        if (g_awq_shapes[i].g % 128 == 0) check_awq16(&g_awq_shapes[i]);
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) check_awq16(&more[i]);
 }
 
 /* dsq_gemm_many: every scheme's gemms in one job (split ones as one pool
