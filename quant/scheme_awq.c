@@ -415,6 +415,19 @@ static int awq_item_rows(const dsq_rowsplit *sp, size_t item, int64_t rb, int64_
     return 1;
 }
 
+/* The two steps of a decode-kernel gemm: prep (one token per item: x into
+ * the kernel's form), then blocks of rb rows over the pool in dsq_rowsplit
+ * order (split holds the order for rows' awq_item_rows). */
+static void awq_run(dsq_pool *pool, const dsq_qview *v, int64_t T, int64_t rb, dsq_rowsplit *split,
+                    dsq_task_fn prep, dsq_task_fn rows, void *job)
+{
+    const int64_t n = v->shape.rows, cols = v->shape.cols;
+    dsq_pool_run(dsq_gemm_pool(pool, 1, cols, T * 64), (size_t)T, prep, job);
+    dsq_pool *use = dsq_gemm_pool(pool, n, cols, T);
+    const size_t items = dsq_rowsplit_init(split, (size_t)((n + rb - 1) / rb), T, dsq_pool_size(use));
+    dsq_pool_run(use, items, rows, job);
+}
+
 static void awq_dec_task(void *ctx, size_t item, int tid)
 {
     (void)tid;
@@ -450,7 +463,7 @@ static void awq_perm_task(void *ctx, size_t item, int tid)
 static int awq_gemm_f32(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
                         float *y, dsq_pool *pool, void *scratch, size_t scratch_size)
 {
-    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    const int64_t cols = v->shape.cols;
     const size_t need = awq_xp_bytes(v, T);
     _Alignas(64) float local[8192];   /* 32 KB: one token of 8192 columns (mla.c's sub-views) */
     void *own = NULL;
@@ -458,11 +471,7 @@ static int awq_gemm_f32(const dsq_kernels *k, const dsq_qview *v, const float *x
     if (!scratch) return DSQ_ERR_NOMEM;
     struct awq_dec_job j = { k, v, x, scratch, T, awq_kpad(cols),
                              T == 1 ? AWQ_DEC1_ROWS : AWQ_DEC_ROWS, y, { 0, 0, 0 } };
-    dsq_pool_run(dsq_gemm_pool(pool, 1, cols, T * 64), (size_t)T, awq_perm_task, &j);
-    dsq_pool *use = dsq_gemm_pool(pool, rows, cols, T);
-    const size_t items = dsq_rowsplit_init(&j.split, (size_t)((rows + j.rb - 1) / j.rb), T,
-                                           dsq_pool_size(use));
-    dsq_pool_run(use, items, awq_dec_task, &j);
+    awq_run(pool, v, T, j.rb, &j.split, awq_perm_task, awq_dec_task, &j);
     free(own);
     return DSQ_OK;
 }
@@ -522,18 +531,14 @@ static void awq16_task(void *ctx, size_t item, int tid)
 static int awq_gemm_i16(const dsq_kernels *k, const dsq_qview *v, const float *x, int64_t T,
                         float *y, dsq_pool *pool, void *scratch, size_t scratch_size)
 {
-    const int64_t rows = v->shape.rows, cols = v->shape.cols;
+    const int64_t cols = v->shape.cols;
     _Alignas(64) uint8_t local[24576];   /* one token of up to 8192 columns (mla.c's sub-views) */
     void *own = NULL;
     scratch = awq_scratch(scratch, scratch_size, dsq_awq16_act_bytes(T, cols), local, sizeof local, &own);
     if (!scratch) return DSQ_ERR_NOMEM;
     struct awq16_job j = { k, v, x, { 0 }, T == 1 ? AWQ_DEC1_ROWS : AWQ_DEC_ROWS, y, { 0, 0, 0 } };
     dsq_awq16_act_init(&j.a, scratch, T, cols);
-    dsq_pool_run(dsq_gemm_pool(pool, 1, cols, T * 64), (size_t)T, awq16_prep_task, &j);
-    dsq_pool *use = dsq_gemm_pool(pool, rows, cols, T);
-    const size_t items = dsq_rowsplit_init(&j.split, (size_t)((rows + j.rb - 1) / j.rb), T,
-                                           dsq_pool_size(use));
-    dsq_pool_run(use, items, awq16_task, &j);
+    awq_run(pool, v, T, j.rb, &j.split, awq16_prep_task, awq16_task, &j);
     free(own);
     return DSQ_OK;
 }

@@ -628,19 +628,33 @@ static void test_gemm_large(void **state)
  * pools of 1..3 threads giving the same bits. Each weight is the
  * reference's deq, so the bound is the float dot's alone (no split term),
  * except the one-bf16-term kernel where the dispatch picks it. */
-static void check_awq_f32(const shp *s, double worst[2])
+/* An awq-w4a16 view of a random matrix of shape s (row 0 all zeros when
+ * zero_row), with its blob, weights and dequantized copy (freed by the
+ * caller). */
+static void awq_fixture(const shp *s, int zero_row, dsq_qview *v, uint8_t **blob, float **w,
+                        float **deq)
 {
     const dsq_scheme *sc = dsq_scheme_by_id(DSQ_SCHEME_AWQ_W4A16);
     dsq_qshape sh = { s->rows, s->cols, s->g };
-    float *w = rand_matrix(sh.rows, sh.cols, 0.05f);
+    *w = rand_matrix(sh.rows, sh.cols, 0.05f);
+    if (zero_row)
+        for (int64_t k = 0; k < sh.cols; k++) (*w)[k] = 0.0f;
     dsq_qparams p;
     dsq_qparams_init(&p);
     size_t nb;
-    uint8_t *blob = make_blob(sc, &sh, w, &p, &nb, 0);
+    *blob = make_blob(sc, &sh, *w, &p, &nb, 0);
+    assert_int_equal(dsq_qview_init(v, sc, &sh, *blob, nb, NULL), 0);
+    *deq = malloc((size_t)(sh.rows * sh.cols) * sizeof **deq);
+    sc->dequantize(v, 0, sh.rows, *deq);
+}
+
+static void check_awq_f32(const shp *s, double worst[2])
+{
+    const dsq_qshape sh = { s->rows, s->cols, s->g };
     dsq_qview v;
-    assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, nb, NULL), 0);
-    float *deq = malloc((size_t)(sh.rows * sh.cols) * sizeof *deq);
-    sc->dequantize(&v, 0, sh.rows, deq);
+    uint8_t *blob;
+    float *w, *deq;
+    awq_fixture(s, 0, &v, &blob, &w, &deq);
     const dsq_kernels *lv[8];
     const int nl = dsq_kernels_list(lv, 8);
     dsq_pool *pools[3] = { NULL, dsq_pool_create(2), dsq_pool_create(3) };
@@ -760,18 +774,11 @@ static void test_awq_f32_kernel(void **state)
  * (sum_k |deq_k| xs_b / 2) plus the float dot bound of the exact dot. */
 static void check_awq16(const shp *s)
 {
-    const dsq_scheme *sc = dsq_scheme_by_id(DSQ_SCHEME_AWQ_W4A16);
-    dsq_qshape sh = { s->rows, s->cols, s->g };
-    float *w = rand_matrix(sh.rows, sh.cols, 0.05f);
-    for (int64_t k = 0; k < sh.cols; k++) w[k] = 0.0f;   /* row 0: all codes at the zero point */
-    dsq_qparams p;
-    dsq_qparams_init(&p);
-    size_t nb;
-    uint8_t *blob = make_blob(sc, &sh, w, &p, &nb, 0);
+    const dsq_qshape sh = { s->rows, s->cols, s->g };
     dsq_qview v;
-    assert_int_equal(dsq_qview_init(&v, sc, &sh, blob, nb, NULL), 0);
-    float *deq = malloc((size_t)(sh.rows * sh.cols) * sizeof *deq);
-    sc->dequantize(&v, 0, sh.rows, deq);
+    uint8_t *blob;
+    float *w, *deq;
+    awq_fixture(s, 1, &v, &blob, &w, &deq);   /* row 0: all codes at the zero point */
     const dsq_kernels *lv[8];
     const int nl = dsq_kernels_list(lv, 8);
     for (int64_t T = 1; T <= 6; T++) {
