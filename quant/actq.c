@@ -57,11 +57,8 @@ void dsq_actq_group_sums(const int8_t *q, int64_t T, int64_t ldq, int64_t gsize,
 
 void dsq_actq16_block(const float *x, int64_t n, int16_t q[128], float *xs)
 {
-    uint32_t mb = 0;
-    for (int64_t k = 0; k < n; k++) {
-        uint32_t b = dsq_f32_bits(x[k]) & 0x7fffffffu;
-        if (b > mb) mb = b;
-    }
+    /* every level's absmax_bits gives the same bits */
+    const uint32_t mb = dsq_kernels_get()->absmax_bits(x, n);
     if (mb >= 0x7f800000u) {   /* Inf or NaN in the block */
         *xs = NAN;
         memset(q, 0, 128 * sizeof *q);

@@ -66,7 +66,7 @@ void dsq_avx512awq16_prep(const float *x, int64_t cols, int64_t t, const dsq_awq
     const __m512i ones = _mm512_set1_epi16(1);
     const __m512 lo = _mm512_set1_ps((float)-DSQ_AWQ16_QMAX), hi = _mm512_set1_ps((float)DSQ_AWQ16_QMAX);
     for (int64_t b = 0; b < a->nb; b++) {
-        const int64_t c0 = 128 * b, n = cols - c0 < 128 ? (cols > c0 ? cols - c0 : 0) : 128;
+        const int64_t c0 = 128 * b, n = cols - c0 < 128 ? cols - c0 : 128;   /* >= 1: nb from cols */
         __m512 xv[8];
         __m512i m = _mm512_setzero_si512();
         for (int i = 0; i < 8; i++) {
@@ -77,8 +77,8 @@ void dsq_avx512awq16_prep(const float *x, int64_t cols, int64_t t, const dsq_awq
         }
         const uint32_t mb = (uint32_t)_mm512_reduce_max_epu32(m);
         int16_t *qb = q + c0;
-        if (n == 0 || mb >= 0x7f800000u) {
-            xs[b] = n == 0 ? DSQ_QSCALE_MIN : NAN;
+        if (mb >= 0x7f800000u) {   /* Inf or NaN in the block */
+            xs[b] = NAN;
             memset(qb, 0, 128 * sizeof *qb);
             memset(sf + 16 * b, 0, 16 * sizeof *sf);
             continue;

@@ -288,13 +288,9 @@ void dsq_awq16_prep_scalar(const float *x, int64_t cols, int64_t t, const dsq_aw
     int16_t *q = a->q + t * a->kpad;
     float *xs = a->xs + t * a->nb, *sf = a->sf + t * a->nb * 16;
     for (int64_t b = 0; b < a->nb; b++) {
-        const int64_t c0 = 128 * b, n = cols - c0 < 128 ? cols - c0 : 128;
+        const int64_t c0 = 128 * b, n = cols - c0 < 128 ? cols - c0 : 128;   /* >= 1: nb from cols */
         int16_t *qb = q + c0;
-        if (n > 0) dsq_actq16_block(x + c0, n, qb, &xs[b]);
-        else {
-            memset(qb, 0, 128 * sizeof *qb);
-            xs[b] = DSQ_QSCALE_MIN;
-        }
+        dsq_actq16_block(x + c0, n, qb, &xs[b]);
         for (int l = 0; l < 16; l++) {
             int32_t acc = 0;
             for (int j = 0; j < 8; j++) acc += qb[DSQ_AWQ16_LANE_COL(l, j)];

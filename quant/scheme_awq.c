@@ -1,6 +1,7 @@
 /* scheme_awq.c - awq-w4a16 row: AutoAWQ asymmetric int4 with unsigned zero
  * points per (row, group); activations in int16 per 128-column block
- * (scheme.h, "awq-w4a16 activations"; the gemm reads the codes in place). Math follows AutoAWQ pseudo_quantize_tensor(zero_point=True):
+ * (scheme.h, "awq-w4a16 activations"). Math follows AutoAWQ
+ * pseudo_quantize_tensor(zero_point=True):
  *   scale = max(max - min, 1e-5) / 15
  *   zero  = clamp(-rint(min / scale), 0, 15)
  *   q     = clamp(rint(w / scale) + zero, 0, 15),   deq = (q - zero) * scale
@@ -478,25 +479,32 @@ static int awq_gemm_f32(const dsq_kernels *k, const dsq_qview *v, const float *x
 
 /* ---- int16 activations ------------------------------------------------- */
 
-size_t dsq_awq16_act_bytes(int64_t T, int64_t cols)
+/* dsq_awq16_act's arrays in one buffer: q, xs, sf at off[0..2]; the total */
+static size_t awq16_layout(int64_t T, int64_t cols, size_t off[3])
 {
     const size_t nb = (size_t)((cols + 127) / 128), t = (size_t)(T < 1 ? 1 : T);
-    return dsq_align_up(t * nb * 128 * sizeof(int16_t), 64) +
-           dsq_align_up(t * nb * sizeof(float), 64) + t * nb * 16 * sizeof(float);
+    off[0] = 0;
+    off[1] = dsq_align_up(t * nb * 128 * sizeof(int16_t), 64);
+    off[2] = off[1] + dsq_align_up(t * nb * sizeof(float), 64);
+    return off[2] + t * nb * 16 * sizeof(float);
+}
+
+size_t dsq_awq16_act_bytes(int64_t T, int64_t cols)
+{
+    size_t off[3];
+    return awq16_layout(T, cols, off);
 }
 
 void dsq_awq16_act_init(dsq_awq16_act *a, void *buf, int64_t T, int64_t cols)
 {
-    const int64_t nb = (cols + 127) / 128;
-    uint8_t *p = buf;
+    size_t off[3];
+    awq16_layout(T, cols, off);
     a->T = T;
-    a->nb = nb;
-    a->kpad = 128 * nb;
-    a->q = (int16_t *)p;
-    p += dsq_align_up((size_t)(T * nb * 128) * sizeof(int16_t), 64);
-    a->xs = (float *)p;
-    p += dsq_align_up((size_t)(T * nb) * sizeof(float), 64);
-    a->sf = (float *)p;
+    a->nb = (cols + 127) / 128;
+    a->kpad = 128 * a->nb;
+    a->q = (int16_t *)((uint8_t *)buf + off[0]);
+    a->xs = (float *)((uint8_t *)buf + off[1]);
+    a->sf = (float *)((uint8_t *)buf + off[2]);
 }
 
 struct awq16_job {
