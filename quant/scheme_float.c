@@ -30,7 +30,7 @@
 #include <string.h>
 
 #define FLT_GEMV_MAX_T 4
-#define FLT_ROW_BLOCK  32     /* rows per pool task in gemv */
+#define FLT_ROW_BLOCK  48     /* rows per pool task in gemv: 4 of gemv_f's 12-row tiles */
 #define FLT_RB         128    /* output rows per pool task (sgemm path) */
 #define FLT_KB         512    /* dequantized tile columns (multiple of 128); 256 KB tiles */
 #define FLT_BF16_RB    64     /* output rows per pool task (bf16 decode), the unit of a prefill task */
@@ -38,16 +38,16 @@
 #define FLT_BF16_BIG_T 8      /* from this many tokens on, prefill-sized tasks */
 #define FLT_BF16_TASKS 8      /* fewest prefill tasks per thread (while rows allow) */
 /* bf16 decode (T = 1) of rows this long or longer goes to gemv_f (weights
- * widened to f32, 4-row tiles, exact products) instead of the bf16
- * dot-product kernel (4-row tiles in 2048-column chunks, three activation
- * terms). On the e16 layer at one thread (bench_engine -P, the two builds
- * interleaved, 2026-11-26) gemv_f streamed o_proj (16384 columns), the
- * experts' gate / up and lm_head (7168) at 18.5-20.8 GB/s against
- * 12.8-14.7 (10 in other runs). On short rows neither is ahead in every
- * run (q_b_proj, 1536 columns, and the experts' down, 2048: 13-14 GB/s
- * each way, the dot-product kernel 20-21 in some runs), so they keep the
- * dot-product kernel. */
-#define FLT_BF16_GEMV_COLS 4096
+ * widened to f32, exact products; 12-row tiles on AVX-512) instead of the
+ * bf16 dot-product kernel (4-row tiles in 2048-column chunks, three
+ * activation terms). On the e16 layer at one thread (bench_engine -P,
+ * 2026-11-26, session 12), with gemv_f's 12-row tiles: q_b_proj (1536
+ * columns) 12.7 -> 17.2-18.7 GB/s and the experts' down (2048) 13.0-14.1
+ * -> 18.1-20.1 against the dot-product kernel; the long rows (o_proj,
+ * gate / up, lm_head) went from 16.7-18.0 to 22-26 with the tiles. Rows
+ * under 1024 columns (kv_b_proj's 512, which decode reads through the
+ * absorbed products) were not measured and keep the dot-product kernel. */
+#define FLT_BF16_GEMV_COLS 1024
 
 /* ---- passthrough rows ---------------------------------------------------- */
 
