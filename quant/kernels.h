@@ -152,6 +152,13 @@ typedef struct dsq_kernels {
      * lanes and order as qstats; dsq_qtrial_scalar is THE order. */
     void (*qtrial)(const float *x, const float *c, int64_t n, float inv, float lo, float hi,
                    double out[3]);
+    /* m (1..DSQ_QTRIALS_MAX) trial passes in one sweep of x and c: out[i]
+     * has the bits of qtrial(x, c, n, inv[i], lo[i], hi[i], out[i]). The
+     * grid's trials are independent, so one sweep loads each x_j and c_j
+     * once for all of them and runs m accumulator chains side by side (one
+     * qtrial waits on its FMA chain). dsq_qtrials_scalar: m qtrial calls. */
+    void (*qtrials)(const float *x, const float *c, int64_t n, int m, const float *inv, const float *lo,
+                    const float *hi, double (*out)[3]);
 
     /* sum of n int8 values (int32; n < 2^24). */
     int32_t (*sum_i8)(const int8_t *q, int64_t n);
@@ -329,12 +336,18 @@ static inline int64_t dsq_rowsplit_block(const dsq_rowsplit *s, size_t item)
 
 /* The reference split_bf16 (levels without a faster one use it). */
 void dsq_split_bf16_scalar(const float *x, int64_t n, uint16_t *hi, uint16_t *lo);
+/* The most trials one qtrials sweep takes (its accumulators stay in
+ * registers: 3 per trial). */
+#define DSQ_QTRIALS_MAX 4
+
 /* The reference qstats and qtrial (contracts in dsq_kernels), shared by
  * levels without a vector version. */
 void dsq_qstats_scalar(const float *x, const float *c, int64_t n, float scale, float lo, float hi,
                        double out[4]);
 void dsq_qtrial_scalar(const float *x, const float *c, int64_t n, float inv, float lo, float hi,
                        double out[3]);
+void dsq_qtrials_scalar(const float *x, const float *c, int64_t n, int m, const float *inv, const float *lo,
+                        const float *hi, double (*out)[3]);
 
 /* Codes row stride of activation buffers for a view. */
 int64_t dsq_act_kpad(int64_t cols);

@@ -1100,6 +1100,7 @@ const dsq_kernels dsq_kernels_avx2_impl = {
     .quant_i8 = avx2_quant_i8,
     .qstats = dsq_qstats_scalar,   /* no vector versions yet */
     .qtrial = dsq_qtrial_scalar,
+    .qtrials = dsq_qtrials_scalar,
     .sum_i8 = avx2_sum_i8,
     .f32_to_bf16 = avx2_f32_to_bf16,
     .split_bf16 = dsq_split_bf16_scalar,

@@ -178,6 +178,45 @@ static void z_qtrial(const float *x, const float *c, int64_t n, float inv, float
     qpass(x, c, n, inv, lo, hi, 0, out);
 }
 
+/* qtrials: M trials (a constant after inlining) per sweep, each with
+ * qpass_step's operations and lanes for its own inverse scale and clamp,
+ * so each trial's sums have z_qtrial's bits. */
+AI void qtrials_pass(const float *x, const float *c, int64_t n, const int M, const float *inv, const float *lo,
+                     const float *hi, double (*out)[3])
+{
+    __m512 vsi[DSQ_QTRIALS_MAX], vlo[DSQ_QTRIALS_MAX], vhi[DSQ_QTRIALS_MAX], acc[DSQ_QTRIALS_MAX][3];
+    __m512d e[2];   /* qpass_step's error sums: unused without ERR */
+#pragma GCC unroll 4
+    for (int i = 0; i < M; i++) {
+        vsi[i] = _mm512_set1_ps(inv[i]);
+        vlo[i] = _mm512_set1_ps(lo[i]);
+        vhi[i] = _mm512_set1_ps(hi[i]);
+        acc[i][0] = acc[i][1] = acc[i][2] = _mm512_setzero_ps();
+    }
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+#pragma GCC unroll 4
+        for (int i = 0; i < M; i++) qpass_step(x + j, c + j, 0xffff, 0, 0, vsi[i], vlo[i], vhi[i], acc[i], e);
+    if (j < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - j)) - 1u);
+#pragma GCC unroll 4
+        for (int i = 0; i < M; i++) qpass_step(x + j, c + j, m, 1, 0, vsi[i], vlo[i], vhi[i], acc[i], e);
+    }
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < 3; k++) out[i][k] = z_tree_ps(acc[i][k]);
+}
+
+static void z_qtrials(const float *x, const float *c, int64_t n, int m, const float *inv, const float *lo,
+                      const float *hi, double (*out)[3])
+{
+    switch (m) {
+    case 1: qtrials_pass(x, c, n, 1, inv, lo, hi, out); break;
+    case 2: qtrials_pass(x, c, n, 2, inv, lo, hi, out); break;
+    case 3: qtrials_pass(x, c, n, 3, inv, lo, hi, out); break;
+    default: qtrials_pass(x, c, n, 4, inv, lo, hi, out); break;
+    }
+}
+
 static int32_t z_sum_i8(const int8_t *q, int64_t n)
 {
     __m512i acc = _mm512_setzero_si512();
@@ -1219,7 +1258,7 @@ static void z_gemm_bf16(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int6
     {                                                                               \
         .name = NAME, .bf16_split = SPLIT, .absmax_bits = z_absmax_bits,            \
         .minmax = z_minmax, .quant_i8 = z_quant_i8, .sum_i8 = z_sum_i8,             \
-        .qstats = z_qstats, .qtrial = z_qtrial,                                     \
+        .qstats = z_qstats, .qtrial = z_qtrial, .qtrials = z_qtrials,               \
         .f32_to_bf16 = z_f32_to_bf16, .split_bf16 = z_split_bf16,                   \
         .gemm_bf16 = GEMM_BF16, .gemm_awq = GEMM_AWQ, .gemm_w8 = z_gemm_w8,         \
         .gemm_w4 = z_gemm_w4, .gemv_awq = dsq_avx512awq_gemv,                       \

@@ -365,6 +365,7 @@ const dsq_kernels dsq_kernels_neon_impl = {
     .quant_i8 = n_quant_i8,
     .qstats = dsq_qstats_scalar,   /* no vector versions yet */
     .qtrial = dsq_qtrial_scalar,
+    .qtrials = dsq_qtrials_scalar,
     .sum_i8 = n_sum_i8,
     .f32_to_bf16 = n_f32_to_bf16,
     .split_bf16 = dsq_split_bf16_scalar,

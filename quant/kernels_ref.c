@@ -173,6 +173,12 @@ QPASS_CLONES void dsq_qtrial_scalar(const float *x, const float *c, int64_t n, f
 }
 #undef QPASS_LANE
 
+void dsq_qtrials_scalar(const float *x, const float *c, int64_t n, int m, const float *inv, const float *lo,
+                        const float *hi, double (*out)[3])
+{
+    for (int i = 0; i < m; i++) dsq_qtrial_scalar(x, c, n, inv[i], lo[i], hi[i], out[i]);
+}
+
 static int32_t ref_sum_i8(const int8_t *q, int64_t n)
 {
     int32_t s = 0;
@@ -368,6 +374,7 @@ const dsq_kernels dsq_kernels_ref_impl = {
     .quant_i8 = ref_quant_i8,
     .qstats = dsq_qstats_scalar,
     .qtrial = dsq_qtrial_scalar,
+    .qtrials = dsq_qtrials_scalar,
     .sum_i8 = ref_sum_i8,
     .f32_to_bf16 = ref_f32_to_bf16,
     .split_bf16 = dsq_split_bf16_scalar,

@@ -35,7 +35,12 @@
  * rounds from the best one are trial passes too (their estimated errors
  * decide when to stop). The kept scale and the start are scored exactly
  * (k->qstats: the quantizer's division and rounding, the error in double),
- * and the start wins ties: two exact passes per group. */
+ * and the start wins ties: two exact passes per group. The grid's trials
+ * are independent and go DSQ_QTRIALS_MAX to a sweep (k->qtrials, the same
+ * bits as one qtrial each): awq's 128-column groups paid the per-call setup
+ * and reductions 21 times (awq-w4a16 --search on the e16 layer, -T 1:
+ * 16.1-16.7 -> 13.1-14.3 CPU-s, 2026-11-26, the same output bytes); w4a8's
+ * 7168-column rows are compute-bound per trial and gain nothing. */
 #include "kernels.h"
 #include "dsq_mem.h"
 
@@ -128,6 +133,17 @@ static float f16_exact(float s)
 /* k->qstats and k->qtrial (kernels.h) have this type */
 typedef void (*qpass_fn)(const float *, const float *, int64_t, float, float, float, double *);
 
+/* Trial passes for m inverse scales (clamps lo[i]..hi[i]), DSQ_QTRIALS_MAX
+ * to a sweep of k->qtrials: g[i] has the bits one k->qtrial call gives. */
+static void trials(const dsq_kernels *k, const float *x, const float *c, int64_t n, int m, const float *inv,
+                   const float *lo, const float *hi, double (*g)[3])
+{
+    for (int i = 0; i < m; i += DSQ_QTRIALS_MAX) {
+        const int b = m - i < DSQ_QTRIALS_MAX ? m - i : DSQ_QTRIALS_MAX;
+        k->qtrials(x, c, n, b, inv + i, lo + i, hi + i, g + i);
+    }
+}
+
 /* ---- asymmetric (awq-w4a16) -------------------------------------------- */
 
 /* Fit (scale, zero) to codes l = r + z0 (r, the pass's values for zero z0,
@@ -135,7 +151,7 @@ typedef void (*qpass_fn)(const float *, const float *, int64_t, float, float, fl
  * rint(-m / scale) in 0..15, then the f16-exact scale refit for that zero.
  * *bound: the weighted error of (scale, zero) with these codes. 0: no fit
  * (degenerate codes or a non-positive scale). */
-static int awq_fit(double sw, double sx, double sxx, const double st[4], int z0, float *s, int *z,
+static int awq_fit(double sw, double sx, double sxx, const double st[3], int z0, float *s, int *z,
                    double *bound)
 {
     const double sl = st[0] + z0 * sw, sl2 = st[1] + 2.0 * z0 * st[0] + (double)z0 * z0 * sw,
@@ -177,15 +193,23 @@ double dsq_qsearch_awq(const dsq_kernels *k, const float *x, int64_t n, const fl
     float fs = 0.0f;
     int fz = 0;
     double fb = INFINITY;
+    float inv[QS_NSTEP + 1], lo[QS_NSTEP + 1], hi[QS_NSTEP + 1];
+    int zs[QS_NSTEP + 1];
+    double gs[QS_NSTEP + 1][3];
     for (int i = 0; i <= QS_NSTEP; i++) {
         float sg = range / (15.0f + QS_RMIN + QS_RDELTA * (float)i), z0 = -rintf(mn / sg);
-        int zi = (int)(z0 > 15.0f ? 15.0f : z0);
-        double g[4];
-        qt(x, c, n, 1.0f / sg, (float)-zi, (float)(15 - zi), g);
+        zs[i] = (int)(z0 > 15.0f ? 15.0f : z0);
+        inv[i] = 1.0f / sg;
+        lo[i] = (float)-zs[i];
+        hi[i] = (float)(15 - zs[i]);
+    }
+    trials(k, x, c, n, QS_NSTEP + 1, inv, lo, hi, gs);
+    for (int i = 0; i <= QS_NSTEP; i++) {
+        const int zi = zs[i];
         float s;
         int z;
         double b;
-        if (awq_fit(sw, sx, sxx, g, zi, &s, &z, &b) && b < fb) {
+        if (awq_fit(sw, sx, sxx, gs[i], zi, &s, &z, &b) && b < fb) {
             fb = b;
             fs = s;
             fz = z;
@@ -245,17 +269,32 @@ static float sym_fit(const double st[4], double *bound)
     return s;
 }
 
-/* The refit bound of the trial codes of inverse-scale steps t / 10 over
- * amax (INFINITY when no fit); *s its refit scale. */
-static double sym_trial(qpass_fn qt, const float *x, int64_t n, const float *c, float amax, int t, float lo,
-                        float hi, float *s)
+/* The refit bounds b[i] (INFINITY when no fit) and refit scales s[i] of
+ * the trial codes of inverse-scale steps ts[i] / 10 over amax, i < m
+ * (at most QS_TRIALS). */
+#define QS_TRIALS 8
+_Static_assert(2 * (QS_COARSE - 1) <= QS_TRIALS, "the fine grid fits one sym_trials call");
+static void sym_trials(const dsq_kernels *k, const float *x, int64_t n, const float *c, float amax, const int *ts,
+                       int m, float lo, float hi, float *s, double *b)
 {
-    const float st = amax / (0.1f * (float)t);
-    if (!(st >= DSQ_QSCALE_MIN) || !isfinite(st)) return INFINITY;
-    double g[4], b;
-    qt(x, c, n, 1.0f / st, lo, hi, g);
-    *s = sym_fit(g, &b);
-    return *s != 0.0f ? b : INFINITY;
+    float inv[QS_TRIALS], l[QS_TRIALS], h[QS_TRIALS];
+    int at[QS_TRIALS], v = 0;
+    double g[QS_TRIALS][3];
+    for (int i = 0; i < m; i++) {
+        const float st = amax / (0.1f * (float)ts[i]);
+        b[i] = INFINITY;
+        s[i] = 0.0f;
+        if (!(st >= DSQ_QSCALE_MIN) || !isfinite(st)) continue;
+        inv[v] = 1.0f / st;
+        l[v] = lo;
+        h[v] = hi;
+        at[v++] = i;
+    }
+    trials(k, x, c, n, v, inv, l, h, g);
+    for (int i = 0; i < v; i++) {
+        s[at[i]] = sym_fit(g[i], &b[at[i]]);
+        if (s[at[i]] == 0.0f) b[at[i]] = INFINITY;
+    }
 }
 
 double dsq_qsearch_sym(const dsq_kernels *k, const float *x, int64_t n, const float *c, int qlo, int qmax,
@@ -276,25 +315,28 @@ double dsq_qsearch_sym(const dsq_kernels *k, const float *x, int64_t n, const fl
     const int cs = QS_COARSE;
     float fs = 0.0f;
     double fb = INFINITY;
-    int bt = t0;
-    for (int t = t0; t <= t1; t += cs) {
-        float s;
-        double b = sym_trial(qt, x, n, c, amax, t, lo, hi, &s);
-        if (b < fb) {
-            fb = b;
-            fs = s;
-            bt = t;
-        }
+    int bt = t0, ts[QS_TRIALS], m;
+    float tsc[QS_TRIALS];
+    double tb[QS_TRIALS];
+    for (int t = t0; t <= t1;) {   /* the coarse grid, QS_TRIALS at a time */
+        for (m = 0; t <= t1 && m < QS_TRIALS; t += cs) ts[m++] = t;
+        sym_trials(k, x, n, c, amax, ts, m, lo, hi, tsc, tb);
+        for (int i = 0; i < m; i++)
+            if (tb[i] < fb) {
+                fb = tb[i];
+                fs = tsc[i];
+                bt = ts[i];
+            }
     }
-    for (int t = bt - cs + 1; t < bt + cs; t++) {
-        if (t == bt || t < t0 || t > t1) continue;
-        float s;
-        double b = sym_trial(qt, x, n, c, amax, t, lo, hi, &s);
-        if (b < fb) {
-            fb = b;
-            fs = s;
+    m = 0;   /* the tenths around it: 2 (QS_COARSE - 1) <= QS_TRIALS */
+    for (int t = bt - cs + 1; t < bt + cs; t++)
+        if (t != bt && t >= t0 && t <= t1) ts[m++] = t;
+    sym_trials(k, x, n, c, amax, ts, m, lo, hi, tsc, tb);
+    for (int i = 0; i < m; i++)
+        if (tb[i] < fb) {
+            fb = tb[i];
+            fs = tsc[i];
         }
-    }
     /* alternate from the best refit: the trial codes of the scale, their
      * refit, while the estimated error (- 2 s sum c x q + s^2 sum c q^2 of
      * the trial sums, plus the constant sum c x^2) falls; then the one

@@ -164,11 +164,17 @@ static void test_qstats_levels(void **state)
             for (int64_t j = 0; j < n; j++) amax = fmaxf(amax, fabsf(x[j]));
             /* scales from coarse (codes mostly in range) to fine (clamped) */
             const float scales[] = { amax / 7.0f, amax / 8.9f, amax / 3.0f, amax / 40.0f };
+            float inv4[4], lo4[4], hi4[4];
+            double r34[4][3];
             for (size_t si = 0; si < 4; si++) {
                 const float s = scales[si], lo = si & 1 ? -8.0f : -3.0f, hi = si & 1 ? 7.0f : 12.0f;
                 double r4[4], r3[3], e[4] = { 0 };
                 dsq_qstats_scalar(x, c, n, s, lo, hi, r4);
                 dsq_qtrial_scalar(x, c, n, 1.0f / s, lo, hi, r3);
+                inv4[si] = 1.0f / s;
+                lo4[si] = lo;
+                hi4[si] = hi;
+                memcpy(r34[si], r3, sizeof r3);
                 for (int64_t j = 0; j < n; j++) {
                     float r = fminf(fmaxf(rintf(x[j] / s), lo), hi);
                     const float d = x[j] - r * s;   /* the dequantizer's value, in f32 */
@@ -189,6 +195,16 @@ static void test_qstats_levels(void **state)
                     assert_memory_equal(o3, r3, sizeof r3);
                 }
             }
+            /* qtrials: m trials in one sweep, each with qtrial's bits, for
+             * every m and every start in the list (clamps differ per trial) */
+            for (int i = 0; i < nl; i++)
+                for (int m = 1; m <= DSQ_QTRIALS_MAX; m++)
+                    for (int f = 0; f + m <= 4; f++) {
+                        double o[DSQ_QTRIALS_MAX][3];
+                        memset(o, 0xff, sizeof o);
+                        lv[i]->qtrials(x, c, n, m, inv4 + f, lo4 + f, hi4 + f, o);
+                        assert_memory_equal(o, r34[f], (size_t)m * sizeof o[0]);
+                    }
             /* the chosen parameters, level by level */
             float s0 = amax / 7.0f, sr = s0;
             dsq_qsearch_sym(dsq_kernels_ref(), x, n, c, -8, 7, amax, &sr);
