@@ -1004,12 +1004,13 @@ AI void gemv_tile(const dsq_qview *v, int64_t n, const int R, const float *x, co
 /* One token against 12 float rows (f32 or bf16 widened), one accumulator
  * per row. Decode reads the matrix once, so its speed is how many lines
  * the core has in flight: a 12-row tile keeps 12 row streams open where
- * the 4-row tile kept 4. On one thread, 2026-11-26 (a standalone loop over
- * 117-470 MB of bf16 on 2 MiB pages, the same steps): 7168 columns 18.6 ->
- * 25.8 GB/s, 1536 columns 13.5 -> 21.3, 16384 columns 21.4 -> 26.4, against
- * 31-34 for a plain read of the same memory; 6, 8, 10, 14 or 16 rows, two
- * accumulators per row, 64-column steps or software prefetch were no
- * better. */
+ * the 4-row tile kept 4. `build/bench/bench_quant R C 1 9 1` (one thread,
+ * cache evicted), bf16, the 4-row build against this one, 2026-11-26:
+ * 8192 x 7168 7.6-7.8 -> 4.8-5.2 ms per call; 24576 x 1536 (through the
+ * dot-product kernel before, scheme_float.c) 5.8-6.3 -> 4.0-4.1. In a
+ * standalone loop 6, 8, 10, 14 and 16 rows, two accumulators per row,
+ * 64-column steps and software prefetch (every variant slower with it on
+ * this VM) were no better than 12 rows with one accumulator. */
 #define GEMV_R12 12
 AI void gemv_rows12(const dsq_qview *v, int64_t n, const float *x, const int KIND, float *y)
 {

@@ -40,13 +40,13 @@
 /* bf16 decode (T = 1) of rows this long or longer goes to gemv_f (weights
  * widened to f32, exact products; 12-row tiles on AVX-512) instead of the
  * bf16 dot-product kernel (4-row tiles in 2048-column chunks, three
- * activation terms). On the e16 layer at one thread (bench_engine -P,
- * 2026-11-26, session 12), with gemv_f's 12-row tiles: q_b_proj (1536
- * columns) 12.7 -> 17.2-18.7 GB/s and the experts' down (2048) 13.0-14.1
- * -> 18.1-20.1 against the dot-product kernel; the long rows (o_proj,
- * gate / up, lm_head) went from 16.7-18.0 to 22-26 with the tiles. Rows
- * under 1024 columns (kv_b_proj's 512, which decode reads through the
- * absorbed products) were not measured and keep the dot-product kernel. */
+ * activation terms). With gemv_f's 12-row tiles (2026-11-26, session 12),
+ * `bench_quant R C 1 9 1`, one thread, before -> after: 24576 x 1536
+ * 5.8-6.3 -> 4.0-4.1 ms, 7168 x 2048 1.8-2.1 -> 1.6-1.7; bench_engine -P
+ * on the e16 BF16 layer: q_b_proj 12.7 -> 17-19 GB/s, the experts' down
+ * 13-14 -> 18-20. Rows under 1024 columns (kv_b_proj's 512, which decode
+ * reads through the absorbed products) keep the dot-product kernel: not
+ * measured. */
 #define FLT_BF16_GEMV_COLS 1024
 
 /* ---- passthrough rows ---------------------------------------------------- */
