@@ -1010,7 +1010,10 @@ AI void gemv_tile(const dsq_qview *v, int64_t n, const int R, const float *x, co
  * dot-product kernel before, scheme_float.c) 5.8-6.3 -> 4.0-4.1. In a
  * standalone loop 6, 8, 10, 14 and 16 rows, two accumulators per row,
  * 64-column steps and software prefetch (every variant slower with it on
- * this VM) were no better than 12 rows with one accumulator. */
+ * this VM) were no better than 12 rows with one accumulator. int8 rows
+ * (gemv_i: MLA's absorbed W_UV product on w8a8 kv_b) take the tile too:
+ * bench_engine -P, e16 w8a8-dynamic, one thread, interleaved: 16.1-16.7 ->
+ * 14.8-16.1 ms per 16 tokens. */
 #define GEMV_R12 12
 AI void gemv_rows12(const dsq_qview *v, int64_t n, const float *x, const int KIND, float *y)
 {
@@ -1033,6 +1036,7 @@ AI void gemv_rows12(const dsq_qview *v, int64_t n, const float *x, const int KIN
     }
     for (int r = 0; r < GEMV_R12; r++) {
         float s = _mm512_reduce_add_ps(acc[r]);
+        if (KIND == K_I8) s *= v->scales[n + r];   /* as gemv_tile */
         for (int64_t j = k; j < cols; j++) s += deq_scalar(v, rp[r], n + r, j) * x[j];
         y[n + r] = s;
     }
@@ -1048,7 +1052,7 @@ AI void gemv_rows12(const dsq_qview *v, int64_t n, const float *x, const int KIN
         }                                                                           \
         if (t < T) {                                                                \
             int64_t n = n0;                                                         \
-            if (KIND == K_F32 || KIND == K_BF16)                                    \
+            if (KIND == K_F32 || KIND == K_BF16 || KIND == K_I8)                    \
                 for (; n + GEMV_R12 <= n1; n += GEMV_R12)                           \
                     gemv_rows12(v, n, x + t * cols, KIND, y + t * rows);            \
             for (; n + 4 <= n1; n += 4) gemv_tile(v, n, 4, x + t * cols, 1, KIND, y + t * rows); \
