@@ -1015,14 +1015,14 @@ AI void gemv_tile(const dsq_qview *v, int64_t n, const int R, const float *x, co
  * bench_engine -P, e16 w8a8-dynamic, one thread, interleaved: 16.1-16.7 ->
  * 14.8-16.1 ms per 16 tokens. */
 #define GEMV_R12 12
-AI void gemv_rows12(const dsq_qview *v, int64_t n, const float *x, const int KIND, float *y)
+AI void gemv_rows12(const dsq_qview *v, int64_t n, int64_t stride, const float *x, const int KIND, float *y)
 {
     const int64_t cols = v->shape.cols;
     const uint8_t *rp[GEMV_R12];
     __m512 acc[GEMV_R12];
 #pragma GCC unroll 12
     for (int r = 0; r < GEMV_R12; r++) {
-        rp[r] = v->w + (size_t)(n + r) * v->layout.row_bytes;
+        rp[r] = v->w + (size_t)(n + r * stride) * v->layout.row_bytes;
         acc[r] = _mm512_setzero_ps();
     }
     int64_t k = 0;
@@ -1035,11 +1035,30 @@ AI void gemv_rows12(const dsq_qview *v, int64_t n, const float *x, const int KIN
         }
     }
     for (int r = 0; r < GEMV_R12; r++) {
+        const int64_t nr = n + r * stride;
         float s = _mm512_reduce_add_ps(acc[r]);
-        if (KIND == K_I8) s *= v->scales[n + r];   /* as gemv_tile */
-        for (int64_t j = k; j < cols; j++) s += deq_scalar(v, rp[r], n + r, j) * x[j];
-        y[n + r] = s;
+        if (KIND == K_I8) s *= v->scales[nr];   /* as gemv_tile */
+        for (int64_t j = k; j < cols; j++) s += deq_scalar(v, rp[r], nr, j) * x[j];
+        y[nr] = s;
     }
+}
+
+/* The 12-row tiles of rows [n0, n1), 12 m of them; returns the first row
+ * left. Rows of fewer than GEMV_SEG_COLS columns: tile i takes rows
+ * n0 + i + m r (r < 12), twelve segments of m consecutive rows, so each of
+ * the 12 streams runs on through m rows instead of ending with its row (a
+ * few KB); longer rows are streams long enough by themselves and take
+ * consecutive rows. bench_engine -P, e16 BF16 layer, one thread, the two
+ * builds interleaved, 2026-11-26: q_b_proj (1536 columns) 17.6-18.7 ->
+ * 21.6-22.0 GB/s, the experts' down (2048) 19.1-19.4 -> 22.4-22.7; o_proj
+ * (16384) read 3-5% slower in segments, so long rows keep the tiles. */
+#define GEMV_SEG_COLS 4096
+AI int64_t gemv_tiles12(const dsq_qview *v, int64_t n0, int64_t n1, const float *x, const int KIND, float *y)
+{
+    const int64_t m = (n1 - n0) / GEMV_R12;
+    const int seg = v->shape.cols < GEMV_SEG_COLS;
+    for (int64_t i = 0; i < m; i++) gemv_rows12(v, seg ? n0 + i : n0 + GEMV_R12 * i, seg ? m : 1, x, KIND, y);
+    return n0 + m * GEMV_R12;
 }
 
 #define GEMV_KIND(KIND)                                                             \
@@ -1053,8 +1072,7 @@ AI void gemv_rows12(const dsq_qview *v, int64_t n, const float *x, const int KIN
         if (t < T) {                                                                \
             int64_t n = n0;                                                         \
             if (KIND == K_F32 || KIND == K_BF16 || KIND == K_I8)                    \
-                for (; n + GEMV_R12 <= n1; n += GEMV_R12)                           \
-                    gemv_rows12(v, n, x + t * cols, KIND, y + t * rows);            \
+                n = gemv_tiles12(v, n0, n1, x + t * cols, KIND, y + t * rows);      \
             for (; n + 4 <= n1; n += 4) gemv_tile(v, n, 4, x + t * cols, 1, KIND, y + t * rows); \
             for (; n < n1; n++) gemv_tile(v, n, 1, x + t * cols, 1, KIND, y + t * rows); \
         }                                                                           \
