@@ -155,8 +155,10 @@ typedef struct dsq_kernels {
     /* m (1..DSQ_QTRIALS_MAX) trial passes in one sweep of x and c: out[i]
      * has the bits of qtrial(x, c, n, inv[i], lo[i], hi[i], out[i]). The
      * grid's trials are independent, so one sweep loads each x_j and c_j
-     * once for all of them and runs m accumulator chains side by side (one
-     * qtrial waits on its FMA chain). dsq_qtrials_scalar: m qtrial calls. */
+     * once for all of them and pays the call's setup and reductions once:
+     * that is what short groups (awq's 128 columns) spent their time on;
+     * long rows are compute-bound per trial either way (qsearch.c).
+     * dsq_qtrials_scalar: m qtrial calls. */
     void (*qtrials)(const float *x, const float *c, int64_t n, int m, const float *inv, const float *lo,
                     const float *hi, double (*out)[3]);
 

@@ -185,7 +185,7 @@ AI void qtrials_pass(const float *x, const float *c, int64_t n, const int M, con
                      const float *hi, double (*out)[3])
 {
     __m512 vsi[DSQ_QTRIALS_MAX], vlo[DSQ_QTRIALS_MAX], vhi[DSQ_QTRIALS_MAX], acc[DSQ_QTRIALS_MAX][3];
-    __m512d e[2];   /* qpass_step's error sums: unused without ERR */
+    __m512d e[2] = { _mm512_setzero_pd(), _mm512_setzero_pd() };   /* qpass_step's error sums: unused without ERR */
 #pragma GCC unroll 4
     for (int i = 0; i < M; i++) {
         vsi[i] = _mm512_set1_ps(inv[i]);
@@ -1007,7 +1007,8 @@ AI void gemv_tile(const dsq_qview *v, int64_t n, const int R, const float *x, co
  * the 4-row tile kept 4. `build/bench/bench_quant R C 1 9 1` (one thread,
  * cache evicted), bf16, the 4-row build against this one, 2026-11-26:
  * 8192 x 7168 7.6-7.8 -> 4.8-5.2 ms per call; 24576 x 1536 (through the
- * dot-product kernel before, scheme_float.c) 5.8-6.3 -> 4.0-4.1. In a
+ * dot-product kernel before, scheme_float.c) 5.8-6.3 -> 4.0-4.1, before
+ * the segments of gemv_tiles12 (below). In a
  * standalone loop 6, 8, 10, 14 and 16 rows, two accumulators per row,
  * 64-column steps and software prefetch (every variant slower with it on
  * this VM) were no better than 12 rows with one accumulator. int8 rows
