@@ -16,7 +16,8 @@
 #   sh bench/bench_convprof.sh [CHECKPOINT]      (default: the e16 layer)
 #
 # Environment: SCHEMES (default "w8a8-dynamic w4a8 awq-w4a16"), THREADS (2),
-# EXTRA (more ds-quant flags, e.g. "--zstd-level 0"). Needs perf (Debian:
+# EXTRA (more ds-quant flags, e.g. "--zstd-level 0"), KEEP=1 (keep the temporary
+# directory with perf.data and the output). Needs perf (Debian:
 # linux-perf) and permission to sample (root, or perf_event_paranoid <= 1).
 set -e
 cd "$(dirname "$0")/.."

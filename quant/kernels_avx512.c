@@ -152,35 +152,24 @@ AI void qpass_step(const float *x, const float *c, __mmask16 m, const int TAIL, 
     }
 }
 
-/* qstats (ERR) and qtrial: whole vectors, then the masked tail */
-AI void qpass(const float *x, const float *c, int64_t n, float si, float lo, float hi, const int ERR,
-              double *out)
-{
-    const __m512 vsi = _mm512_set1_ps(si), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    __m512 acc[3] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
-    __m512d e[2] = { _mm512_setzero_pd(), _mm512_setzero_pd() };
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) qpass_step(x + i, c + i, 0xffff, 0, ERR, vsi, vlo, vhi, acc, e);
-    if (i < n)
-        qpass_step(x + i, c + i, (__mmask16)((1u << (n - i)) - 1u), 1, ERR, vsi, vlo, vhi, acc, e);
-    for (int k = 0; k < 3; k++) out[k] = z_tree_ps(acc[k]);
-    if (ERR) out[3] = z_tree_pd(_mm512_add_pd(e[0], e[1]));
-}
-
+/* qstats: whole vectors, then the masked tail */
 static void z_qstats(const float *x, const float *c, int64_t n, float scale, float lo, float hi,
                      double out[4])
 {
-    qpass(x, c, n, scale, lo, hi, 1, out);
+    const __m512 vsi = _mm512_set1_ps(scale), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    __m512 acc[3] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+    __m512d e[2] = { _mm512_setzero_pd(), _mm512_setzero_pd() };
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) qpass_step(x + i, c + i, 0xffff, 0, 1, vsi, vlo, vhi, acc, e);
+    if (i < n)
+        qpass_step(x + i, c + i, (__mmask16)((1u << (n - i)) - 1u), 1, 1, vsi, vlo, vhi, acc, e);
+    for (int k = 0; k < 3; k++) out[k] = z_tree_ps(acc[k]);
+    out[3] = z_tree_pd(_mm512_add_pd(e[0], e[1]));
 }
 
-static void z_qtrial(const float *x, const float *c, int64_t n, float inv, float lo, float hi, double out[3])
-{
-    qpass(x, c, n, inv, lo, hi, 0, out);
-}
-
-/* qtrials: M trials (a constant after inlining) per sweep, each with
- * qpass_step's operations and lanes for its own inverse scale and clamp,
- * so each trial's sums have z_qtrial's bits. */
+/* qtrials (and qtrial, M = 1): M trials (a constant after inlining) per
+ * sweep, each with qpass_step's operations and lanes for its own inverse
+ * scale and clamp, so each trial's sums have the reference qtrial's bits. */
 AI void qtrials_pass(const float *x, const float *c, int64_t n, const int M, const float *inv, const float *lo,
                      const float *hi, double (*out)[3])
 {
@@ -204,6 +193,11 @@ AI void qtrials_pass(const float *x, const float *c, int64_t n, const int M, con
     }
     for (int i = 0; i < M; i++)
         for (int k = 0; k < 3; k++) out[i][k] = z_tree_ps(acc[i][k]);
+}
+
+static void z_qtrial(const float *x, const float *c, int64_t n, float inv, float lo, float hi, double out[3])
+{
+    qtrials_pass(x, c, n, 1, &inv, &lo, &hi, (double (*)[3])out);
 }
 
 static void z_qtrials(const float *x, const float *c, int64_t n, int m, const float *inv, const float *lo,
