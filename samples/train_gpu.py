@@ -27,7 +27,8 @@ step count from --minutes, then runs a cosine schedule over exactly that many
 steps (the count is logged: --steps N reproduces the run without the timer).
 It writes DIR/mid-dsv3/: BF16 safetensors in 4 shards of under 16 MiB + index,
 config.json, generation_config.json, and DIR/train.log.  The tokenizer files are
-tiny-dsv3's (copied by bench/mid_sample.sh).
+tiny-dsv3's: copy samples/tiny-dsv3/tokenizer*.json into DIR/mid-dsv3
+(samples/README.md gives the commands).
 """
 import argparse
 import json
@@ -51,8 +52,8 @@ SHARD_LIMIT = 15_000_000                   # bytes; the device returns files of 
 
 
 def heldout_split(lines):
-    """(train, held-out): the held-out part is the last len/8 lines (bench/mid_sample.sh
-    cuts the same with tail -n)."""
+    """(train, held-out): the held-out part is the last len/8 lines (bench/calib_quality.sh
+    cuts the same with tail -n: its tail8)."""
     k = len(lines) // 8
     return lines[:len(lines) - k], lines[len(lines) - k:]
 
