@@ -25,6 +25,10 @@
  *   dsq     + the X^T X clip: the same objective over every calibration token
  * q_a/q_b are never clipped (AutoAWQ), so their rows show scales only.
  * Printed per linear type: geometric mean over the linears, and dsq/autoawq.
+ * Then per scaling-group type (groups_layer says what each column is), and
+ * for the routed experts' up -> down groups the held-out error of scales
+ * searched on each expert's rows sampled at dsq's default cap (64), at 512,
+ * and on all its routed rows, as AutoAWQ's search takes them.
  * Measurement, not a test (tests/test_calib.c test_sample_clip_cov asserts
  * the ordering that matters). */
 #include "awq.h"
@@ -191,9 +195,17 @@ static const char *const gname[NG] = { "input_layernorm -> q_a, kv_a", "q_a_laye
 #define NGV 4
 static const char *const gvname[NGV] = { "s = 1", "old loss", "block loss", "all seqs" };
 
+/* routed experts' up -> down groups, scales searched on the expert's
+ * rows sampled at dsq's default cap, at 512, and on all its routed rows
+ * (AutoAWQ's scale search takes every token routed to the expert) */
+#define NER 3
+static const char *const ername[NER] = { "64 rows", "512 rows", "all rows" };
+
 typedef struct gacc {
     double logsum[NG][NGV];
     int n[NG];
+    double er_logsum[NER];
+    int er_n;
 } gacc;
 
 static int group_type(const dsq_scale_group *g)
@@ -217,7 +229,8 @@ static int group_type(const dsq_scale_group *g)
  * all its samples). Groups with one loss show it in every searched column.
  * Held-out: every held-out sequence. Scales only, RTN: what the scale
  * search decides. */
-static void groups_layer(dsq_model *m, int l, dsq_layer_stats *la, const dsq_layer_stats *lb, gacc *G)
+static void groups_layer(dsq_model *m, int l, dsq_layer_stats *la, const dsq_layer_stats *lb,
+                         const dsq_layer_stats *ler[NER], gacc *G)
 {
     dsq_group_list gl;
     dsq_diag d;
@@ -249,11 +262,24 @@ static void groups_layer(dsq_model *m, int l, dsq_layer_stats *la, const dsq_lay
             e[0] = e0;
             ok = rows > 0 && rep.rows > 0 && e0 > 0;
         }
+        int k = group_type(&g);
+        double er[NER];
+        /* a routed expert's down_proj input (the rows differ only there) */
+        int routed = ok && ler && k == G_DOWN && strstr(g.site, ".experts.") && !strstr(g.site, "shared_experts");
+        for (int c = 0; routed && c < NER; c++) {
+            double e0c;
+            if (dsq_scale_search(&g, ler[c], &so, s, &rep, &d) < 0) die("search", &d);
+            if (dsq_scale_eval(&g, lb, &so, s, &e0c, &er[c], &rows, &d) < 0) die("eval", &d);
+            routed = rep.rows > 0 && rows > 0;
+        }
         free(s);
         if (!ok) continue;
-        int k = group_type(&g);
         for (int v = 0; v < NGV; v++) G->logsum[k][v] += log(e[v]);
         G->n[k]++;
+        if (routed) {
+            for (int c = 0; c < NER; c++) G->er_logsum[c] += log(er[c]);
+            G->er_n++;
+        }
     }
     dsq_groups_release(&gl);
 }
@@ -273,6 +299,17 @@ static void print_groups(const gacc *G)
         printf(" %9.3f | %9.3f |\n", exp((G->logsum[k][2] - G->logsum[k][1]) / G->n[k]),
                exp((G->logsum[k][2] - G->logsum[k][3]) / G->n[k]));
     }
+    if (!G->er_n) return;
+    printf("\nrouted experts' up -> down, held-out output MSE with scales searched on each expert's rows\n"
+           "sampled at dsq's default cap (--calib-expert-rows %d), at 512, and on all its routed rows\n"
+           "(AutoAWQ's search); geometric mean\n| %-20s | %3s |", DSQ_CALIB_AWQ_EXPERT_TOKENS, "group", "n");
+    for (int i = 0; i < NER; i++) printf(" %10s |", ername[i]);
+    printf(" 64/all | 512/all |\n|----------------------|-----|");
+    for (int i = 0; i < NER; i++) printf("------------|");
+    printf("--------|---------|\n| %-20s | %3d |", "up -> down (routed)", G->er_n);
+    for (int i = 0; i < NER; i++) printf(" %10.4g |", exp(G->er_logsum[i] / G->er_n));
+    printf(" %6.3f | %7.3f |\n", exp((G->er_logsum[0] - G->er_logsum[2]) / G->er_n),
+           exp((G->er_logsum[1] - G->er_logsum[2]) / G->er_n));
 }
 
 int main(int argc, char **argv)
@@ -333,6 +370,17 @@ int main(int argc, char **argv)
     for (int l = 0; l < L; l++) {
         const int ne = dsq_model_config_is_moe_layer(cfg, l) ? (int)cfg->n_routed_experts : 0;
         dsq_layer_stats la, lb;
+        /* the routed experts' rows at three caps, statistics only (no next
+         * state), before the collection below moves sa on to the next layer */
+        dsq_layer_stats ler[NER];
+        const dsq_layer_stats *lerp[NER];
+        const int ercap[NER] = { DSQ_CALIB_AWQ_EXPERT_TOKENS, 512, N * T };   /* N * T: every row */
+        for (int i = 0; i < NER && ne > 0; i++) {
+            dsq_collect_opts c3 = { .sample_cap_dense = 512, .sample_cap_expert = ercap[i], .seed = 7 };
+            if (dsq_layer_stats_init(&ler[i], l, ne) < 0 || dsq_collect_layer(m, l, sa, 0, &c3, &ler[i], NULL, &d) < 0)
+                die("forward", &d);
+            lerp[i] = &ler[i];
+        }
         /* every sequence of both texts whole, for the attention block */
         dsq_collect_opts c1 = { .sample_cap_dense = 512, .sample_cap_expert = 512, .seed = 7, .cov = 1,
                                 .attn_seqs = N },
@@ -342,7 +390,8 @@ int main(int argc, char **argv)
             dsq_collect_layer(m, l, sb, l + 1 < L, &c2, &lb, NULL, &d) < 0)
             die("forward", &d);
         if (l + 1 < L && (dsq_hstore_swap(sa, NULL) < 0 || dsq_hstore_swap(sb, NULL) < 0)) die("swap", NULL);
-        groups_layer(m, l, &la, &lb, &G);
+        groups_layer(m, l, &la, &lb, ne > 0 ? lerp : NULL, &G);
+        for (int i = 0; i < NER && ne > 0; i++) dsq_layer_stats_release(&ler[i]);
         const dsq_layer *ly = &dsq_model_weights(m)->layers[l];
         one_linear(&ly->q_a, T_QA, r, &la, &lb, &A);
         one_linear(&ly->kv_a, T_KVA, r, &la, &lb, &A);

@@ -642,6 +642,14 @@ int dsq_collect_layer(dsq_model *m, int layer, dsq_hstore *h, int write_next, co
         hashing = 0;
     }
     int n = 0, T = 0;
+    /* Without write_next the state must stay as it was, but a RAM store
+     * hands out its own rows and the forward runs in place: work on a copy
+     * (a file store's get() already reads into a scratch buffer). */
+    float *copy = NULL;
+    if (rc == DSQ_OK && !write_next && h->ram) {
+        copy = malloc(h->sample_bytes);
+        if (!copy) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
     /* the store knows its shape; walk samples until get() says out of range */
     for (int i = 0; rc == DSQ_OK; i++) {
         if (o->cancel && *o->cancel) {
@@ -653,6 +661,7 @@ int dsq_collect_layer(dsq_model *m, int layer, dsq_hstore *h, int write_next, co
         float *buf;
         rc = dsq_hstore_get(h, i, &buf, d);
         if (rc < 0) break;
+        if (copy) buf = memcpy(copy, buf, h->sample_bytes);
         ls->tokens += (uint64_t)T;
         rc = dsq_layer_forward(m, layer, buf, T, NULL, hook, &c, o->layer_flags, d);
         if (rc < 0) break;
@@ -666,6 +675,7 @@ int dsq_collect_layer(dsq_model *m, int layer, dsq_hstore *h, int write_next, co
         if (rc == DSQ_OK) dsq_sha256_final(&hs, sha);
         else dsq_sha256_release(&hs);
     }
+    free(copy);
     free(c.scratch);
     free(c.idx);
     free(c.w);

@@ -624,6 +624,12 @@ static int search_layer_groups(const char *model, int layer, int kind, const cha
     dsq_collect_opts co = { 48, 12, 5, 0, NULL, NULL, NULL };
     assert_int_equal(dsq_collect_layer(m, layer, hs, 0, &co, &ls, NULL, NULL), 0);
     assert_int_equal((int)ls.tokens, 72);
+    /* statistics only: the (RAM) store still holds the layer's inputs */
+    for (int s = 0; s < 3; s++) {
+        float *cur;
+        assert_int_equal(dsq_hstore_get(hs, s, &cur, NULL), 0);
+        assert_memory_equal(cur, h + (size_t)s * 24 * H, (size_t)24 * (size_t)H * sizeof *cur);
+    }
     dsq_group_list gl;
     assert_int_equal(dsq_groups_build(m, layer, flavor, &gl, NULL), 0);
     const dsq_scheme *sc = dsq_scheme_by_name(scheme);
