@@ -199,7 +199,7 @@ static const char *const gvname[NGV] = { "s = 1", "old loss", "block loss", "all
  * rows sampled at dsq's default cap, at 512, and on all its routed rows
  * (AutoAWQ's scale search takes every token routed to the expert) */
 #define NER 3
-static const char *const ername[NER] = { "64 rows", "512 rows", "all rows" };
+static const char *const ername[NER] = { "default", "512 rows", "all rows" };
 
 typedef struct gacc {
     double logsum[NG][NGV];
@@ -304,11 +304,11 @@ static void print_groups(const gacc *G)
            "sampled at dsq's default cap (--calib-expert-rows %d), at 512, and on all its routed rows\n"
            "(AutoAWQ's search); geometric mean\n| %-20s | %3s |", DSQ_CALIB_AWQ_EXPERT_TOKENS, "group", "n");
     for (int i = 0; i < NER; i++) printf(" %10s |", ername[i]);
-    printf(" 64/all | 512/all |\n|----------------------|-----|");
+    printf(" def/all | 512/all |\n|----------------------|-----|");
     for (int i = 0; i < NER; i++) printf("------------|");
-    printf("--------|---------|\n| %-20s | %3d |", "up -> down (routed)", G->er_n);
+    printf("---------|---------|\n| %-20s | %3d |", "up -> down (routed)", G->er_n);
     for (int i = 0; i < NER; i++) printf(" %10.4g |", exp(G->er_logsum[i] / G->er_n));
-    printf(" %6.3f | %7.3f |\n", exp((G->er_logsum[0] - G->er_logsum[2]) / G->er_n),
+    printf(" %7.3f | %7.3f |\n", exp((G->er_logsum[0] - G->er_logsum[2]) / G->er_n),
            exp((G->er_logsum[1] - G->er_logsum[2]) / G->er_n));
 }
 

@@ -169,8 +169,9 @@ typedef struct dsq_collect_opts {
  * (initialised by the caller); with write_next the outputs become the next
  * state and *sha (may be NULL) receives the SHA-256 of all outputs in sample
  * order; without it the state is left as it was (statistics only, e.g. a
- * second collection of the same layer with other caps). The layer is loaded (dsq_model_layer_load) before the first sample
- * and stays loaded: the caller releases it after using its weights. */
+ * second collection of the same layer with other caps). The layer is loaded
+ * (dsq_model_layer_load) before the first sample and stays loaded: the
+ * caller releases it after using its weights. */
 int dsq_collect_layer(dsq_model *m, int layer, dsq_hstore *h, int write_next, const dsq_collect_opts *o,
                       dsq_layer_stats *ls, uint8_t sha[DSQ_SHA256_LEN], dsq_diag *d);
 
