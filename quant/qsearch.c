@@ -269,31 +269,35 @@ static float sym_fit(const double st[4], double *bound)
     return s;
 }
 
-/* The refit bounds b[i] (INFINITY when no fit) and refit scales s[i] of
- * the trial codes of inverse-scale steps ts[i] / 10 over amax, i < m
- * (at most QS_TRIALS). */
+/* Trial passes of inverse-scale steps ts[i] / 10 over amax, i < m (at
+ * most QS_TRIALS, one k->qtrials batch): where a step's trial codes refit
+ * to a scale whose bound is below *fb, that becomes the best (*fb, *fs,
+ * *bt), in the order of ts (the first of equal bounds stays). */
 #define QS_TRIALS 8
 _Static_assert(2 * (QS_COARSE - 1) <= QS_TRIALS, "the fine grid fits one sym_trials call");
 static void sym_trials(const dsq_kernels *k, const float *x, int64_t n, const float *c, float amax, const int *ts,
-                       int m, float lo, float hi, float *s, double *b)
+                       int m, float lo, float hi, double *fb, float *fs, int *bt)
 {
     float inv[QS_TRIALS], l[QS_TRIALS], h[QS_TRIALS];
     int at[QS_TRIALS], v = 0;
     double g[QS_TRIALS][3];
     for (int i = 0; i < m; i++) {
         const float st = amax / (0.1f * (float)ts[i]);
-        b[i] = INFINITY;
-        s[i] = 0.0f;
         if (!(st >= DSQ_QSCALE_MIN) || !isfinite(st)) continue;
         inv[v] = 1.0f / st;
         l[v] = lo;
         h[v] = hi;
-        at[v++] = i;
+        at[v++] = ts[i];
     }
     trials(k, x, c, n, v, inv, l, h, g);
     for (int i = 0; i < v; i++) {
-        s[at[i]] = sym_fit(g[i], &b[at[i]]);
-        if (s[at[i]] == 0.0f) b[at[i]] = INFINITY;
+        double b;
+        const float s = sym_fit(g[i], &b);
+        if (s != 0.0f && b < *fb) {
+            *fb = b;
+            *fs = s;
+            *bt = at[i];
+        }
     }
 }
 
@@ -316,27 +320,15 @@ double dsq_qsearch_sym(const dsq_kernels *k, const float *x, int64_t n, const fl
     float fs = 0.0f;
     double fb = INFINITY;
     int bt = t0, ts[QS_TRIALS], m;
-    float tsc[QS_TRIALS];
-    double tb[QS_TRIALS];
     for (int t = t0; t <= t1;) {   /* the coarse grid, QS_TRIALS at a time */
         for (m = 0; t <= t1 && m < QS_TRIALS; t += cs) ts[m++] = t;
-        sym_trials(k, x, n, c, amax, ts, m, lo, hi, tsc, tb);
-        for (int i = 0; i < m; i++)
-            if (tb[i] < fb) {
-                fb = tb[i];
-                fs = tsc[i];
-                bt = ts[i];
-            }
+        sym_trials(k, x, n, c, amax, ts, m, lo, hi, &fb, &fs, &bt);
     }
+    const int bc = bt;
     m = 0;   /* the tenths around it: 2 (QS_COARSE - 1) <= QS_TRIALS */
-    for (int t = bt - cs + 1; t < bt + cs; t++)
-        if (t != bt && t >= t0 && t <= t1) ts[m++] = t;
-    sym_trials(k, x, n, c, amax, ts, m, lo, hi, tsc, tb);
-    for (int i = 0; i < m; i++)
-        if (tb[i] < fb) {
-            fb = tb[i];
-            fs = tsc[i];
-        }
+    for (int t = bc - cs + 1; t < bc + cs; t++)
+        if (t != bc && t >= t0 && t <= t1) ts[m++] = t;
+    sym_trials(k, x, n, c, amax, ts, m, lo, hi, &fb, &fs, &bt);
     /* alternate from the best refit: the trial codes of the scale, their
      * refit, while the estimated error (- 2 s sum c x q + s^2 sum c q^2 of
      * the trial sums, plus the constant sum c x^2) falls; then the one
