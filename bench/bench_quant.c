@@ -10,7 +10,9 @@
  * with the ratio to OpenBLAS on the same matrix in f32 (cblas_sgemv for
  * T = 1, cblas_sgemm otherwise) in brackets. T = 1 is decode: the cache is
  * evicted before each call so the weights come from DRAM as in a real model;
- * larger T are prefill (warm). The last lines compare the int paths with
+ * larger T are prefill (warm). "1w" is decode with the cache left warm: on a
+ * matrix that fits in L2 (e.g. 48 x 7168) it is the kernel's compute
+ * ceiling, what a core could stream at most if memory were free. The last lines compare the int paths with
  * sgemm and awq-w4a16 decode with bf16 decode.
  *
  * Timing: with one thread, the calling thread's CPU time
@@ -83,11 +85,11 @@ static double time_gemm(const dsq_scheme *sc, const dsq_qview *v, const float *x
 }
 
 static double time_blas(const float *w, const float *x, float *y, int64_t rows, int64_t cols,
-                        int64_t T, int reps)
+                        int64_t T, int reps, int cold)
 {
     double best = 1e30;
     for (int r = 0; r < reps + 1; r++) {
-        if (T == 1) evict();
+        if (cold) evict();
         double t0 = now();
         if (T == 1)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)rows, (int)cols, 1.0f, w, (int)cols, x, 1,
@@ -109,16 +111,18 @@ int main(int argc, char **argv)
     int reps = argc > 4 ? atoi(argv[4]) : 5;
     const char *tlist = argc > 5 ? argv[5] : "1,64,256";
     int64_t Ts[MAX_T];
-    int nT = 0;
+    int hot[MAX_T], nT = 0;
     for (const char *p = tlist; *p && nT < MAX_T;) {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p || v < 1) break;
+        hot[nT] = *end == 'w';   /* "1w": decode with the cache left warm */
+        if (hot[nT]) end++;
         Ts[nT++] = v;
         p = *end == ',' ? end + 1 : end;
     }
     if (rows < 1 || cols < 1 || reps < 1 || nT == 0) {
-        fprintf(stderr, "usage: bench_quant [rows cols threads reps T1,T2,...]\n");
+        fprintf(stderr, "usage: bench_quant [rows cols threads reps T1,T2,...]  (1w: T=1, cache warm)\n");
         return 2;
     }
     int64_t TP = 1;
@@ -138,7 +142,7 @@ int main(int argc, char **argv)
            (long long)rows, (long long)cols, nth, dsq_kernels_get()->name, reps,
            g_cpu_clock ? "thread CPU" : "wall");
     printf("%-14s %8s %7s", "scheme", "blob MB", "q GB/s");
-    for (int i = 0; i < nT; i++) printf(" | T=%-4lld %8s %6s %6s", (long long)Ts[i], "ms", "GF/s", "xBLAS");
+    for (int i = 0; i < nT; i++) printf(" | T=%-4lld%s %7s %6s %6s", (long long)Ts[i], hot[i] ? "w" : " ", "ms", "GF/s", "xBLAS");
     printf("\n");
 
     /* OpenBLAS baselines on f32 with as many OpenBLAS threads as the pool
@@ -148,7 +152,7 @@ int main(int argc, char **argv)
     double blas[MAX_T];
     printf("%-14s %8.1f %7s", "openblas f32", (double)(rows * cols * 4) / 1e6, "-");
     for (int i = 0; i < nT; i++) {
-        blas[i] = time_blas(w, x, y, rows, cols, Ts[i], reps);
+        blas[i] = time_blas(w, x, y, rows, cols, Ts[i], reps, Ts[i] == 1 && !hot[i]);
         printf(" | %6s %8.3f %6.1f %6s", "", blas[i] * 1e3, gf1 * (double)Ts[i] / blas[i], "1.00");
     }
     printf("\n");
@@ -190,10 +194,11 @@ int main(int argc, char **argv)
         if (dsq_qview_init(&v, sc, &sh, blob, n, NULL) != 0) return 1;
         printf("%-14s %8.1f %7.2f", name, (double)n / 1e6, (double)(rows * cols) * 4.0 / qbest / 1e9);
         for (int k = 0; k < nT; k++) {
-            double t = time_gemm(sc, &v, x, Ts[k], y, pool, Ts[k] == 1 ? reps * 2 : reps, Ts[k] == 1);
+            const int cold = Ts[k] == 1 && !hot[k];
+            double t = time_gemm(sc, &v, x, Ts[k], y, pool, cold ? reps * 2 : reps, cold);
             printf(" | %6s %8.3f %6.1f %6.2f", "", t * 1e3, gf1 * (double)Ts[k] / t, blas[k] / t);
-            if (Ts[k] == 1 && sc->id == DSQ_SCHEME_BF16) t_bf16_1 = t;
-            if (Ts[k] == 1 && sc->id == DSQ_SCHEME_AWQ_W4A16) t_awq_1 = t;
+            if (cold && sc->id == DSQ_SCHEME_BF16) t_bf16_1 = t;
+            if (cold && sc->id == DSQ_SCHEME_AWQ_W4A16) t_awq_1 = t;
             if (sc->act != DSQ_ACT_FLOAT && t < best_int[k]) { best_int[k] = t; best_name[k] = sc->name; }
         }
         printf("\n");

@@ -18,7 +18,7 @@
 # Environment: THREADS (default "1 2"), SCHEMES (default "w8a8-dynamic w4a8
 # awq-w4a16"; w8a8 static needs --calib statistics and is not in the
 # default), BENCH_DST (where outputs go; default bench/out), ENGINE_P (128),
-# ENGINE_N (16), ENGINE_R (2), SKIP_ENGINE=1, ZSTD0 (below). Wall-clock figures need a
+# ENGINE_N (16), ENGINE_R (2), SKIP_ENGINE=1, VARIANTS (below). Wall-clock figures need a
 # quiet machine: the script prints the load average so a shared run can be
 # told apart; CPU seconds are printed too. Outputs are deleted at the end.
 set -e
@@ -79,20 +79,21 @@ done
 echo
 
 # ---------------- conversion ----------------
-echo "== conversion (ds-quant -T N, SHA-256 + zstd level 1 (default; /z0: --zstd-level 0), journal on, fsynced; page cache warm)"
+echo "== conversion (ds-quant -T N, SHA-256 + zstd level 1 (default; /z0: --zstd-level 0), journal on, fsynced; page cache warm; /ns: --no-search)"
 printf '%-16s %3s %7s %7s %7s %8s %8s %8s %8s  %s\n' scheme T "GB/s" "wall s" "cpu s" "cpu-s/GB" "RSS MB" "out GB" "out/disk" goal
-# ZSTD0 (default w8a8-dynamic, "" for none): one more row per thread count
-# for that scheme with --zstd-level 0, where the disk rather than the CPU
-# may be the limit (its output is not kept for the engine runs).
-ZSTD0=${ZSTD0-w8a8-dynamic}
-for s in $SCHEMES ${ZSTD0:+$ZSTD0/z0}; do
+# VARIANTS ("" for none): more rows per thread count, SCHEME/z0 with
+# --zstd-level 0 (where the disk rather than the CPU may be the limit) and
+# SCHEME/ns with --no-search (w4a8 with round-to-nearest scales: what its
+# default scale search costs). Their outputs are not kept for the engine runs.
+VARIANTS=${VARIANTS-w8a8-dynamic/z0 w4a8/ns}
+for s in $SCHEMES $VARIANTS; do
     x=
-    case $s in */z0) x="--zstd-level 0" ;; esac
+    case $s in */z0) x="--zstd-level 0" ;; */ns) x="--no-search" ;; esac
     for t in $THREADS; do
         cat $MODEL/*.safetensors > /dev/null
         f=$(echo $s | tr / -)
         rm -f $DST/speed-$f.dsq   # replacing a file would time its deletion too
-        /usr/bin/time -v $QUANT --scheme ${s%/z0} $x -T $t -f --no-progress --json $MODEL $DST/speed-$f.dsq \
+        /usr/bin/time -v $QUANT --scheme ${s%/*} $x -T $t -f --no-progress --json $MODEL $DST/speed-$f.dsq \
             > $OUT/speed-$f-$t.json 2> $OUT/speed-$f-$t.time || { cat $OUT/speed-$f-$t.time; exit 1; }
         rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' $OUT/speed-$f-$t.time)
         usr=$(sed -n 's/.*User time (seconds): //p' $OUT/speed-$f-$t.time)
@@ -105,8 +106,8 @@ for s in $SCHEMES ${ZSTD0:+$ZSTD0/z0}; do
             printf "%-16s %3d %7.2f %7.2f %7.1f %8.2f %8.0f %8.2f %7.0f%%  %s\n",
                    $1, $2, gbs, $4, $5 + $6, ($5 + $6) / ($3 / 1e9), $7 / 1024, $8 / 1e9, 100 * od, goal }'
     done
-    # the last one stays for the engine runs, but not the --zstd-level 0 one
-    case $s in */z0) rm -f $DST/speed-$f.dsq ;; esac
+    # the last one stays for the engine runs, but not a variant's
+    case $s in */*) rm -f $DST/speed-$f.dsq ;; esac
 done
 echo
 
