@@ -618,7 +618,10 @@ int main(int argc, char **argv)
             return opt == 'h' ? 0 : 2;
         }
     }
-    if (P < 1 || N < 2 || reps < 1) return 2;
+    if (P < 1 || N < 2 || reps < 1) {
+        fprintf(stderr, "bench_engine: need -p >= 1, -n >= 2 (batched decode runs n / 2 steps), -r >= 1\n");
+        return 2;
+    }
     const int nt = threads > 0 ? threads : dsq_cpu_count();
     g_cpu_clock = nt == 1;
     dsq_pool *pool = dsq_pool_create(nt);
