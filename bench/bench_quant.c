@@ -11,9 +11,10 @@
  * T = 1, cblas_sgemm otherwise) in brackets. T = 1 is decode: the cache is
  * evicted before each call so the weights come from DRAM as in a real model;
  * larger T are prefill (warm). "1w" is decode with the cache left warm: on a
- * matrix that fits in L2 (e.g. 48 x 7168) it is the kernel's compute
- * ceiling, what a core could stream at most if memory were free. The last lines compare the int paths with
- * sgemm and awq-w4a16 decode with bf16 decode.
+ * matrix that fits in cache (e.g. 192 x 7168) it is the kernel's compute
+ * ceiling, what a core could stream at most if memory were free. The last
+ * lines compare the int paths with sgemm and awq-w4a16 decode with bf16
+ * decode.
  *
  * Timing: with one thread, the calling thread's CPU time
  * (CLOCK_THREAD_CPUTIME_ID), so other jobs on a shared machine do not
@@ -142,7 +143,11 @@ int main(int argc, char **argv)
            (long long)rows, (long long)cols, nth, dsq_kernels_get()->name, reps,
            g_cpu_clock ? "thread CPU" : "wall");
     printf("%-14s %8s %7s", "scheme", "blob MB", "q GB/s");
-    for (int i = 0; i < nT; i++) printf(" | T=%-4lld%s %7s %6s %6s", (long long)Ts[i], hot[i] ? "w" : " ", "ms", "GF/s", "xBLAS");
+    for (int i = 0; i < nT; i++) {
+        char tl[24];
+        snprintf(tl, sizeof tl, "%lld%s", (long long)Ts[i], hot[i] ? "w" : "");
+        printf(" | T=%-5s %7s %6s %6s", tl, "ms", "GF/s", "xBLAS");
+    }
     printf("\n");
 
     /* OpenBLAS baselines on f32 with as many OpenBLAS threads as the pool
