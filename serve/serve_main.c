@@ -11,6 +11,8 @@
 #include "dsq_file.h"
 #include "server.h"
 
+#include "chat_reasoning.h"
+
 #include <getopt.h>
 #include <json-c/json.h>
 #include <signal.h>
@@ -25,7 +27,10 @@ static const char usage_text[] =
 "Serves MODEL (.dsq, safetensors file/index/directory) over an OpenAI-compatible\n"
 "HTTP API: GET /health, GET /v1/models, POST /v1/completions (prompt as text or\n"
 "token ids, one or a list; max_tokens, temperature (0 = greedy), top_p, seed,\n"
-"stop, logprobs, echo, stream, vLLM's prompt_logprobs). Concurrent requests are decoded together.\n"
+"stop, logprobs, echo, stream, vLLM's prompt_logprobs), POST /v1/chat/completions\n"
+"(messages rendered exactly by the model's DeepSeek chat template, chat_template_kwargs,\n"
+"stream, reasoning_content), vLLM's POST /tokenize and /detokenize. Concurrent requests\n"
+"are decoded together.\n"
 "\n"
 "  -m, --model PATH          the model\n"
 "      --tokenizer PATH      tokenizer (default: the .dsq metadata or the\n"
@@ -36,6 +41,13 @@ static const char usage_text[] =
 "  -p, --port N              port (default 8000; 0 = any free port)\n"
 "      --port-file F         write the bound port to F once listening\n"
 "      --api-key-env VAR     require 'Authorization: Bearer <$VAR>'\n"
+"      --chat-template T     the chat template: a known template's id\n"
+"                            (deepseek-v3, deepseek-v3-0324, deepseek-r1, deepseek-r1-0528,\n"
+"                            deepseek-v3.1, deepseek-v3.2-exp, deepseek-v3.2, ...) or a file\n"
+"                            holding one's text (default: the model's own, recognised by\n"
+"                            its sha256; unknown templates are refused)\n"
+"      --reasoning-parser P  split reasoning_content from content as vLLM's\n"
+"                            deepseek_r1 or deepseek_v3 parser (default: none)\n"
 "      --slots N             sequences decoded together (default 8)\n"
 "      --queue N             sequences waiting beyond the slots; more get\n"
 "                            503 (default 64)\n"
@@ -56,7 +68,7 @@ static const char usage_text[] =
 "Exit status: 0 ok (stopped by a signal), 1 error, 2 usage.\n";
 
 enum { O_TOKENIZER = 256, O_NAME, O_HOST, O_PORT_FILE, O_KEY_ENV, O_SLOTS, O_QUEUE, O_CTX, O_MAX_BODY,
-       O_MAX_TOKENS, O_DRAIN, O_JSON, O_BF16_TERMS };
+       O_MAX_TOKENS, O_DRAIN, O_JSON, O_BF16_TERMS, O_CHAT_TEMPLATE, O_REASONING };
 
 int main(int argc, char **argv)
 {
@@ -69,6 +81,7 @@ int main(int argc, char **argv)
         { "max-body", required_argument, 0, O_MAX_BODY }, { "max-tokens", required_argument, 0, O_MAX_TOKENS },
         { "drain-seconds", required_argument, 0, O_DRAIN }, { "json", no_argument, 0, O_JSON },
         { "bf16-terms", required_argument, 0, O_BF16_TERMS },
+        { "chat-template", required_argument, 0, O_CHAT_TEMPLATE }, { "reasoning-parser", required_argument, 0, O_REASONING },
         { "threads", required_argument, 0, 'T' },      { "quiet", no_argument, 0, 'q' },
         { "verbose", no_argument, 0, 'v' },            { "help", no_argument, 0, 'h' },
         { "version", no_argument, 0, 'V' },            { 0, 0, 0, 0 }
@@ -93,6 +106,11 @@ int main(int argc, char **argv)
         case O_HOST: o.host = a; break;
         case O_PORT_FILE: port_file = a; break;
         case O_KEY_ENV: key_env = a; break;
+        case O_CHAT_TEMPLATE: o.chat_template = a; break;
+        case O_REASONING:
+            if ((o.reasoning_parser = dsq_reasoning_parser_from_name(a)) < 0)
+                return dsq_cli_usage_error(&cli, "--reasoning-parser: expected deepseek_r1 or deepseek_v3, got '%s'", a);
+            break;
         case 'p': if (dsq_cli_parse_int(a, 0, 65535, &o.port)) return dsq_cli_usage_error(&cli, "--port: expected 0..65535, got '%s'", a); break;
         case O_SLOTS: if (dsq_cli_parse_int(a, 1, 1024, &o.slots)) return dsq_cli_usage_error(&cli, "--slots: expected 1..1024, got '%s'", a); break;
         case O_QUEUE: if (dsq_cli_parse_int(a, 0, 1 << 20, &o.queue)) return dsq_cli_usage_error(&cli, "--queue: expected 0..1048576, got '%s'", a); break;
@@ -155,6 +173,9 @@ int main(int argc, char **argv)
     }
     fflush(stdout);
     dsq_cli_info(&cli, 3, "model loaded in %.1f s: %s", dsq_now() - t0, dsq_server_model_info(s));
+    const char *why = NULL, *tmpl = dsq_server_chat_template(s, &why);
+    if (tmpl) dsq_cli_info(&cli, 2, "chat template: %s", tmpl);
+    else dsq_cli_info(&cli, 2, "no chat completions: %s", why);
     while (!dsq_cli_interrupted) usleep(50000);
     dsq_cli_info(&cli, 2, "stopping: draining requests in flight (up to %.0f s)", drain);
     dsq_server_stats st;

@@ -28,11 +28,14 @@
  * and the R1-Distill revision, which keep the last one. */
 #include "chat_template.h"
 
+#include "container.h"
+#include "container_set.h"
 #include "dsq_file.h"
 #include "dsq_json.h"
 #include "dsq_sbuf.h"
 #include "dsq_sha256.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -564,5 +567,53 @@ done:
     free(coff);
     free(ca);
     free(ab.p);
+    return rc;
+}
+
+/* ---- a model's template ------------------------------------------------------ */
+
+/* tokenizer_config.json and config.json's model_type as a .dsq's metadata
+ * carries them ({"tokenizer": {"tokenizer_config.json": ..}, "config": ..}). */
+static int open_dsq(dsq_chat_template **out, const char *path, const char *choice, dsq_diag *d)
+{
+    dsq_ctr_set *set = NULL;
+    DSQ_TRY(dsq_ctr_set_open(&set, path, d));
+    size_t ml = 0;
+    const char *meta = dsq_ctr_metadata(dsq_ctr_set_shard(set, 0), &ml);
+    json_tokener *tk = json_tokener_new_ex(64);
+    json_object *root = tk && ml <= INT32_MAX ? json_tokener_parse_ex(tk, meta, (int)ml) : NULL;
+    json_tokener_free(tk);
+    dsq_ctr_set_close(set);
+    if (!root) return dsq_fail(d, DSQ_ERR_FORMAT, path, NULL, -1, "cannot parse the metadata json");
+    json_object *tok = NULL, *tc = NULL, *cfg = NULL;
+    const char *tc_text = NULL, *model_type = NULL;
+    if (json_object_object_get_ex(root, "tokenizer", &tok) && tok &&
+        json_object_object_get_ex(tok, "tokenizer_config.json", &tc) && tc)
+        tc_text = json_object_is_type(tc, json_type_string)
+                      ? json_object_get_string(tc)
+                      : json_object_to_json_string_ext(tc, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+    if (json_object_object_get_ex(root, "config", &cfg) && cfg &&
+        dsq_json_get_str(cfg, "model_type", &model_type) != DSQ_JSON_OK)
+        model_type = NULL;
+    int rc = dsq_chat_template_open(out, tc_text, NULL, model_type, choice, d);
+    json_object_put(root);
+    return rc;
+}
+
+int dsq_chat_template_for_model(dsq_chat_template **out, const char *model_path,
+                                const char *tokenizer_path, const char *choice, dsq_diag *d)
+{
+    const char *src = tokenizer_path ? tokenizer_path : model_path;
+    if (!tokenizer_path && dsq_ctr_set_is_dsq(model_path)) return open_dsq(out, model_path, choice, d);
+    char *dir = strdup(src);
+    if (!dir) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    if (!dsq_path_is_dir(dir)) {
+        char *sl = strrchr(dir, '/');
+        if (!sl) strcpy(dir, ".");
+        else if (sl == dir) sl[1] = 0;
+        else *sl = 0;
+    }
+    int rc = dsq_chat_template_open_dir(out, dir, choice, d);
+    free(dir);
     return rc;
 }

@@ -83,6 +83,11 @@ int  dsq_chat_template_open(dsq_chat_template **out, const char *tokenizer_confi
  * chat_template.jinja and config.json. */
 int  dsq_chat_template_open_dir(dsq_chat_template **out, const char *dir, const char *choice,
                                 dsq_diag *d);
+/* The template of a model as ds-eval and ds-serve open it: a .dsq's
+ * metadata, else the directory of tokenizer_path (when given) or of the
+ * model. */
+int  dsq_chat_template_for_model(dsq_chat_template **out, const char *model_path,
+                                 const char *tokenizer_path, const char *choice, dsq_diag *d);
 void dsq_chat_template_free(dsq_chat_template *t);
 
 const char *dsq_chat_template_id(const dsq_chat_template *t);

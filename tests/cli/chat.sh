@@ -1,0 +1,114 @@
+#!/bin/sh
+# ds-serve's /v1/chat/completions, /tokenize and /detokenize, on loopback,
+# against samples/tiny-dsv3 with the V3.1 template:
+#   - the OpenAI client library (npm openai) drives the chat endpoint,
+#     streaming included (tests/chat_client.mjs; skipped without it)
+#   - /tokenize of messages, decoded by /detokenize, is byte for byte what
+#     Jinja2 renders from the official template text (skipped without
+#     ../shared/data/chat-templates or python3-jinja2)
+#   - tools, tool results and an unknown template are refused with a clear
+#     error; a model without a known template serves completions and
+#     answers chat requests with the reason
+#   - ds-eval gsm8k --chat against the server gives the in-process chat
+#     run's per-item answers
+set -u
+SERVE=./bin/ds-serve
+EVAL=./bin/ds-eval
+M=samples/tiny-dsv3
+DATA=samples/data/gsm_test.jsonl
+[ -x "$SERVE" ] && [ -x "$EVAL" ] || { echo "chat.sh: FAIL: $SERVE / $EVAL not built"; exit 1; }
+[ -f $M/config.json ] || { echo "chat.sh: skipped: $M absent"; exit 0; }
+command -v curl >/dev/null 2>&1 || { echo "chat.sh: skipped: curl (the command) not installed"; exit 0; }
+command -v jq >/dev/null 2>&1 || { echo "chat.sh: skipped: jq not installed"; exit 0; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-chat-XXXXXX")
+SP=""
+cleanup() { [ -n "$SP" ] && kill -9 "$SP" 2>/dev/null; rm -rf "$T"; }
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+fails=0
+fail() { echo "chat.sh: FAIL: $*"; fails=$((fails+1)); }
+SHARED=${DSQ_SHARED:-../shared}
+
+start_server() {
+  rm -f "$T/port"
+  $SERVE -m $M -T 1 --port 0 --port-file "$T/port" "$@" >"$T/server.log" 2>&1 &
+  SP=$!
+  i=0
+  while [ ! -s "$T/port" ] && [ $i -lt 200 ]; do
+    kill -0 $SP 2>/dev/null || break
+    sleep 0.05; i=$((i+1))
+  done
+  [ -s "$T/port" ] || { fail "ds-serve did not start: $(head -c 300 "$T/server.log")"; return 1; }
+  URL=http://127.0.0.1:$(cat "$T/port")
+}
+stop_server() {
+  [ -n "$SP" ] || return 0
+  kill -TERM $SP 2>/dev/null
+  i=0; while kill -0 $SP 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+  kill -9 $SP 2>/dev/null; SP=""
+}
+post() { curl -s -o "$T/body" -w '%{http_code}' "$URL$1" -H 'Content-Type: application/json' -d "$2"; }
+
+start_server --chat-template deepseek-v3.1 --reasoning-parser deepseek_v3 || exit 1
+grep -q "chat template: deepseek-v3.1" "$T/server.log" || fail "the log does not name the chat template: $(cat "$T/server.log")"
+
+# ---- the OpenAI client library -------------------------------------------------
+if ! command -v node >/dev/null 2>&1; then echo "chat.sh: openai client check skipped: node not installed"
+elif [ ! -f .npm-data/node_modules/openai/package.json ]; then
+  echo "chat.sh: openai client check skipped: .npm-data lacks openai (sh .ci/deps.sh)"
+else
+  node tests/chat_client.mjs "$URL/v1" tiny-dsv3 || fail "openai client"
+fi
+
+# ---- what the template produced, through /tokenize and /detokenize -------------
+MSGS='[{"role":"system","content":"S"},{"role":"user","content":"q1 你好 😀"},{"role":"assistant","content":"r</think>a1"},{"role":"user","content":"<｜User｜>q2"}]'
+if [ -f "$SHARED/data/chat-templates/deepseek-v3.1.jinja" ] && python3 -c 'import jinja2' 2>/dev/null; then
+  for kw in '{"thinking":true}' '{}'; do
+    for agp in true false; do
+      code=$(post /tokenize "{\"messages\":$MSGS,\"add_generation_prompt\":$agp,\"chat_template_kwargs\":$kw}")
+      [ "$code" = 200 ] || { fail "/tokenize: HTTP $code $(cat "$T/body")"; continue; }
+      code=$(post /detokenize "{\"tokens\":$(jq -c .tokens "$T/body")}")
+      [ "$code" = 200 ] || { fail "/detokenize: HTTP $code $(cat "$T/body")"; continue; }
+      jq -j .prompt "$T/body" > "$T/dsq.txt"
+      printf '{"template":"%s","bos_token":"<｜begin▁of▁sentence｜>","eos_token":"<｜end▁of▁sentence｜>","cases":[{"messages":%s,"add_generation_prompt":%s,"kwargs":%s}]}' \
+        "$SHARED/data/chat-templates/deepseek-v3.1.jinja" "$MSGS" "$agp" "$kw" > "$T/case.json"
+      python3 tests/chat_template_oracle.py "$T/case.json" | jq -j '.[0]' > "$T/jinja.txt"
+      cmp -s "$T/dsq.txt" "$T/jinja.txt" || fail "/tokenize messages (kwargs $kw, add_generation_prompt $agp): [$(cat "$T/dsq.txt")] != Jinja2 [$(cat "$T/jinja.txt")]"
+    done
+  done
+  echo "chat.sh: /tokenize + /detokenize of a conversation equal Jinja2's render of the V3.1 template"
+else
+  echo "chat.sh: Jinja2 comparison skipped: $SHARED/data/chat-templates or python3-jinja2 absent"
+fi
+code=$(post /tokenize '{"prompt":"Hi","return_token_strs":true}')
+[ "$code" = 200 ] && [ "$(jq '.count == (.tokens|length) and (.token_strs|length) == .count and .max_model_len > 0' "$T/body")" = true ] || \
+  fail "/tokenize prompt: $code $(cat "$T/body")"
+
+# ---- refusals -------------------------------------------------------------------
+code=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}')
+[ "$code" = 400 ] && jq -e '.error.param == "tools"' "$T/body" >/dev/null || fail "tools: $code $(cat "$T/body")"
+code=$(post /v1/chat/completions '{"messages":[{"role":"tool","content":"x","tool_call_id":"1"}]}')
+[ "$code" = 400 ] && grep -q "tool results are not supported" "$T/body" || fail "tool role: $code $(cat "$T/body")"
+code=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"add_generation_prompt":false}}')
+[ "$code" = 400 ] || fail "kwargs replacing a template variable: $code $(cat "$T/body")"
+code=$(post /v1/chat/completions '{"messages":[]}')
+[ "$code" = 400 ] || fail "empty messages: $code"
+stop_server
+
+# an unknown template is refused at start, naming its sha256
+printf '{{ messages }}' > "$T/other.jinja"
+if $SERVE -m $M -T 1 --port 0 --chat-template "$T/other.jinja" >"$T/refused.log" 2>&1; then
+  fail "an unknown --chat-template file was accepted"
+else
+  grep -q "sha256" "$T/refused.log" || fail "unknown template: $(cat "$T/refused.log")"
+fi
+# the sample has no chat template of its own: completions served, chat refused with the reason
+start_server || exit 1
+code=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}]}')
+[ "$code" = 400 ] && grep -q "no chat template" "$T/body" || fail "no template: $code $(cat "$T/body")"
+code=$(post /v1/completions '{"prompt":"x","max_tokens":2}')
+[ "$code" = 200 ] || fail "completions without a chat template: $code"
+stop_server
+
+[ $fails = 0 ] && echo "chat.sh: ok"
+[ $fails = 0 ]
