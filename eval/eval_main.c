@@ -7,6 +7,9 @@
  *                 [--limit N] [--seed 1234] [--batch B] [--max-new-tokens 256]
  *                 [--out items.jsonl]
  *   ds-eval gsm8k --score completions.jsonl --data test.jsonl [--out items.jsonl]
+ *   ds-eval gsm8k --chat [--prompt aisbench-0shot-cot|lm-eval-cot-llama] --data F
+ *                 (--endpoint URL | --model M) [--chat-template-kwargs JSON]
+ *                 [--samples N] [--temperature T] [--max-tokens N] [--out F]
  *   ds-eval gsm8k|ppl --endpoint URL [--served-model NAME] [--api-key-env VAR]
  *                 [--concurrency N] ... (the model behind an OpenAI-compatible server)
  *
@@ -20,17 +23,24 @@
 #include "endpoint.h"
 #include "eval_metrics.h"
 #include "gsm8k.h"
+#include "chat_eval.h"
+#include "chat_reasoning.h"
+#include "chat_run.h"
+#include "chat_template.h"
 #include "llama2c.h"
 #include "model.h"
 #include "text_prefix.h"
 #include "tokenizer.h"
 #include "model_tokenizer.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_TEXT ((size_t)1 << 30) /* --data cap for ppl: 1 GiB of text */
 
@@ -44,7 +54,8 @@ static const char usage_text[] =
 "  kld     KL divergence of a model against base log-probs saved by\n"
 "          'ppl --save-logits' (mean/median/p99/max KLD, same top-1, PPL ratio)\n"
 "  gsm8k   lm-eval gsm8k v3.0: 5-shot, greedy, strict-match and flexible-extract\n"
-"          exact_match; or --score completions made elsewhere\n"
+"          exact_match; or --score completions made elsewhere; or --chat:\n"
+"          through chat completions as AISBench / lm-eval's chat tasks do\n"
 "\n"
 "Model and tokenizer:\n"
 "  -m, --model PATH        safetensors file/index/directory or .dsq file\n"
@@ -99,6 +110,31 @@ static const char usage_text[] =
 "                          (with --endpoint also written as items arrive; a\n"
 "                          rerun with the same --out continues, -f restarts)\n"
 "\n"
+"gsm8k --chat (GSM8K or any numeric-answer JSONL through /v1/chat/completions,\n"
+"or in process through the model's chat template, as ds-serve renders it):\n"
+"      --prompt NAME       aisbench-0shot-cot (default; AISBench's 0-shot CoT chat\n"
+"                          prompt and scoring, its \"1,234\" -> 234 quirk kept),\n"
+"                          aisbench-0shot-cot-nocomma (later AISBench: commas\n"
+"                          dropped first), lm-eval-cot-llama (gsm8k_cot_llama,\n"
+"                          8 shots as turns, strict and flexible); without --chat:\n"
+"                          lm-eval-gsm8k (the default gsm8k above)\n"
+"      --chat-template-kwargs JSON  e.g. '{\"thinking\": true}'\n"
+"      --max-tokens N      reply cap (default: the harness's, 512 / 256)\n"
+"      --temperature T     (default: the harness's, 0.01 / 0; in process: 0 only)\n"
+"      --top-p P, --seed N sampling; sample s of an item is sent seed N + s\n"
+"      --samples N         replies per item: mean accuracy, stderr, pass@N\n"
+"      --think-end S       lm-eval's think_end_token: score the content after the\n"
+"                          last S\n"
+"      --question-field Q, --answer-field A   field names of another data set\n"
+"                          (the answer may be a number)\n"
+"      --chat-template T   in process: a known template id or file (default:\n"
+"                          the model's own, recognised by sha256)\n"
+"      --reasoning-parser deepseek_r1|deepseek_v3   in process: split\n"
+"                          reasoning_content as ds-serve / vLLM would\n"
+"      --out FILE          per-reply JSONL (raw content, reasoning_content,\n"
+"                          reasoning_chars, finish, answer, correct); written as\n"
+"                          replies arrive, a rerun continues it, -f restarts\n"
+"\n"
 "Served model (gsm8k, ppl, kld): instead of --model, an OpenAI-compatible server\n"
 "(vLLM, vllm-ascend, MindIE, ds-serve) through POST /completions:\n"
 "      --endpoint URL      base URL, e.g. http://127.0.0.1:8000/v1\n"
@@ -133,7 +169,9 @@ enum {
     O_TOKENIZER = 256, O_CTX, O_DATA, O_LIMIT_TOKENS, O_SAVE_LOGITS, O_LOGITS_FORMAT,
     O_LOGITS_TOPK, O_BASE, O_TRAIN, O_SHOTS, O_SEED, O_LIMIT, O_BATCH, O_MAX_NEW, O_BOS,
     O_SCORE, O_OUT, O_JSON, O_NO_PROGRESS, O_ENDPOINT, O_SERVED_MODEL, O_API_KEY_ENV, O_CONCURRENCY,
-    O_TIMEOUT, O_RETRIES, O_NO_VERIFY, O_BF16_TERMS
+    O_TIMEOUT, O_RETRIES, O_NO_VERIFY, O_BF16_TERMS,
+    O_CHAT, O_PROMPT, O_CHAT_TEMPLATE, O_REASONING, O_CHAT_KWARGS, O_MAX_TOKENS, O_TEMPERATURE, O_TOP_P,
+    O_SAMPLES, O_THINK_END, O_QFIELD, O_AFIELD
 };
 
 typedef struct opts {
@@ -153,6 +191,12 @@ typedef struct opts {
     double timeout;
     int no_verify;
     int bf16_terms;        /* 0: the engine's default */
+    /* gsm8k --chat */
+    int chat;
+    const char *prompt, *chat_template, *chat_kwargs, *think_end, *qfield, *afield;
+    int reasoning_parser, samples;
+    int64_t max_tokens;    /* 0: the suite's */
+    double temperature, top_p;
 } opts;
 
 #define BIT(opt) (1ull << ((opt) - 256))
@@ -169,6 +213,10 @@ static int check_used(dsq_cli *cli, const opts *o, int ppl, int kld, int gsm)
         { O_TRAIN, "--train" }, { O_SHOTS, "--shots" }, { O_SEED, "--seed" }, { O_LIMIT, "--limit" },
         { O_BATCH, "--batch" }, { O_MAX_NEW, "--max-new-tokens" }, { O_BOS, "--bos" },
         { O_SCORE, "--score" }, { O_OUT, "--out" },
+        { O_PROMPT, "--prompt" }, { O_CHAT_TEMPLATE, "--chat-template" }, { O_REASONING, "--reasoning-parser" },
+        { O_CHAT_KWARGS, "--chat-template-kwargs" }, { O_MAX_TOKENS, "--max-tokens" },
+        { O_TEMPERATURE, "--temperature" }, { O_TOP_P, "--top-p" }, { O_SAMPLES, "--samples" },
+        { O_THINK_END, "--think-end" }, { O_QFIELD, "--question-field" }, { O_AFIELD, "--answer-field" },
     };
     unsigned long long ok;
     const char *what = o->cmd;
@@ -180,6 +228,19 @@ static int check_used(dsq_cli *cli, const opts *o, int ppl, int kld, int gsm)
     else if (gsm && o->score) {
         ok = BIT(O_SCORE) | BIT(O_DATA) | BIT(O_OUT) | BIT(O_LIMIT);
         what = "gsm8k --score";
+    } else if (gsm && o->chat) {
+        ok = BIT(O_TOKENIZER) | BIT(O_CTX) | BIT(O_DATA) | BIT(O_SEED) | BIT(O_LIMIT) | BIT(O_BATCH) | BIT(O_OUT) |
+             BIT(O_PROMPT) | BIT(O_CHAT_TEMPLATE) | BIT(O_REASONING) | BIT(O_CHAT_KWARGS) | BIT(O_MAX_TOKENS) |
+             BIT(O_TEMPERATURE) | BIT(O_TOP_P) | BIT(O_SAMPLES) | BIT(O_THINK_END) | BIT(O_QFIELD) | BIT(O_AFIELD);
+        what = "gsm8k --chat";
+        if (o->endpoint && (o->seen & (BIT(O_CHAT_TEMPLATE) | BIT(O_REASONING) | BIT(O_TOKENIZER) | BIT(O_CTX) | BIT(O_BATCH))))
+            return dsq_cli_usage_error(cli, "--chat-template, --reasoning-parser, --tokenizer, --ctx and --batch are the "
+                                            "server's with --endpoint (ds-serve takes the first two)");
+    } else if (o->seen & BIT(O_PROMPT)) {
+        if (strcmp(o->prompt, "lm-eval-gsm8k"))
+            return dsq_cli_usage_error(cli, "--prompt %s is a chat suite: give --chat (without it: lm-eval-gsm8k)", o->prompt);
+        ok = BIT(O_TOKENIZER) | BIT(O_CTX) | BIT(O_DATA) | BIT(O_TRAIN) | BIT(O_SHOTS) | BIT(O_SEED) |
+             BIT(O_LIMIT) | BIT(O_BATCH) | BIT(O_MAX_NEW) | BIT(O_BOS) | BIT(O_OUT) | BIT(O_PROMPT);
     } else
         ok = BIT(O_TOKENIZER) | BIT(O_CTX) | BIT(O_DATA) | BIT(O_TRAIN) | BIT(O_SHOTS) | BIT(O_SEED) |
              BIT(O_LIMIT) | BIT(O_BATCH) | BIT(O_MAX_NEW) | BIT(O_BOS) | BIT(O_OUT);
@@ -213,6 +274,14 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         { "api-key-env", required_argument, 0, O_API_KEY_ENV }, { "concurrency", required_argument, 0, O_CONCURRENCY },
         { "timeout", required_argument, 0, O_TIMEOUT }, { "retries", required_argument, 0, O_RETRIES },
         { "no-verify", no_argument, 0, O_NO_VERIFY }, { "bf16-terms", required_argument, 0, O_BF16_TERMS },
+        { "chat", no_argument, 0, O_CHAT },          { "prompt", required_argument, 0, O_PROMPT },
+        { "chat-template", required_argument, 0, O_CHAT_TEMPLATE },
+        { "reasoning-parser", required_argument, 0, O_REASONING },
+        { "chat-template-kwargs", required_argument, 0, O_CHAT_KWARGS },
+        { "max-tokens", required_argument, 0, O_MAX_TOKENS }, { "temperature", required_argument, 0, O_TEMPERATURE },
+        { "top-p", required_argument, 0, O_TOP_P },  { "samples", required_argument, 0, O_SAMPLES },
+        { "think-end", required_argument, 0, O_THINK_END },
+        { "question-field", required_argument, 0, O_QFIELD }, { "answer-field", required_argument, 0, O_AFIELD },
         { "threads", required_argument, 0, 'T' },    { "force", no_argument, 0, 'f' },
         { "quiet", no_argument, 0, 'q' },            { "verbose", no_argument, 0, 'v' },
         { "help", no_argument, 0, 'h' },             { "version", no_argument, 0, 'V' },
@@ -229,6 +298,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
     o->concurrency = 8;
     o->retries = 8;
     o->timeout = 600;
+    o->samples = 1;
     *done = 0;
     int c, no_progress = 0;
     uint64_t u;
@@ -297,6 +367,37 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
             break;
         case O_JSON: cli->json = 1; break;
         case O_NO_PROGRESS: no_progress = 1; break;
+        case O_CHAT: o->chat = 1; break;
+        case O_PROMPT: o->prompt = a; break;
+        case O_CHAT_TEMPLATE: o->chat_template = a; break;
+        case O_REASONING:
+            if ((o->reasoning_parser = dsq_reasoning_parser_from_name(a)) < 0)
+                return dsq_cli_usage_error(cli, "--reasoning-parser: expected deepseek_r1 or deepseek_v3, got '%s'", a);
+            break;
+        case O_CHAT_KWARGS: {
+            json_object *kw = json_tokener_parse(a);
+            int isobj = kw && json_object_is_type(kw, json_type_object);
+            if (kw) json_object_put(kw);
+            if (!isobj) return dsq_cli_usage_error(cli, "--chat-template-kwargs: expected a JSON object, got '%s'", a);
+            o->chat_kwargs = a;
+            break;
+        }
+        case O_MAX_TOKENS:
+            if (dsq_cli_parse_u64(a, 1, 1u << 20, &u)) return dsq_cli_usage_error(cli, "--max-tokens: expected 1..1M, got '%s'", a);
+            o->max_tokens = (int64_t)u;
+            break;
+        case O_TEMPERATURE:
+            if (dsq_cli_parse_float(a, 0, 2, &o->temperature)) return dsq_cli_usage_error(cli, "--temperature: expected 0..2, got '%s'", a);
+            break;
+        case O_TOP_P:
+            if (dsq_cli_parse_float(a, 1e-9, 1, &o->top_p)) return dsq_cli_usage_error(cli, "--top-p: expected (0, 1], got '%s'", a);
+            break;
+        case O_SAMPLES:
+            if (dsq_cli_parse_int(a, 1, 1 << 16, &o->samples)) return dsq_cli_usage_error(cli, "--samples: expected 1..65536, got '%s'", a);
+            break;
+        case O_THINK_END: o->think_end = a; break;
+        case O_QFIELD: o->qfield = a; break;
+        case O_AFIELD: o->afield = a; break;
         case 'T':
             if (dsq_cli_parse_int(a, 0, 4096, &cli->threads)) return dsq_cli_usage_error(cli, "-T: expected 0..4096, got '%s'", a);
             break;
@@ -340,6 +441,13 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
     if (kld && o->ctx) return dsq_cli_usage_error(cli, "kld takes its context from the base file");
     if (!gsm && (o->score || o->train || o->out || o->limit)) return dsq_cli_usage_error(cli, "--score, --train, --out and --limit are for gsm8k");
     if (gsm && o->score && o->model) return dsq_cli_usage_error(cli, "--score scores existing completions: drop --model");
+    if (!gsm && o->chat) return dsq_cli_usage_error(cli, "--chat is for gsm8k");
+    if (o->chat && o->score) return dsq_cli_usage_error(cli, "--chat generates replies: drop --score");
+    if (o->chat && !o->prompt) o->prompt = "aisbench-0shot-cot";
+    if (o->chat && !dsq_chat_suite_find(o->prompt))
+        return dsq_cli_usage_error(cli, "--prompt: expected one of %s, got '%s'", dsq_chat_suite_names(), o->prompt);
+    if (o->think_end && o->chat && dsq_chat_suite_find(o->prompt)->kind != DSQ_SUITE_LMEVAL_COT_LLAMA)
+        return dsq_cli_usage_error(cli, "--think-end is lm-eval's think_end_token: AISBench suites read reasoning_content");
     if (o->bos_arg) {
         const char *a = o->bos_arg;
         if (gsm) {
@@ -1111,6 +1219,171 @@ static int endpoint_all(dsq_cli *cli, const opts *o, const dsq_gsm8k_set *test, 
     return rc;
 }
 
+/* ---- gsm8k --chat ---------------------------------------------------------- */
+
+typedef struct chat_ctx {
+    const dsq_gsm8k_set *set;
+    dsq_chat_reply *replies;
+    int samples;
+    int journal;           /* fd appended to as replies arrive, or -1 */
+    dsq_progress *prog;
+    size_t done;
+} chat_ctx;
+
+static int chat_done(void *u, size_t idx, dsq_chat_reply *r)
+{
+    chat_ctx *c = u;
+    size_t doc = idx / (size_t)c->samples;
+    if (c->journal >= 0) {
+        char *line = dsq_chat_record_json(doc, (int)(idx % (size_t)c->samples), &c->set->items[doc], r, NULL);
+        if (!line) return DSQ_ERR_NOMEM;
+        size_t n = strlen(line);
+        line[n] = '\n'; /* the terminating NUL becomes the newline: one write, one line */
+        ssize_t w = write(c->journal, line, n + 1);
+        free(line);
+        if (w != (ssize_t)(n + 1)) return DSQ_ERR_IO;
+    }
+    c->replies[idx] = *r;
+    memset(r, 0, sizeof *r);
+    dsq_progress_update(c->prog, ++c->done);
+    return 0;
+}
+
+/* GSM8K (or any numeric-answer set) through chat completions: a suite's
+ * prompts and scoring (chat_eval.h), replies from --endpoint or generated in
+ * process through the model's chat template (chat_run.h). */
+static int cmd_gsm8k_chat(dsq_cli *cli, const opts *o)
+{
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    dsq_gsm8k_set set;
+    int rc = dsq_gsm8k_load_fields(&set, o->data, o->qfield ? o->qfield : "question", o->afield ? o->afield : "answer", &d);
+    if (rc < 0) return dsq_cli_fail(cli, rc, &d);
+    const dsq_chat_suite *suite = dsq_chat_suite_find(o->prompt);
+    dsq_chat_run_opts ro = { .suite = suite, .kwargs_json = o->chat_kwargs,
+                             .max_tokens = o->max_tokens ? o->max_tokens : suite->max_tokens,
+                             .temperature = (o->seen & BIT(O_TEMPERATURE)) ? o->temperature : suite->temperature,
+                             .top_p = o->top_p, .samples = o->samples, .reasoning_parser = o->reasoning_parser };
+    if (o->seen & BIT(O_SEED)) { ro.has_seed = 1; ro.seed = o->seed; }
+    else if (suite->has_seed) { ro.has_seed = 1; ro.seed = suite->seed; }
+    size_t n = o->limit && o->limit < set.n ? o->limit : set.n, pairs = n * (size_t)o->samples;
+    dsq_chat_reply *replies = calloc(pairs ? pairs : 1, sizeof *replies);
+    size_t *todo = calloc(pairs ? pairs : 1, sizeof *todo), n_todo = 0, have = 0;
+    if (!replies || !todo) rc = dsq_fail(&d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    if (rc == DSQ_OK && o->out && !o->force) rc = dsq_chat_journal_load(o->out, &set, n, o->samples, replies, &have, &d);
+    for (size_t i = 0; i < pairs && rc == DSQ_OK; i++)
+        if (!replies[i].have) todo[n_todo++] = i;
+    if (rc == DSQ_OK && have) dsq_cli_info(cli, 2, "%s: %zu of %zu replies already done, continuing", o->out, have, pairs);
+    int jfd = -1;
+    if (rc == DSQ_OK && o->out && n_todo) {
+        jfd = open(o->out, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (o->force ? O_TRUNC : 0), 0644);
+        if (jfd < 0) rc = dsq_fail_errno(&d, errno, o->out, "cannot open the journal");
+    }
+    runner r = { 0 };
+    chat_ctx cc = { .set = &set, .replies = replies, .samples = o->samples, .journal = jfd, .prog = &r.prog };
+    double t0 = dsq_now();
+    const char *tmpl_id = NULL;
+    dsq_chat_template *tmpl = NULL;
+    if (rc == DSQ_OK && n_todo && o->endpoint) {
+        dsq_endpoint_opts eo;
+        char *model = NULL;
+        if (endpoint_opts(cli, o, &eo) < 0) rc = dsq_fail(&d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no API key");
+        if (rc == DSQ_OK) rc = dsq_ep_resolve_model(&eo, &model, &d);
+        if (rc == DSQ_OK) {
+            dsq_cli_info(cli, 3, "%s: model '%s', %zu requests (%s), %d in flight", o->endpoint, model, n_todo, suite->name,
+                         o->concurrency);
+            dsq_progress_begin(&r.prog, cli, "gsm8k chat", "replies", n_todo);
+            rc = dsq_chat_run_endpoint(&eo, model, &ro, &set, todo, n_todo, chat_done, &cc, &d);
+            dsq_progress_end(&r.prog);
+        }
+        free(model);
+    } else if (rc == DSQ_OK && n_todo) {
+        rc = load_tokenizer(cli, o, &r.tok, &d);
+        if (rc == DSQ_OK) rc = dsq_chat_template_for_model(&tmpl, o->model, o->tokenizer, o->chat_template, &d);
+        if (rc == DSQ_OK) tmpl_id = dsq_chat_template_id(tmpl);
+        if (rc == DSQ_OK) rc = open_model(cli, o, &r, o->batch, o->ctx, &d);
+        if (rc == DSQ_OK) {
+            /* EOS ids: the tokenizer's and the config's, as ds-serve */
+            int32_t eos[1 + DSQ_CFG_MAX_EOS];
+            size_t n_eos = 0;
+            int32_t te = dsq_tokenizer_eos(r.tok);
+            if (te >= 0) eos[n_eos++] = te;
+            const dsq_model_config *cfg = dsq_model_get_config(r.m);
+            for (int i = 0; i < cfg->n_eos; i++) {
+                int dup = 0;
+                for (size_t k = 0; k < n_eos; k++) dup |= eos[k] == (int32_t)cfg->eos_token_ids[i];
+                if (!dup) eos[n_eos++] = (int32_t)cfg->eos_token_ids[i];
+            }
+            dsq_gen_ops ops = { .user = &r, .vocab = r.vocab, .n_slots = o->batch, .prefill = gen_prefill,
+                                .decode = gen_decode, .detok = gen_detok };
+            dsq_cli_info(cli, 3, "chat template %s, %zu replies (%s), batch %d", tmpl_id, n_todo, suite->name, o->batch);
+            dsq_progress_begin(&r.prog, cli, "gsm8k chat", "replies", n_todo);
+            rc = dsq_chat_run_local(&ops, (size_t)dsq_state_max_ctx(r.st), r.tok, tmpl, eos, n_eos, &ro, &set, todo, n_todo,
+                                    &dsq_cli_interrupted, chat_done, &cc, &d);
+            dsq_progress_end(&r.prog);
+        }
+    }
+    double secs = dsq_now() - t0;
+    if (jfd >= 0) close(jfd);
+    dsq_chat_template_free(tmpl);
+    runner_close(&r);
+    dsq_chat_summary sm;
+    if (rc == DSQ_OK) rc = dsq_chat_score_all(&ro, o->think_end, &set, n, replies, o->out, &sm, &d);
+    if (rc == DSQ_OK && sm.missing)
+        dsq_cli_warn(cli, "%zu of %zu replies are missing; they count as wrong", sm.missing, pairs);
+    int lm = suite->kind == DSQ_SUITE_LMEVAL_COT_LLAMA;
+    if (rc == DSQ_OK && cli->json) {
+        json_object *j = json_object_new_object();
+        json_object_object_add(j, "command", json_object_new_string("gsm8k"));
+        json_object_object_add(j, "chat", json_object_new_boolean(1));
+        json_object_object_add(j, "prompt", json_object_new_string(suite->name));
+        if (tmpl_id) json_object_object_add(j, "chat_template", json_object_new_string(tmpl_id));
+        json_object_object_add(j, "n", json_object_new_int64((int64_t)n));
+        json_object_object_add(j, "samples", json_object_new_int(o->samples));
+        json_object_object_add(j, "missing", json_object_new_int64((int64_t)sm.missing));
+        json_object_object_add(j, "temperature", jnum(ro.temperature));
+        json_object_object_add(j, "max_tokens", json_object_new_int64(ro.max_tokens));
+        json_object_object_add(j, "gen_tokens", json_object_new_int64((int64_t)sm.gen_tokens));
+        json_object_object_add(j, "reasoning_chars", json_object_new_int64((int64_t)sm.reasoning_chars));
+        json_object_object_add(j, "seconds", jnum(secs));
+        json_object *a = json_object_new_object();
+        json_object_object_add(a, "accuracy", jnum(sm.acc));
+        json_object_object_add(a, "stderr", jnum(sm.acc_se));
+        json_object_object_add(a, "correct", json_object_new_int64((int64_t)sm.correct));
+        char k[32];
+        snprintf(k, sizeof k, "pass@%d", o->samples);
+        json_object_object_add(a, k, jnum(sm.pass_n));
+        json_object_object_add(j, lm ? "strict-match" : "accuracy", a);
+        if (lm) {
+            json_object *f = json_object_new_object();
+            json_object_object_add(f, "accuracy", jnum(sm.acc_flex));
+            json_object_object_add(f, "stderr", jnum(sm.acc_flex_se));
+            json_object_object_add(f, "correct", json_object_new_int64((int64_t)sm.correct_flex));
+            json_object_object_add(f, k, jnum(sm.pass_n_flex));
+            json_object_object_add(j, "flexible-extract", f);
+        }
+        print_json(j);
+    } else if (rc == DSQ_OK && cli->level >= 2) {
+        printf("gsm8k chat (%s%s%s), %zu items x %d sample%s, %llu tokens in %.1f s, reasoning %llu chars\n", suite->name,
+               tmpl_id ? ", template " : "", tmpl_id ? tmpl_id : "", n, o->samples, o->samples > 1 ? "s" : "",
+               (unsigned long long)sm.gen_tokens, secs, (unsigned long long)sm.reasoning_chars);
+        printf("  %-17s %.4f +/- %.4f  (%zu/%zu)", lm ? "strict-match" : "accuracy", sm.acc, sm.acc_se, sm.correct,
+               pairs);
+        if (o->samples > 1) printf("  pass@%d %.4f", o->samples, sm.pass_n);
+        printf("\n");
+        if (lm) {
+            printf("  %-17s %.4f +/- %.4f  (%zu/%zu)", "flexible-extract", sm.acc_flex, sm.acc_flex_se, sm.correct_flex, pairs);
+            if (o->samples > 1) printf("  pass@%d %.4f", o->samples, sm.pass_n_flex);
+            printf("\n");
+        }
+    }
+    for (size_t i = 0; i < pairs && replies; i++) dsq_chat_reply_release(&replies[i]);
+    free(replies);
+    free(todo);
+    dsq_gsm8k_set_release(&set);
+    return rc < 0 ? dsq_cli_fail(cli, rc, &d) : DSQ_EXIT_OK;
+}
+
 static int cmd_gsm8k(dsq_cli *cli, const opts *o)
 {
     dsq_diag d;
@@ -1221,5 +1494,6 @@ int main(int argc, char **argv)
     if (rc >= 0 || done) return rc;
     if (!strcmp(o.cmd, "ppl")) return cmd_ppl(&cli, &o);
     if (!strcmp(o.cmd, "kld")) return cmd_kld(&cli, &o);
+    if (o.chat) return cmd_gsm8k_chat(&cli, &o);
     return cmd_gsm8k(&cli, &o);
 }

@@ -50,6 +50,7 @@ stop_server() {
 post() { curl -s -o "$T/body" -w '%{http_code}' "$URL$1" -H 'Content-Type: application/json' -d "$2"; }
 
 start_server --chat-template deepseek-v3.1 --reasoning-parser deepseek_v3 || exit 1
+SERVER_URL=$URL
 grep -q "chat template: deepseek-v3.1" "$T/server.log" || fail "the log does not name the chat template: $(cat "$T/server.log")"
 
 # ---- the OpenAI client library -------------------------------------------------
@@ -93,6 +94,44 @@ code=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"c
 [ "$code" = 400 ] || fail "kwargs replacing a template variable: $code $(cat "$T/body")"
 code=$(post /v1/chat/completions '{"messages":[]}')
 [ "$code" = 400 ] || fail "empty messages: $code"
+
+# ---- ds-eval gsm8k --chat: served and in process give the same replies ------------
+if [ -f "$DATA" ]; then
+  for suite in "aisbench-0shot-cot {\"thinking\":true}" "lm-eval-cot-llama {}"; do
+    set -- $suite
+    COMMON="gsm8k --chat --prompt $1 --chat-template-kwargs $2 --data $DATA --limit 6 --max-tokens 24 --temperature 0"
+    $EVAL $COMMON --endpoint "$SERVER_URL/v1" --out "$T/ep-$1.jsonl" -q >"$T/ep.log" 2>&1 || fail "$1 --endpoint: $(cat "$T/ep.log")"
+    $EVAL $COMMON -m $M -T 1 --chat-template deepseek-v3.1 --reasoning-parser deepseek_v3 --out "$T/local-$1.jsonl" -q \
+      >"$T/local.log" 2>&1 || fail "$1 in process: $(cat "$T/local.log")"
+    for f in ep local; do
+      jq -c '[.doc_id, .sample, .content, .reasoning_content, .answer, .flexible, .correct, .finish, .gen_tokens]' \
+        "$T/$f-$1.jsonl" > "$T/$f-$1.items" 2>/dev/null
+    done
+    [ "$(wc -l < "$T/ep-$1.items")" = 6 ] || fail "$1: $(wc -l < "$T/ep-$1.items") of 6 items"
+    cmp -s "$T/ep-$1.items" "$T/local-$1.items" || fail "$1: served and in-process replies differ: $(diff "$T/ep-$1.items" "$T/local-$1.items" | head -4)"
+  done
+  # thinking on: the replies carry reasoning_content (deepseek_v3 parser), and AISBench scores reasoning + content
+  [ "$(jq -s 'map(.reasoning_chars) | add' "$T/ep-aisbench-0shot-cot.jsonl")" -gt 0 ] || fail "no reasoning recorded"
+  # a journal cut short is continued to the same file
+  head -n 3 "$T/ep-aisbench-0shot-cot.jsonl" | jq -c 'del(.answer, .correct)' > "$T/resume.jsonl"
+  $EVAL gsm8k --chat --prompt aisbench-0shot-cot --chat-template-kwargs '{"thinking":true}' --data $DATA --limit 6 \
+    --max-tokens 24 --temperature 0 --endpoint "$SERVER_URL/v1" --out "$T/resume.jsonl" >"$T/resume.log" 2>&1 || fail "resume: $(cat "$T/resume.log")"
+  grep -q "3 of 6 replies already done" "$T/resume.log" || fail "resume did not continue: $(cat "$T/resume.log")"
+  cmp -s "$T/resume.jsonl" "$T/ep-aisbench-0shot-cot.jsonl" || fail "the resumed file differs from the full run"
+  # sampled: N replies per item, mean accuracy, standard error and pass@N
+  $EVAL gsm8k --chat --data $DATA --limit 3 --max-tokens 8 --temperature 1 --seed 7 --samples 3 --endpoint "$SERVER_URL/v1" \
+    --json --out "$T/sampled.jsonl" >"$T/sampled.json" 2>"$T/sampled.log" || fail "samples: $(cat "$T/sampled.log")"
+  [ "$(wc -l < "$T/sampled.jsonl")" = 9 ] && jq -e '.samples == 3 and (.accuracy | has("pass@3") and has("stderr"))' "$T/sampled.json" >/dev/null || \
+    fail "samples: $(cat "$T/sampled.json")"
+  # any numeric-answer set by field names
+  printf '{"problem":"What is 2+2?","solution":4}\n{"problem":"What is 3+3?","solution":"6"}\n' > "$T/aime.jsonl"
+  $EVAL gsm8k --chat --data "$T/aime.jsonl" --question-field problem --answer-field solution --max-tokens 8 --temperature 0 \
+    --endpoint "$SERVER_URL/v1" --json >"$T/aime.json" 2>"$T/aime.log" && jq -e '.n == 2' "$T/aime.json" >/dev/null || \
+    fail "numeric-answer set: $(cat "$T/aime.log" "$T/aime.json")"
+  # in process: greedy only, said clearly
+  $EVAL gsm8k --chat --data $DATA --limit 1 -m $M -T 1 --chat-template deepseek-v3.1 >"$T/greedy.log" 2>&1 && fail "in-process sampling accepted"
+  grep -q "greedy" "$T/greedy.log" || fail "in-process temperature: $(cat "$T/greedy.log")"
+fi
 stop_server
 
 # an unknown template is refused at start, naming its sha256
