@@ -37,6 +37,11 @@ char *dsq_chat_request_json(const dsq_chat_run_opts *o, const char *model, const
     }
     if (o->kwargs_json) json_object_object_add(j, "chat_template_kwargs", json_tokener_parse(o->kwargs_json));
     json_object_object_add(j, "stream", json_object_new_boolean(0));
+    json_object *x = o->extra_json ? json_tokener_parse(o->extra_json) : NULL;
+    if (x && json_object_is_type(x, json_type_object)) {
+        json_object_object_foreach(x, k, v) json_object_object_add(j, k, json_object_get(v));
+    }
+    if (x) json_object_put(x);
     const char *t = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
     char *s = t ? strdup(t) : NULL;
     json_object_put(j);
@@ -239,6 +244,9 @@ int dsq_chat_run_local(const dsq_gen_ops *ops, size_t max_ctx, const dsq_tokeniz
                        size_t n_todo, volatile int *cancel, dsq_chat_reply_fn done, void *user,
                        dsq_diag *d)
 {
+    if (o->extra_json)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
+                        "--generation-kwargs are sent to a server: give --endpoint");
     if (o->temperature != 0)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
                         "in-process chat generation is greedy: give --temperature 0, or sample through "

@@ -31,6 +31,8 @@ typedef struct dsq_chat_run_opts {
     uint64_t seed;             /* sample s of an item is asked with seed + s */
     int samples;               /* per item, >= 1 */
     int reasoning_parser;      /* in process: enum dsq_reasoning_parser, as ds-serve's */
+    const char *extra_json;    /* further body fields (JSON object text), as AISBench's
+                                * generation_kwargs: endpoint only; they win */
 } dsq_chat_run_opts;
 
 typedef struct dsq_chat_reply {

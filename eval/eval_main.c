@@ -123,6 +123,9 @@ static const char usage_text[] =
 "      --temperature T     (default: the harness's, 0.01 / 0; in process: 0 only)\n"
 "      --top-p P, --seed N sampling; sample s of an item is sent seed N + s\n"
 "      --samples N         replies per item: mean accuracy, stderr, pass@N\n"
+"      --generation-kwargs JSON  further request fields, as AISBench's\n"
+"                          generation_kwargs (e.g. '{\"top_k\": 10,\n"
+"                          \"repetition_penalty\": 1.03}'); with --endpoint\n"
 "      --think-end S       lm-eval's think_end_token: score the content after the\n"
 "                          last S\n"
 "      --question-field Q, --answer-field A   field names of another data set\n"
@@ -171,7 +174,7 @@ enum {
     O_SCORE, O_OUT, O_JSON, O_NO_PROGRESS, O_ENDPOINT, O_SERVED_MODEL, O_API_KEY_ENV, O_CONCURRENCY,
     O_TIMEOUT, O_RETRIES, O_NO_VERIFY, O_BF16_TERMS,
     O_CHAT, O_PROMPT, O_CHAT_TEMPLATE, O_REASONING, O_CHAT_KWARGS, O_MAX_TOKENS, O_TEMPERATURE, O_TOP_P,
-    O_SAMPLES, O_THINK_END, O_QFIELD, O_AFIELD
+    O_SAMPLES, O_THINK_END, O_QFIELD, O_AFIELD, O_GEN_KWARGS
 };
 
 typedef struct opts {
@@ -193,7 +196,7 @@ typedef struct opts {
     int bf16_terms;        /* 0: the engine's default */
     /* gsm8k --chat */
     int chat;
-    const char *prompt, *chat_template, *chat_kwargs, *think_end, *qfield, *afield;
+    const char *prompt, *chat_template, *chat_kwargs, *think_end, *qfield, *afield, *gen_kwargs;
     int reasoning_parser, samples;
     int64_t max_tokens;    /* 0: the suite's */
     double temperature, top_p;
@@ -217,6 +220,7 @@ static int check_used(dsq_cli *cli, const opts *o, int ppl, int kld, int gsm)
         { O_CHAT_KWARGS, "--chat-template-kwargs" }, { O_MAX_TOKENS, "--max-tokens" },
         { O_TEMPERATURE, "--temperature" }, { O_TOP_P, "--top-p" }, { O_SAMPLES, "--samples" },
         { O_THINK_END, "--think-end" }, { O_QFIELD, "--question-field" }, { O_AFIELD, "--answer-field" },
+        { O_GEN_KWARGS, "--generation-kwargs" },
     };
     unsigned long long ok;
     const char *what = o->cmd;
@@ -231,7 +235,8 @@ static int check_used(dsq_cli *cli, const opts *o, int ppl, int kld, int gsm)
     } else if (gsm && o->chat) {
         ok = BIT(O_TOKENIZER) | BIT(O_CTX) | BIT(O_DATA) | BIT(O_SEED) | BIT(O_LIMIT) | BIT(O_BATCH) | BIT(O_OUT) |
              BIT(O_PROMPT) | BIT(O_CHAT_TEMPLATE) | BIT(O_REASONING) | BIT(O_CHAT_KWARGS) | BIT(O_MAX_TOKENS) |
-             BIT(O_TEMPERATURE) | BIT(O_TOP_P) | BIT(O_SAMPLES) | BIT(O_THINK_END) | BIT(O_QFIELD) | BIT(O_AFIELD);
+             BIT(O_TEMPERATURE) | BIT(O_TOP_P) | BIT(O_SAMPLES) | BIT(O_THINK_END) | BIT(O_QFIELD) | BIT(O_AFIELD) |
+             BIT(O_GEN_KWARGS);
         what = "gsm8k --chat";
         if (o->endpoint && (o->seen & (BIT(O_CHAT_TEMPLATE) | BIT(O_REASONING) | BIT(O_TOKENIZER) | BIT(O_CTX) | BIT(O_BATCH))))
             return dsq_cli_usage_error(cli, "--chat-template, --reasoning-parser, --tokenizer, --ctx and --batch are the "
@@ -282,6 +287,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         { "top-p", required_argument, 0, O_TOP_P },  { "samples", required_argument, 0, O_SAMPLES },
         { "think-end", required_argument, 0, O_THINK_END },
         { "question-field", required_argument, 0, O_QFIELD }, { "answer-field", required_argument, 0, O_AFIELD },
+        { "generation-kwargs", required_argument, 0, O_GEN_KWARGS },
         { "threads", required_argument, 0, 'T' },    { "force", no_argument, 0, 'f' },
         { "quiet", no_argument, 0, 'q' },            { "verbose", no_argument, 0, 'v' },
         { "help", no_argument, 0, 'h' },             { "version", no_argument, 0, 'V' },
@@ -374,12 +380,15 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
             if ((o->reasoning_parser = dsq_reasoning_parser_from_name(a)) < 0)
                 return dsq_cli_usage_error(cli, "--reasoning-parser: expected deepseek_r1 or deepseek_v3, got '%s'", a);
             break;
-        case O_CHAT_KWARGS: {
+        case O_CHAT_KWARGS:
+        case O_GEN_KWARGS: {
             json_object *kw = json_tokener_parse(a);
             int isobj = kw && json_object_is_type(kw, json_type_object);
             if (kw) json_object_put(kw);
-            if (!isobj) return dsq_cli_usage_error(cli, "--chat-template-kwargs: expected a JSON object, got '%s'", a);
-            o->chat_kwargs = a;
+            if (!isobj) return dsq_cli_usage_error(cli, "%s: expected a JSON object, got '%s'",
+                                                   c == O_GEN_KWARGS ? "--generation-kwargs" : "--chat-template-kwargs", a);
+            if (c == O_GEN_KWARGS) o->gen_kwargs = a;
+            else o->chat_kwargs = a;
             break;
         }
         case O_MAX_TOKENS:
@@ -1263,7 +1272,8 @@ static int cmd_gsm8k_chat(dsq_cli *cli, const opts *o)
     dsq_chat_run_opts ro = { .suite = suite, .kwargs_json = o->chat_kwargs,
                              .max_tokens = o->max_tokens ? o->max_tokens : suite->max_tokens,
                              .temperature = (o->seen & BIT(O_TEMPERATURE)) ? o->temperature : suite->temperature,
-                             .top_p = o->top_p, .samples = o->samples, .reasoning_parser = o->reasoning_parser };
+                             .top_p = o->top_p, .samples = o->samples, .reasoning_parser = o->reasoning_parser,
+                             .extra_json = o->gen_kwargs };
     if (o->seen & BIT(O_SEED)) { ro.has_seed = 1; ro.seed = o->seed; }
     else if (suite->has_seed) { ro.has_seed = 1; ro.seed = suite->seed; }
     size_t n = o->limit && o->limit < set.n ? o->limit : set.n, pairs = n * (size_t)o->samples;

@@ -238,6 +238,13 @@ static int parse_fields(json_object *o, const dsq_srv_limits *lim, dsq_srv_param
     if (json_object_object_get_ex(o, "logit_bias", &v) && v &&
         !(json_object_is_type(v, json_type_object) && json_object_object_length(v) == 0))
         return bad(e, DSQ_ERR_INVALID_ARG, "logit_bias", "'logit_bias' is not supported");
+    /* vLLM's sampling extensions, refused unless they ask for nothing */
+    int64_t top_k = -1;
+    DSQ_TRY(get_int(o, "top_k", -1, INT32_MAX, &top_k, NULL, e));
+    if (top_k > 0) return bad(e, DSQ_ERR_INVALID_ARG, "top_k", "'top_k' is not supported (only -1 or 0: all tokens)");
+    double rep = 1, min_p = 0;
+    DSQ_TRY(get_num(o, "repetition_penalty", 1, 1, &rep, NULL, e));
+    DSQ_TRY(get_num(o, "min_p", 0, 0, &min_p, NULL, e));
     if (json_object_object_get_ex(o, "suffix", &v) && v)
         return bad(e, DSQ_ERR_INVALID_ARG, "suffix", "'suffix' is not supported");
     if (!has && chat) p->max_tokens_auto = 1; /* what the context leaves, capped by the limit */

@@ -8,6 +8,9 @@
 #include "server.h"
 #include "chat_reasoning.h"
 #include "chat_template.h"
+#include "chat_run.h"
+
+#include <json-c/json.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -433,7 +436,36 @@ static void test_chat_request(void **st)
     b = "{\"tokens\": [1, 50]}"; /* beyond the vocabulary */
     assert_true(dsq_srv_parse_detokenize(b, strlen(b), &lim, &model, &ids, &n, err, sizeof err, param, 64) < 0);
     assert_string_equal(param, "tokens");
+    b = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_k\": 10}";
+    assert_true(dsq_srv_parse_chat(b, strlen(b), &lim, t, 0, &p, err, sizeof err, param, 64) < 0);
+    assert_string_equal(param, "top_k");
+    b = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_k\": -1, \"repetition_penalty\": 1.0}";
+    assert_int_equal(dsq_srv_parse_chat(b, strlen(b), &lim, t, 0, &p, err, sizeof err, param, 64), DSQ_OK);
+    dsq_srv_params_release(&p);
     dsq_chat_template_free(t);
+
+    /* ds-eval's request: the suite's fields, then --generation-kwargs over them */
+    dsq_chat_run_opts ro = { .suite = dsq_chat_suite_find("lm-eval-cot-llama"), .max_tokens = 9, .temperature = 0,
+                             .has_seed = 1, .seed = 1234, .samples = 2, .kwargs_json = "{\"thinking\":true}",
+                             .extra_json = "{\"top_k\":10,\"max_tokens\":7}" };
+    char *rq = dsq_chat_request_json(&ro, "m", "[{\"role\":\"user\",\"content\":\"q\"}]", 1);
+    json_object *rj = json_tokener_parse(rq), *v;
+    assert_true(json_object_object_get_ex(rj, "seed", &v) && json_object_get_int64(v) == 1235);
+    assert_true(json_object_object_get_ex(rj, "max_tokens", &v) && json_object_get_int64(v) == 7);
+    assert_true(json_object_object_get_ex(rj, "top_k", &v) && json_object_get_int64(v) == 10);
+    assert_true(json_object_object_get_ex(rj, "stop", &v) && json_object_array_length(v) == 4);
+    assert_true(json_object_object_get_ex(rj, "chat_template_kwargs", &v));
+    json_object_put(rj);
+    free(rq);
+    dsq_chat_reply cr;
+    b = "{\"choices\":[{\"message\":{\"content\":null,\"reasoning\":\"r\"},\"finish_reason\":\"length\"}],"
+        "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5}}";
+    assert_int_equal(dsq_chat_parse_reply(b, strlen(b), &cr, NULL), DSQ_OK);
+    assert_null(cr.content);
+    assert_string_equal(cr.reasoning, "r");
+    assert_string_equal(cr.finish, "length");
+    assert_int_equal(cr.completion_tokens, 5);
+    dsq_chat_reply_release(&cr);
 }
 
 int main(void)
