@@ -4,7 +4,7 @@
  * A scaling group is a producer that can absorb 1/s (a norm weight, or the
  * output rows of a linear) and the linears that read its output (consumers,
  * whose columns get s). Groups follow AutoAWQ get_layers_for_scaling
- * (formats.md s.3.5):
+ * (docs/serving-exports.md, "AWQ scale search"):
  *   DeepSeek-V3/V2 (AWQ flavour):
  *     input_layernorm          -> q_a_proj + kv_a_proj_with_mqa (q_proj without q_lora)
  *     q_a_layernorm            -> q_b_proj

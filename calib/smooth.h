@@ -1,5 +1,6 @@
 /* smooth.h - SmoothQuant scales, their safety rules, static activation
- * parameters and the folding arithmetic (formats.md s.6, s.4.2).
+ * parameters and the folding arithmetic (docs/serving-exports.md,
+ * "SmoothQuant" and "AscendV1" / "W8A8 (static)").
  *
  * SmoothQuant (mit-han-lab smooth.py): per input channel j of a group of
  * linears reading the same tensor X,

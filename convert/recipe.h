@@ -29,7 +29,8 @@
  *
  * Presets (--recipe NAME):
  *   deepseek-w4a8  msModelSlim lab_practice/deepseek_v3/
- *                  deepseek_w4a8_per_channel.yaml (formats.md s.4.5): attention
+ *                  deepseek_w4a8_per_channel.yaml (docs/serving-exports.md,
+ *                  "The deepseek-w4a8 recipe"): attention
  *                  and dense/shared MLP w8a8-dynamic, routed experts w4a8
  *                  (per channel unless --group-size), MTP-layer experts
  *                  w8a8-dynamic, kv_b_proj kept.

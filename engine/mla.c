@@ -1,4 +1,5 @@
-/* mla.c - DeepSeek multi-head latent attention (formats.md 2.6).
+/* mla.c - DeepSeek multi-head latent attention (docs/checkpoints.md,
+ * "Multi-head latent attention").
  *
  *   q    = q_b(q_a_layernorm(q_a(x)))  (or q_proj(x) when q_lora_rank is 0)
  *          [T, H, nope + rope]; RoPE (adjacent pairs) on the rope part

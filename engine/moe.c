@@ -1,4 +1,5 @@
-/* moe.c - SwiGLU MLP and the DeepSeek MoE block (formats.md 2.5).
+/* moe.c - SwiGLU MLP and the DeepSeek MoE block (docs/checkpoints.md,
+ * "Routing").
  *
  *   y = sum_k w_k Expert_{idx_k}(x) + shared_experts(x)
  *   Expert(x) = down(silu(gate x) * up x)

@@ -1,6 +1,6 @@
 /* safetensors.h - validated, mmap'd read access to safetensors checkpoints.
  *
- * File layout (huggingface/safetensors, see ../shared/docs/formats.md s.1):
+ * File layout (huggingface/safetensors, see docs/checkpoints.md, "safetensors"):
  *   [u64 LE N][N bytes JSON header, may be space padded][byte buffer]
  *   header: {"NAME": {"dtype": "BF16", "shape": [..], "data_offsets": [b, e]},
  *            ..., "__metadata__": {"k": "v"}}   (offsets relative to buffer)
@@ -17,7 +17,8 @@
  *     the previous end, and file size == 8 + N + last end
  *   - __metadata__ is a string -> string map
  *   - tensor names are unique across all shards
- *   - FP8 block scales (DeepSeek-V3, formats.md s.2.3): every F8_E4M3 tensor
+ *   - FP8 block scales (DeepSeek-V3, docs/checkpoints.md, "FP8 E4M3 weights
+ *     and weight_scale_inv"): every F8_E4M3 tensor
  *     X has a companion "X_scale_inv" (for X.weight: X.weight_scale_inv),
  *     F32, shape [ceil(rows/128), ceil(cols/128)] where rows/cols is the
  *     row view below; all values finite and >= 0. A missing or misshaped

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """config.json contents of the sample models.
 
-tiny-dsv3 carries every key of deepseek-ai/DeepSeek-V3's config.json (formats.md
-2.1 plus the HF bookkeeping keys), scaled down.  num_nextn_predict_layers is 0:
+tiny-dsv3 carries every key of deepseek-ai/DeepSeek-V3's config.json
+(docs/checkpoints.md, "config.json", plus the HF bookkeeping keys), scaled down.  num_nextn_predict_layers is 0:
 no MTP layer is trained or stored.  max_position_embeddings (2048) is larger than
 rope_scaling.original_max_position_embeddings (512), so YaRN frequency blending
 and the mscale^2 softmax correction are both active, as in the real model.

@@ -28,7 +28,8 @@ static void check_roles(const role_case *v, size_t n, int64_t nhl)
     }
 }
 
-/* Every HF leaf name of DeepSeek-V3 (inference/convert.py mapping, formats.md s.2.2, s.2.4). */
+/* Every HF leaf name of DeepSeek-V3 (inference/convert.py mapping; docs/checkpoints.md,
+ * "Tensor names and shapes" and "MTP layer"). */
 static void test_roles_deepseek_v3(void **state)
 {
     (void)state;
