@@ -705,7 +705,8 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
     if (rc == DSQ_OK) {
         if (dsq_ctr_set_is_dsq(path)) {
             rc = dsq_ctr_set_open(&m->ctr, path, d);
-            /* Raw payloads are hashed while the weights load (issue 14.3). */
+            /* Raw payloads are hashed while the weights load, so a corrupt
+             * byte is never computed with (model_verify.h). */
             if (rc == DSQ_OK && !m->opts.no_verify) rc = dsq_model_verify_start(&vj, m->ctr, NULL, d);
             if (rc == DSQ_OK) rc = config_from_ctr(m, d);
         } else if (dsq_llama2c_is_checkpoint(path)) {

@@ -160,12 +160,11 @@ int  dsq_st_read_rows_f32(const dsq_st_model *m, const dsq_st_tensor *t,
 int  dsq_st_rows_f32_from(const dsq_st_model *m, const dsq_st_tensor *t, const void *src,
                           int64_t row0, int64_t nrows, float *out, dsq_diag *d);
 /* Copy the source bytes of rows [row0, row0 + nrows) of t (nbytes / rows
- * each) into dst with pread(2). Why not the mapping: in this VM, a
- * conversion reading the checkpoint through its mapping (MADV_POPULATE_READ
- * per 8 MiB, then a fault-free pass over 4 KiB-page mappings) spent a
- * quarter of its CPU in the BF16 -> f32 loop, stalled on the mapping; the
- * kernel's copy into a reused, cache-hot buffer costs a fraction (README,
- * "Measured"). DSQ_ERR_UNSUPPORTED when the shard is not a file descriptor
+ * each) into dst with pread(2). Why not the mapping: a conversion reading
+ * the checkpoint through its mapping (even populated ahead, then a
+ * fault-free pass over 4 KiB-page mappings) stalls its BF16 -> f32 loop on
+ * the mapping's TLB misses, a large share of its CPU; the kernel's copy
+ * into a reused, cache-hot buffer costs a fraction of that. DSQ_ERR_UNSUPPORTED when the shard is not a file descriptor
  * (a model opened over a buffer): use the mapping then. Thread-safe. */
 int  dsq_st_pread_rows(const dsq_st_model *m, const dsq_st_tensor *t, int64_t row0, int64_t nrows,
                        void *dst, dsq_diag *d);

@@ -71,7 +71,7 @@ DSV3 = {
 }
 
 
-# mid-dsv3 (samples/train_gpu.py, issue 15): the larger sample, trained on one GPU
+# mid-dsv3 (samples/train_gpu.py): the larger sample, trained on one GPU
 # on more varied text.  Every matrix dimension a multiple of 128 as in DeepSeek-V3
 # (q_lora 256, kv_lora 128, experts 128 wide); 32 routed experts in 4 groups,
 # 4 per token from 2 groups; 26M parameters, 52 MB in BF16.

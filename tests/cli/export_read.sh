@@ -1,5 +1,5 @@
 #!/bin/sh
-# export_read.sh - the engine reads serving exports back (issue 12, reader side).
+# export_read.sh - the engine reads serving exports back (the reader side).
 #
 # 1. Independent exports: tests/export_reader.mjs (Node, written from
 #    docs/serving-exports.md alone) RTN-writes samples/tiny-dsv3 in every format/scheme; the
