@@ -212,6 +212,7 @@ typedef struct preset_row {
     const char *name;
     uint32_t attn, mlp, shared, expert, mtp_expert;
     int needs_calibration;
+    const char *calib_scheme;   /* what calibration prepares for (calib.h dsq_calib_opts.scheme) */
     const char *keep[4];
 } preset_row;
 
@@ -220,13 +221,13 @@ static const preset_row g_preset_rows[] = {
      * attention and dense / shared MLP W8A8 dynamic, routed experts W4A8,
      * MTP-layer experts W8A8 dynamic; the yaml excludes *kv_b_proj */
     { "deepseek-w4a8", DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W4A8,
-      DSQ_SCHEME_W8A8_DYNAMIC, 0, { "\\.kv_b_proj\\.weight$", NULL } },
+      DSQ_SCHEME_W8A8_DYNAMIC, 0, "w4a8", { "\\.kv_b_proj\\.weight$", NULL } },
     /* msModelSlim lab_practice/deepseek_v3_2/deepseek_w8a8.yaml (and the v0
      * DeepSeek W8A8 script's mix_cfg): attention W8A8 static (per-tensor
      * asymmetric activation, per-channel symmetric weight) except kv_b_proj,
      * every MLP (dense, shared, routed) W8A8 dynamic except the router */
     { "deepseek-w8a8", DSQ_SCHEME_W8A8, DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W8A8_DYNAMIC,
-      PRESET_NO_SCHEME, 1, { "\\.kv_b_proj\\.weight$", NULL } },
+      PRESET_NO_SCHEME, 1, "w8a8", { "\\.kv_b_proj\\.weight$", NULL } },
 };
 #define N_PRESETS (sizeof g_preset_rows / sizeof g_preset_rows[0])
 
@@ -245,6 +246,12 @@ int dsq_recipe_preset_needs_calibration(const char *preset)
 {
     const preset_row *p = preset_find(preset);
     return p ? p->needs_calibration : 0;
+}
+
+const char *dsq_recipe_preset_calib_scheme(const char *preset)
+{
+    const preset_row *p = preset_find(preset);
+    return p ? p->calib_scheme : NULL;
 }
 
 static int add_rule_at(dsq_recipe *r, size_t at, const char *regex, const dsq_scheme *sc, dsq_diag *d)

@@ -116,6 +116,10 @@ const char *const *dsq_recipe_presets(void);
 /* 1 when the preset puts a scheme that needs calibration statistics (static
  * W8A8) on some role: ds-quant then requires --calib or --stats. */
 int dsq_recipe_preset_needs_calibration(const char *preset);
+/* The scheme calibration prepares a preset for (its statistics, searches and
+ * static activation parameters: "w4a8" for deepseek-w4a8, "w8a8" for
+ * deepseek-w8a8); NULL for an unknown preset. */
+const char *dsq_recipe_preset_calib_scheme(const char *preset);
 /* Keep exactly the tensor `name` (no regex meaning), ahead of every other
  * rule: for choices made after calibration (ds-quant --rollback). */
 int dsq_recipe_keep_exact(dsq_recipe *r, const char *name, dsq_diag *d);
