@@ -40,6 +40,12 @@
  * Channels with xmax == 0 get 1. Result sanitized (not normalized). */
 void dsq_smooth_scales(const float *xmax, const float *wmax, int64_t n, float alpha, float *s);
 
+/* Flex smoothing (msModelSlim flex_smooth_quant, scale_computation.py:232-254):
+ *     s_j = max|X_j|^alpha / max|W_j|^beta,
+ * alpha and beta in [0, 1] independently (SmoothQuant is beta = 1 - alpha);
+ * the same clamps, dead channels and sanitizing as dsq_smooth_scales. */
+void dsq_flex_scales(const float *xmax, const float *wmax, int64_t n, float alpha, float beta, float *s);
+
 /* Divide s by sqrt(max * min) over channels whose live[j] != 0 (live may be
  * NULL: all), then sanitize; dead channels are set to 1. */
 void dsq_scales_normalize(float *s, const float *live, int64_t n);
