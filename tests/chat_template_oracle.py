@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Renders conversations with Jinja2 as transformers' apply_chat_template(tokenize=False)
 does: the oracle tests/test_chat_template.c compares dsq's chat prompts with.
 

@@ -87,6 +87,14 @@ static char *render_json(const dsq_chat_template *t, const char *conv, const dsq
 
 static char *tmpl_dir(void) { return dsq_test_shared("chat-templates/INDEX.json"); }
 
+/* The oracle's interpreter: $PYTHON, else Debian's (python3-jinja2), else python3 on PATH. */
+static const char *python(void)
+{
+    const char *p = getenv("PYTHON");
+    if (p && p[0]) return p;
+    return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+}
+
 static void test_index_shas(void **state)
 {
     (void)state;
@@ -132,7 +140,9 @@ static void test_jinja_oracle(void **state)
     (void)state;
     char *idx = tmpl_dir();
     if (!idx) { fprintf(stderr, "skip: ../shared/data/chat-templates absent (set DSQ_SHARED)\n"); skip(); }
-    if (system("python3 -c 'import jinja2' 2>/dev/null") != 0) {
+    char probe[512];
+    snprintf(probe, sizeof probe, "%s -c 'import jinja2' 2>/dev/null", python());
+    if (system(probe) != 0) {
         free(idx);
         fprintf(stderr, "skip: python3-jinja2 absent (apt-get install python3-jinja2)\n");
         skip();
@@ -162,7 +172,7 @@ static void test_jinja_oracle(void **state)
         snprintf(cpath, sizeof cpath, "%s/cases.json", dir);
         assert_int_equal(json_object_to_file_ext(cpath, spec, JSON_C_TO_STRING_PLAIN), 0);
         json_object_put(spec);
-        snprintf(cmd, sizeof cmd, "python3 tests/chat_template_oracle.py '%s'", cpath);
+        snprintf(cmd, sizeof cmd, "%s tests/chat_template_oracle.py '%s'", python(), cpath);
         FILE *p = popen(cmd, "r");
         assert_non_null(p);
         size_t cap = 1 << 20, n = 0;

@@ -28,6 +28,8 @@ trap 'exit 1' INT TERM
 fails=0
 fail() { echo "chat.sh: FAIL: $*"; fails=$((fails+1)); }
 SHARED=${DSQ_SHARED:-../shared}
+PY=${PYTHON:-/usr/bin/python3}
+[ -x "$PY" ] || PY=python3
 
 start_server() {
   rm -f "$T/port"
@@ -63,7 +65,7 @@ fi
 
 # ---- what the template produced, through /tokenize and /detokenize -------------
 MSGS='[{"role":"system","content":"S"},{"role":"user","content":"q1 你好 😀"},{"role":"assistant","content":"r</think>a1"},{"role":"user","content":"<｜User｜>q2"}]'
-if [ -f "$SHARED/data/chat-templates/deepseek-v3.1.jinja" ] && python3 -c 'import jinja2' 2>/dev/null; then
+if [ -f "$SHARED/data/chat-templates/deepseek-v3.1.jinja" ] && "$PY" -c 'import jinja2' 2>/dev/null; then
   for kw in '{"thinking":true}' '{}'; do
     for agp in true false; do
       code=$(post /tokenize "{\"messages\":$MSGS,\"add_generation_prompt\":$agp,\"chat_template_kwargs\":$kw}")
@@ -73,7 +75,7 @@ if [ -f "$SHARED/data/chat-templates/deepseek-v3.1.jinja" ] && python3 -c 'impor
       jq -j .prompt "$T/body" > "$T/dsq.txt"
       printf '{"template":"%s","bos_token":"<｜begin▁of▁sentence｜>","eos_token":"<｜end▁of▁sentence｜>","cases":[{"messages":%s,"add_generation_prompt":%s,"kwargs":%s}]}' \
         "$SHARED/data/chat-templates/deepseek-v3.1.jinja" "$MSGS" "$agp" "$kw" > "$T/case.json"
-      python3 tests/chat_template_oracle.py "$T/case.json" | jq -j '.[0]' > "$T/jinja.txt"
+      "$PY" tests/chat_template_oracle.py "$T/case.json" | jq -j '.[0]' > "$T/jinja.txt"
       cmp -s "$T/dsq.txt" "$T/jinja.txt" || fail "/tokenize messages (kwargs $kw, add_generation_prompt $agp): [$(cat "$T/dsq.txt")] != Jinja2 [$(cat "$T/jinja.txt")]"
     done
   done
