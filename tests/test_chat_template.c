@@ -221,6 +221,7 @@ static void test_jinja_oracle(void **state)
     fprintf(stderr, "chat templates: %zu renders identical to Jinja2\n", compared);
     assert_int_equal(compared, (dsq_chat_template_count() - 1) * N_CONV * 2 * N_KW);
     dsq_test_rmtree(dir);
+    free(dir);
     free(idx);
 }
 
