@@ -356,6 +356,58 @@ static void test_open(void **state)
     assert_int_equal(dsq_chat_template_open(&t, NULL, NULL, NULL, "deepseek-v9", &d), DSQ_ERR_NOT_FOUND);
 }
 
+/* A model directory: tokenizer_config.json's chat_template (recognised by
+ * sha256), chat_template.jinja preferred over it, config.json's model_type. */
+static void test_open_dir(void **state)
+{
+    (void)state;
+    char *dir = dsq_test_tmpdir(), p[4200];
+    dsq_chat_template *t = NULL;
+    dsq_diag d;
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    static const char v32[] = "{\"model_type\": \"deepseek_v32\"}";
+    dsq_test_write(p, v32, sizeof v32 - 1);
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_chat_template_open_dir(&t, dir, NULL, &d), DSQ_OK);
+    assert_string_equal(dsq_chat_template_id(t), "deepseek-v3.2");
+    dsq_chat_template_free(t);
+    snprintf(p, sizeof p, "%s/chat_template.jinja", dir);
+    dsq_test_write(p, "{{ messages }}", 14);
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_chat_template_open_dir(&t, dir, NULL, &d), DSQ_ERR_UNSUPPORTED);
+    unlink(p);
+    char *idx = tmpl_dir();
+    if (idx) {
+        char tp[4200];
+        snprintf(tp, sizeof tp, "%.*sdeepseek-r1.jinja", (int)(strlen(idx) - strlen("INDEX.json")), idx);
+        char *txt;
+        size_t len;
+        dsq_diag_clear(&d);
+        assert_int_equal(dsq_read_file(tp, 1 << 20, &txt, &len, &d), DSQ_OK);
+        json_object *cfg = json_object_new_object();
+        json_object_object_add(cfg, "chat_template", json_object_new_string_len(txt, (int)len));
+        json_object_object_add(cfg, "bos_token", json_object_new_string("<B>"));
+        snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+        assert_int_equal(json_object_to_file_ext(p, cfg, JSON_C_TO_STRING_PLAIN), 0);
+        json_object_put(cfg);
+        dsq_diag_clear(&d);
+        assert_int_equal(dsq_chat_template_open_dir(&t, dir, NULL, &d), DSQ_OK);
+        assert_string_equal(dsq_chat_template_id(t), "deepseek-r1");
+        dsq_chat_template_free(t);
+        /* the model's file as --chat-template FILE */
+        dsq_diag_clear(&d);
+        assert_int_equal(dsq_chat_template_for_model(&t, dir, NULL, tp, &d), DSQ_OK);
+        assert_string_equal(dsq_chat_template_id(t), "deepseek-r1");
+        dsq_chat_template_free(t);
+        free(txt);
+        free(idx);
+    } else {
+        fprintf(stderr, "skip (part): ../shared/data/chat-templates absent\n");
+    }
+    dsq_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -364,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_v32_encoder),
         cmocka_unit_test(test_messages_json),
         cmocka_unit_test(test_open),
+        cmocka_unit_test(test_open_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
