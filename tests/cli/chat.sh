@@ -143,6 +143,22 @@ if $SERVE -m $M -T 1 --port 0 --chat-template "$T/other.jinja" >"$T/refused.log"
 else
   grep -q "sha256" "$T/refused.log" || fail "unknown template: $(cat "$T/refused.log")"
 fi
+# a .dsq carries the template in its metadata (tokenizer_config.json): recognised there
+if [ -f "$SHARED/data/chat-templates/deepseek-v3.1.jinja" ] && [ -x ./bin/ds-quant ]; then
+  mkdir -p "$T/m31"
+  cp $M/*.json $M/*.safetensors "$T/m31/"
+  jq --rawfile t "$SHARED/data/chat-templates/deepseek-v3.1.jinja" '.chat_template = $t' $M/tokenizer_config.json > "$T/m31/tokenizer_config.json"
+  if ./bin/ds-quant --scheme w8a8-dynamic -T 1 -q "$T/m31" "$T/m31.dsq" >"$T/quant.log" 2>&1; then
+    rm -f "$T/port"
+    $SERVE -m "$T/m31.dsq" -T 1 --port 0 --port-file "$T/port" >"$T/server.log" 2>&1 &
+    SP=$!
+    i=0; while [ ! -s "$T/port" ] && [ $i -lt 200 ] && kill -0 $SP 2>/dev/null; do sleep 0.05; i=$((i+1)); done
+    grep -q "chat template: deepseek-v3.1" "$T/server.log" || fail "the .dsq's template: $(cat "$T/server.log")"
+    stop_server
+  else
+    fail "ds-quant: $(tail -3 "$T/quant.log")"
+  fi
+fi
 # the sample has no chat template of its own: completions served, chat refused with the reason
 start_server || exit 1
 code=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}]}')
