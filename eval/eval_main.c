@@ -40,6 +40,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_TEXT ((size_t)1 << 30) /* --data cap for ppl: 1 GiB of text */
@@ -1281,6 +1282,10 @@ static int cmd_gsm8k_chat(dsq_cli *cli, const opts *o)
     size_t *todo = calloc(pairs ? pairs : 1, sizeof *todo), n_todo = 0, have = 0;
     if (!replies || !todo) rc = dsq_fail(&d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     if (rc == DSQ_OK && o->out && !o->force) rc = dsq_chat_journal_load(o->out, &set, n, o->samples, replies, &have, &d);
+    struct stat ost;
+    if (rc == DSQ_OK && o->out && !o->force && !have && stat(o->out, &ost) == 0 && ost.st_size > 0)
+        rc = dsq_fail(&d, DSQ_ERR_EXISTS, o->out, NULL, -1,
+                      "exists and holds no reply of this run (another file? -f replaces it)");
     for (size_t i = 0; i < pairs && rc == DSQ_OK; i++)
         if (!replies[i].have) todo[n_todo++] = i;
     if (rc == DSQ_OK && have) dsq_cli_info(cli, 2, "%s: %zu of %zu replies already done, continuing", o->out, have, pairs);

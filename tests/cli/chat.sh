@@ -120,6 +120,11 @@ if [ -f "$DATA" ]; then
     --max-tokens 24 --temperature 0 --endpoint "$SERVER_URL/v1" --out "$T/resume.jsonl" >"$T/resume.log" 2>&1 || fail "resume: $(cat "$T/resume.log")"
   grep -q "3 of 6 replies already done" "$T/resume.log" || fail "resume did not continue: $(cat "$T/resume.log")"
   cmp -s "$T/resume.jsonl" "$T/ep-aisbench-0shot-cot.jsonl" || fail "the resumed file differs from the full run"
+  # an --out that is not this run's journal is not replaced without -f
+  echo '{"other":1}' > "$T/other.jsonl"
+  $EVAL gsm8k --chat --data $DATA --limit 1 --max-tokens 4 --temperature 0 --endpoint "$SERVER_URL/v1" --out "$T/other.jsonl" \
+    >"$T/other.log" 2>&1 && fail "another file at --out was replaced"
+  grep -q '"other"' "$T/other.jsonl" || fail "another file at --out was changed"
   # sampled: N replies per item, mean accuracy, standard error and pass@N
   $EVAL gsm8k --chat --data $DATA --limit 3 --max-tokens 8 --temperature 1 --seed 7 --samples 3 --endpoint "$SERVER_URL/v1" \
     --json --out "$T/sampled.jsonl" >"$T/sampled.json" 2>"$T/sampled.log" || fail "samples: $(cat "$T/sampled.log")"
