@@ -193,7 +193,7 @@ int dsq_gsm8k_load_fields(dsq_gsm8k_set *s, const char *path, const char *qfield
     memset(s, 0, sizeof *s);
     char *buf;
     size_t len;
-    int rc = dsq_read_file(path, GSM8K_MAX_FILE, &buf, &len, d);
+    int rc = dsq_read_file_or_pipe(path, GSM8K_MAX_FILE, &buf, &len, d);
     if (rc < 0) return rc;
     int std = !strcmp(qfield, "question") && !strcmp(afield, "answer");
     rc = parse_fields(s, buf, len, path, qfield, afield, !std, d);
@@ -688,7 +688,7 @@ int dsq_gsm8k_completions_load(dsq_gsm8k_completions *c, const char *path, size_
     memset(c, 0, sizeof *c);
     char *buf;
     size_t len;
-    int rc = dsq_read_file(path, GSM8K_MAX_FILE, &buf, &len, d);
+    int rc = dsq_read_file_or_pipe(path, GSM8K_MAX_FILE, &buf, &len, d);
     if (rc < 0) return rc;
     rc = dsq_gsm8k_completions_parse(c, buf, len, path, n_docs, d);
     free(buf);
