@@ -206,7 +206,7 @@ typedef struct opts {
 #define BIT(opt) (1ull << ((opt) - 256))
 
 /* Options a command does not use are an error (exit 2), never silently
- * ignored: `ppl --bos no` used to be accepted and do nothing. The general
+ * ignored (an option that does nothing misleads). The general
  * options (-T, -f, -q, -v, --json, --no-progress) are accepted everywhere. */
 static int check_used(dsq_cli *cli, const opts *o, int ppl, int kld, int gsm)
 {
@@ -553,8 +553,8 @@ static int load_tokenizer(const dsq_cli *cli, const opts *o, dsq_tokenizer **tok
     return rc;
 }
 
-/* Non-finite logits come from the model, not the data: name its file
- * (issue 14.14) so the message points at what to check. */
+/* Non-finite logits come from the model, not the data: name its file so
+ * the message points at what to check. */
 static void name_model(int rc, const char *model, dsq_diag *d)
 {
     if (rc != DSQ_ERR_NONFINITE || d->path[0]) return;
