@@ -45,7 +45,7 @@
  * 5.8-6.3 -> 4.0-4.1 ms, 7168 x 2048 1.8-2.1 -> 1.6-1.7; bench_engine -P
  * on the e16 BF16 layer: q_b_proj 12.7 -> 17-19 GB/s, the experts' down
  * 13-14 -> 18-20; short rows then went to the tiles in segments
- * (kernels_avx512.c gemv_tiles12): 24576 x 1536 3.8-4.0 -> 3.3-3.4 ms,
+ * (kernels_avx512_float.c gemv_tiles12): 24576 x 1536 3.8-4.0 -> 3.3-3.4 ms,
  * 7168 x 2048 1.4-1.7 -> 1.2-1.4. Rows under 1024 columns (kv_b_proj's 512,
  * in decode read through MLA's absorbed products) keep the dot-product
  * kernel: gemv_f measured no faster on W_UV's 512-column rows. */
