@@ -34,10 +34,9 @@ void dsq_calib_opts_init(dsq_calib_opts *o)
  * calibration runs and of the calibrated tensors' final one: the user's
  * choice (--search / --no-search), else off with GPTQ and for w4a8, else the
  * quantizer's default (scheme.h dsq_qsearch_mode: off for awq-w4a16).
- * Measured on mid-dsv3 (2026-11-26, README "Searched group parameters"): it
- * raised KLD 1-7% under GPTQ's error feedback and 3-4% after w4a8's
- * smoothing (level on tiny-dsv3), so those stay min/max even if the
- * quantizer's default changes. */
+ * On mid-dsv3 the search raised KLD 1-7% under GPTQ's error feedback and
+ * 3-4% after w4a8's smoothing (level on tiny-dsv3), so those stay min/max
+ * even if the quantizer's default changes. */
 int dsq_calib_search_mode(const dsq_calib_opts *o, const dsq_scheme *sc)
 {
     if (o->range_search) return o->range_search;

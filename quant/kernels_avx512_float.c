@@ -195,7 +195,7 @@ AI void gemv_tile(const dsq_qview *v, int64_t n, const int R, const float *x, co
  * per row. Decode reads the matrix once, so its speed is how many lines
  * the core has in flight: a 12-row tile keeps 12 row streams open where
  * the 4-row tile kept 4. `build/bench/bench_quant R C 1 9 1` (one thread,
- * cache evicted), bf16, the 4-row build against this one, 2026-11-26:
+ * cache evicted), bf16, the 4-row build against this one:
  * 8192 x 7168 7.6-7.8 -> 4.8-5.2 ms per call; 24576 x 1536 (through the
  * dot-product kernel before, scheme_float.c) 5.8-6.3 -> 4.0-4.1, before
  * the segments of gemv_tiles12 (below). In a
@@ -240,7 +240,7 @@ AI void gemv_rows12(const dsq_qview *v, int64_t n, int64_t stride, const float *
  * the 12 streams runs on through m rows instead of ending with its row (a
  * few KB); longer rows are streams long enough by themselves and take
  * consecutive rows. bench_engine -P, e16 BF16 layer, one thread, the two
- * builds interleaved, 2026-11-26: q_b_proj (1536 columns) 17.6-18.7 ->
+ * builds interleaved: q_b_proj (1536 columns) 17.6-18.7 ->
  * 21.6-22.0 GB/s, the experts' down (2048) 19.1-19.4 -> 22.4-22.7; o_proj
  * (16384) read 3-5% slower in segments, so long rows keep the tiles. */
 #define GEMV_SEG_COLS 4096

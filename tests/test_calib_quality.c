@@ -464,8 +464,8 @@ static void test_sample_dynamic_smoothing(void **state)
  * sensitivities, every rolled-back entry lost what only a quantizer uses,
  * --stats gives the same choice (and refuses statistics without
  * sensitivities), and keeping the one most sensitive linear lowers the
- * held-out KL divergence at most positions (the sample's dense down_proj:
- * README, "w8a8-dynamic ... dense down_proj BF16"). */
+ * held-out KL divergence at most positions (on the sample that linear is
+ * the dense down_proj). */
 static void test_sample_rollback(void **state)
 {
     (void)state;
@@ -927,7 +927,7 @@ static void test_sample_clip_cov(void **state)
     fprintf(stderr, "  %d linears: X^T X clip %+.1f%% vs no clip, %+.1f%% vs the diagonal proxy\n", nlin,
             100.0 * (sum[2] - sum[0]) / sum[0], 100.0 * (sum[2] - sum[1]) / sum[1]);
     assert_true(nlin > 20);
-    /* measured -36.5% and -26.1% (2026-11-25): a 10% margin cannot flip */
+    /* measured -36.5% and -26.1% on the sample: a 10% margin cannot flip */
     assert_true(sum[2] < 0.9 * sum[0]);
     assert_true(sum[2] < 0.9 * sum[1]);
     dsq_hstore_free(ha, 1);
