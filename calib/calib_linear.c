@@ -12,8 +12,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-typedef void (*lin_fn)(void *ctx, const dsq_linear *l);
-
 void dsq_calib_each_linear(const dsq_layer *ly, int n_experts, lin_fn fn, void *ctx)
 {
     const dsq_linear *one[] = { &ly->q, &ly->k, &ly->v, &ly->q_a, &ly->q_b, &ly->kv_a, &ly->kv_b, &ly->o };
