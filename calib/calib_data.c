@@ -202,7 +202,7 @@ static int take(idbuf *b, const dsq_tokenizer *tok, const char *text, size_t n, 
     size_t k = 0;
     /* Only the tokens still needed are kept, so tokenize a prefix of a long
      * document (memory stays bounded by the tokens needed, not by the
-     * document: a whole 100 MB document would take over 600 MB): cut after a
+     * document's size): cut after a
      * space or line end, grow 4x until it yields the tokens needed plus a
      * margin (tokens far from the cut do not depend on it), so the result
      * is the same as tokenizing the whole document. */
