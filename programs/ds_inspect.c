@@ -1,4 +1,4 @@
-/* inspect_main.c - ds-inspect: list (and with --verify, check) a .dsq file,
+/* ds_inspect.c - ds-inspect: list (and with --verify, check) a .dsq file,
  * a .safetensors file, or a safetensors model directory.
  *
  *   ds-inspect [--verify] [--json] [-q|-v] [-T N] [-h] [-V] [--] PATH

@@ -1,4 +1,4 @@
-/* export_main.c - ds-export: a .dsq (file or sharded set) -> the model
+/* ds_export.c - ds-export: a .dsq (file or sharded set) -> the model
  * directory a serving engine loads (ascend / awq / compressed-tensors).
  * Every tensor is read with its SHA-256 checked, then handed to the same
  * writer ds-quant --format uses, in the .dsq's order, so both give the same

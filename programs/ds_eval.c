@@ -1,4 +1,4 @@
-/* eval_main.c - ds-eval: perplexity, KL divergence and GSM8K for a model.
+/* ds_eval.c - ds-eval: perplexity, KL divergence and GSM8K for a model.
  *
  *   ds-eval ppl   --model M --data FILE [--ctx 512] [--limit-tokens N]
  *                 [--save-logits F [--logits-format u16|topk] [--logits-topk K]]

@@ -1,4 +1,4 @@
-/* serve_main.c - ds-serve: an OpenAI-compatible server over dsq's engine.
+/* ds_serve.c - ds-serve: an OpenAI-compatible server over dsq's engine.
  *
  *   ds-serve -m MODEL [--port 8000] [--host 127.0.0.1] [--port-file F]
  *            [--served-model-name NAME] [--api-key-env VAR] [--slots 8]

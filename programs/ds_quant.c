@@ -1,4 +1,4 @@
-/* quant_main.c - ds-quant: Hugging Face safetensors (BF16/F16/F32 or
+/* ds_quant.c - ds-quant: Hugging Face safetensors (BF16/F16/F32 or
  * DeepSeek FP8-block) -> .dsq with W8A8 / W4A8 / AWQ-w4a16 weights.
  * Parses options, calls the convert library, prints. */
 #include "calib.h"

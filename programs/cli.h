@@ -1,6 +1,6 @@
 /* cli.h - what every ds-* program shares: display levels, messages, progress,
  * signal handling, number parsing and exit codes. Linked into the CLIs only
- * (not libdsq): this is the one place outside *_main.c allowed to print.
+ * (not libdsq): with the programs (programs/ds_*.c), the only code that prints.
  *
  * Exit codes: 0 ok, 1 error (bad input, i/o, interrupted), 2 usage. */
 #ifndef DSQ_CLI_H
