@@ -369,18 +369,6 @@ static void print_json(json_object *j)
 
 static json_object *jnum(double v) { return isfinite(v) ? json_object_new_double(v) : json_object_new_null(); }
 
-/* The model's directory (or the model itself when it is one). */
-static char *model_dir(const char *model)
-{
-    if (dsq_path_is_dir(model)) return strdup(model);
-    char *c = strdup(model);
-    if (!c) return NULL;
-    char *sl = strrchr(c, '/');
-    if (!sl) { free(c); return strdup("."); }
-    if (sl == c) sl[1] = 0; else *sl = 0;
-    return c;
-}
-
 typedef struct runner {
     dsq_model *m;
     dsq_state *st;
@@ -389,49 +377,16 @@ typedef struct runner {
     dsq_progress prog;
 } runner;
 
-/* --tokenizer when given; for a .dsq model the tokenizer in its metadata,
- * else the one beside it; for safetensors the model's directory. */
+/* --tokenizer when given, else the model's own (model_tokenizer.h). */
 static int load_tokenizer(const dsq_cli *cli, const opts *o, dsq_tokenizer **tok, dsq_diag *d)
 {
-    if (o->tokenizer) return dsq_tokenizer_load(tok, o->tokenizer, d);
-    if (!dsq_path_exists(o->model)) return dsq_fail(d, DSQ_ERR_NOT_FOUND, o->model, NULL, -1, "no such model file or directory");
-    int dsq = dsq_ctr_set_is_dsq(o->model);
-    if (dsq) {
-        int rc = dsq_tokenizer_from_dsq(o->model, tok, d);
-        if (rc == 1) dsq_cli_info(cli, 3, "tokenizer from the metadata of %s", o->model);
-        if (rc == 1) return DSQ_OK;
-        if (rc < 0) {
-            dsq_cli_info(cli, 1, "pass --tokenizer to use another tokenizer");
-            return rc;
-        }
-    }
-    if (!dsq && dsq_llama2c_is_checkpoint(o->model)) {
-        /* a llama2.c .bin: its tokenizer by llama2.c's names beside it */
-        char *t = dsq_llama2c_find_tokenizer(o->model);
-        if (!t) return dsq_fail(d, DSQ_ERR_NOT_FOUND, o->model, NULL, -1,
-                                "no tokenizer.bin or tok<vocab>.bin beside this llama2.c checkpoint; pass --tokenizer PATH");
-        int rc = dsq_tokenizer_load(tok, t, d);
-        if (rc == DSQ_OK) dsq_cli_info(cli, 3, "tokenizer from %s", t);
-        free(t);
-        return rc;
-    }
-    char *dir = model_dir(o->model);
-    if (!dir) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    int rc;
-    char *j = dsq_path_join(dir, "tokenizer.json"), *b = dsq_path_join(dir, "tokenizer.bin");
-    if (!j || !b) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    else if (!dsq_path_exists(j) && !dsq_path_exists(b))
-        rc = dsq_fail(d, DSQ_ERR_NOT_FOUND, o->model, NULL, -1,
-                      "%sno tokenizer.json or tokenizer.bin in %s; pass --tokenizer PATH",
-                      dsq ? "no tokenizer in the .dsq metadata and " : "", dir);
-    else {
-        rc = dsq_tokenizer_load(tok, dir, d);
-        if (rc == DSQ_OK) dsq_cli_info(cli, 3, "tokenizer from %s", dir);
-        else dsq_cli_info(cli, 1, "pass --tokenizer to use another tokenizer");
-    }
-    free(j);
-    free(b);
-    free(dir);
+    dsq_tok_origin from;
+    char where[4096];
+    int rc = dsq_tokenizer_for_model(tok, o->model, o->tokenizer, &from, where, sizeof where, d);
+    if (rc == DSQ_OK && from == DSQ_TOK_FROM_DSQ_META) dsq_cli_info(cli, 3, "tokenizer from the metadata of %s", where);
+    else if (rc == DSQ_OK && from != DSQ_TOK_FROM_ARG) dsq_cli_info(cli, 3, "tokenizer from %s", where);
+    else if (rc < 0 && (from == DSQ_TOK_FROM_DSQ_META || from == DSQ_TOK_FROM_DIR))
+        dsq_cli_info(cli, 1, "pass --tokenizer to use another tokenizer");
     return rc;
 }
 
