@@ -61,6 +61,13 @@ void dsq_progress_begin(dsq_progress *p, const dsq_cli *c, const char *label,
 void dsq_progress_update(dsq_progress *p, uint64_t done);
 void dsq_progress_end(dsq_progress *p);
 
+/* --json output, the one emitter of every program: o as one line on stdout
+ * (indented over lines when pretty), then freed. dsq_cli_json_num: a
+ * number, or null for NaN / Inf (JSON has no such numbers). */
+struct json_object;
+void dsq_cli_json_print(struct json_object *o, int pretty);
+struct json_object *dsq_cli_json_num(double v);
+
 double dsq_now(void); /* monotonic seconds */
 /* Peak resident set size of this process in bytes (VmHWM), 0 if unknown. */
 uint64_t dsq_peak_rss(void);

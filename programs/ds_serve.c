@@ -8,10 +8,10 @@
  * the server, waits for SIGINT/SIGTERM and drains. Exit: 0 ok, 1 error,
  * 2 usage. */
 #include "cli.h"
+#include "cli_opt.h"
 #include "dsq_file.h"
 #include "server.h"
 
-#include <getopt.h>
 #include <json-c/json.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,110 +19,77 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char usage_text[] =
+enum { O_MODEL = DSQ_OPT_FIRST, O_TOKENIZER, O_NAME, O_HOST, O_PORT, O_PORT_FILE, O_KEY_ENV, O_SLOTS, O_QUEUE, O_CTX,
+       O_MAX_BODY, O_MAX_TOKENS, O_DRAIN, O_BF16_TERMS };
+
+static const dsq_opt opts[] = {
+    { .type = DSQ_OPT_TEXT, .help =
 "usage: ds-serve -m MODEL [options]\n"
 "\n"
 "Serves MODEL (.dsq, safetensors file/index/directory) over an OpenAI-compatible\n"
 "HTTP API: GET /health, GET /v1/models, POST /v1/completions (prompt as text or\n"
 "token ids, one or a list; max_tokens, temperature (0 = greedy), top_p, seed,\n"
 "stop, logprobs, echo, stream, vLLM's prompt_logprobs). Concurrent requests are decoded together.\n"
-"\n"
-"  -m, --model PATH          the model\n"
-"      --tokenizer PATH      tokenizer (default: the .dsq metadata or the\n"
-"                            model's directory)\n"
-"      --served-model-name N name in /v1/models and requests (default: the\n"
-"                            model path's last component)\n"
-"      --host ADDR           IPv4 address to bind (default 127.0.0.1)\n"
-"  -p, --port N              port (default 8000; 0 = any free port)\n"
-"      --port-file F         write the bound port to F once listening\n"
-"      --api-key-env VAR     require 'Authorization: Bearer <$VAR>'\n"
-"      --slots N             sequences decoded together (default 8)\n"
-"      --queue N             sequences waiting beyond the slots; more get\n"
-"                            503 (default 64)\n"
-"      --ctx N               context per sequence (default: the model's,\n"
-"                            min(max positions, 4096))\n"
-"      --max-body BYTES      request body limit (default 8M)\n"
-"      --max-tokens N        cap on max_tokens (default 4096)\n"
-"      --drain-seconds S     on SIGINT/SIGTERM, let requests in flight\n"
-"                            finish for up to S seconds (default 30)\n"
-"  -T, --threads N           engine threads (default: all cores)\n"
-"      --bf16-terms N        BF16 weights: bf16 terms per f32 activation in\n"
-"                            the dot products, 3 (default: f32 accuracy), 2,\n"
-"                            or 1 (rounded to bf16 as llama.cpp: faster)\n"
-"      --json                log lines as JSON\n"
+"\n" },
+    { O_MODEL, DSQ_OPT_STR, "model", 'm', "PATH", .help = "the model" },
+    { O_TOKENIZER, DSQ_OPT_STR, "tokenizer", 0, "PATH", .help = "tokenizer (default: the .dsq metadata or the\nmodel's directory)" },
+    { O_NAME, DSQ_OPT_STR, "served-model-name", 0, "N", .help = "name in /v1/models and requests (default: the\nmodel path's last component)" },
+    { O_HOST, DSQ_OPT_STR, "host", 0, "ADDR", .help = "IPv4 address to bind (default 127.0.0.1)" },
+    { O_PORT, DSQ_OPT_INT, "port", 'p', "N", 0, 65535, .help = "port (default 8000; 0 = any free port)" },
+    { O_PORT_FILE, DSQ_OPT_STR, "port-file", 0, "F", .help = "write the bound port to F once listening" },
+    { O_KEY_ENV, DSQ_OPT_STR, "api-key-env", 0, "VAR", .help = "require 'Authorization: Bearer <$VAR>'" },
+    { O_SLOTS, DSQ_OPT_INT, "slots", 0, "N", 1, 1024, .help = "sequences decoded together (default 8)" },
+    { O_QUEUE, DSQ_OPT_INT, "queue", 0, "N", 0, 1 << 20, .help = "sequences waiting beyond the slots; more get\n503 (default 64)" },
+    { O_CTX, DSQ_OPT_SIZE, "ctx", 0, "N", 2, INT32_MAX, "2..2^31-1",
+      .help = "context per sequence (default: the model's,\nmin(max positions, 4096))" },
+    { O_MAX_BODY, DSQ_OPT_SIZE, "max-body", 0, "BYTES", 64, 1u << 30, "64..1G", .help = "request body limit (default 8M)" },
+    { O_MAX_TOKENS, DSQ_OPT_SIZE, "max-tokens", 0, "N", 1, 1u << 20, "1..1M", .help = "cap on max_tokens (default 4096)" },
+    { O_DRAIN, DSQ_OPT_FLOAT, "drain-seconds", 0, "S", 0, 86400,
+      .help = "on SIGINT/SIGTERM, let requests in flight\nfinish for up to S seconds (default 30)" },
+    DSQ_OPT_THREADS_ROW("engine threads (default: all cores)"),
+    { O_BF16_TERMS, DSQ_OPT_INT, "bf16-terms", 0, "N", 1, 3,
+      .help = "BF16 weights: bf16 terms per f32 activation in\nthe dot products, 3 (default: f32 accuracy), 2,\n"
+              "or 1 (rounded to bf16 as llama.cpp: faster)" },
+    { DSQ_OPT_JSON, DSQ_OPT_FLAG, "json", .help = "log lines as JSON" },
+    { DSQ_OPT_QUIET, DSQ_OPT_FLAG, "quiet", 'q' },
+    { DSQ_OPT_VERBOSE, DSQ_OPT_FLAG, "verbose", 'v' },
+    { DSQ_OPT_HELP, DSQ_OPT_FLAG, "help", 'h' },
+    { DSQ_OPT_VERSION, DSQ_OPT_FLAG, "version", 'V' },
+    { .type = DSQ_OPT_TEXT, .help =
 "  -q, --quiet / -v, --verbose\n"
 "  -h, --help / -V, --version\n"
 "\n"
-"Exit status: 0 ok (stopped by a signal), 1 error, 2 usage.\n";
-
-enum { O_TOKENIZER = 256, O_NAME, O_HOST, O_PORT_FILE, O_KEY_ENV, O_SLOTS, O_QUEUE, O_CTX, O_MAX_BODY,
-       O_MAX_TOKENS, O_DRAIN, O_JSON, O_BF16_TERMS };
+"Exit status: 0 ok (stopped by a signal), 1 error, 2 usage.\n" },
+};
+static const dsq_opt_spec spec = { opts, sizeof opts / sizeof opts[0], 25, 1, NULL };
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        { "model", required_argument, 0, 'm' },        { "tokenizer", required_argument, 0, O_TOKENIZER },
-        { "served-model-name", required_argument, 0, O_NAME }, { "host", required_argument, 0, O_HOST },
-        { "port", required_argument, 0, 'p' },         { "port-file", required_argument, 0, O_PORT_FILE },
-        { "api-key-env", required_argument, 0, O_KEY_ENV }, { "slots", required_argument, 0, O_SLOTS },
-        { "queue", required_argument, 0, O_QUEUE },    { "ctx", required_argument, 0, O_CTX },
-        { "max-body", required_argument, 0, O_MAX_BODY }, { "max-tokens", required_argument, 0, O_MAX_TOKENS },
-        { "drain-seconds", required_argument, 0, O_DRAIN }, { "json", no_argument, 0, O_JSON },
-        { "bf16-terms", required_argument, 0, O_BF16_TERMS },
-        { "threads", required_argument, 0, 'T' },      { "quiet", no_argument, 0, 'q' },
-        { "verbose", no_argument, 0, 'v' },            { "help", no_argument, 0, 'h' },
-        { "version", no_argument, 0, 'V' },            { 0, 0, 0, 0 }
-    };
     dsq_cli cli;
     dsq_cli_init(&cli, "ds-serve");
     signal(SIGPIPE, SIG_IGN); /* a client that hangs up must not kill the server */
     dsq_server_opts o;
     dsq_server_opts_default(&o);
     o.port = 8000;
-    const char *port_file = NULL, *key_env = NULL;
-    double drain = 30;
-    uint64_t u;
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":m:p:T:qvhV", lo, NULL)) != -1) {
-        const char *a = optarg;
-        switch (c) {
-        case 'm': o.model_path = a; break;
-        case O_TOKENIZER: o.tokenizer_path = a; break;
-        case O_NAME: o.served_name = a; break;
-        case O_HOST: o.host = a; break;
-        case O_PORT_FILE: port_file = a; break;
-        case O_KEY_ENV: key_env = a; break;
-        case 'p': if (dsq_cli_parse_int(a, 0, 65535, &o.port)) return dsq_cli_usage_error(&cli, "--port: expected 0..65535, got '%s'", a); break;
-        case O_SLOTS: if (dsq_cli_parse_int(a, 1, 1024, &o.slots)) return dsq_cli_usage_error(&cli, "--slots: expected 1..1024, got '%s'", a); break;
-        case O_QUEUE: if (dsq_cli_parse_int(a, 0, 1 << 20, &o.queue)) return dsq_cli_usage_error(&cli, "--queue: expected 0..1048576, got '%s'", a); break;
-        case O_CTX:
-            if (dsq_cli_parse_u64(a, 2, INT32_MAX, &u)) return dsq_cli_usage_error(&cli, "--ctx: expected 2..2^31-1, got '%s'", a);
-            o.ctx = (int64_t)u;
-            break;
-        case O_MAX_BODY:
-            if (dsq_cli_parse_u64(a, 64, 1u << 30, &u)) return dsq_cli_usage_error(&cli, "--max-body: expected 64..1G, got '%s'", a);
-            o.lim.max_body = (size_t)u;
-            break;
-        case O_MAX_TOKENS:
-            if (dsq_cli_parse_u64(a, 1, 1u << 20, &u)) return dsq_cli_usage_error(&cli, "--max-tokens: expected 1..1M, got '%s'", a);
-            o.lim.max_tokens = (int64_t)u;
-            break;
-        case O_DRAIN: if (dsq_cli_parse_float(a, 0, 86400, &drain)) return dsq_cli_usage_error(&cli, "--drain-seconds: bad value '%s'", a); break;
-        case O_JSON: cli.json = 1; break;
-        case O_BF16_TERMS: if (dsq_cli_parse_int(a, 1, 3, &o.bf16_terms)) return dsq_cli_usage_error(&cli, "--bf16-terms: expected 1..3, got '%s'", a); break;
-        case 'T': if (dsq_cli_parse_int(a, 0, 4096, &cli.threads)) return dsq_cli_usage_error(&cli, "-T: expected 0..4096, got '%s'", a); break;
-        case 'q': cli.level--; break;
-        case 'v': cli.level++; break;
-        case 'h': fputs(usage_text, stdout); return DSQ_EXIT_OK;
-        case 'V': dsq_cli_version(&cli); return DSQ_EXIT_OK;
-        case ':': return dsq_cli_usage_error(&cli, "option '%s' needs a value", argv[optind - 1]);
-        default: return dsq_cli_usage_error(&cli, "unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) return dsq_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
+    dsq_args a;
+    int rc = dsq_opt_parse(&cli, &spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    if (a.npos > 0) return dsq_args_release(&a), dsq_cli_usage_error(&cli, "unexpected argument '%s'", a.pos[0]);
+    dsq_args_release(&a);
+    o.model_path = dsq_opt_str(&a, O_MODEL, NULL);
+    o.tokenizer_path = dsq_opt_str(&a, O_TOKENIZER, NULL);
+    o.served_name = dsq_opt_str(&a, O_NAME, NULL);
+    o.host = dsq_opt_str(&a, O_HOST, NULL);
+    o.port = dsq_opt_int(&a, O_PORT, o.port);
+    o.slots = dsq_opt_int(&a, O_SLOTS, o.slots);
+    o.queue = dsq_opt_int(&a, O_QUEUE, o.queue);
+    o.ctx = (int64_t)dsq_opt_u64(&a, O_CTX, (uint64_t)o.ctx);
+    o.lim.max_body = (size_t)dsq_opt_u64(&a, O_MAX_BODY, o.lim.max_body);
+    o.lim.max_tokens = (int64_t)dsq_opt_u64(&a, O_MAX_TOKENS, (uint64_t)o.lim.max_tokens);
+    o.bf16_terms = dsq_opt_int(&a, O_BF16_TERMS, o.bf16_terms);
+    const char *port_file = dsq_opt_str(&a, O_PORT_FILE, NULL), *key_env = dsq_opt_str(&a, O_KEY_ENV, NULL);
+    double drain = dsq_opt_float(&a, O_DRAIN, 30);
     if (!o.model_path) return dsq_cli_usage_error(&cli, "--model is required");
-    if (cli.level < 0) cli.level = 0;
     o.threads = cli.threads;
     if (key_env) {
         o.api_key = getenv(key_env);
@@ -132,7 +99,7 @@ int main(int argc, char **argv)
     dsq_diag_clear(&d);
     dsq_server *s = NULL;
     double t0 = dsq_now();
-    int rc = dsq_server_start(&s, &o, &d);
+    rc = dsq_server_start(&s, &o, &d);
     if (rc < 0) return dsq_cli_fail(&cli, rc, &d);
     int port = dsq_server_port(s);
     if (port_file) {
@@ -147,8 +114,7 @@ int main(int argc, char **argv)
         json_object_object_add(j, "host", json_object_new_string(o.host ? o.host : "127.0.0.1"));
         json_object_object_add(j, "port", json_object_new_int(port));
         json_object_object_add(j, "load_seconds", json_object_new_double(dsq_now() - t0));
-        puts(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
-        json_object_put(j);
+        dsq_cli_json_print(j, 0);
     } else if (cli.level >= 2) {
         printf("ds-serve: listening on http://%s:%d/v1 (%d slots, queue %d%s)\n", o.host ? o.host : "127.0.0.1", port,
                o.slots, o.queue, o.api_key ? ", API key required" : "");
