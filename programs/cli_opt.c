@@ -147,7 +147,10 @@ int dsq_opt_parse(dsq_cli *c, const dsq_opt_spec *s, int argc, char **argv, dsq_
     }
     free(lo);
     free(sh);
-    if (rc >= 0) return rc;
+    if (rc >= 0) {
+        dsq_args_release(a);
+        return rc;
+    }
     if (c->level < 0) c->level = 0;
     if (no_progress || c->level < 2) c->progress = 0;
     a->pos = argv + optind;

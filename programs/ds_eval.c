@@ -14,6 +14,7 @@
  * parses options, wires the model and tokenizer into the callbacks there,
  * and prints. Exit codes: 0 ok, 1 error, 2 usage. */
 #include "cli.h"
+#include "cli_opt.h"
 #include "container.h"
 #include "container_set.h"
 #include "dsq_file.h"
@@ -26,7 +27,6 @@
 #include "tokenizer.h"
 #include "model_tokenizer.h"
 
-#include <getopt.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdlib.h>
@@ -34,7 +34,18 @@
 
 #define MAX_TEXT ((size_t)1 << 30) /* --data cap for ppl: 1 GiB of text */
 
-static const char usage_text[] =
+/* the commands, as option-table bits ("gsm8k --score" is one of its own) */
+enum { CMD_PPL = 1, CMD_KLD = 2, CMD_GSM = 4, CMD_SCORE = 8 };
+
+enum {
+    O_MODEL = DSQ_OPT_FIRST, O_TOKENIZER, O_CTX, O_DATA, O_LIMIT_TOKENS, O_SAVE_LOGITS, O_LOGITS_FORMAT,
+    O_LOGITS_TOPK, O_BASE, O_TRAIN, O_SHOTS, O_SEED, O_LIMIT, O_BATCH, O_MAX_NEW, O_BOS,
+    O_SCORE, O_OUT, O_ENDPOINT, O_SERVED_MODEL, O_API_KEY_ENV, O_CONCURRENCY,
+    O_TIMEOUT, O_RETRIES, O_NO_VERIFY, O_BF16_TERMS, O_FORCE
+};
+
+static const dsq_opt opt_table[] = {
+    { .type = DSQ_OPT_TEXT, .help =
 "usage: ds-eval <command> [options]\n"
 "\n"
 "Commands:\n"
@@ -46,95 +57,96 @@ static const char usage_text[] =
 "  gsm8k   lm-eval gsm8k v3.0: 5-shot, greedy, strict-match and flexible-extract\n"
 "          exact_match; or --score completions made elsewhere\n"
 "\n"
-"Model and tokenizer:\n"
-"  -m, --model PATH        safetensors file/index/directory or .dsq file\n"
-"      --tokenizer PATH    tokenizer.json, its directory, or a llama2.c .bin\n"
-"                          (default: for a .dsq the tokenizer its metadata\n"
-"                          carries, else the model's directory)\n"
-"      --ctx N             ppl/kld window (default 512); gsm8k: KV cache length\n"
-"                          (default: the model's, min(max positions, 4096))\n"
-"      --no-verify         skip the SHA-256 check of .dsq payloads stored\n"
-"                          uncompressed (a damaged file then gives wrong numbers)\n"
-"      --bf16-terms N      BF16 weights: bf16 terms per f32 activation in the\n"
-"                          dot products, 3 (default: f32 accuracy, the KLD\n"
-"                          baseline), 2, or 1 (activations rounded to bf16 as\n"
-"                          llama.cpp does: faster, not a baseline)\n"
-"\n"
-"ppl:\n"
-"      --data FILE         text to score (read as bytes)\n"
-"      --limit-tokens N    use only the first N tokens\n"
-"      --bos window|first|no   BOS policy (default window): window = BOS over\n"
-"                          each window's first token (llama-perplexity; only\n"
-"                          when the tokenizer adds BOS); first = BOS once, at\n"
-"                          the start of the text; no = no BOS at all\n"
-"      --save-logits F     also write base log-probs for 'kld' (see below)\n"
-"      --logits-format u16|topk   u16: every token, 16-bit (default, about\n"
-"                          2 x vocab bytes per scored token); topk: top K only\n"
-"                          (small; its KLD is a lower bound)\n"
-"      --logits-topk K     exact top-K log-probs per position (default 16)\n"
-"kld:\n"
-"      --base F            file from 'ppl --save-logits' (it holds the tokens)\n"
-"      --data FILE         optional: re-tokenize and refuse if tokens differ\n"
-"      --bos window|first|no   with --data: the policy the base was made with\n"
-"                          (the base file fixes the windows; default window)\n"
+"Model and tokenizer:\n" },
+    { O_MODEL, DSQ_OPT_STR, "model", 'm', "PATH", .help = "safetensors file/index/directory or .dsq file" },
+    { O_TOKENIZER, DSQ_OPT_STR, "tokenizer", 0, "PATH", .cmds = CMD_PPL | CMD_KLD | CMD_GSM,
+      .help = "tokenizer.json, its directory, or a llama2.c .bin\n(default: for a .dsq the tokenizer its metadata\n"
+              "carries, else the model's directory)" },
+    { O_CTX, DSQ_OPT_SIZE, "ctx", 0, "N", 3, INT32_MAX, "3..2^31-1", .cmds = CMD_PPL | CMD_GSM,
+      .help = "ppl/kld window (default 512); gsm8k: KV cache length\n(default: the model's, min(max positions, 4096))" },
+    { O_NO_VERIFY, DSQ_OPT_FLAG, "no-verify", .help = "skip the SHA-256 check of .dsq payloads stored\n"
+                                                      "uncompressed (a damaged file then gives wrong numbers)" },
+    { O_BF16_TERMS, DSQ_OPT_INT, "bf16-terms", 0, "N", 1, 3,
+      .help = "BF16 weights: bf16 terms per f32 activation in the\ndot products, 3 (default: f32 accuracy, the KLD\n"
+              "baseline), 2, or 1 (activations rounded to bf16 as\nllama.cpp does: faster, not a baseline)" },
+    { .type = DSQ_OPT_TEXT, .help = "\nppl:\n" },
+    { O_DATA, DSQ_OPT_STR, "data", 0, "FILE", .help = "text to score (read as bytes)" },
+    { O_LIMIT_TOKENS, DSQ_OPT_SIZE, "limit-tokens", 0, "N", 1, .cmds = CMD_PPL, .help = "use only the first N tokens" },
+    { O_BOS, DSQ_OPT_STR, "bos", 0, .cmds = CMD_PPL | CMD_KLD | CMD_GSM, .left = "    --bos window|first|no  ",
+      .help = "BOS policy (default window): window = BOS over\neach window's first token (llama-perplexity; only\n"
+              "when the tokenizer adds BOS); first = BOS once, at\nthe start of the text; no = no BOS at all" },
+    { O_SAVE_LOGITS, DSQ_OPT_STR, "save-logits", 0, "F", .cmds = CMD_PPL,
+      .help = "also write base log-probs for 'kld' (see below)" },
+    { O_LOGITS_FORMAT, DSQ_OPT_CHOICE, "logits-format", 0, .choices = "u16|topk", .cmds = CMD_PPL,
+      .left = "    --logits-format u16|topk  ",
+      .help = "u16: every token, 16-bit (default, about\n2 x vocab bytes per scored token); topk: top K only\n"
+              "(small; its KLD is a lower bound)" },
+    { O_LOGITS_TOPK, DSQ_OPT_INT, "logits-topk", 0, "K", 1, DSQ_LOGP_MAX_TOPK, .cmds = CMD_PPL,
+      .help = "exact top-K log-probs per position (default 16)" },
+    { .type = DSQ_OPT_TEXT, .help = "kld:\n" },
+    { O_BASE, DSQ_OPT_STR, "base", 0, "F", .cmds = CMD_KLD, .help = "file from 'ppl --save-logits' (it holds the tokens)" },
+    { O_DATA, DSQ_OPT_STR, "data", 0, "FILE", .help = "optional: re-tokenize and refuse if tokens differ" },
+    { O_BOS, DSQ_OPT_STR, "bos", 0, .left = "    --bos window|first|no  ",
+      .help = "with --data: the policy the base was made with\n(the base file fixes the windows; default window)" },
+    { .type = DSQ_OPT_TEXT, .help =
 "      prints mean KLD with a 95% noise band (bootstrap over whole windows,\n"
 "      2000 resamples, fixed seed), median, p99, p99.9, max and same top-1\n"
 "      (share of positions whose argmax agrees with the base)\n"
-"gsm8k:\n"
-"      --data FILE         test split, JSONL {\"question\",\"answer\"}\n"
-"      --train FILE        few-shot pool (default: train.jsonl beside --data)\n"
-"      --shots N           few-shot examples (default 5)\n"
-"      --seed N            few-shot seed (default 1234, lm-eval's)\n"
-"      --limit N           first N test items only\n"
-"      --batch B           sequences decoded together (default 8)\n"
-"      --max-new-tokens N  generation cap (default 256, lm-eval's max_gen_toks)\n"
-"      --bos auto|yes|no   BOS before each prompt (default auto: as the\n"
-"                          tokenizer's add_special_tokens does)\n"
-"      --score FILE        score completions from another engine instead of\n"
-"                          generating: JSONL with \"completion\", \"response\" or\n"
-"                          \"resps\" (lm-eval samples), matched by \"doc_id\" or\n"
-"                          line order; no --model needed\n"
-"      --out FILE          per-item JSONL: doc_id, question, completion, strict,\n"
-"                          flexible, gold, correct_strict, correct_flexible\n"
-"                          (with --endpoint also written as items arrive; a\n"
-"                          rerun with the same --out continues, -f restarts)\n"
+"gsm8k:\n" },
+    { O_DATA, DSQ_OPT_STR, "data", 0, "FILE", .help = "test split, JSONL {\"question\",\"answer\"}" },
+    { O_TRAIN, DSQ_OPT_STR, "train", 0, "FILE", .cmds = CMD_GSM, .help = "few-shot pool (default: train.jsonl beside --data)" },
+    { O_SHOTS, DSQ_OPT_INT, "shots", 0, "N", 0, 64, .cmds = CMD_GSM, .help = "few-shot examples (default 5)" },
+    { O_SEED, DSQ_OPT_SIZE, "seed", 0, "N", 0, .cmds = CMD_GSM, .help = "few-shot seed (default 1234, lm-eval's)" },
+    { O_LIMIT, DSQ_OPT_SIZE, "limit", 0, "N", 1, .cmds = CMD_GSM | CMD_SCORE, .help = "first N test items only" },
+    { O_BATCH, DSQ_OPT_INT, "batch", 0, "B", 1, 4096, .cmds = CMD_GSM, .help = "sequences decoded together (default 8)" },
+    { O_MAX_NEW, DSQ_OPT_SIZE, "max-new-tokens", 0, "N", 1, 1 << 20, "1..1M", .cmds = CMD_GSM,
+      .help = "generation cap (default 256, lm-eval's max_gen_toks)" },
+    { O_BOS, DSQ_OPT_STR, "bos", 0, "auto|yes|no", .help = "BOS before each prompt (default auto: as the\n"
+                                                             "tokenizer's add_special_tokens does)" },
+    { O_SCORE, DSQ_OPT_STR, "score", 0, "FILE", .cmds = CMD_SCORE,
+      .help = "score completions from another engine instead of\ngenerating: JSONL with \"completion\", \"response\" or\n"
+              "\"resps\" (lm-eval samples), matched by \"doc_id\" or\nline order; no --model needed" },
+    { O_OUT, DSQ_OPT_STR, "out", 0, "FILE", .cmds = CMD_GSM | CMD_SCORE,
+      .help = "per-item JSONL: doc_id, question, completion, strict,\nflexible, gold, correct_strict, correct_flexible\n"
+              "(with --endpoint also written as items arrive; a\nrerun with the same --out continues, -f restarts)" },
+    { .type = DSQ_OPT_TEXT, .help =
 "\n"
 "Served model (gsm8k, ppl, kld): instead of --model, an OpenAI-compatible server\n"
-"(vLLM, vllm-ascend, MindIE, ds-serve) through POST /completions:\n"
-"      --endpoint URL      base URL, e.g. http://127.0.0.1:8000/v1\n"
-"      --served-model NAME model name (default: the only one /models lists)\n"
-"      --api-key-env VAR   send the API key held in environment variable VAR\n"
-"      --concurrency N     requests in flight (default 8)\n"
-"      --timeout S         seconds per request (default 600)\n"
-"      --retries N         retries with backoff on connection errors, 429 and\n"
-"                          5xx (default 8; 0.5 s doubling to 30 s)\n"
-"                          ppl needs --tokenizer: windows go as token ids with\n"
-"                          echo + logprobs (prompt log-probs); kld takes the\n"
-"                          windows from --base and reports a LOWER BOUND (the\n"
-"                          served target-token log-probs only)\n"
+"(vLLM, vllm-ascend, MindIE, ds-serve) through POST /completions:\n" },
+    { O_ENDPOINT, DSQ_OPT_STR, "endpoint", 0, "URL", .help = "base URL, e.g. http://127.0.0.1:8000/v1" },
+    { O_SERVED_MODEL, DSQ_OPT_STR, "served-model", 0, "NAME", .help = "model name (default: the only one /models lists)" },
+    { O_API_KEY_ENV, DSQ_OPT_STR, "api-key-env", 0, "VAR", .help = "send the API key held in environment variable VAR" },
+    { O_CONCURRENCY, DSQ_OPT_INT, "concurrency", 0, "N", 1, 1024, .help = "requests in flight (default 8)" },
+    { O_TIMEOUT, DSQ_OPT_FLOAT, "timeout", 0, "S", 0.001, 86400, "seconds in (0, 86400]",
+      .help = "seconds per request (default 600)" },
+    { O_RETRIES, DSQ_OPT_INT, "retries", 0, "N", 0, 1000,
+      .help = "retries with backoff on connection errors, 429 and\n5xx (default 8; 0.5 s doubling to 30 s)\n"
+              "ppl needs --tokenizer: windows go as token ids with\necho + logprobs (prompt log-probs); kld takes the\n"
+              "windows from --base and reports a LOWER BOUND (the\nserved target-token log-probs only)" },
+    { .type = DSQ_OPT_TEXT, .help =
 "\n"
 "Options a command does not use are refused (exit 2), not ignored.\n"
 "\n"
-"General:\n"
-"  -T, --threads N         worker threads (default: all cores)\n"
-"  -f, --force             overwrite output files\n"
-"      --json              print one JSON object on stdout instead of text\n"
-"      --no-progress       no progress line (it shows only on a terminal)\n"
-"  -q, --quiet / -v, --verbose   less / more messages (repeatable)\n"
+"General:\n" },
+    DSQ_OPT_THREADS_ROW("worker threads (default: all cores)"),
+    { O_FORCE, DSQ_OPT_FLAG, "force", 'f', .help = "overwrite output files" },
+    { DSQ_OPT_JSON, DSQ_OPT_FLAG, "json", .help = "print one JSON object on stdout instead of text" },
+    { DSQ_OPT_NO_PROGRESS, DSQ_OPT_FLAG, "no-progress", .help = "no progress line (it shows only on a terminal)" },
+    { DSQ_OPT_QUIET, DSQ_OPT_FLAG, "quiet", 'q', .left = "-q, --quiet / -v, --verbose  ",
+      .help = "less / more messages (repeatable)" },
+    { DSQ_OPT_VERBOSE, DSQ_OPT_FLAG, "verbose", 'v' },
+    { DSQ_OPT_HELP, DSQ_OPT_FLAG, "help", 'h' },
+    { DSQ_OPT_VERSION, DSQ_OPT_FLAG, "version", 'V' },
+    { .type = DSQ_OPT_TEXT, .help =
 "  -h, --help / -V, --version\n"
 "\n"
-"Exit status: 0 ok, 1 error (bad input, i/o, interrupted), 2 usage.\n";
+"Exit status: 0 ok, 1 error (bad input, i/o, interrupted), 2 usage.\n" },
+};
+static const dsq_opt_spec spec = { opt_table, sizeof opt_table / sizeof opt_table[0], 23, 1, NULL };
 
 /* ppl/kld BOS policy (--bos); gsm8k keeps auto|yes|no (lm-eval's terms) */
 enum ppl_bos { PPL_BOS_WINDOW = 0, PPL_BOS_FIRST = 1, PPL_BOS_NO = 2 };
 static const char *const ppl_bos_names[] = { "window", "first", "no" };
-
-enum {
-    O_TOKENIZER = 256, O_CTX, O_DATA, O_LIMIT_TOKENS, O_SAVE_LOGITS, O_LOGITS_FORMAT,
-    O_LOGITS_TOPK, O_BASE, O_TRAIN, O_SHOTS, O_SEED, O_LIMIT, O_BATCH, O_MAX_NEW, O_BOS,
-    O_SCORE, O_OUT, O_JSON, O_NO_PROGRESS, O_ENDPOINT, O_SERVED_MODEL, O_API_KEY_ENV, O_CONCURRENCY,
-    O_TIMEOUT, O_RETRIES, O_NO_VERIFY, O_BF16_TERMS
-};
 
 typedef struct opts {
     const char *cmd, *model, *tokenizer, *data, *save_logits, *base, *train, *score, *out;
@@ -144,7 +156,7 @@ typedef struct opts {
     int shots, batch, bos; /* gsm8k bos: -1 auto, 0 no, 1 yes */
     int ppl_bos;           /* ppl/kld: enum ppl_bos */
     const char *bos_arg;   /* --bos as given: its values depend on the command */
-    unsigned long long seen; /* bit (opt - 256) per long option given, see check_used */
+    const dsq_args *args;  /* the parsed options (which were given) */
     uint64_t seed;
     size_t limit, max_new;
     int force;
@@ -155,169 +167,60 @@ typedef struct opts {
     int bf16_terms;        /* 0: the engine's default */
 } opts;
 
-#define BIT(opt) (1ull << ((opt) - 256))
-
 /* Options a command does not use are an error (exit 2), never silently
- * ignored: `ppl --bos no` used to be accepted and do nothing. The general
- * options (-T, -f, -q, -v, --json, --no-progress) are accepted everywhere. */
+ * ignored: the table's command bits say which command uses what; the
+ * general options (-T, -f, -q, -v, --json, --no-progress) go everywhere. */
 static int check_used(dsq_cli *cli, const opts *o, int ppl, int kld, int gsm)
 {
-    static const struct { int opt; const char *name; } names[] = {
-        { O_TOKENIZER, "--tokenizer" }, { O_CTX, "--ctx" }, { O_DATA, "--data" },
-        { O_LIMIT_TOKENS, "--limit-tokens" }, { O_SAVE_LOGITS, "--save-logits" },
-        { O_LOGITS_FORMAT, "--logits-format" }, { O_LOGITS_TOPK, "--logits-topk" }, { O_BASE, "--base" },
-        { O_TRAIN, "--train" }, { O_SHOTS, "--shots" }, { O_SEED, "--seed" }, { O_LIMIT, "--limit" },
-        { O_BATCH, "--batch" }, { O_MAX_NEW, "--max-new-tokens" }, { O_BOS, "--bos" },
-        { O_SCORE, "--score" }, { O_OUT, "--out" },
-    };
-    unsigned long long ok;
-    const char *what = o->cmd;
-    if (ppl)
-        ok = BIT(O_TOKENIZER) | BIT(O_CTX) | BIT(O_DATA) | BIT(O_LIMIT_TOKENS) | BIT(O_SAVE_LOGITS) |
-             BIT(O_LOGITS_FORMAT) | BIT(O_LOGITS_TOPK) | BIT(O_BOS);
-    else if (kld)
-        ok = BIT(O_TOKENIZER) | BIT(O_DATA) | BIT(O_BASE) | BIT(O_BOS);
-    else if (gsm && o->score) {
-        ok = BIT(O_SCORE) | BIT(O_DATA) | BIT(O_OUT) | BIT(O_LIMIT);
-        what = "gsm8k --score";
-    } else
-        ok = BIT(O_TOKENIZER) | BIT(O_CTX) | BIT(O_DATA) | BIT(O_TRAIN) | BIT(O_SHOTS) | BIT(O_SEED) |
-             BIT(O_LIMIT) | BIT(O_BATCH) | BIT(O_MAX_NEW) | BIT(O_BOS) | BIT(O_OUT);
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if ((o->seen & BIT(names[i].opt)) && !(ok & BIT(names[i].opt)))
-            return dsq_cli_usage_error(cli, "%s does not use %s", what, names[i].name);
-    if (ppl && !o->save_logits && (o->seen & (BIT(O_LOGITS_FORMAT) | BIT(O_LOGITS_TOPK))))
+    const dsq_args *a = o->args;
+    int rc = dsq_opt_check_cmd(cli, &spec, a, ppl ? CMD_PPL : kld ? CMD_KLD : o->score ? CMD_SCORE : CMD_GSM,
+                               gsm && o->score ? "gsm8k --score" : o->cmd);
+    if (rc >= 0) return rc;
+    if (ppl && !o->save_logits && (dsq_opt_given(a, O_LOGITS_FORMAT) || dsq_opt_given(a, O_LOGITS_TOPK)))
         return dsq_cli_usage_error(cli, "--logits-format and --logits-topk describe --save-logits: give it too");
     if (kld && o->bos_arg && !o->data)
         return dsq_cli_usage_error(cli, "kld: the base file fixes the windows; --bos checks them against --data: give --data too");
     return -1; /* go on */
 }
 
-static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
+static int parse(dsq_cli *cli, opts *o, dsq_args *a, int argc, char **argv, int *done)
 {
-    static const struct option lo[] = {
-        { "model", required_argument, 0, 'm' },      { "tokenizer", required_argument, 0, O_TOKENIZER },
-        { "ctx", required_argument, 0, O_CTX },      { "data", required_argument, 0, O_DATA },
-        { "limit-tokens", required_argument, 0, O_LIMIT_TOKENS },
-        { "save-logits", required_argument, 0, O_SAVE_LOGITS },
-        { "logits-format", required_argument, 0, O_LOGITS_FORMAT },
-        { "logits-topk", required_argument, 0, O_LOGITS_TOPK },
-        { "base", required_argument, 0, O_BASE },    { "train", required_argument, 0, O_TRAIN },
-        { "shots", required_argument, 0, O_SHOTS },  { "seed", required_argument, 0, O_SEED },
-        { "limit", required_argument, 0, O_LIMIT },  { "batch", required_argument, 0, O_BATCH },
-        { "max-new-tokens", required_argument, 0, O_MAX_NEW },
-        { "bos", required_argument, 0, O_BOS },      { "score", required_argument, 0, O_SCORE },
-        { "out", required_argument, 0, O_OUT },      { "json", no_argument, 0, O_JSON },
-        { "no-progress", no_argument, 0, O_NO_PROGRESS },
-        { "endpoint", required_argument, 0, O_ENDPOINT }, { "served-model", required_argument, 0, O_SERVED_MODEL },
-        { "api-key-env", required_argument, 0, O_API_KEY_ENV }, { "concurrency", required_argument, 0, O_CONCURRENCY },
-        { "timeout", required_argument, 0, O_TIMEOUT }, { "retries", required_argument, 0, O_RETRIES },
-        { "no-verify", no_argument, 0, O_NO_VERIFY }, { "bf16-terms", required_argument, 0, O_BF16_TERMS },
-        { "threads", required_argument, 0, 'T' },    { "force", no_argument, 0, 'f' },
-        { "quiet", no_argument, 0, 'q' },            { "verbose", no_argument, 0, 'v' },
-        { "help", no_argument, 0, 'h' },             { "version", no_argument, 0, 'V' },
-        { 0, 0, 0, 0 }
-    };
     memset(o, 0, sizeof *o);
-    o->logits_format = DSQ_LOGP_U16;
-    o->logits_topk = 16;
-    o->shots = DSQ_GSM8K_SHOTS;
-    o->seed = DSQ_GSM8K_SEED;
-    o->batch = 8;
-    o->bos = -1;
-    o->max_new = DSQ_GSM8K_MAX_NEW;
-    o->concurrency = 8;
-    o->retries = 8;
-    o->timeout = 600;
     *done = 0;
-    int c, no_progress = 0;
-    uint64_t u;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":m:T:fqvhV", lo, NULL)) != -1) {
-        const char *a = optarg;
-        if (c >= 256 && c < 256 + 64) o->seen |= 1ull << (c - 256);
-        switch (c) {
-        case 'm': o->model = a; break;
-        case O_TOKENIZER: o->tokenizer = a; break;
-        case O_DATA: o->data = a; break;
-        case O_SAVE_LOGITS: o->save_logits = a; break;
-        case O_NO_VERIFY: o->no_verify = 1; break;
-        case O_BF16_TERMS:
-            if (dsq_cli_parse_int(a, 1, 3, &o->bf16_terms))
-                return dsq_cli_usage_error(cli, "--bf16-terms: expected 1..3, got '%s'", a);
-            break;
-        case O_BASE: o->base = a; break;
-        case O_TRAIN: o->train = a; break;
-        case O_SCORE: o->score = a; break;
-        case O_OUT: o->out = a; break;
-        case O_CTX:
-            if (dsq_cli_parse_u64(a, 3, INT32_MAX, &u)) return dsq_cli_usage_error(cli, "--ctx: expected 3..2^31-1, got '%s'", a);
-            o->ctx = (size_t)u;
-            break;
-        case O_LIMIT_TOKENS:
-            if (dsq_cli_parse_u64(a, 1, UINT64_MAX, &o->limit_tokens)) return dsq_cli_usage_error(cli, "--limit-tokens: bad number '%s'", a);
-            break;
-        case O_LOGITS_FORMAT:
-            if (!strcmp(a, "u16")) o->logits_format = DSQ_LOGP_U16;
-            else if (!strcmp(a, "topk")) o->logits_format = DSQ_LOGP_TOPK;
-            else return dsq_cli_usage_error(cli, "--logits-format: expected u16 or topk, got '%s'", a);
-            break;
-        case O_LOGITS_TOPK:
-            if (dsq_cli_parse_int(a, 1, DSQ_LOGP_MAX_TOPK, &o->logits_topk)) return dsq_cli_usage_error(cli, "--logits-topk: expected 1..%d, got '%s'", DSQ_LOGP_MAX_TOPK, a);
-            break;
-        case O_SHOTS:
-            if (dsq_cli_parse_int(a, 0, 64, &o->shots)) return dsq_cli_usage_error(cli, "--shots: expected 0..64, got '%s'", a);
-            break;
-        case O_SEED:
-            if (dsq_cli_parse_u64(a, 0, UINT64_MAX, &o->seed)) return dsq_cli_usage_error(cli, "--seed: bad number '%s'", a);
-            break;
-        case O_LIMIT:
-            if (dsq_cli_parse_u64(a, 1, SIZE_MAX, &u)) return dsq_cli_usage_error(cli, "--limit: bad number '%s'", a);
-            o->limit = (size_t)u;
-            break;
-        case O_BATCH:
-            if (dsq_cli_parse_int(a, 1, 4096, &o->batch)) return dsq_cli_usage_error(cli, "--batch: expected 1..4096, got '%s'", a);
-            break;
-        case O_MAX_NEW:
-            if (dsq_cli_parse_u64(a, 1, 1u << 20, &u)) return dsq_cli_usage_error(cli, "--max-new-tokens: bad number '%s'", a);
-            o->max_new = (size_t)u;
-            break;
-        case O_BOS: o->bos_arg = a; break;   /* checked once the command is known */
-        case O_ENDPOINT: o->endpoint = a; break;
-        case O_SERVED_MODEL: o->served_model = a; break;
-        case O_API_KEY_ENV: o->api_key_env = a; break;
-        case O_CONCURRENCY:
-            if (dsq_cli_parse_int(a, 1, 1024, &o->concurrency)) return dsq_cli_usage_error(cli, "--concurrency: expected 1..1024, got '%s'", a);
-            break;
-        case O_RETRIES:
-            if (dsq_cli_parse_int(a, 0, 1000, &o->retries)) return dsq_cli_usage_error(cli, "--retries: expected 0..1000, got '%s'", a);
-            break;
-        case O_TIMEOUT:
-            if (dsq_cli_parse_float(a, 0.001, 86400, &o->timeout)) return dsq_cli_usage_error(cli, "--timeout: expected seconds in (0, 86400], got '%s'", a);
-            break;
-        case O_JSON: cli->json = 1; break;
-        case O_NO_PROGRESS: no_progress = 1; break;
-        case 'T':
-            if (dsq_cli_parse_int(a, 0, 4096, &cli->threads)) return dsq_cli_usage_error(cli, "-T: expected 0..4096, got '%s'", a);
-            break;
-        case 'f': o->force = 1; break;
-        case 'q': cli->level--; break;
-        case 'v': cli->level++; break;
-        case 'h': fputs(usage_text, stdout); *done = 1; return DSQ_EXIT_OK;
-        case 'V': dsq_cli_version(cli); *done = 1; return DSQ_EXIT_OK;
-        case ':':
-            if (optopt && optopt < 256) return dsq_cli_usage_error(cli, "option '-%c' needs a value", optopt);
-            return dsq_cli_usage_error(cli, "option '%s' needs a value", argv[optind - 1]);
-        default:
-            if (optopt && optopt < 256) return dsq_cli_usage_error(cli, "unknown option '-%c'", optopt);
-            return dsq_cli_usage_error(cli, "unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (cli->level < 0) cli->level = 0;
-    if (no_progress || cli->level < 2) cli->progress = 0;
-    if (optind >= argc) return dsq_cli_usage_error(cli, "no command (ppl, kld or gsm8k)");
-    o->cmd = argv[optind++];
-    if (optind < argc) return dsq_cli_usage_error(cli, "unexpected argument '%s'", argv[optind]);
+    int rc = dsq_opt_parse(cli, &spec, argc, argv, a);
+    if (rc >= 0) return *done = 1, rc;
+    o->args = a;
+    o->model = dsq_opt_str(a, O_MODEL, NULL);
+    o->tokenizer = dsq_opt_str(a, O_TOKENIZER, NULL);
+    o->data = dsq_opt_str(a, O_DATA, NULL);
+    o->save_logits = dsq_opt_str(a, O_SAVE_LOGITS, NULL);
+    o->no_verify = dsq_opt_given(a, O_NO_VERIFY);
+    o->bf16_terms = dsq_opt_int(a, O_BF16_TERMS, 0);
+    o->base = dsq_opt_str(a, O_BASE, NULL);
+    o->train = dsq_opt_str(a, O_TRAIN, NULL);
+    o->score = dsq_opt_str(a, O_SCORE, NULL);
+    o->out = dsq_opt_str(a, O_OUT, NULL);
+    o->ctx = (size_t)dsq_opt_u64(a, O_CTX, 0);
+    o->limit_tokens = dsq_opt_u64(a, O_LIMIT_TOKENS, 0);
+    o->logits_format = dsq_opt_given(a, O_LOGITS_FORMAT) && a->v[O_LOGITS_FORMAT].choice == 1 ? DSQ_LOGP_TOPK : DSQ_LOGP_U16;
+    o->logits_topk = dsq_opt_int(a, O_LOGITS_TOPK, 16);
+    o->shots = dsq_opt_int(a, O_SHOTS, DSQ_GSM8K_SHOTS);
+    o->seed = dsq_opt_u64(a, O_SEED, DSQ_GSM8K_SEED);
+    o->limit = (size_t)dsq_opt_u64(a, O_LIMIT, 0);
+    o->batch = dsq_opt_int(a, O_BATCH, 8);
+    o->max_new = (size_t)dsq_opt_u64(a, O_MAX_NEW, DSQ_GSM8K_MAX_NEW);
+    o->bos = -1;
+    o->bos_arg = dsq_opt_str(a, O_BOS, NULL);   /* checked once the command is known */
+    o->endpoint = dsq_opt_str(a, O_ENDPOINT, NULL);
+    o->served_model = dsq_opt_str(a, O_SERVED_MODEL, NULL);
+    o->api_key_env = dsq_opt_str(a, O_API_KEY_ENV, NULL);
+    o->concurrency = dsq_opt_int(a, O_CONCURRENCY, 8);
+    o->retries = dsq_opt_int(a, O_RETRIES, 8);
+    o->timeout = dsq_opt_float(a, O_TIMEOUT, 600);
+    o->force = dsq_opt_given(a, O_FORCE);
+    if (a->npos < 1) return dsq_cli_usage_error(cli, "no command (ppl, kld or gsm8k)");
+    o->cmd = a->pos[0];
+    if (a->npos > 1) return dsq_cli_usage_error(cli, "unexpected argument '%s'", a->pos[1]);
     if (strcmp(o->cmd, "ppl") && strcmp(o->cmd, "kld") && strcmp(o->cmd, "gsm8k"))
         return dsq_cli_usage_error(cli, "unknown command '%s' (ppl, kld or gsm8k)", o->cmd);
     int ppl = !strcmp(o->cmd, "ppl"), kld = !strcmp(o->cmd, "kld"), gsm = !strcmp(o->cmd, "gsm8k");
@@ -330,7 +233,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         if (ppl && !o->tokenizer) return dsq_cli_usage_error(cli, "ppl --endpoint needs --tokenizer (the served model's)");
         if (o->bos_arg) return dsq_cli_usage_error(cli, "--bos: with --endpoint the server's tokenizer decides BOS");
     } else if (o->served_model || o->api_key_env ||
-               (o->seen & (BIT(O_CONCURRENCY) | BIT(O_TIMEOUT) | BIT(O_RETRIES)))) {
+               dsq_opt_given(a, O_CONCURRENCY) || dsq_opt_given(a, O_TIMEOUT) || dsq_opt_given(a, O_RETRIES)) {
         return dsq_cli_usage_error(cli, "--served-model, --api-key-env, --concurrency, --timeout and --retries go with --endpoint");
     }
     if (!o->model && !o->endpoint && !(gsm && o->score)) return dsq_cli_usage_error(cli, "%s needs --model", o->cmd);
@@ -341,16 +244,16 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
     if (!gsm && (o->score || o->train || o->out || o->limit)) return dsq_cli_usage_error(cli, "--score, --train, --out and --limit are for gsm8k");
     if (gsm && o->score && o->model) return dsq_cli_usage_error(cli, "--score scores existing completions: drop --model");
     if (o->bos_arg) {
-        const char *a = o->bos_arg;
+        const char *b = o->bos_arg;
         if (gsm) {
-            if (!strcmp(a, "auto")) o->bos = -1;
-            else if (!strcmp(a, "yes")) o->bos = 1;
-            else if (!strcmp(a, "no")) o->bos = 0;
-            else return dsq_cli_usage_error(cli, "--bos: gsm8k expects auto, yes or no, got '%s'", a);
+            if (!strcmp(b, "auto")) o->bos = -1;
+            else if (!strcmp(b, "yes")) o->bos = 1;
+            else if (!strcmp(b, "no")) o->bos = 0;
+            else return dsq_cli_usage_error(cli, "--bos: gsm8k expects auto, yes or no, got '%s'", b);
         } else {
             int k = 0;
-            while (k < 3 && strcmp(a, ppl_bos_names[k])) k++;
-            if (k == 3) return dsq_cli_usage_error(cli, "--bos: %s expects window, first or no, got '%s'", o->cmd, a);
+            while (k < 3 && strcmp(b, ppl_bos_names[k])) k++;
+            if (k == 3) return dsq_cli_usage_error(cli, "--bos: %s expects window, first or no, got '%s'", o->cmd, b);
             o->ppl_bos = k;
         }
     }
@@ -361,13 +264,6 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
 /* shared plumbing                                                        */
 /* ====================================================================== */
 
-static void print_json(json_object *j)
-{
-    puts(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
-    json_object_put(j);
-}
-
-static json_object *jnum(double v) { return isfinite(v) ? json_object_new_double(v) : json_object_new_null(); }
 
 typedef struct runner {
     dsq_model *m;
@@ -598,18 +494,18 @@ static void print_ppl(const dsq_cli *cli, const opts *o, const dsq_ppl_plan *pl,
     if (cli->json) {
         json_object *j = json_object_new_object();
         json_object_object_add(j, "command", json_object_new_string("ppl"));
-        json_object_object_add(j, "ppl", jnum(res.ppl));
-        json_object_object_add(j, "ppl_stderr", jnum(res.ppl_stderr));
-        json_object_object_add(j, "mean_nll", jnum(res.mean_nll));
+        json_object_object_add(j, "ppl", dsq_cli_json_num(res.ppl));
+        json_object_object_add(j, "ppl_stderr", dsq_cli_json_num(res.ppl_stderr));
+        json_object_object_add(j, "mean_nll", dsq_cli_json_num(res.mean_nll));
         json_object_object_add(j, "tokens_scored", json_object_new_int64((int64_t)res.count));
         json_object_object_add(j, "windows", json_object_new_int64((int64_t)plan.n_chunks));
         json_object_object_add(j, "n_ctx", json_object_new_int64((int64_t)plan.n_ctx));
         json_object_object_add(j, "bos", json_object_new_string(ppl_bos_names[o->ppl_bos]));
         json_object_object_add(j, "bos_id", bos_id >= 0 ? json_object_new_int(bos_id) : NULL);
-        json_object_object_add(j, "seconds", jnum(secs));
-        json_object_object_add(j, "tokens_per_s", jnum(evaluated / secs));
+        json_object_object_add(j, "seconds", dsq_cli_json_num(secs));
+        json_object_object_add(j, "tokens_per_s", dsq_cli_json_num(evaluated / secs));
         if (o->save_logits) json_object_object_add(j, "saved_logits", json_object_new_string(o->save_logits));
-        print_json(j);
+        dsq_cli_json_print(j, 0);
     } else if (cli->level >= 2) {
         printf("PPL = %.4f +/- %.5f\n", res.ppl, res.ppl_stderr);
         printf("mean NLL %.6f nats/token over %llu tokens (%zu windows of %zu, second half scored, %s)\n",
@@ -709,28 +605,28 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
             json_object_object_add(j, "same_top1_positions", json_object_new_int64((int64_t)ki.same_top_count));
         }
         json_object_object_add(j, "tokens_scored", json_object_new_int64((int64_t)k.count));
-        json_object_object_add(j, "kld_mean", jnum(k.kld_mean));
-        json_object_object_add(j, "kld_stderr", jnum(k.kld_stderr));
-        json_object_object_add(j, "kld_mean_lo", jnum(k.kld_mean_lo));
-        json_object_object_add(j, "kld_mean_hi", jnum(k.kld_mean_hi));
-        json_object_object_add(j, "kld_median", jnum(k.kld_median));
-        json_object_object_add(j, "kld_p90", jnum(k.kld_p90));
-        json_object_object_add(j, "kld_p95", jnum(k.kld_p95));
-        json_object_object_add(j, "kld_p99", jnum(k.kld_p99));
-        json_object_object_add(j, "kld_p999", jnum(k.kld_p999));
-        json_object_object_add(j, "kld_max", jnum(k.kld_max));
-        json_object_object_add(j, "kld_min", jnum(k.kld_min));
-        json_object_object_add(j, "same_top1", jnum(k.same_top));
-        json_object_object_add(j, "same_top1_stderr", jnum(k.same_top_stderr));
-        json_object_object_add(j, "ppl", jnum(k.ppl));
-        json_object_object_add(j, "ppl_base", jnum(k.ppl_base));
-        json_object_object_add(j, "ppl_ratio", jnum(k.ppl_ratio));
-        json_object_object_add(j, "ppl_delta", jnum(k.ppl_delta));
-        json_object_object_add(j, "ln_ppl_ratio", jnum(k.ln_ratio_mean));
-        json_object_object_add(j, "ln_ppl_ratio_stderr", jnum(k.ln_ratio_stderr));
-        json_object_object_add(j, "dp_rms", jnum(k.dp_rms));
-        json_object_object_add(j, "seconds", jnum(secs));
-        print_json(j);
+        json_object_object_add(j, "kld_mean", dsq_cli_json_num(k.kld_mean));
+        json_object_object_add(j, "kld_stderr", dsq_cli_json_num(k.kld_stderr));
+        json_object_object_add(j, "kld_mean_lo", dsq_cli_json_num(k.kld_mean_lo));
+        json_object_object_add(j, "kld_mean_hi", dsq_cli_json_num(k.kld_mean_hi));
+        json_object_object_add(j, "kld_median", dsq_cli_json_num(k.kld_median));
+        json_object_object_add(j, "kld_p90", dsq_cli_json_num(k.kld_p90));
+        json_object_object_add(j, "kld_p95", dsq_cli_json_num(k.kld_p95));
+        json_object_object_add(j, "kld_p99", dsq_cli_json_num(k.kld_p99));
+        json_object_object_add(j, "kld_p999", dsq_cli_json_num(k.kld_p999));
+        json_object_object_add(j, "kld_max", dsq_cli_json_num(k.kld_max));
+        json_object_object_add(j, "kld_min", dsq_cli_json_num(k.kld_min));
+        json_object_object_add(j, "same_top1", dsq_cli_json_num(k.same_top));
+        json_object_object_add(j, "same_top1_stderr", dsq_cli_json_num(k.same_top_stderr));
+        json_object_object_add(j, "ppl", dsq_cli_json_num(k.ppl));
+        json_object_object_add(j, "ppl_base", dsq_cli_json_num(k.ppl_base));
+        json_object_object_add(j, "ppl_ratio", dsq_cli_json_num(k.ppl_ratio));
+        json_object_object_add(j, "ppl_delta", dsq_cli_json_num(k.ppl_delta));
+        json_object_object_add(j, "ln_ppl_ratio", dsq_cli_json_num(k.ln_ratio_mean));
+        json_object_object_add(j, "ln_ppl_ratio_stderr", dsq_cli_json_num(k.ln_ratio_stderr));
+        json_object_object_add(j, "dp_rms", dsq_cli_json_num(k.dp_rms));
+        json_object_object_add(j, "seconds", dsq_cli_json_num(secs));
+        dsq_cli_json_print(j, 0);
     } else if (cli->level >= 2) {
         printf("tokens scored  : %llu (%zu windows of %zu)\n", (unsigned long long)k.count, plan.n_chunks, plan.n_ctx);
         printf("PPL(Q)         : %.4f   PPL(base): %.4f\n", k.ppl, k.ppl_base);
@@ -1137,18 +1033,18 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
                 json_object_object_add(j, "shots", json_object_new_int(o->shots));
                 json_object_object_add(j, "seed", json_object_new_int64((int64_t)o->seed));
                 json_object_object_add(j, "gen_tokens", json_object_new_int64((int64_t)gen_tokens));
-                json_object_object_add(j, "seconds", jnum(secs));
-                json_object_object_add(j, "gen_tokens_per_s", jnum((double)gen_tokens / secs));
+                json_object_object_add(j, "seconds", dsq_cli_json_num(secs));
+                json_object_object_add(j, "gen_tokens_per_s", dsq_cli_json_num((double)gen_tokens / secs));
             }
-            json_object_object_add(js, "exact_match", jnum(as));
-            json_object_object_add(js, "stderr", jnum(ses));
+            json_object_object_add(js, "exact_match", dsq_cli_json_num(as));
+            json_object_object_add(js, "stderr", dsq_cli_json_num(ses));
             json_object_object_add(js, "correct", json_object_new_int64((int64_t)ks));
-            json_object_object_add(jf, "exact_match", jnum(af));
-            json_object_object_add(jf, "stderr", jnum(sef));
+            json_object_object_add(jf, "exact_match", dsq_cli_json_num(af));
+            json_object_object_add(jf, "stderr", dsq_cli_json_num(sef));
             json_object_object_add(jf, "correct", json_object_new_int64((int64_t)kf));
             json_object_object_add(j, "strict-match", js);
             json_object_object_add(j, "flexible-extract", jf);
-            print_json(j);
+            dsq_cli_json_print(j, 0);
         } else if (cli->level >= 2) {
             if (o->score) printf("gsm8k (lm-eval v3.0 filters), %zu items, %zu completions from %s\n", n, scored, o->score);
             else printf("gsm8k (lm-eval v3.0), %d-shot, seed %llu, %zu items, %zu tokens in %.1f s (%.1f tokens/s)\n",
@@ -1172,7 +1068,9 @@ int main(int argc, char **argv)
     dsq_cli_init(&cli, "ds-eval");
     json_c_set_serialization_double_format("%.10g", JSON_C_OPTION_GLOBAL);
     opts o;
-    int done, rc = parse(&cli, &o, argc, argv, &done);
+    dsq_args a;
+    int done, rc = parse(&cli, &o, &a, argc, argv, &done);
+    dsq_args_release(&a);
     if (rc >= 0 || done) return rc;
     if (!strcmp(o.cmd, "ppl")) return cmd_ppl(&cli, &o);
     if (!strcmp(o.cmd, "kld")) return cmd_kld(&cli, &o);
