@@ -4,6 +4,7 @@
 #include "calib.h"
 #include "llama2c.h"
 #include "cli.h"
+#include "cli_opt.h"
 #include "dsq_json.h"
 #include "container.h"
 #include "convert.h"
@@ -14,7 +15,6 @@
 #include "scheme.h"
 #include "dsq_thread.h"
 
-#include <getopt.h>
 #include <malloc.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,9 +22,32 @@
 #include <string.h>
 #include <unistd.h>
 
-static void usage(void)
-{
-    printf(
+enum {
+    O_SCHEME = DSQ_OPT_FIRST, O_RECIPE, O_KEEP, O_SCHEME_FOR, O_GROUP, O_DRY, O_ZSTD, O_NONFINITE, O_RESUME,
+    O_CLIP, O_SHARD, O_MEM, O_SAMPLE, O_CHECKPOINT, O_NOJOURNAL, O_CALIB, O_CSAMPLES, O_CSEQLEN, O_SEED,
+    O_MOECALIB, O_MINTOK, O_ALPHA, O_NOSMOOTH, O_NOCLIP, O_SAVESTATS, O_STATS, O_FORMAT, O_GPTQ, O_GPTQDAMP,
+    O_CALIBRAM, O_ATTNBLOCK, O_CROWS, O_CEROWS, O_ROLLBACK, O_SEARCH, O_NOSEARCH, O_FORCE
+};
+
+/* What an option needs of the run; options whose needs are not met are
+ * refused (exit 2) instead of ignored. Checked in this order. */
+enum { N_CALIB = 1, N_CALIB_OR_STATS = 2, N_SQ = 4, N_SMOOTH = 8, N_INT4 = 16, N_WRITE = 32, N_GPTQ = 64,
+       N_JOURNAL = 128 };
+static const dsq_opt_need needs[] = {
+    { N_CALIB, "%s shapes the calibration data: it needs --calib" },
+    { N_CALIB_OR_STATS, "%s is a calibration option: it needs --calib (or --stats)" },
+    { N_SQ, "%s is for SmoothQuant (w8a8, w4a8); awq-w4a16 searches AWQ scales" },
+    { N_SMOOTH, "%s is for SmoothQuant (w8a8, w4a8); awq-w4a16 searches AWQ scales" },
+    { N_INT4, "%s is for int4 schemes (the clip search); w8a8 and w8a8-dynamic have none" },
+    { N_WRITE, "%s has nothing to do in a --dry-run (nothing is written)" },
+    { N_GPTQ, "%s sets GPTQ's dampening: it needs --gptq" },
+    { N_JOURNAL, "%s sets the resume journal's interval: not with --no-journal" },
+};
+
+enum { HELP_SCHEMES = 1 };
+
+static const dsq_opt opt_table[] = {
+    { .type = DSQ_OPT_TEXT, .help =
 "Usage: ds-quant --scheme SCHEME [options] IN OUT\n"
 "       ds-quant --recipe NAME [options] IN OUT\n"
 "       ds-quant --dry-run --scheme SCHEME [options] IN\n"
@@ -36,131 +59,127 @@ static void usage(void)
 "plus model.dsq.index.json. config.json, tokenizer files and\n"
 "generation_config.json are carried into the output metadata.\n"
 "\n"
-"Schemes:\n");
+"Schemes:\n" },
+    { HELP_SCHEMES, DSQ_OPT_TEXT },
+    { .type = DSQ_OPT_TEXT, .help =
+"\n"
+"Recipe (first matching rule wins; then the recipe's role table):\n" },
+    { O_SCHEME, DSQ_OPT_STR, "scheme", 0, "S", .help = "scheme for attention, MLP, expert and shared-expert\n"
+      "linears; embeddings, norms, router, router bias,\nlm_head, biases and MTP eh_proj are kept" },
+    { O_RECIPE, DSQ_OPT_STR, "recipe", 0, "NAME", .help = "preset instead of --scheme: deepseek-w4a8 (msModelSlim:\n"
+      "attention/dense/shared MLP w8a8-dynamic, routed experts\nw4a8, MTP experts w8a8-dynamic, kv_b_proj kept)" },
+    { O_KEEP, DSQ_OPT_STR, "keep", 0, "REGEX", .help = "keep matching tensors in their float type (repeatable)" },
+    { O_SCHEME_FOR, DSQ_OPT_STR, "scheme-for", 0, "REGEX=S", .help = "use scheme S for matching tensors (repeatable)" },
+    { O_GROUP, DSQ_OPT_INT, "group-size", 0, "G", 0, 1 << 24, .help = "int4 group size: 0 = per output channel, or a\n"
+      "multiple of 64 (default: w4a8 0, awq-w4a16 128)" },
+    { O_CLIP, DSQ_OPT_FLAG, "clip-search", .help = "per-group MSE clip search (AutoAWQ-style, RTN)" },
+    { O_SEARCH, DSQ_OPT_FLAG, "search", .left = "--search, --no-search", .help =
+      "int4 (awq-w4a16, w4a8): search each group's scale\n(and zero) by weighted least squares, or keep the\n"
+      "plain min/max range (RTN, clip and GPTQ steps alike);\ndefault: w4a8 RTN searches (~1.5 CPU-s per GB), the\n"
+      "rest min/max (awq-w4a16, calibrated w4a8, --gptq)" },
+    { O_NOSEARCH, DSQ_OPT_FLAG, "no-search" },
+    { O_NONFINITE, DSQ_OPT_FLAG, "allow-nonfinite", .help = "convert NaN as 0 and saturate Inf instead of failing" },
+    { .type = DSQ_OPT_TEXT, .help =
+"\n"
+"Calibration (scales from what the model computes; folded into the weights, so\n"
+"the output stays a plain model of its scheme):\n" },
+    { O_CALIB, DSQ_OPT_STR, "calib", 0, "FILE", .help =
+      "calibration text (plain text, paragraphs split at blank\nlines, or JSONL with a \"text\" field). awq-w4a16: AWQ\n"
+      "scale search + clip search; w8a8: SmoothQuant + static\nactivation scale/offset (w8a8 needs --calib or --stats);\n"
+      "w4a8: smoothing (alpha searched) + int4 clip search;\nw8a8-dynamic: smoothing, alpha searched per group on\n"
+      "the simulated int8 output (s = 1 included)" },
+    { O_CSAMPLES, DSQ_OPT_INT, "calib-samples", 0, "N", 1, 1 << 20, .needs = N_CALIB, .help =
+      "samples (default 128; at most: shorter data gives\nfewer, with a warning, down to 4096 tokens)" },
+    { O_CSEQLEN, DSQ_OPT_INT, "calib-seqlen", 0, "L", 2, 1 << 20, .needs = N_CALIB,
+      .help = "tokens per sample (default 512)" },
+    { O_SEED, DSQ_OPT_SIZE, "seed", 0, "S", 0, .needs = N_CALIB, .help = "sampling seed (default 0)" },
+    { O_MOECALIB, DSQ_OPT_CHOICE, "moe-calib", 0, "all|routed", .choices = "all|routed", .needs = N_CALIB_OR_STATS,
+      .help = "all: every token through every expert for statistics\n"
+      "(the output still follows the router); routed (default):\nexperts with fewer than --min-expert-tokens tokens fall\n"
+      "back to round-to-nearest, with a warning naming them" },
+    { O_MINTOK, DSQ_OPT_INT, "min-expert-tokens", 0, "N", 0, 1 << 30, .needs = N_CALIB_OR_STATS, .help = "(default 16)" },
+    { O_ALPHA, DSQ_OPT_FLOAT, "alpha", 0, "A", 0, 1, .needs = N_CALIB_OR_STATS | N_SQ, .help =
+      "SmoothQuant migration strength 0..1 (default 0.5; for\nw4a8 and w8a8-dynamic it fixes alpha instead of\nsearching it)" },
+    { O_NOSMOOTH, DSQ_OPT_FLAG, "no-smooth", .needs = N_CALIB_OR_STATS | N_SMOOTH, .help =
+      "w8a8/w4a8/w8a8-dynamic: static ranges / clipping only,\nno smoothing; with --gptq also awq-w4a16: GPTQ without\n"
+      "AWQ scales" },
+    { O_NOCLIP, DSQ_OPT_FLAG, "no-clip", .needs = N_CALIB_OR_STATS | N_INT4,
+      .help = "calibrated int4: skip the clip search" },
+    { O_ATTNBLOCK, DSQ_OPT_INT, "awq-attn-block", 0, "N", 0, 64, .needs = N_CALIB, .help =
+      "awq-w4a16: score the attention-input scales on the MLA block\noutput over N calibration sequences, 512 tokens each\n"
+      "(default 4; 0: on the q_a / kv_a outputs)" },
+    { O_CROWS, DSQ_OPT_INT, "calib-rows", 0, "N", 1, 1 << 20, .needs = N_CALIB, .help =
+      "rows sampled per non-expert linear input for the scale,\nalpha and clip searches (default 512)" },
+    { O_CEROWS, DSQ_OPT_INT, "calib-expert-rows", 0, "N", 1, 1 << 20, .needs = N_CALIB, .help =
+      "the same per routed expert (default 64: at V3's 256\nexperts each 64 rows hold ~0.6 GB per layer)" },
+    { O_GPTQ, DSQ_OPT_FLAG, "gptq", .needs = N_CALIB_OR_STATS, .help =
+      "GPTQ rounding of every int8/int4 linear (all integer\nschemes, w8a8-dynamic included; the format is unchanged):\n"
+      "error compensation from each input's Hessian X^T X,\non the AWQ/SmoothQuant-scaled weights after the clip\n"
+      "choice; columns in order (no act-order: dsq, AutoAWQ\nGEMM, Ascend and compressed-tensors outputs hold no\n"
+      "permutation); needs --calib (or --stats of a --gptq run)" },
+    { O_GPTQDAMP, DSQ_OPT_FLOAT, "gptq-damp", 0, "D", 1e-6, 10, .needs = N_GPTQ,
+      .help = "GPTQ dampening, fraction of mean diag(H) (default 0.01)" },
+    { O_ROLLBACK, DSQ_OPT_INT, "rollback", 0, "N", 0, 1 << 20, .needs = N_CALIB_OR_STATS, .help =
+      "keep the N most quantization-sensitive modules in their\nfloat type: each quantized linear's relative output\n"
+      "error as converted (scales, clip, GPTQ, the scheme's\nactivation rounding) on its calibration rows, ranked\n"
+      "over the model; gate+up and q_a+kv_a go together,\nrouted experts never; --json and the metadata list them" },
+    { O_CALIBRAM, DSQ_OPT_SIZE, "calib-ram", 0, "SIZE", 1, .needs = N_CALIB, .help =
+      "calibration memory (K/M/G): hidden states kept in RAM\n(beyond it they spill to files) and GPTQ solves run at\n"
+      "once (~0.73 GB each for a V3 expert) (default 2G)" },
+    { O_SAVESTATS, DSQ_OPT_STR, "save-stats", 0, "F", .needs = N_CALIB | N_WRITE, .help =
+      "keep the statistics (and searched scales) in F; F is\nalso the per-layer checkpoint that --resume continues\n"
+      "(default: OUT.calib.dsq, removed after success)" },
+    { O_STATS, DSQ_OPT_STR, "stats", 0, "F", .help = "reuse statistics from --save-stats (no forward pass)" },
+    { .type = DSQ_OPT_TEXT, .help =
+"\n"
+"Output and run:\n" },
+    { O_FORMAT, DSQ_OPT_STR, "format", 0, "F", .help =
+      "dsq (default): the .dsq container. ascend: msModelSlim\nAscendV1 directory (vllm-ascend / MindIE); awq: AutoAWQ\n"
+      "GEMM directory (vLLM); compressed-tensors: vLLM /\nllm-compressor directory. OUT is then a directory of\n"
+      "safetensors shards (--shard-size bounds them), config.json,\ntokenizer files and SHA256SUMS, renamed into place when\n"
+      "complete. Combinations the target cannot load exit 2\n(README \"Serving exports\")" },
+    { O_FORCE, DSQ_OPT_FLAG, "force", 'f', .help = "overwrite an existing output" },
+    { O_RESUME, DSQ_OPT_FLAG, "resume", .needs = N_WRITE, .help =
+      "continue an interrupted conversion (byte-identical\nto an uninterrupted run). Every run keeps a resume\n"
+      "journal next to OUT until it finishes" },
+    { O_NOJOURNAL, DSQ_OPT_FLAG, "no-journal", .needs = N_WRITE, .help =
+      "no resume journal (~10% less CPU; an interrupted\nrun then starts over)" },
+    { O_CHECKPOINT, DSQ_OPT_FLOAT, "checkpoint-interval", 0, "S", 0, 1e6, .needs = N_WRITE | N_JOURNAL },
+    { O_SHARD, DSQ_OPT_SIZE, "shard-size", 0, "SIZE", 1, .help =
+      "write OUT as a directory of shards of at most SIZE\n(K/M/G suffixes) each" },
+    { O_ZSTD, DSQ_OPT_INT, "zstd-level", 0, "N", 0, DSQ_CTR_LEVEL_MAX, .help = "0 = no compression, 1..22 (default 1: fastest)" },
+    DSQ_OPT_THREADS_ROW("worker threads (default and 0: all cores)"),
+    { O_MEM, DSQ_OPT_SIZE, "mem-budget", 0, "SIZE", 1, .help =
+      "memory for outputs waiting to be written (default\n512M or 64M per thread, whichever is more)" },
+    { O_SAMPLE, DSQ_OPT_INT, "error-sample", 0, "N", 1, 1 << 20, .help =
+      "measure quantization error on 1 row in N (default 16;\n1 = every row)" },
+    { O_DRY, DSQ_OPT_FLAG, "dry-run", .help = "print the plan (tensor -> scheme), estimated output\n"
+                                              "size and peak memory; write nothing (OUT optional)" },
+    { DSQ_OPT_JSON, DSQ_OPT_FLAG, "json", .help = "one JSON object on stdout (summary or plan)" },
+    { DSQ_OPT_NO_PROGRESS, DSQ_OPT_FLAG, "no-progress", .help = "no progress line on stderr" },
+    { DSQ_OPT_QUIET, DSQ_OPT_FLAG, "quiet", 'q', .left = "-q, --quiet / -v, --verbose  ",
+      .help = "less / more output (repeatable)" },
+    { DSQ_OPT_VERBOSE, DSQ_OPT_FLAG, "verbose", 'v' },
+    { DSQ_OPT_HELP, DSQ_OPT_FLAG, "help", 'h', .help = "this help" },
+    { DSQ_OPT_VERSION, DSQ_OPT_FLAG, "version", 'V', .help = "version" },
+    { .type = DSQ_OPT_TEXT, .help =
+"\n"
+"Exit status: 0 ok, 1 error (bad input, i/o, interrupted), 2 usage.\n" },
+};
+
+static void help_schemes(FILE *f, int id)
+{
+    (void)id;
     for (int i = 0; i < dsq_scheme_count(); i++) {
         const dsq_scheme *s = dsq_scheme_at(i);
         if (!s) continue;
-        printf("  %-14s %s%s%s%s\n", s->name, s->description ? s->description : "",
-               s->alias ? " (alias " : "", s->alias ? s->alias : "", s->alias ? ")" : "");
+        fprintf(f, "  %-14s %s%s%s%s\n", s->name, s->description ? s->description : "",
+                s->alias ? " (alias " : "", s->alias ? s->alias : "", s->alias ? ")" : "");
     }
-    printf(
-"  %-14s leave in the source float type\n"
-"\n"
-"Recipe (first matching rule wins; then the recipe's role table):\n"
-"  --scheme S               scheme for attention, MLP, expert and shared-expert\n"
-"                           linears; embeddings, norms, router, router bias,\n"
-"                           lm_head, biases and MTP eh_proj are kept\n"
-"  --recipe NAME            preset instead of --scheme: deepseek-w4a8 (msModelSlim:\n"
-"                           attention/dense/shared MLP w8a8-dynamic, routed experts\n"
-"                           w4a8, MTP experts w8a8-dynamic, kv_b_proj kept)\n"
-"  --keep REGEX             keep matching tensors in their float type (repeatable)\n"
-"  --scheme-for REGEX=S     use scheme S for matching tensors (repeatable)\n"
-"  --group-size G           int4 group size: 0 = per output channel, or a\n"
-"                           multiple of 64 (default: w4a8 0, awq-w4a16 128)\n"
-"  --clip-search            per-group MSE clip search (AutoAWQ-style, RTN)\n"
-"  --search, --no-search    int4 (awq-w4a16, w4a8): search each group's scale\n"
-"                           (and zero) by weighted least squares, or keep the\n"
-"                           plain min/max range (RTN, clip and GPTQ steps alike);\n"
-"                           default: w4a8 RTN searches (~1.5 CPU-s per GB), the\n"
-"                           rest min/max (awq-w4a16, calibrated w4a8, --gptq)\n"
-"  --allow-nonfinite        convert NaN as 0 and saturate Inf instead of failing\n"
-"\n"
-"Calibration (scales from what the model computes; folded into the weights, so\n"
-"the output stays a plain model of its scheme):\n"
-"  --calib FILE             calibration text (plain text, paragraphs split at blank\n"
-"                           lines, or JSONL with a \"text\" field). awq-w4a16: AWQ\n"
-"                           scale search + clip search; w8a8: SmoothQuant + static\n"
-"                           activation scale/offset (w8a8 needs --calib or --stats);\n"
-"                           w4a8: smoothing (alpha searched) + int4 clip search;\n"
-"                           w8a8-dynamic: smoothing, alpha searched per group on\n"
-"                           the simulated int8 output (s = 1 included)\n"
-"  --calib-samples N        samples (default 128; at most: shorter data gives\n"
-"                           fewer, with a warning, down to 4096 tokens)\n"
-"  --calib-seqlen L         tokens per sample (default 512)\n"
-"  --seed S                 sampling seed (default 0)\n"
-"  --moe-calib all|routed   all: every token through every expert for statistics\n"
-"                           (the output still follows the router); routed (default):\n"
-"                           experts with fewer than --min-expert-tokens tokens fall\n"
-"                           back to round-to-nearest, with a warning naming them\n"
-"  --min-expert-tokens N    (default 16)\n"
-"  --alpha A                SmoothQuant migration strength 0..1 (default 0.5; for\n"
-"                           w4a8 and w8a8-dynamic it fixes alpha instead of\n"
-"                           searching it)\n"
-"  --no-smooth              w8a8/w4a8/w8a8-dynamic: static ranges / clipping only,\n"
-"                           no smoothing; with --gptq also awq-w4a16: GPTQ without\n"
-"                           AWQ scales\n"
-"  --no-clip                calibrated int4: skip the clip search\n"
-"  --awq-attn-block N       awq-w4a16: score the attention-input scales on the MLA block\n"
-"                           output over N calibration sequences, 512 tokens each\n"
-"                           (default 4; 0: on the q_a / kv_a outputs)\n"
-"  --calib-rows N           rows sampled per non-expert linear input for the scale,\n"
-"                           alpha and clip searches (default 512)\n"
-"  --calib-expert-rows N    the same per routed expert (default 64: at V3's 256\n"
-"                           experts each 64 rows hold ~0.6 GB per layer)\n"
-"  --gptq                   GPTQ rounding of every int8/int4 linear (all integer\n"
-"                           schemes, w8a8-dynamic included; the format is unchanged):\n"
-"                           error compensation from each input's Hessian X^T X,\n"
-"                           on the AWQ/SmoothQuant-scaled weights after the clip\n"
-"                           choice; columns in order (no act-order: dsq, AutoAWQ\n"
-"                           GEMM, Ascend and compressed-tensors outputs hold no\n"
-"                           permutation); needs --calib (or --stats of a --gptq run)\n"
-"  --gptq-damp D            GPTQ dampening, fraction of mean diag(H) (default 0.01)\n"
-"  --rollback N             keep the N most quantization-sensitive modules in their\n"
-"                           float type: each quantized linear's relative output\n"
-"                           error as converted (scales, clip, GPTQ, the scheme's\n"
-"                           activation rounding) on its calibration rows, ranked\n"
-"                           over the model; gate+up and q_a+kv_a go together,\n"
-"                           routed experts never; --json and the metadata list them\n"
-"  --calib-ram SIZE         calibration memory (K/M/G): hidden states kept in RAM\n"
-"                           (beyond it they spill to files) and GPTQ solves run at\n"
-"                           once (~0.73 GB each for a V3 expert) (default 2G)\n"
-"  --save-stats F           keep the statistics (and searched scales) in F; F is\n"
-"                           also the per-layer checkpoint that --resume continues\n"
-"                           (default: OUT.calib.dsq, removed after success)\n"
-"  --stats F                reuse statistics from --save-stats (no forward pass)\n"
-"\n"
-"Output and run:\n"
-"  --format F               dsq (default): the .dsq container. ascend: msModelSlim\n"
-"                           AscendV1 directory (vllm-ascend / MindIE); awq: AutoAWQ\n"
-"                           GEMM directory (vLLM); compressed-tensors: vLLM /\n"
-"                           llm-compressor directory. OUT is then a directory of\n"
-"                           safetensors shards (--shard-size bounds them), config.json,\n"
-"                           tokenizer files and SHA256SUMS, renamed into place when\n"
-"                           complete. Combinations the target cannot load exit 2\n"
-"                           (README \"Serving exports\")\n"
-"  -f, --force              overwrite an existing output\n"
-"  --resume                 continue an interrupted conversion (byte-identical\n"
-"                           to an uninterrupted run). Every run keeps a resume\n"
-"                           journal next to OUT until it finishes\n"
-"  --no-journal             no resume journal (~10%% less CPU; an interrupted\n"
-"                           run then starts over)\n"
-"  --shard-size SIZE        write OUT as a directory of shards of at most SIZE\n"
-"                           (K/M/G suffixes) each\n"
-"  --zstd-level N           0 = no compression, 1..22 (default 1: fastest)\n"
-"  -T, --threads N          worker threads (default and 0: all cores)\n"
-"  --mem-budget SIZE        memory for outputs waiting to be written (default\n"
-"                           512M or 64M per thread, whichever is more)\n"
-"  --error-sample N         measure quantization error on 1 row in N (default 16;\n"
-"                           1 = every row)\n"
-"  --dry-run                print the plan (tensor -> scheme), estimated output\n"
-"                           size and peak memory; write nothing (OUT optional)\n"
-"  --json                   one JSON object on stdout (summary or plan)\n"
-"  --no-progress            no progress line on stderr\n"
-"  -q, --quiet / -v, --verbose   less / more output (repeatable)\n"
-"  -h, --help               this help\n"
-"  -V, --version            version\n"
-"\n"
-"Exit status: 0 ok, 1 error (bad input, i/o, interrupted), 2 usage.\n", "keep");
+    fprintf(f, "  %-14s leave in the source float type\n", "keep");
 }
 
-enum {
-    OPT_SCHEME = 256, OPT_RECIPE, OPT_KEEP, OPT_SCHEME_FOR, OPT_GROUP, OPT_DRY, OPT_ZSTD,
-    OPT_NONFINITE, OPT_RESUME, OPT_CLIP, OPT_SHARD, OPT_JSON, OPT_NOPROG, OPT_MEM,
-    OPT_SAMPLE, OPT_CHECKPOINT, OPT_NOJOURNAL, OPT_CALIB, OPT_CSAMPLES, OPT_CSEQLEN, OPT_SEED,
-    OPT_MOECALIB, OPT_MINTOK, OPT_ALPHA, OPT_NOSMOOTH, OPT_NOCLIP, OPT_SAVESTATS, OPT_STATS,
-    OPT_FORMAT, OPT_GPTQ, OPT_GPTQDAMP, OPT_CALIBRAM, OPT_ATTNBLOCK, OPT_CROWS, OPT_CEROWS, OPT_ROLLBACK,
-    OPT_SEARCH, OPT_NOSEARCH
-};
+static const dsq_opt_spec spec = { opt_table, sizeof opt_table / sizeof opt_table[0], 24, 0, help_schemes };
 
 typedef struct rule_arg { int keep; const char *s; } rule_arg;
 
@@ -168,63 +187,7 @@ typedef struct rule_arg { int keep; const char *s; } rule_arg;
 static char *llama2c_tmp;
 static void remove_llama2c_tmp(void) { dsq_llama2c_temp_dir_remove(llama2c_tmp); llama2c_tmp = NULL; }
 
-#define SEEN(opt) (1ull << ((opt) - 256))
-
-/* Options this run would not use are refused (exit 2) instead of ignored:
- * a --alpha on an AWQ run or a --calib-samples without --calib used to be
- * accepted and do nothing. NULL: all used; else the message. */
-static const char *unused_option(unsigned long long seen, const char *scheme, int calib, int stats, int dry,
-                                 int no_journal, char *buf, size_t n)
-{
-    static const struct { int opt; const char *name; } nm[] = {
-        { OPT_CSAMPLES, "--calib-samples" }, { OPT_CSEQLEN, "--calib-seqlen" }, { OPT_SEED, "--seed" },
-        { OPT_SAVESTATS, "--save-stats" }, { OPT_MOECALIB, "--moe-calib" }, { OPT_MINTOK, "--min-expert-tokens" },
-        { OPT_ALPHA, "--alpha" }, { OPT_NOSMOOTH, "--no-smooth" }, { OPT_NOCLIP, "--no-clip" },
-        { OPT_RESUME, "--resume" }, { OPT_NOJOURNAL, "--no-journal" }, { OPT_CHECKPOINT, "--checkpoint-interval" },
-        { OPT_GPTQ, "--gptq" }, { OPT_GPTQDAMP, "--gptq-damp" }, { OPT_CALIBRAM, "--calib-ram" },
-        { OPT_ATTNBLOCK, "--awq-attn-block" }, { OPT_CROWS, "--calib-rows" },
-        { OPT_CEROWS, "--calib-expert-rows" }, { OPT_ROLLBACK, "--rollback" },
-    };
-    const dsq_scheme *sc = dsq_scheme_by_name(scheme ? scheme : "w4a8"); /* a preset: its routed experts */
-    for (size_t i = 0; i < sizeof nm / sizeof nm[0]; i++) {
-        int o = nm[i].opt;
-        if (!(seen & SEEN(o))) continue;
-        const char *why = NULL;
-        if ((o == OPT_CSAMPLES || o == OPT_CSEQLEN || o == OPT_SEED || o == OPT_SAVESTATS || o == OPT_CALIBRAM ||
-             o == OPT_ATTNBLOCK || o == OPT_CROWS || o == OPT_CEROWS) &&
-            !calib)
-            why = "shapes the calibration data: it needs --calib";
-        else if ((o == OPT_MOECALIB || o == OPT_MINTOK || o == OPT_ALPHA || o == OPT_NOSMOOTH || o == OPT_NOCLIP ||
-                  o == OPT_GPTQ || o == OPT_ROLLBACK) &&
-                 !calib && !stats)
-            why = "is a calibration option: it needs --calib (or --stats)";
-        else if ((o == OPT_ALPHA || (o == OPT_NOSMOOTH && !(seen & SEEN(OPT_GPTQ)))) && sc &&
-                 sc->id == DSQ_SCHEME_AWQ_W4A16)
-            why = "is for SmoothQuant (w8a8, w4a8); awq-w4a16 searches AWQ scales";
-        else if (o == OPT_NOCLIP && sc && (sc->id == DSQ_SCHEME_W8A8 || sc->id == DSQ_SCHEME_W8A8_DYNAMIC))
-            why = "is for int4 schemes (the clip search); w8a8 and w8a8-dynamic have none";
-        else if ((o == OPT_RESUME || o == OPT_NOJOURNAL || o == OPT_CHECKPOINT || o == OPT_SAVESTATS) && dry)
-            why = "has nothing to do in a --dry-run (nothing is written)";
-        else if (o == OPT_GPTQDAMP && !(seen & SEEN(OPT_GPTQ)))
-            why = "sets GPTQ's dampening: it needs --gptq";
-        else if (o == OPT_CHECKPOINT && no_journal)
-            why = "sets the resume journal's interval: not with --no-journal";
-        if (why) {
-            snprintf(buf, n, "%s %s", nm[i].name, why);
-            return buf;
-        }
-    }
-    return NULL;
-}
-
 /* ---- output helpers ---- */
-
-/* One JSON object on stdout, built with json-c (no hand escaping), freed. */
-static void put_json(json_object *o)
-{
-    puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
-    json_object_put(o);
-}
 
 static json_object *tool_json(const char *status)
 {
@@ -290,7 +253,7 @@ static int print_plan(const dsq_cli *cli, const dsq_convert *c, const dsq_recipe
             json_object_array_add(plan, t);
         }
         json_object_object_add(o, "plan", plan);
-        put_json(o);
+        dsq_cli_json_print(o, 0);
         return DSQ_EXIT_OK;
     }
     if (cli->level >= 2) {
@@ -418,7 +381,7 @@ static void print_summary(const dsq_cli *cli, const dsq_convert_summary *s, cons
             dsq_json_put_num(x, "max_scale_rel_rounding", s->export.max_scale_rel_rounding, "%.6g");
             json_object_object_add(o, "export", x);
         }
-        put_json(o);
+        dsq_cli_json_print(o, 0);
     } else if (cli->level >= 2) {
         char a[32], b[32], r[32];
         fmt_bytes(a, sizeof a, (double)s->bytes_in);
@@ -461,7 +424,7 @@ static void json_error(const dsq_cli *cli, int status, const dsq_diag *d)
     dsq_json_put_str(e, "code", dsq_status_name(status));
     dsq_json_put_str(e, "message", buf);
     json_object_object_add(o, "error", e);
-    put_json(o);
+    dsq_cli_json_print(o, 0);
 }
 
 /* ---- progress ---- */
@@ -556,187 +519,65 @@ int main(int argc, char **argv)
      * Memory use is bounded by the pipeline either way. */
     mallopt(M_MMAP_THRESHOLD, 256 << 20);
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
-    static const struct option lo[] = {
-        { "help", no_argument, NULL, 'h' },          { "version", no_argument, NULL, 'V' },
-        { "quiet", no_argument, NULL, 'q' },         { "verbose", no_argument, NULL, 'v' },
-        { "force", no_argument, NULL, 'f' },         { "threads", required_argument, NULL, 'T' },
-        { "scheme", required_argument, NULL, OPT_SCHEME },
-        { "recipe", required_argument, NULL, OPT_RECIPE },
-        { "keep", required_argument, NULL, OPT_KEEP },
-        { "scheme-for", required_argument, NULL, OPT_SCHEME_FOR },
-        { "group-size", required_argument, NULL, OPT_GROUP },
-        { "dry-run", no_argument, NULL, OPT_DRY },
-        { "zstd-level", required_argument, NULL, OPT_ZSTD },
-        { "allow-nonfinite", no_argument, NULL, OPT_NONFINITE },
-        { "resume", no_argument, NULL, OPT_RESUME },
-        { "clip-search", no_argument, NULL, OPT_CLIP },
-        { "search", no_argument, NULL, OPT_SEARCH },
-        { "no-search", no_argument, NULL, OPT_NOSEARCH },
-        { "shard-size", required_argument, NULL, OPT_SHARD },
-        { "json", no_argument, NULL, OPT_JSON },
-        { "no-progress", no_argument, NULL, OPT_NOPROG },
-        { "mem-budget", required_argument, NULL, OPT_MEM },
-        { "error-sample", required_argument, NULL, OPT_SAMPLE },
-        { "checkpoint-interval", required_argument, NULL, OPT_CHECKPOINT },
-        { "no-journal", no_argument, NULL, OPT_NOJOURNAL },
-        { "calib", required_argument, NULL, OPT_CALIB },
-        { "calib-samples", required_argument, NULL, OPT_CSAMPLES },
-        { "calib-seqlen", required_argument, NULL, OPT_CSEQLEN },
-        { "seed", required_argument, NULL, OPT_SEED },
-        { "moe-calib", required_argument, NULL, OPT_MOECALIB },
-        { "min-expert-tokens", required_argument, NULL, OPT_MINTOK },
-        { "alpha", required_argument, NULL, OPT_ALPHA },
-        { "no-smooth", no_argument, NULL, OPT_NOSMOOTH },
-        { "no-clip", no_argument, NULL, OPT_NOCLIP },
-        { "save-stats", required_argument, NULL, OPT_SAVESTATS },
-        { "stats", required_argument, NULL, OPT_STATS },
-        { "format", required_argument, NULL, OPT_FORMAT },
-        { "gptq", no_argument, NULL, OPT_GPTQ },
-        { "gptq-damp", required_argument, NULL, OPT_GPTQDAMP },
-        { "rollback", required_argument, NULL, OPT_ROLLBACK },
-        { "calib-ram", required_argument, NULL, OPT_CALIBRAM },
-        { "awq-attn-block", required_argument, NULL, OPT_ATTNBLOCK },
-        { "calib-rows", required_argument, NULL, OPT_CROWS },
-        { "calib-expert-rows", required_argument, NULL, OPT_CEROWS },
-        { NULL, 0, NULL, 0 }
-    };
+    dsq_args a;
+    int rc = dsq_opt_parse(&cli, &spec, argc, argv, &a);
+    if (rc >= 0) return rc;
     dsq_convert_opts o;
     dsq_convert_opts_init(&o);
-    const char *scheme = NULL, *preset = NULL;
-    int group = DSQ_GROUP_DEFAULT, dry = 0, noprog = 0;
     dsq_calib_opts co;
     dsq_calib_opts_init(&co);
     co.data.take_available = 1;   /* --calib-samples is a cap, as in AutoAWQ (floor: calib_data.h) */
-    rule_arg *rules = calloc((size_t)argc + 1, sizeof *rules);
-    size_t nrules = 0;
-    if (!rules) return dsq_cli_fail(&cli, DSQ_ERR_NOMEM, NULL);
-    int ch;
-    uint64_t u;
-    double dv;
-    unsigned long long seen = 0;
-    while ((ch = getopt_long(argc, argv, ":hVqvfT:", lo, NULL)) != -1) {
-        if (ch >= 256 && ch < 256 + 64) seen |= SEEN(ch);
-        switch (ch) {
-        case 'h': usage(); free(rules); return DSQ_EXIT_OK;
-        case 'V': dsq_cli_version(&cli); free(rules); return DSQ_EXIT_OK;
-        case 'q': cli.level = cli.level > 0 ? cli.level - 1 : 0; break;
-        case 'v': cli.level++; break;
-        case 'f': o.overwrite = 1; break;
-        case 'T':
-            if (dsq_cli_parse_int(optarg, 0, 1024, &o.threads) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad thread count '%s' (0 = all cores, or 1..1024)",
-                                                        optarg);
-            break;
-        case OPT_SCHEME: scheme = optarg; break;
-        case OPT_RECIPE: preset = optarg; break;
-        case OPT_KEEP: rules[nrules++] = (rule_arg){ 1, optarg }; break;
-        case OPT_SCHEME_FOR: rules[nrules++] = (rule_arg){ 0, optarg }; break;
-        case OPT_GROUP:
-            if (dsq_cli_parse_int(optarg, 0, 1 << 24, &group) < 0 || group % 64 != 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad group size '%s' (0 or a multiple of 64)", optarg);
-            break;
-        case OPT_DRY: dry = 1; break;
-        case OPT_ZSTD:
-            if (dsq_cli_parse_int(optarg, 0, DSQ_CTR_LEVEL_MAX, &o.zstd_level) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad zstd level '%s' (0..%d)", optarg, DSQ_CTR_LEVEL_MAX);
-            break;
-        case OPT_NONFINITE: o.allow_nonfinite = 1; break;
-        case OPT_RESUME: o.resume = 1; break;
-        case OPT_CLIP: o.clip_search = 1; break;
-        case OPT_SEARCH: o.range_search = co.range_search = 1; break;
-        case OPT_NOSEARCH: o.range_search = co.range_search = -1; break;
-        case OPT_SHARD:
-            if (dsq_cli_parse_u64(optarg, 1, UINT64_MAX, &u) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad shard size '%s'", optarg);
-            o.shard_bytes = u;
-            break;
-        case OPT_JSON: cli.json = 1; break;
-        case OPT_NOPROG: noprog = 1; break;
-        case OPT_MEM:
-            if (dsq_cli_parse_u64(optarg, 1, UINT64_MAX, &u) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad memory size '%s'", optarg);
-            o.mem_budget = u;
-            break;
-        case OPT_SAMPLE:
-            if (dsq_cli_parse_int(optarg, 1, 1 << 20, &o.error_sample) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad error sample '%s'", optarg);
-            break;
-        case OPT_NOJOURNAL: o.no_journal = 1; break;
-        case OPT_CALIB: co.calib = optarg; break;
-        case OPT_CSAMPLES:
-            if (dsq_cli_parse_int(optarg, 1, 1 << 20, &co.data.n_samples) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad sample count '%s'", optarg);
-            break;
-        case OPT_CSEQLEN:
-            if (dsq_cli_parse_int(optarg, 2, 1 << 20, &co.data.seqlen) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad sequence length '%s' (2..)", optarg);
-            break;
-        case OPT_SEED:
-            if (dsq_cli_parse_u64(optarg, 0, UINT64_MAX, &co.data.seed) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad seed '%s'", optarg);
-            break;
-        case OPT_MOECALIB:
-            if (!strcmp(optarg, "all")) co.moe_calib_all = 1;
-            else if (!strcmp(optarg, "routed")) co.moe_calib_all = 0;
-            else return free(rules), dsq_cli_usage_error(&cli, "--moe-calib wants 'all' or 'routed', got '%s'", optarg);
-            break;
-        case OPT_CALIBRAM:
-            if (dsq_cli_parse_u64(optarg, 1, UINT64_MAX, &u) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad memory size '%s'", optarg);
-            co.ram_limit = u;
-            break;
-        case OPT_MINTOK:
-            if (dsq_cli_parse_int(optarg, 0, 1 << 30, &co.min_expert_tokens) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad token count '%s'", optarg);
-            break;
-        case OPT_ALPHA:
-            if (dsq_cli_parse_float(optarg, 0, 1, &dv) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad alpha '%s' (0..1)", optarg);
-            co.alpha = (float)dv;
-            co.alpha_set = 1;
-            break;
-        case OPT_NOSMOOTH: co.smooth = 0; break;
-        case OPT_NOCLIP: co.clip = 0; break;
-        case OPT_GPTQ: co.gptq = 1; break;
-        case OPT_ATTNBLOCK:
-            if (dsq_cli_parse_int(optarg, 0, 64, &co.awq_attn_seqs) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad sequence count '%s' (0..64)", optarg);
-            break;
-        case OPT_CROWS:
-            if (dsq_cli_parse_int(optarg, 1, 1 << 20, &co.awq_tokens) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad row count '%s' (1..1048576)", optarg);
-            break;
-        case OPT_CEROWS:
-            if (dsq_cli_parse_int(optarg, 1, 1 << 20, &co.awq_expert_tokens) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad row count '%s' (1..1048576)", optarg);
-            break;
-        case OPT_ROLLBACK:
-            if (dsq_cli_parse_int(optarg, 0, 1 << 20, &co.rollback) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad rollback count '%s' (0..1048576)", optarg);
-            break;
-        case OPT_GPTQDAMP:
-            if (dsq_cli_parse_float(optarg, 1e-6, 10, &dv) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad GPTQ dampening '%s' (1e-6..10)", optarg);
-            co.gptq_damp = dv;
-            break;
-        case OPT_SAVESTATS: co.save_stats = optarg; break;
-        case OPT_STATS: co.load_stats = optarg; break;
-        case OPT_FORMAT:
-            if (strcmp(optarg, "dsq") != 0 && !dsq_export_format_known(optarg))
-                return free(rules), dsq_cli_usage_error(&cli, "unknown --format '%s' (dsq, ascend, awq, "
-                                                        "compressed-tensors)", optarg);
-            o.export_format = optarg;
-            break;
-        case OPT_CHECKPOINT:
-            if (dsq_cli_parse_float(optarg, 0, 1e6, &dv) < 0)
-                return free(rules), dsq_cli_usage_error(&cli, "bad checkpoint interval '%s'", optarg);
-            o.checkpoint_seconds = dv;
-            break;
-        case ':': return free(rules), dsq_cli_usage_error(&cli, "option '%s' needs a value", argv[optind - 1]);
-        default: return free(rules), dsq_cli_usage_error(&cli, "unknown option '%s'", argv[optind - 1]);
-        }
+    const char *scheme = dsq_opt_str(&a, O_SCHEME, NULL), *preset = dsq_opt_str(&a, O_RECIPE, NULL);
+    int group = dsq_opt_int(&a, O_GROUP, DSQ_GROUP_DEFAULT), dry = dsq_opt_given(&a, O_DRY);
+    o.threads = cli.threads;
+    o.overwrite = dsq_opt_given(&a, O_FORCE);
+    o.zstd_level = dsq_opt_int(&a, O_ZSTD, o.zstd_level);
+    o.allow_nonfinite = dsq_opt_given(&a, O_NONFINITE);
+    o.resume = dsq_opt_given(&a, O_RESUME);
+    o.clip_search = dsq_opt_given(&a, O_CLIP);
+    if (dsq_opt_given(&a, O_SEARCH) || dsq_opt_given(&a, O_NOSEARCH))   /* the last one given wins */
+        o.range_search = co.range_search = a.v[O_SEARCH].pos > a.v[O_NOSEARCH].pos ? 1 : -1;
+    o.shard_bytes = dsq_opt_u64(&a, O_SHARD, o.shard_bytes);
+    o.mem_budget = dsq_opt_u64(&a, O_MEM, o.mem_budget);
+    o.error_sample = dsq_opt_int(&a, O_SAMPLE, o.error_sample);
+    o.no_journal = dsq_opt_given(&a, O_NOJOURNAL);
+    o.checkpoint_seconds = dsq_opt_float(&a, O_CHECKPOINT, o.checkpoint_seconds);
+    o.export_format = dsq_opt_str(&a, O_FORMAT, NULL);
+    co.calib = dsq_opt_str(&a, O_CALIB, NULL);
+    co.data.n_samples = dsq_opt_int(&a, O_CSAMPLES, co.data.n_samples);
+    co.data.seqlen = dsq_opt_int(&a, O_CSEQLEN, co.data.seqlen);
+    co.data.seed = dsq_opt_u64(&a, O_SEED, co.data.seed);
+    if (dsq_opt_given(&a, O_MOECALIB)) co.moe_calib_all = a.v[O_MOECALIB].choice == 0;
+    co.ram_limit = dsq_opt_u64(&a, O_CALIBRAM, co.ram_limit);
+    co.min_expert_tokens = dsq_opt_int(&a, O_MINTOK, co.min_expert_tokens);
+    if (dsq_opt_given(&a, O_ALPHA)) {
+        co.alpha = (float)dsq_opt_float(&a, O_ALPHA, 0);
+        co.alpha_set = 1;
     }
-    int npos = argc - optind;
+    if (dsq_opt_given(&a, O_NOSMOOTH)) co.smooth = 0;
+    if (dsq_opt_given(&a, O_NOCLIP)) co.clip = 0;
+    co.gptq = dsq_opt_given(&a, O_GPTQ);
+    co.awq_attn_seqs = dsq_opt_int(&a, O_ATTNBLOCK, co.awq_attn_seqs);
+    co.awq_tokens = dsq_opt_int(&a, O_CROWS, co.awq_tokens);
+    co.awq_expert_tokens = dsq_opt_int(&a, O_CEROWS, co.awq_expert_tokens);
+    co.rollback = dsq_opt_int(&a, O_ROLLBACK, co.rollback);
+    co.gptq_damp = dsq_opt_float(&a, O_GPTQDAMP, co.gptq_damp);
+    co.save_stats = dsq_opt_str(&a, O_SAVESTATS, NULL);
+    co.load_stats = dsq_opt_str(&a, O_STATS, NULL);
+    /* --keep and --scheme-for in command-line order: the first matching rule wins */
+    rule_arg *rules = calloc((size_t)a.nseq + 1, sizeof *rules);
+    size_t nrules = 0;
+    if (!rules) return dsq_args_release(&a), dsq_cli_fail(&cli, DSQ_ERR_NOMEM, NULL);
+    for (int i = 0; i < a.nseq; i++)
+        if (a.seq[i].id == O_KEEP || a.seq[i].id == O_SCHEME_FOR)
+            rules[nrules++] = (rule_arg){ a.seq[i].id == O_KEEP, a.seq[i].arg };
+    dsq_args_release(&a);
+    if (dsq_opt_given(&a, O_GROUP) && group % 64 != 0)
+        return free(rules), dsq_cli_usage_error(&cli, "bad group size '%d' (0 or a multiple of 64)", group);
+    if (o.export_format && strcmp(o.export_format, "dsq") != 0 && !dsq_export_format_known(o.export_format))
+        return free(rules), dsq_cli_usage_error(&cli, "unknown --format '%s' (dsq, ascend, awq, "
+                                                "compressed-tensors)", o.export_format);
+    int npos = a.npos;
     if (npos < 1 || npos > 2 || (npos == 1 && !dry))
         return free(rules), dsq_cli_usage_error(&cli, dry ? "expected IN [OUT]" : "expected IN and OUT");
     if (!scheme == !preset)
@@ -749,11 +590,15 @@ int main(int argc, char **argv)
     const int calibrating = co.calib || co.load_stats;
     if (co.calib && co.load_stats) return free(rules), dsq_cli_usage_error(&cli, "--calib and --stats are exclusive");
     if (co.load_stats && co.save_stats) return free(rules), dsq_cli_usage_error(&cli, "--stats and --save-stats are exclusive");
-    char why[160];
-    if (unused_option(seen, scheme, co.calib != NULL, co.load_stats != NULL, dry, o.no_journal, why, sizeof why))
-        return free(rules), dsq_cli_usage_error(&cli, "%s", why);
-    o.input = argv[optind];
-    o.output = npos == 2 ? argv[optind + 1] : NULL;
+    const dsq_scheme *sc = dsq_scheme_by_name(scheme ? scheme : "w4a8"); /* a preset: its routed experts */
+    int awq = sc && sc->id == DSQ_SCHEME_AWQ_W4A16, int8 = sc && (sc->id == DSQ_SCHEME_W8A8 || sc->id == DSQ_SCHEME_W8A8_DYNAMIC);
+    unsigned have = (co.calib ? N_CALIB : 0) | (calibrating ? N_CALIB_OR_STATS : 0) | (awq ? 0 : N_SQ) |
+                    (!awq || co.gptq ? N_SMOOTH : 0) | (int8 ? 0 : N_INT4) | (dry ? 0 : N_WRITE) | (co.gptq ? N_GPTQ : 0) |
+                    (o.no_journal ? 0 : N_JOURNAL);
+    if ((rc = dsq_opt_check_needs(&cli, &spec, &a, have, needs, sizeof needs / sizeof needs[0])) >= 0)
+        return free(rules), rc;
+    o.input = a.pos[0];
+    o.output = npos == 2 ? a.pos[1] : NULL;
     if (dsq_llama2c_is_checkpoint(o.input)) {
         /* a llama2.c .bin: convert from its exact float32 Hugging Face copy
          * (with tokenizer.bin / tok<vocab>.bin beside it, for calibration) */
@@ -765,13 +610,13 @@ int main(int argc, char **argv)
         dsq_cli_info(&cli, 3, "%s: llama2.c checkpoint, read through %s", o.input, llama2c_tmp);
         o.input = llama2c_tmp;
     }
-    cli.progress = cli.progress && !noprog && !cli.json && cli.level >= 2;
+    cli.progress = cli.progress && !cli.json;
 
     /* Recipe errors are usage errors: unknown scheme, bad regex, w8a8. */
     dsq_recipe recipe;
     dsq_diag d;
     dsq_diag_clear(&d);
-    int rc = preset ? dsq_recipe_init_preset(&recipe, preset, &d)
+    rc = preset ? dsq_recipe_init_preset(&recipe, preset, &d)
                     : dsq_recipe_init_ex(&recipe, scheme, calibrating, &d);
     if (rc == DSQ_OK) {
         recipe.group_size = group;
