@@ -10,6 +10,7 @@
 #include "convert.h"
 #include "dsq_file.h"
 #include "export.h"
+#include "quantize.h"
 #include "dsq_version.h"
 #include "recipe.h"
 #include "scheme.h"
@@ -180,12 +181,6 @@ static void help_schemes(FILE *f, int id)
 }
 
 static const dsq_opt_spec spec = { opt_table, sizeof opt_table / sizeof opt_table[0], 24, 0, help_schemes };
-
-typedef struct rule_arg { int keep; const char *s; } rule_arg;
-
-/* the temporary Hugging Face copy of a llama2.c input, removed at exit */
-static char *llama2c_tmp;
-static void remove_llama2c_tmp(void) { dsq_llama2c_temp_dir_remove(llama2c_tmp); llama2c_tmp = NULL; }
 
 /* ---- output helpers ---- */
 
@@ -427,48 +422,75 @@ static void json_error(const dsq_cli *cli, int status, const dsq_diag *d)
     dsq_cli_json_print(o, 0);
 }
 
-/* ---- progress ---- */
+/* ---- progress and reports (dsq_quantize_run's hooks) ---- */
 
-typedef struct prog_ctx { dsq_progress p; int begun; const dsq_cli *cli; } prog_ctx;
+typedef struct run_ctx {
+    const dsq_cli *cli;
+    const char *calib_path, *input;
+    dsq_progress calib_p, conv_p;
+    int calib_begun, conv_begun;
+} run_ctx;
 
 static void on_progress(void *ctx, const dsq_convert_progress *p)
 {
-    prog_ctx *pc = ctx;
-    if (!pc->begun) {
-        dsq_progress_begin(&pc->p, pc->cli, "ds-quant", "B", p->bytes_total);
-        pc->begun = 1;
+    run_ctx *rx = ctx;
+    if (!rx->conv_begun) {
+        dsq_progress_begin(&rx->conv_p, rx->cli, "ds-quant", "B", p->bytes_total);
+        rx->conv_begun = 1;
     }
-    dsq_progress_update(&pc->p, p->bytes_done);
+    dsq_progress_update(&rx->conv_p, p->bytes_done);
 }
-
-/* ---- calibration ---- */
-
-/* The scheme the recipe gives a tensor (NULL: kept float). */
-static int recipe_target(void *ctx, const char *name, int64_t rows, int64_t cols, const dsq_scheme **sc,
-                         int32_t *gs)
-{
-    const dsq_recipe *r = ctx;
-    dsq_plan_entry e;
-    int64_t shape[2] = { rows, cols };
-    int rc = dsq_recipe_decide(r, name, DSQ_DTYPE_BF16, 2, shape, 0, &e, NULL);
-    if (rc < 0) return rc;
-    *sc = e.kept ? NULL : e.scheme;
-    *gs = e.qshape.group_size;
-    return DSQ_OK;
-}
-
-typedef struct calib_prog { dsq_progress p; int begun; const dsq_cli *cli; } calib_prog;
 
 static void on_calib_progress(void *ctx, const dsq_calib_progress *p)
 {
-    calib_prog *pc = ctx;
+    run_ctx *rx = ctx;
     if (p->layer < 0 || p->sample < 0) return;
-    if (!pc->begun) {
-        dsq_progress_begin(&pc->p, pc->cli, "calibrating", "samples",
+    if (!rx->calib_begun) {
+        dsq_progress_begin(&rx->calib_p, rx->cli, "calibrating", "samples",
                            (uint64_t)p->n_layers * (uint64_t)p->n_samples);
-        pc->begun = 1;
+        rx->calib_begun = 1;
     }
-    dsq_progress_update(&pc->p, (uint64_t)p->layer * (uint64_t)p->n_samples + (uint64_t)p->sample + 1);
+    dsq_progress_update(&rx->calib_p, (uint64_t)p->layer * (uint64_t)p->n_samples + (uint64_t)p->sample + 1);
+}
+
+static void on_note(void *ctx, int level, const char *msg)
+{
+    run_ctx *rx = ctx;
+    if (level <= 2) dsq_cli_warn(rx->cli, "%s", msg);
+    else dsq_cli_info(rx->cli, level, "%s", msg);
+}
+
+static void no_config_warning(const dsq_cli *cli, const char *input)
+{
+    /* only a single .safetensors file gets here */
+    dsq_cli_warn(cli, "no config.json next to '%s': a tensor-only conversion (shapes unchecked, the MTP "
+                      "layer found by tensor names only); ds-eval cannot run the output", input);
+}
+
+static void report_calibration(const dsq_cli *cli, const dsq_calib_result *r);
+
+static void on_calibrated(void *ctx, const dsq_calib_result *r)
+{
+    run_ctx *rx = ctx;
+    if (rx->calib_begun) dsq_progress_end(&rx->calib_p);
+    rx->calib_begun = 0;
+    dsq_calib_totals ct;
+    dsq_calib_get_totals(r, &ct);
+    if (ct.samples > 0 && ct.samples < ct.samples_requested)
+        dsq_cli_warn(rx->cli, "%s: the calibration data fills only %d samples of %d tokens: using %d x %d = %llu "
+                              "tokens instead of the %d x %d asked for", rx->calib_path, ct.samples, ct.seqlen,
+                     ct.samples, ct.seqlen, (unsigned long long)ct.tokens, ct.samples_requested, ct.seqlen);
+    if (!rx->cli->json) report_calibration(rx->cli, r);
+}
+
+static void on_planned(void *ctx, const dsq_convert *c)
+{
+    run_ctx *rx = ctx;
+    if (!dsq_convert_have_config(c) && !rx->cli->json) no_config_warning(rx->cli, rx->input);
+    const dsq_plan *pl = dsq_convert_plan(c);
+    dsq_cli_info(rx->cli, 3, "%zu tensors, %.3f GB in, about %.3f GB out before zstd, peak memory about %.0f MB",
+                 pl->n, (double)pl->src_bytes / 1e9, (double)pl->est_bytes / 1e9,
+                 (double)dsq_convert_peak_estimate(c) / 1e6);
 }
 
 static void report_calibration(const dsq_cli *cli, const dsq_calib_result *r)
@@ -565,12 +587,12 @@ int main(int argc, char **argv)
     co.save_stats = dsq_opt_str(&a, O_SAVESTATS, NULL);
     co.load_stats = dsq_opt_str(&a, O_STATS, NULL);
     /* --keep and --scheme-for in command-line order: the first matching rule wins */
-    rule_arg *rules = calloc((size_t)a.nseq + 1, sizeof *rules);
+    dsq_quantize_rule *rules = calloc((size_t)a.nseq + 1, sizeof *rules);
     size_t nrules = 0;
     if (!rules) return dsq_args_release(&a), dsq_cli_fail(&cli, DSQ_ERR_NOMEM, NULL);
     for (int i = 0; i < a.nseq; i++)
         if (a.seq[i].id == O_KEEP || a.seq[i].id == O_SCHEME_FOR)
-            rules[nrules++] = (rule_arg){ a.seq[i].id == O_KEEP, a.seq[i].arg };
+            rules[nrules++] = (dsq_quantize_rule){ a.seq[i].id == O_KEEP, a.seq[i].arg };
     dsq_args_release(&a);
     if (dsq_opt_given(&a, O_GROUP) && group % 64 != 0)
         return free(rules), dsq_cli_usage_error(&cli, "bad group size '%d' (0 or a multiple of 64)", group);
@@ -599,200 +621,44 @@ int main(int argc, char **argv)
         return free(rules), rc;
     o.input = a.pos[0];
     o.output = npos == 2 ? a.pos[1] : NULL;
-    if (dsq_llama2c_is_checkpoint(o.input)) {
-        /* a llama2.c .bin: convert from its exact float32 Hugging Face copy
-         * (with tokenizer.bin / tok<vocab>.bin beside it, for calibration) */
-        dsq_diag ld;
-        dsq_diag_clear(&ld);
-        int lrc = dsq_llama2c_to_temp_dir(o.input, NULL, &llama2c_tmp, &ld);
-        if (lrc < 0) return free(rules), dsq_cli_fail(&cli, lrc, &ld);
-        atexit(remove_llama2c_tmp);
-        dsq_cli_info(&cli, 3, "%s: llama2.c checkpoint, read through %s", o.input, llama2c_tmp);
-        o.input = llama2c_tmp;
-    }
     cli.progress = cli.progress && !cli.json;
 
-    /* Recipe errors are usage errors: unknown scheme, bad regex, w8a8. */
-    dsq_recipe recipe;
+    dsq_quantize_opts q = { .scheme = scheme, .preset = preset, .group_size = group, .rules = rules,
+                            .n_rules = nrules, .dry_run = dry, .conv = o, .calib = co };
+    run_ctx rx = { .cli = &cli, .calib_path = co.calib, .input = o.input };
+    dsq_quantize_hooks h = { .cancel = &dsq_cli_interrupted, .calib_progress = cli.progress ? on_calib_progress : NULL,
+                             .convert_progress = cli.progress ? on_progress : NULL, .note = on_note,
+                             .calibrated = on_calibrated, .planned = on_planned, .ctx = &rx };
+    dsq_quantize_result r;
     dsq_diag d;
     dsq_diag_clear(&d);
-    rc = preset ? dsq_recipe_init_preset(&recipe, preset, &d)
-                    : dsq_recipe_init_ex(&recipe, scheme, calibrating, &d);
-    if (rc == DSQ_OK) {
-        recipe.group_size = group;
-        recipe.calibrated = calibrating;
-    }
-    for (size_t i = 0; rc == DSQ_OK && i < nrules; i++)
-        rc = rules[i].keep ? dsq_recipe_add_keep(&recipe, rules[i].s, &d)
-                           : dsq_recipe_add_rule(&recipe, rules[i].s, &d);
-    /* identifies the recipe in the calibration checkpoint's fingerprint */
-    char target_id[4096];
-    size_t tl = (size_t)snprintf(target_id, sizeof target_id, "scheme=%s preset=%s group=%d",
-                                 scheme ? scheme : "", preset ? preset : "", group);
-    for (size_t i = 0; i < nrules && tl < sizeof target_id; i++)
-        tl += (size_t)snprintf(target_id + tl, sizeof target_id - tl, " %s%s", rules[i].keep ? "keep:" : "rule:",
-                               rules[i].s);
+    rc = dsq_quantize_run(&q, &h, &r, &d);
     free(rules);
-    if (rc < 0) {
-        json_error(&cli, rc, &d);
-        if (rc == DSQ_ERR_NOMEM) return dsq_cli_fail(&cli, rc, &d);
-        return dsq_cli_usage_error(&cli, "%s", d.msg);
-    }
-    o.recipe = &recipe;
-    o.cancel = &dsq_cli_interrupted;
-    prog_ctx pc = { .cli = &cli };
-    if (cli.progress) {
-        o.progress = on_progress;
-        o.progress_ctx = &pc;
-    }
-
-    /* Every output precondition before the first expensive step (issue 14). */
-    if (!dry && (rc = dsq_convert_check_output(&o, &d)) < 0) {
-        json_error(&cli, rc, &d);
-        dsq_recipe_release(&recipe);
-        return dsq_cli_fail(&cli, rc, &d);
-    }
-
-    /* Calibration runs before the conversion pass; its checkpoint is the
-     * statistics file (default OUT.calib.dsq), so --resume continues it, and
-     * a finished one is reused as is. */
-    dsq_calib_result *cres = NULL;
-    char *cjson = NULL, *cjson_t = NULL, *ckpt = NULL;
-    if (calibrating && !dry) {
-        /* Open the input and build the plan before calibrating (which can
-         * take hours and writes its checkpoint): a config.json that
-         * contradicts the tensors (or is missing), a missing shard and what
-         * an export format cannot hold are refused now. */
-        dsq_convert *chk = NULL;
-        rc = dsq_convert_prepare(&chk, &o, &d);
-        dsq_convert_free(chk);
-        if (rc < 0) {
-            json_error(&cli, rc, &d);
-            dsq_recipe_release(&recipe);
-            int code = dsq_cli_fail(&cli, rc, &d);
-            return o.export_format && rc == DSQ_ERR_UNSUPPORTED ? DSQ_EXIT_USAGE : code;
-        }
-    }
-    if (calibrating && !dry) {
-        co.scheme = scheme ? scheme : "w4a8";   /* the deepseek-w4a8 preset's routed experts */
-        co.group_size = group;
-        co.target = recipe_target;
-        co.target_ctx = &recipe;
-        co.target_id = target_id;
-        co.threads = o.threads;
-        co.overwrite = o.overwrite;
-        if (co.calib && !co.save_stats) {
-            size_t n = strlen(o.output) + sizeof ".calib.dsq";
-            ckpt = malloc(n);
-            if (!ckpt) return dsq_cli_fail(&cli, DSQ_ERR_NOMEM, NULL);
-            snprintf(ckpt, n, "%s.calib.dsq", o.output);
-            co.save_stats = ckpt;
-            co.overwrite = 1;
-        }
-        if (o.resume && co.save_stats && dsq_path_exists(co.save_stats)) {
-            co.load_stats = co.save_stats;   /* calibration finished before the interruption */
-            co.save_stats = NULL;
-        } else {
-            co.resume = o.resume;
-        }
-        calib_prog cp = { .cli = &cli };
-        rc = dsq_calib_run(o.input, &co, &cres, cli.progress ? on_calib_progress : NULL, &cp,
-                           &dsq_cli_interrupted, &d);
-        if (cp.begun) dsq_progress_end(&cp.p);
-        if (rc == DSQ_OK) rc = dsq_calib_summary_json(cres, 0, &cjson);
-        if (rc == DSQ_OK) rc = dsq_calib_summary_json(cres, 1, &cjson_t);
-        if (rc < 0) {
-            json_error(&cli, rc, &d);
-            if (rc == DSQ_ERR_INTERRUPTED) dsq_cli_error(&cli, "interrupted; run again with --resume to continue");
-            else dsq_cli_fail(&cli, rc, &d);
-            dsq_calib_result_free(cres);
-            dsq_recipe_release(&recipe);
-            free(ckpt);
-            return DSQ_EXIT_ERROR;
-        }
-        dsq_calib_totals ct;
-        dsq_calib_get_totals(cres, &ct);
-        if (ct.samples > 0 && ct.samples < ct.samples_requested)
-            dsq_cli_warn(&cli, "%s: the calibration data fills only %d samples of %d tokens: using %d x %d = %llu "
-                               "tokens instead of the %d x %d asked for", co.calib, ct.samples, ct.seqlen, ct.samples,
-                         ct.seqlen, (unsigned long long)ct.tokens, ct.samples_requested, ct.seqlen);
-        if (!cli.json) report_calibration(&cli, cres);
-        /* rolled-back linears stay float: exact-name keep rules ahead of
-         * every other rule */
-        for (size_t i = 0; rc == DSQ_OK && i < dsq_calib_rollback_count(cres); i++)
-            rc = dsq_recipe_keep_exact(&recipe, dsq_calib_rollback(cres, i, NULL), &d);
-        if (rc < 0) {
-            json_error(&cli, rc, &d);
-            dsq_cli_fail(&cli, rc, &d);
-            dsq_calib_result_free(cres);
-            dsq_recipe_release(&recipe);
-            free(ckpt);
-            free(cjson);
-            free(cjson_t);
-            return DSQ_EXIT_ERROR;
-        }
-        o.calib = cres;
-        o.calib_json = cjson;
-    }
-
-    dsq_convert *c = NULL;
-    rc = dsq_convert_prepare(&c, &o, &d);
-    if (rc < 0) {
-        json_error(&cli, rc, &d);
-        dsq_recipe_release(&recipe);
-        dsq_calib_result_free(cres);
-        free(cjson);
-        free(cjson_t);
-        free(ckpt);
-        if (o.export_format && rc == DSQ_ERR_UNSUPPORTED) {   /* the target cannot load it */
-            dsq_cli_fail(&cli, rc, &d);
-            return DSQ_EXIT_USAGE;
-        }
-        return dsq_cli_fail(&cli, rc, &d);
-    }
-    if (!dsq_convert_have_config(c) && !cli.json)   /* only a single .safetensors file gets here */
-        dsq_cli_warn(&cli, "no config.json next to '%s': a tensor-only conversion (shapes unchecked, the MTP "
-                           "layer found by tensor names only); ds-eval cannot run the output", o.input);
+    if (rx.calib_begun) dsq_progress_end(&rx.calib_p);
+    if (rx.conv_begun) dsq_progress_end(&rx.conv_p);
     int exit_code = DSQ_EXIT_OK;
-    if (!dry) {
-        const dsq_plan *pl = dsq_convert_plan(c);
-        dsq_cli_info(&cli, 3, "%zu tensors, %.3f GB in, about %.3f GB out before zstd, peak memory about %.0f MB",
-                     pl->n, (double)pl->src_bytes / 1e9, (double)pl->est_bytes / 1e9,
-                     (double)dsq_convert_peak_estimate(c) / 1e6);
-        if (!o.resume && !o.shard_bytes && o.output) {
-            char *tmp = dsq_outfile_tmp_name(o.output);
-            if (tmp && dsq_path_exists(tmp))
-                dsq_cli_warn(&cli, "discarding the partial output of an interrupted run "
-                                   "(use --resume to continue it)");
-            free(tmp);
-        }
-    }
-    if (dry) {
-        exit_code = print_plan(&cli, c, &recipe);
-    } else {
-        dsq_convert_summary s;
-        rc = dsq_convert_run(c, &s, &d);
-        if (pc.begun) dsq_progress_end(&pc.p);
-        if (rc == DSQ_ERR_INTERRUPTED) {
-            json_error(&cli, rc, &d);
-            dsq_cli_error(&cli, o.no_journal ? "interrupted; nothing was kept (--no-journal)"
-                                             : "interrupted; run again with --resume to continue");
+    if (rc < 0) {
+        json_error(&cli, rc, &d);
+        if (r.stage == DSQ_QSTAGE_RECIPE && rc != DSQ_ERR_NOMEM) {
+            exit_code = dsq_cli_usage_error(&cli, "%s", d.msg);
+        } else if (rc == DSQ_ERR_INTERRUPTED && (r.stage == DSQ_QSTAGE_CALIB || r.stage == DSQ_QSTAGE_CONVERT)) {
+            dsq_cli_error(&cli, r.stage == DSQ_QSTAGE_CONVERT && o.no_journal
+                                    ? "interrupted; nothing was kept (--no-journal)"
+                                    : "interrupted; run again with --resume to continue");
             exit_code = DSQ_EXIT_ERROR;
-        } else if (rc < 0) {
-            json_error(&cli, rc, &d);
-            exit_code = dsq_cli_fail(&cli, rc, &d);
-            if (o.export_format && rc == DSQ_ERR_UNSUPPORTED) exit_code = DSQ_EXIT_USAGE;
         } else {
-            int threads = o.threads > 0 ? o.threads : dsq_cpu_count();
-            print_summary(&cli, &s, o.input, o.output, threads, o.error_sample, cjson_t);
-            if (ckpt) unlink(ckpt);   /* the default checkpoint is not kept after success */
+            exit_code = dsq_cli_fail(&cli, rc, &d);
+            /* a combination the target cannot load */
+            if (o.export_format && rc == DSQ_ERR_UNSUPPORTED &&
+                (r.stage == DSQ_QSTAGE_PREFLIGHT || r.stage == DSQ_QSTAGE_PREPARE || r.stage == DSQ_QSTAGE_CONVERT))
+                exit_code = DSQ_EXIT_USAGE;
         }
+    } else if (dry) {
+        if (!dsq_convert_have_config(r.conv) && !cli.json) no_config_warning(&cli, o.input);
+        exit_code = print_plan(&cli, r.conv, &r.recipe);
+    } else {
+        print_summary(&cli, &r.summary, o.input, o.output, r.threads, o.error_sample, r.calib_json);
     }
-    dsq_convert_free(c);
-    dsq_recipe_release(&recipe);
-    dsq_calib_result_free(cres);
-    free(cjson);
-    free(cjson_t);
-    free(ckpt);
+    dsq_quantize_result_release(&r);
     return exit_code;
 }
