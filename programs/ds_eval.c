@@ -21,9 +21,10 @@
 #include "endpoint.h"
 #include "eval_metrics.h"
 #include "gsm8k.h"
+#include "gsm8k_run.h"
+#include "eval_model.h"
 #include "llama2c.h"
 #include "model.h"
-#include "text_prefix.h"
 #include "tokenizer.h"
 #include "model_tokenizer.h"
 
@@ -32,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_TEXT ((size_t)1 << 30) /* --data cap for ppl: 1 GiB of text */
 
 /* the commands, as option-table bits ("gsm8k --score" is one of its own) */
 enum { CMD_PPL = 1, CMD_KLD = 2, CMD_GSM = 4, CMD_SCORE = 8 };
@@ -144,17 +144,13 @@ static const dsq_opt opt_table[] = {
 };
 static const dsq_opt_spec spec = { opt_table, sizeof opt_table / sizeof opt_table[0], 23, 1, NULL };
 
-/* ppl/kld BOS policy (--bos); gsm8k keeps auto|yes|no (lm-eval's terms) */
-enum ppl_bos { PPL_BOS_WINDOW = 0, PPL_BOS_FIRST = 1, PPL_BOS_NO = 2 };
-static const char *const ppl_bos_names[] = { "window", "first", "no" };
-
 typedef struct opts {
     const char *cmd, *model, *tokenizer, *data, *save_logits, *base, *train, *score, *out;
     size_t ctx;            /* 0: command default */
     uint64_t limit_tokens; /* 0: all */
     int logits_format, logits_topk;
     int shots, batch, bos; /* gsm8k bos: -1 auto, 0 no, 1 yes */
-    int ppl_bos;           /* ppl/kld: enum ppl_bos */
+    int ppl_bos;           /* ppl/kld: enum dsq_text_bos; gsm8k keeps auto|yes|no (lm-eval's terms) */
     const char *bos_arg;   /* --bos as given: its values depend on the command */
     const dsq_args *args;  /* the parsed options (which were given) */
     uint64_t seed;
@@ -252,7 +248,7 @@ static int parse(dsq_cli *cli, opts *o, dsq_args *a, int argc, char **argv, int 
             else return dsq_cli_usage_error(cli, "--bos: gsm8k expects auto, yes or no, got '%s'", b);
         } else {
             int k = 0;
-            while (k < 3 && strcmp(b, ppl_bos_names[k])) k++;
+            while (k < 3 && strcmp(b, dsq_text_bos_names[k])) k++;
             if (k == 3) return dsq_cli_usage_error(cli, "--bos: %s expects window, first or no, got '%s'", o->cmd, b);
             o->ppl_bos = k;
         }
@@ -265,11 +261,9 @@ static int parse(dsq_cli *cli, opts *o, dsq_args *a, int argc, char **argv, int 
 /* ====================================================================== */
 
 
+/* the model, its tokenizer and KV cache (eval_model.h), and the progress line */
 typedef struct runner {
-    dsq_model *m;
-    dsq_state *st;
-    dsq_tokenizer *tok;
-    size_t vocab;
+    dsq_eval_model e;
     dsq_progress prog;
 } runner;
 
@@ -286,8 +280,8 @@ static int load_tokenizer(const dsq_cli *cli, const opts *o, dsq_tokenizer **tok
     return rc;
 }
 
-/* Non-finite logits come from the model, not the data: name its file
- * (issue 14.14) so the message points at what to check. */
+/* Non-finite logits come from the model, not the data: name its file so
+ * the message points at what to check. */
 static void name_model(int rc, const char *model, dsq_diag *d)
 {
     if (rc != DSQ_ERR_NONFINITE || d->path[0]) return;
@@ -296,28 +290,13 @@ static void name_model(int rc, const char *model, dsq_diag *d)
 
 static int open_model(const dsq_cli *cli, const opts *o, runner *r, int max_batch, size_t ctx, dsq_diag *d)
 {
-    dsq_model_opts mo;
-    dsq_model_opts_default(&mo);
-    mo.threads = cli->threads;
-    mo.no_verify = o->no_verify;
-    mo.bf16_terms = o->bf16_terms;
+    dsq_eval_model_opts mo = { .model = o->model, .threads = cli->threads, .no_verify = o->no_verify,
+                               .bf16_terms = o->bf16_terms, .max_batch = max_batch, .ctx = ctx };
     double t0 = dsq_now();
-    int rc = dsq_model_open(&r->m, o->model, &mo, d);
-    if (rc < 0) return rc;
-    /* Positions past max_position_embeddings were never trained: a window
-     * that long gives a number (ppl 481 instead of 7.1) that means nothing. */
-    int64_t mpe = dsq_model_get_config(r->m)->max_position_embeddings;
-    if (mpe > 0 && (int64_t)ctx > mpe)
-        return dsq_fail(d, DSQ_ERR_INVALID_ARG, o->model, NULL, -1,
-                        "context %zu exceeds the model's max_position_embeddings (%lld): positions past it "
-                        "were never trained, so the result would be meaningless; use --ctx %lld or less",
-                        ctx, (long long)mpe, (long long)mpe);
-    r->vocab = (size_t)dsq_model_get_config(r->m)->vocab_size;
-    r->st = dsq_state_create(r->m, max_batch, (int64_t)ctx);
-    if (!r->st) return dsq_fail(d, DSQ_ERR_NOMEM, o->model, NULL, -1, "cannot allocate the KV cache for %d x %zu tokens", max_batch, ctx);
+    DSQ_TRY(dsq_eval_model_open(&r->e, &mo, d));
     if (cli->level >= 3) {
         char info[1024];
-        dsq_model_info(r->m, info, sizeof info);
+        dsq_model_info(r->e.m, info, sizeof info);
         dsq_cli_info(cli, 3, "loaded in %.1f s: %s", dsq_now() - t0, info);
     }
     return DSQ_OK;
@@ -325,21 +304,8 @@ static int open_model(const dsq_cli *cli, const opts *o, runner *r, int max_batc
 
 static void runner_close(runner *r)
 {
-    dsq_state_free(r->st);
-    dsq_model_free(r->m);
-    dsq_tokenizer_free(r->tok);
+    dsq_eval_model_close(&r->e);
     memset(r, 0, sizeof *r);
-}
-
-/* dsq_window_logits_fn over the model: fill the cache with the first half,
- * then compute logits for positions first .. n-2 (the last token's logits
- * predict nothing inside the window, so it is not run). */
-static int model_window(void *u, const int32_t *w, size_t n, size_t first, float *logits, dsq_diag *d)
-{
-    runner *r = u;
-    dsq_state_reset(r->st, 0);
-    DSQ_TRY(dsq_forward(r->m, r->st, 0, w, (int)first, NULL, 0, d));
-    return dsq_forward(r->m, r->st, 0, w + first, (int)(n - 1 - first), logits, 0, d);
 }
 
 static void window_progress(void *u, size_t done, size_t total)
@@ -349,33 +315,13 @@ static void window_progress(void *u, size_t done, size_t total)
     dsq_progress_update(&r->prog, done);
 }
 
-/* Whether encode(add_special) puts BOS in front (llama-perplexity's add_bos). */
-static int32_t tokenizer_adds_bos(const dsq_tokenizer *t)
-{
-    int32_t *ids = NULL, bos = dsq_tokenizer_bos(t), res = -1;
-    size_t n = 0;
-    if (bos >= 0 && dsq_tokenizer_encode(t, "", 0, 1, &ids, &n, NULL) == 0 && n >= 1 && ids[0] == bos)
-        res = bos;
-    free(ids);
-    return res;
-}
-
-/* Tokenize a ppl/kld text under a BOS policy. llama-perplexity:
- * common_tokenize(text, add_special = true, parse_special = false), so
- * "<s>" in the text stays text; "first" forces the BOS even where the
- * tokenizer adds none, "no" adds no special token at all. With a token
- * limit only the prefix that yields it is read (text_prefix.h). */
+/* A ppl/kld text under its BOS policy (eval_model.h). */
 static int tokenize_file(const dsq_cli *cli, const dsq_tokenizer *tok, const char *path, int policy,
                          uint64_t limit, int32_t **ids, size_t *n, dsq_diag *d)
 {
-    if (policy == PPL_BOS_FIRST && dsq_tokenizer_bos(tok) < 0)
-        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "--bos first: the tokenizer has no BOS token");
     size_t len = 0;
     double t0 = dsq_now();
-    unsigned flags = policy == PPL_BOS_NO ? 0u
-                   : policy == PPL_BOS_FIRST ? (unsigned)(DSQ_TOK_ADD_SPECIAL | DSQ_TOK_FORCE_BOS)
-                   : (unsigned)DSQ_TOK_ADD_SPECIAL;
-    int rc = dsq_tokenize_file_prefix(tok, path, limit, MAX_TEXT, flags, ids, n, &len, d);
+    int rc = dsq_eval_tokenize_text(tok, path, policy, limit, ids, n, &len, d);
     if (rc == DSQ_OK) dsq_cli_info(cli, 3, "%s: %zu bytes -> %zu tokens in %.2f s", path, len, *n, dsq_now() - t0);
     return rc;
 }
@@ -445,21 +391,21 @@ static int cmd_ppl(dsq_cli *cli, const opts *o)
     size_t n_tok = 0, n_ctx = o->ctx ? o->ctx : 512;
     dsq_logp_writer w = { 0 };
     int have_w = 0;
-    int rc = load_tokenizer(cli, o, &r.tok, &d);
-    if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, o->ppl_bos, o->limit_tokens, &tokens, &n_tok, &d);
+    int rc = load_tokenizer(cli, o, &r.e.tok, &d);
+    if (rc == DSQ_OK) rc = tokenize_file(cli, r.e.tok, o->data, o->ppl_bos, o->limit_tokens, &tokens, &n_tok, &d);
     if (rc == DSQ_OK && o->limit_tokens && o->limit_tokens < n_tok) n_tok = (size_t)o->limit_tokens;
     dsq_ppl_plan plan;
     /* window: BOS written over every window's first token (when the
      * tokenizer adds one); first: the text's own leading BOS only */
-    int32_t bos_id = rc == DSQ_OK && o->ppl_bos == PPL_BOS_WINDOW ? tokenizer_adds_bos(r.tok)
-                   : rc == DSQ_OK && o->ppl_bos == PPL_BOS_FIRST ? dsq_tokenizer_bos(r.tok) : -1;
+    int32_t bos_id = rc == DSQ_OK && o->ppl_bos == DSQ_TEXT_BOS_WINDOW ? dsq_tokenizer_adds_bos(r.e.tok)
+                   : rc == DSQ_OK && o->ppl_bos == DSQ_TEXT_BOS_FIRST ? dsq_tokenizer_bos(r.e.tok) : -1;
     if (rc == DSQ_OK)
-        rc = dsq_ppl_plan_init(&plan, n_tok, n_ctx, o->ppl_bos == PPL_BOS_WINDOW ? bos_id : -1, &d);
+        rc = dsq_ppl_plan_init(&plan, n_tok, n_ctx, o->ppl_bos == DSQ_TEXT_BOS_WINDOW ? bos_id : -1, &d);
     if (o->endpoint) return ppl_endpoint(cli, o, &r, tokens, &plan, rc, &d);
     if (rc == DSQ_OK) rc = open_model(cli, o, &r, 1, n_ctx, &d);
     if (rc == DSQ_OK && o->save_logits) {
         rc = dsq_logp_writer_open(&w, o->save_logits, o->force ? DSQ_OUT_OVERWRITE : 0, &plan, tokens,
-                                  r.vocab, o->logits_format, o->logits_topk, &d);
+                                  r.e.vocab, o->logits_format, o->logits_topk, &d);
         have_w = rc == DSQ_OK;
     }
     dsq_ppl_result res;
@@ -468,8 +414,8 @@ static int cmd_ppl(dsq_cli *cli, const opts *o)
         dsq_cli_info(cli, 3, "%zu windows of %zu tokens, %zu scored per window", plan.n_chunks, n_ctx, plan.per_chunk);
         dsq_progress_begin(&r.prog, cli, "ppl", "windows", plan.n_chunks);
         dsq_eval_hooks h = { .cancel = &dsq_cli_interrupted, .progress = window_progress,
-                             .progress_user = &r, .pool = dsq_model_pool(r.m) };
-        rc = dsq_ppl_run(&plan, tokens, r.vocab, model_window, &r, have_w ? &w : NULL, &h, &res, &d);
+                             .progress_user = &r, .pool = dsq_model_pool(r.e.m) };
+        rc = dsq_ppl_run(&plan, tokens, r.e.vocab, dsq_eval_model_window, &r.e, have_w ? &w : NULL, &h, &res, &d);
         name_model(rc, o->model, &d);
         dsq_progress_end(&r.prog);
     }
@@ -500,7 +446,7 @@ static void print_ppl(const dsq_cli *cli, const opts *o, const dsq_ppl_plan *pl,
         json_object_object_add(j, "tokens_scored", json_object_new_int64((int64_t)res.count));
         json_object_object_add(j, "windows", json_object_new_int64((int64_t)plan.n_chunks));
         json_object_object_add(j, "n_ctx", json_object_new_int64((int64_t)plan.n_ctx));
-        json_object_object_add(j, "bos", json_object_new_string(ppl_bos_names[o->ppl_bos]));
+        json_object_object_add(j, "bos", json_object_new_string(dsq_text_bos_names[o->ppl_bos]));
         json_object_object_add(j, "bos_id", bos_id >= 0 ? json_object_new_int(bos_id) : NULL);
         json_object_object_add(j, "seconds", dsq_cli_json_num(secs));
         json_object_object_add(j, "tokens_per_s", dsq_cli_json_num(evaluated / secs));
@@ -510,7 +456,7 @@ static void print_ppl(const dsq_cli *cli, const opts *o, const dsq_ppl_plan *pl,
         printf("PPL = %.4f +/- %.5f\n", res.ppl, res.ppl_stderr);
         printf("mean NLL %.6f nats/token over %llu tokens (%zu windows of %zu, second half scored, %s)\n",
                res.mean_nll, (unsigned long long)res.count, plan.n_chunks, plan.n_ctx,
-               bos_id < 0 ? "no BOS" : o->ppl_bos == PPL_BOS_WINDOW ? "BOS over each window's first token"
+               bos_id < 0 ? "no BOS" : o->ppl_bos == DSQ_TEXT_BOS_WINDOW ? "BOS over each window's first token"
                                                                   : "BOS once at the start of the text");
         printf("%.1f tokens/s (%.0f tokens in %.1f s)\n", evaluated / secs, evaluated, secs);
         if (o->save_logits) printf("base log-probs saved to %s\n", o->save_logits);
@@ -533,28 +479,8 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
     dsq_logp_reader_plan(&base, &plan);
     if (o->data) {
         /* the base must have been computed on exactly these windows */
-        int32_t *tokens = NULL, *win = NULL;
-        size_t n = 0;
-        rc = load_tokenizer(cli, o, &r.tok, &d);
-        if (rc == DSQ_OK) rc = tokenize_file(cli, r.tok, o->data, o->ppl_bos, 0, &tokens, &n, &d);
-        /* the policy shows in the header too: window writes its BOS id there */
-        int32_t want_bos = o->ppl_bos == PPL_BOS_WINDOW && rc == DSQ_OK ? tokenizer_adds_bos(r.tok) : -1;
-        if (rc == DSQ_OK && plan.bos != want_bos)
-            rc = dsq_fail(&d, DSQ_ERR_DATA, o->base, NULL, -1,
-                          "the base was made with %s, not --bos %s", plan.bos >= 0 ? "--bos window" : "--bos first or no",
-                          ppl_bos_names[o->ppl_bos]);
-        if (rc == DSQ_OK && (n < plan.n_chunks * plan.n_ctx || !(win = malloc(plan.n_ctx * sizeof *win))))
-            rc = dsq_fail(&d, DSQ_ERR_DATA, o->data, NULL, -1, "the base was computed on different tokens (%zu here, it needs %zu)",
-                          n, plan.n_chunks * plan.n_ctx);
-        for (size_t c = 0; rc == DSQ_OK && c < plan.n_chunks; c++) {
-            dsq_ppl_window(&plan, tokens, c, win);
-            if (memcmp(win, base.tokens + c * plan.n_ctx, plan.n_ctx * sizeof *win))
-                rc = dsq_fail(&d, DSQ_ERR_DATA, o->data, NULL, -1,
-                              "the base was computed on different tokens (window %zu differs; made with "
-                              "another --bos than %s?)", c, ppl_bos_names[o->ppl_bos]);
-        }
-        free(tokens);
-        free(win);
+        rc = load_tokenizer(cli, o, &r.e.tok, &d);
+        if (rc == DSQ_OK) rc = dsq_kld_check_base(&base, r.e.tok, o->data, o->ppl_bos, &d);
     }
     dsq_endpoint_opts eo;
     char *served = NULL;
@@ -563,18 +489,18 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
     else if (rc == DSQ_OK) rc = open_model(cli, o, &r, 1, plan.n_ctx, &d);
     /* with the served model's tokenizer, text-keyed top_logprobs map back to ids */
     dsq_ep_vocab *vocab = NULL;
-    if (rc == DSQ_OK && o->endpoint && o->tokenizer && !r.tok) rc = load_tokenizer(cli, o, &r.tok, &d);
-    if (rc == DSQ_OK && o->endpoint && r.tok) rc = dsq_ep_vocab_build(&vocab, r.tok, &d);
+    if (rc == DSQ_OK && o->endpoint && o->tokenizer && !r.e.tok) rc = load_tokenizer(cli, o, &r.e.tok, &d);
+    if (rc == DSQ_OK && o->endpoint && r.e.tok) rc = dsq_ep_vocab_build(&vocab, r.e.tok, &d);
     dsq_kld_result k;
     dsq_ep_kld_info ki = { 0 };
     double t0 = dsq_now();
     if (rc == DSQ_OK) {
         dsq_progress_begin(&r.prog, cli, "kld", "windows", plan.n_chunks);
         dsq_eval_hooks h = { .cancel = &dsq_cli_interrupted, .progress = window_progress,
-                             .progress_user = &r, .pool = r.m ? dsq_model_pool(r.m) : NULL };
+                             .progress_user = &r, .pool = r.e.m ? dsq_model_pool(r.e.m) : NULL };
         /* served: the top-k or target-token bound of endpoint.h (a lower bound of KL) */
         rc = o->endpoint ? dsq_ep_kld_run(&eo, served, &base, 0, vocab, &h, &k, &ki, &d)
-                         : dsq_kld_run(&base, r.vocab, model_window, &r, &h, &k, &d);
+                         : dsq_kld_run(&base, r.e.vocab, dsq_eval_model_window, &r.e, &h, &k, &d);
         if (!o->endpoint) name_model(rc, o->model, &d);
         dsq_progress_end(&r.prog);
     }
@@ -591,7 +517,7 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
         /* the base fixes the windows: per-window BOS is in its header; "first"
          * and "no" look alike there, so they are named only when --data
          * checked them */
-        json_object_object_add(j, "bos", o->bos_arg ? json_object_new_string(ppl_bos_names[o->ppl_bos])
+        json_object_object_add(j, "bos", o->bos_arg ? json_object_new_string(dsq_text_bos_names[o->ppl_bos])
                                          : plan.bos >= 0 ? json_object_new_string("window") : NULL);
         json_object_object_add(j, "base_window_bos_id", plan.bos >= 0 ? json_object_new_int(plan.bos) : NULL);
         if (o->endpoint) {
@@ -669,39 +595,13 @@ typedef struct item_out {
 } item_out;
 
 typedef struct gen_ctx {
+    const dsq_cli *cli;
+    const opts *o;
     runner *r;
     item_out *items;
     size_t done;
+    double t0;
 } gen_ctx;
-
-static int gen_prefill(void *u, int slot, const int32_t *t, size_t n, float *logits, dsq_diag *d)
-{
-    runner *r = u;
-    if (n > INT32_MAX) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "prompt too long");
-    dsq_state_reset(r->st, slot);
-    return dsq_forward(r->m, r->st, slot, t, (int)n, logits, DSQ_FWD_LAST_LOGITS, d);
-}
-
-static int gen_decode(void *u, const int *slots, const int32_t *t, int n, float *logits, dsq_diag *d)
-{
-    runner *r = u;
-    return dsq_forward_batch_decode(r->m, r->st, t, slots, n, logits, d);
-}
-
-/* Decode as lm-eval's tok_decode does (special tokens skipped); ids the
- * tokenizer does not know (padding rows of a larger lm_head) are dropped. */
-static int gen_detok(void *u, const int32_t *ids, size_t n, char **text, size_t *len)
-{
-    runner *r = u;
-    size_t tv = dsq_tokenizer_vocab_size(r->tok), k = 0;
-    int32_t *keep = malloc((n ? n : 1) * sizeof *keep);
-    if (!keep) return DSQ_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] >= 0 && (size_t)ids[i] < tv && dsq_tokenizer_piece(r->tok, ids[i])) keep[k++] = ids[i];
-    int rc = dsq_tokenizer_decode(r->tok, keep, k, 1, text, len);
-    free(keep);
-    return rc;
-}
 
 static int gen_done(void *u, size_t idx, dsq_gen_result *res)
 {
@@ -762,99 +662,40 @@ static int write_items(const opts *o, const dsq_gsm8k_set *test, const item_out 
     return rc;
 }
 
-/* train.jsonl next to the test file, when --train is not given. */
-static char *default_train(const char *data)
+static void on_note(void *ctx, int level, const char *msg)
 {
-    const char *sl = strrchr(data, '/');
-    size_t dl = sl ? (size_t)(sl - data) + 1 : 0;
-    char *p = malloc(dl + sizeof "train.jsonl");
-    if (!p) return NULL;
-    memcpy(p, data, dl);
-    memcpy(p + dl, "train.jsonl", sizeof "train.jsonl");
-    return p;
+    gen_ctx *g = ctx;
+    if (level <= 2) dsq_cli_warn(g->cli, "%s", msg);
+    else dsq_cli_info(g->cli, level, "%s", msg);
 }
 
+static void on_generating(void *ctx, size_t n, size_t max_ctx)
+{
+    gen_ctx *g = ctx;
+    if (g->cli->level >= 3) {
+        char info[1024];
+        dsq_model_info(g->r->e.m, info, sizeof info);
+        dsq_cli_info(g->cli, 3, "loaded in %.1f s: %s", dsq_now() - g->t0, info);
+    }
+    dsq_cli_info(g->cli, 3, "%zu prompts, %d-shot, batch %d, context %zu", n, g->o->shots, g->o->batch, max_ctx);
+    dsq_progress_begin(&g->r->prog, g->cli, "gsm8k", "items", n);
+}
+
+/* gsm8k with the model in process (gsm8k_run.h) */
 static int generate_all(dsq_cli *cli, const opts *o, const dsq_gsm8k_set *test, size_t n,
                         item_out *items, runner *r, size_t *gen_tokens, dsq_diag *d)
 {
-    dsq_gsm8k_set train = { 0 };
-    char *train_path = o->train ? strdup(o->train) : default_train(o->data);
-    int32_t **prompts = calloc(n, sizeof *prompts);
-    size_t *np = calloc(n, sizeof *np);
-    int rc = (!train_path || !prompts || !np) ? dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory") : DSQ_OK;
-    if (rc == DSQ_OK && o->shots > 0) {
-        rc = dsq_gsm8k_load(&train, train_path, d);
-        if (rc == DSQ_ERR_NOT_FOUND && !o->train)
-            dsq_cli_warn(cli, "%d-shot prompts need a training split: give --train FILE (default: %s, "
-                         "absent) or --shots 0", o->shots, train_path);
-    }
-    if (rc == DSQ_OK) rc = load_tokenizer(cli, o, &r->tok, d);
-    dsq_gsm8k_fewshot fs;
-    if (rc == DSQ_OK && dsq_gsm8k_fewshot_init(&fs, train.n, o->shots, o->seed) < 0)
-        rc = dsq_fail(d, DSQ_ERR_DATA, train_path, NULL, -1, "%d shots but only %zu training items", o->shots, train.n);
-    /* prompts in doc order: each doc takes the next draw, as lm-eval */
-    unsigned flags = DSQ_TOK_PARSE_SPECIAL | (o->bos == 1 ? DSQ_TOK_FORCE_BOS : o->bos == -1 ? DSQ_TOK_ADD_SPECIAL : 0);
-    size_t shots[64];
-    for (size_t i = 0; i < n && rc == DSQ_OK; i++) {
-        char *p;
-        size_t pl;
-        rc = dsq_gsm8k_fewshot_next(&fs, shots);
-        if (rc == DSQ_OK) rc = dsq_gsm8k_prompt(&train, shots, o->shots, &test->items[i], &p, &pl);
-        if (rc < 0) { rc = dsq_fail(d, rc, NULL, NULL, -1, "cannot build prompt %zu", i); break; }
-        rc = dsq_tokenizer_encode_ex(r->tok, p, pl, flags, &prompts[i], &np[i], d);
-        free(p);
-    }
-    dsq_gsm8k_set_release(&train);
-    if (rc == DSQ_OK) rc = open_model(cli, o, r, o->batch, o->ctx, d);
-    if (rc == DSQ_OK) {
-        size_t max_ctx = (size_t)dsq_state_max_ctx(r->st);
-        for (size_t i = 0; i < n; i++)
-            for (size_t k = 0; k < np[i]; k++)
-                if (prompts[i][k] < 0 || (size_t)prompts[i][k] >= r->vocab) {
-                    rc = dsq_fail(d, DSQ_ERR_DATA, NULL, NULL, -1, "prompt %zu has token id %d beyond the model's %zu logits",
-                                  i, (int)prompts[i][k], r->vocab);
-                    i = n;
-                    break;
-                }
-        if (rc == DSQ_OK && max_ctx <= o->max_new)
-            rc = dsq_fail(d, DSQ_ERR_INVALID_ARG, o->model, NULL, -1, "context %zu leaves no room for %zu new tokens (raise --ctx)",
-                          max_ctx, o->max_new);
-        /* stop strings: the task's plus the EOS text (lm-eval appends it) */
-        const char *stops[4] = { dsq_gsm8k_stops[0], dsq_gsm8k_stops[1], dsq_gsm8k_stops[2], NULL };
-        size_t n_stops = 3;
-        char *eos_text = NULL;
-        int32_t eos[1 + DSQ_CFG_MAX_EOS];
-        size_t n_eos = 0;
-        int32_t te = dsq_tokenizer_eos(r->tok);
-        size_t el;
-        if (te >= 0) {
-            eos[n_eos++] = te;
-            if (dsq_tokenizer_decode(r->tok, &te, 1, 0, &eos_text, &el) == 0 && el) stops[n_stops++] = eos_text;
-        }
-        const dsq_model_config *cfg = dsq_model_get_config(r->m);
-        for (int i = 0; i < cfg->n_eos; i++) {
-            int dup = 0;
-            for (size_t k = 0; k < n_eos; k++) dup |= eos[k] == (int32_t)cfg->eos_token_ids[i];
-            if (!dup) eos[n_eos++] = (int32_t)cfg->eos_token_ids[i];
-        }
-        dsq_gen_ops ops = { .user = r, .vocab = r->vocab, .n_slots = o->batch, .prefill = gen_prefill,
-                            .decode = gen_decode, .detok = gen_detok };
-        dsq_gen_opts go = { .max_new_tokens = o->max_new, .max_ctx = max_ctx, .stops = stops,
-                            .n_stops = n_stops, .eos = eos, .n_eos = n_eos, .cancel = &dsq_cli_interrupted };
-        gen_ctx g = { .r = r, .items = items };
-        if (rc == DSQ_OK) {
-            dsq_cli_info(cli, 3, "%zu prompts, %d-shot, batch %d, context %zu", n, o->shots, o->batch, max_ctx);
-            dsq_progress_begin(&r->prog, cli, "gsm8k", "items", n);
-            rc = dsq_gsm8k_generate(&ops, &go, (const int32_t *const *)prompts, np, n, gen_done, &g, d);
-            dsq_progress_end(&r->prog);
-        }
-        free(eos_text);
-        for (size_t i = 0; i < n; i++) *gen_tokens += items[i].g.n_gen;
-    }
-    for (size_t i = 0; i < n; i++) free(prompts ? prompts[i] : NULL);
-    free(prompts);
-    free(np);
-    free(train_path);
+    gen_ctx g = { .cli = cli, .o = o, .r = r, .items = items, .t0 = dsq_now() };
+    dsq_gsm8k_local_opts lo = {
+        .model = { .model = o->model, .threads = cli->threads, .no_verify = o->no_verify, .bf16_terms = o->bf16_terms,
+                   .max_batch = o->batch, .ctx = o->ctx },
+        .tokenizer = o->tokenizer, .data = o->data, .train = o->train, .shots = o->shots, .seed = o->seed,
+        .bos = o->bos, .max_new = o->max_new, .cancel = &dsq_cli_interrupted, .note = on_note,
+        .generating = on_generating, .ctx = &g };
+    int rc = load_tokenizer(cli, o, &r->e.tok, d);
+    if (rc == DSQ_OK) rc = dsq_gsm8k_run_local(&r->e, test, n, &lo, gen_done, &g, d);
+    dsq_progress_end(&r->prog);
+    for (size_t i = 0; i < n; i++) *gen_tokens += items[i].g.n_gen;
     return rc;
 }
 
@@ -905,23 +746,13 @@ static int endpoint_all(dsq_cli *cli, const opts *o, const dsq_gsm8k_set *test, 
 {
     dsq_endpoint_opts eo;
     if (endpoint_opts(cli, o, &eo) < 0) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no API key");
-    dsq_gsm8k_set train = { 0 };
-    char *train_path = o->train ? strdup(o->train) : default_train(o->data);
+    char *train_path = o->train ? strdup(o->train) : dsq_gsm8k_default_train(o->data);
     char **prompts = calloc(n, sizeof *prompts);
     size_t *pl = calloc(n, sizeof *pl), *todo = calloc(n, sizeof *todo);
     dsq_ep_item *old = calloc(n, sizeof *old);
     int rc = (!train_path || !prompts || !pl || !todo || !old) ? dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory") : DSQ_OK;
-    if (rc == DSQ_OK && o->shots > 0) rc = dsq_gsm8k_load(&train, train_path, d);
-    dsq_gsm8k_fewshot fs;
-    if (rc == DSQ_OK && dsq_gsm8k_fewshot_init(&fs, train.n, o->shots, o->seed) < 0)
-        rc = dsq_fail(d, DSQ_ERR_DATA, train_path, NULL, -1, "%d shots but only %zu training items", o->shots, train.n);
-    size_t shots[64];
-    for (size_t i = 0; i < n && rc == DSQ_OK; i++) { /* every doc takes its draw, done or not */
-        rc = dsq_gsm8k_fewshot_next(&fs, shots);
-        if (rc == DSQ_OK) rc = dsq_gsm8k_prompt(&train, shots, o->shots, &test->items[i], &prompts[i], &pl[i]);
-        if (rc < 0) rc = dsq_fail(d, rc, NULL, NULL, -1, "cannot build prompt %zu", i);
-    }
-    dsq_gsm8k_set_release(&train);
+    /* the local run's prompts: the same few-shot draws */
+    if (rc == DSQ_OK) rc = dsq_gsm8k_prompts(test, n, train_path, o->shots, o->seed, prompts, pl, d);
     dsq_ep_journal j = { .fd = -1 };
     size_t have = 0, n_todo = 0;
     if (rc == DSQ_OK && o->out) rc = dsq_ep_journal_open(&j, o->out, o->force, test, n, old, &have, d);
