@@ -64,7 +64,7 @@ static int calibrate(const dsq_quantize_opts *o, const dsq_convert_opts *conv, c
                      const char *target_id, dsq_quantize_result *r, dsq_diag *d)
 {
     dsq_calib_opts co = o->calib;
-    co.scheme = o->scheme ? o->scheme : "w4a8";   /* the deepseek-w4a8 preset's routed experts */
+    co.scheme = o->scheme ? o->scheme : dsq_recipe_preset_calib_scheme(o->preset);
     co.group_size = o->group_size;
     co.target = recipe_target;
     co.target_ctx = &r->recipe;

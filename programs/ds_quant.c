@@ -67,8 +67,9 @@ static const dsq_opt opt_table[] = {
 "Recipe (first matching rule wins; then the recipe's role table):\n" },
     { O_SCHEME, DSQ_OPT_STR, "scheme", 0, "S", .help = "scheme for attention, MLP, expert and shared-expert\n"
       "linears; embeddings, norms, router, router bias,\nlm_head, biases and MTP eh_proj are kept" },
-    { O_RECIPE, DSQ_OPT_STR, "recipe", 0, "NAME", .help = "preset instead of --scheme: deepseek-w4a8 (msModelSlim:\n"
-      "attention/dense/shared MLP w8a8-dynamic, routed experts\nw4a8, MTP experts w8a8-dynamic, kv_b_proj kept)" },
+    { O_RECIPE, DSQ_OPT_STR, "recipe", 0, "NAME", .help = "preset instead of --scheme (msModelSlim's DeepSeek recipes):\n"
+      "deepseek-w4a8: attention/dense/shared MLP w8a8-dynamic,\nrouted experts w4a8, MTP experts w8a8-dynamic, kv_b_proj kept;\n"
+      "deepseek-w8a8 (needs --calib): attention w8a8 static,\nevery MLP w8a8-dynamic, kv_b_proj and router kept" },
     { O_KEEP, DSQ_OPT_STR, "keep", 0, "REGEX", .help = "keep matching tensors in their float type (repeatable)" },
     { O_SCHEME_FOR, DSQ_OPT_STR, "scheme-for", 0, "REGEX=S", .help = "use scheme S for matching tensors (repeatable)" },
     { O_GROUP, DSQ_OPT_INT, "group-size", 0, "G", 0, 1 << 24, .help = "int4 group size: 0 = per output channel, or a\n"
