@@ -154,7 +154,7 @@ int dsq_quantize_run(const dsq_quantize_opts *o, const dsq_quantize_hooks *hooks
     if (!conv.resume && !conv.shard_bytes && conv.output) {
         char *tmp = dsq_outfile_tmp_name(conv.output);
         if (tmp && dsq_path_exists(tmp))
-            note(h, 2, "discarding the partial output of an interrupted run (use --resume to continue it)");
+            note(h, 0, "discarding the partial output of an interrupted run (use --resume to continue it)");
         free(tmp);
     }
     r->stage = DSQ_QSTAGE_CONVERT;

@@ -51,7 +51,7 @@ typedef struct dsq_quantize_hooks {
     volatile int *cancel;                        /* set by a signal: stop, keep what --resume needs */
     dsq_calib_progress_fn calib_progress;        /* may be NULL */
     dsq_convert_progress_fn convert_progress;    /* may be NULL */
-    /* a message for the user: level 2 a warning, 3 information */
+    /* a message for the user: level 0 a warning, else information shown from that display level (2, 3) */
     void (*note)(void *ctx, int level, const char *msg);
     /* calibration finished: its result, for a report */
     void (*calibrated)(void *ctx, const dsq_calib_result *r);

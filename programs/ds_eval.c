@@ -586,13 +586,7 @@ static int cmd_kld(dsq_cli *cli, const opts *o)
 /* gsm8k                                                                  */
 /* ====================================================================== */
 
-typedef struct item_out {
-    char *completion;
-    size_t len;
-    dsq_gsm8k_score s;
-    dsq_gen_result g;      /* generation stats (text not kept here) */
-    int have;
-} item_out;
+typedef dsq_gsm8k_result_item item_out;
 
 typedef struct gen_ctx {
     const dsq_cli *cli;
@@ -606,66 +600,15 @@ typedef struct gen_ctx {
 static int gen_done(void *u, size_t idx, dsq_gen_result *res)
 {
     gen_ctx *g = u;
-    item_out *it = &g->items[idx];
-    it->completion = res->text;
-    it->len = res->len;
-    it->g = *res;
-    it->g.text = NULL;
-    it->have = 1;
-    res->text = NULL;
+    dsq_gsm8k_item_done(g->items, idx, res);
     dsq_progress_update(&g->r->prog, ++g->done);
     return 0;
-}
-
-static const char *stop_name(int s)
-{
-    switch (s) {
-    case DSQ_GEN_STOP_STRING: return "stop";
-    case DSQ_GEN_STOP_EOS:    return "eos";
-    case DSQ_GEN_STOP_LENGTH: return "length";
-    default:                  return "";
-    }
-}
-
-static int write_items(const opts *o, const dsq_gsm8k_set *test, const item_out *items, size_t n,
-                       int generated, dsq_diag *d)
-{
-    dsq_outfile f;
-    DSQ_TRY(dsq_outfile_open(&f, o->out, o->force ? DSQ_OUT_OVERWRITE : 0, d));
-    int rc = DSQ_OK;
-    for (size_t i = 0; i < n && rc == DSQ_OK; i++) {
-        if (!items[i].have) continue;
-        const item_out *it = &items[i];
-        json_object *j = json_object_new_object();
-        json_object_object_add(j, "doc_id", json_object_new_int64((int64_t)i));
-        json_object_object_add(j, "question", json_object_new_string_len(test->items[i].question, (int)test->items[i].question_len));
-        json_object_object_add(j, "completion", json_object_new_string_len(it->completion, (int)it->len));
-        json_object_object_add(j, "strict", json_object_new_string(it->s.strict));
-        json_object_object_add(j, "flexible", json_object_new_string(it->s.flexible));
-        json_object_object_add(j, "gold", json_object_new_string(it->s.gold));
-        json_object_object_add(j, "correct_strict", json_object_new_boolean(it->s.correct_strict));
-        json_object_object_add(j, "correct_flexible", json_object_new_boolean(it->s.correct_flexible));
-        if (generated) {
-            json_object_object_add(j, "prompt_tokens", json_object_new_int64((int64_t)it->g.n_prompt));
-            json_object_object_add(j, "gen_tokens", json_object_new_int64((int64_t)it->g.n_gen));
-            json_object_object_add(j, "stop", json_object_new_string(stop_name(it->g.stop)));
-            if (it->g.truncated) json_object_object_add(j, "prompt_truncated", json_object_new_boolean(1));
-        }
-        size_t sl;
-        const char *s = json_object_to_json_string_length(j, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &sl);
-        rc = dsq_outfile_write(&f, s, sl, d);
-        if (rc == DSQ_OK) rc = dsq_outfile_write(&f, "\n", 1, d);
-        json_object_put(j);
-    }
-    if (rc == DSQ_OK) return dsq_outfile_commit(&f, d);
-    dsq_outfile_abort(&f);
-    return rc;
 }
 
 static void on_note(void *ctx, int level, const char *msg)
 {
     gen_ctx *g = ctx;
-    if (level <= 2) dsq_cli_warn(g->cli, "%s", msg);
+    if (level == 0) dsq_cli_warn(g->cli, "%s", msg);
     else dsq_cli_info(g->cli, level, "%s", msg);
 }
 
@@ -701,95 +644,34 @@ static int generate_all(dsq_cli *cli, const opts *o, const dsq_gsm8k_set *test, 
 
 /* ---- gsm8k --endpoint ---------------------------------------------------- */
 
-typedef struct ep_ctx {
-    const dsq_gsm8k_set *test;
-    item_out *items;
-    dsq_ep_journal *journal;
-    dsq_progress *prog;
-    size_t done;
-} ep_ctx;
-
-static int stop_code(const char *finish)
+static void on_sending(void *ctx, size_t n_todo, const char *model)
 {
-    return !strcmp(finish, "length") ? DSQ_GEN_STOP_LENGTH : !strcmp(finish, "stop") ? DSQ_GEN_STOP_STRING : 0;
+    gen_ctx *g = ctx;
+    dsq_cli_info(g->cli, 3, "%s: model '%s', %zu prompts, %d-shot, %d in flight", g->o->endpoint, model, n_todo,
+                 g->o->shots, g->o->concurrency);
+    dsq_progress_begin(&g->r->prog, g->cli, "gsm8k", "items", n_todo);
 }
 
-/* One completion arrived (calls are serialized): cut at the task's stop
- * strings as lm-eval does with an API model's output, journal it, keep it. */
-static int ep_done(void *u, size_t idx, dsq_ep_completion *c)
+static void on_item(void *ctx, size_t done)
 {
-    ep_ctx *e = u;
-    item_out *it = &e->items[idx];
-    c->len = dsq_gsm8k_stop_pos(c->text, c->len, dsq_gsm8k_stops, 3);
-    c->text[c->len] = 0;
-    dsq_ep_item ji = { .completion = c->text, .len = c->len, .prompt_tokens = c->prompt_tokens,
-                       .gen_tokens = c->completion_tokens };
-    snprintf(ji.finish, sizeof ji.finish, "%s", c->finish);
-    dsq_diag d;
-    dsq_diag_clear(&d);
-    if (e->journal) DSQ_TRY(dsq_ep_journal_append(e->journal, idx, &e->test->items[idx], &ji, &d));
-    it->completion = c->text;
-    it->len = c->len;
-    c->text = NULL;
-    it->g.n_prompt = c->prompt_tokens > 0 ? (size_t)c->prompt_tokens : 0;
-    it->g.n_gen = c->completion_tokens > 0 ? (size_t)c->completion_tokens : 0;
-    it->g.stop = stop_code(c->finish);
-    it->have = 1;
-    dsq_progress_update(e->prog, ++e->done);
-    return 0;
+    gen_ctx *g = ctx;
+    dsq_progress_update(&g->r->prog, done);
 }
 
-/* gsm8k against a server: the local run's prompts (same few-shot draws),
- * sent as text; --out is the journal a rerun continues from. */
+/* gsm8k against a server (gsm8k_run.h): the local run's prompts, sent as
+ * text; --out is the journal a rerun continues from. */
 static int endpoint_all(dsq_cli *cli, const opts *o, const dsq_gsm8k_set *test, size_t n, item_out *items,
-                        dsq_progress *prog, size_t *gen_tokens, dsq_diag *d)
+                        runner *r, size_t *gen_tokens, dsq_diag *d)
 {
     dsq_endpoint_opts eo;
     if (endpoint_opts(cli, o, &eo) < 0) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no API key");
-    char *train_path = o->train ? strdup(o->train) : dsq_gsm8k_default_train(o->data);
-    char **prompts = calloc(n, sizeof *prompts);
-    size_t *pl = calloc(n, sizeof *pl), *todo = calloc(n, sizeof *todo);
-    dsq_ep_item *old = calloc(n, sizeof *old);
-    int rc = (!train_path || !prompts || !pl || !todo || !old) ? dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory") : DSQ_OK;
-    /* the local run's prompts: the same few-shot draws */
-    if (rc == DSQ_OK) rc = dsq_gsm8k_prompts(test, n, train_path, o->shots, o->seed, prompts, pl, d);
-    dsq_ep_journal j = { .fd = -1 };
-    size_t have = 0, n_todo = 0;
-    if (rc == DSQ_OK && o->out) rc = dsq_ep_journal_open(&j, o->out, o->force, test, n, old, &have, d);
-    for (size_t i = 0; i < n && rc == DSQ_OK; i++) {
-        if (old[i].have) {
-            items[i].completion = old[i].completion;
-            items[i].len = old[i].len;
-            old[i].completion = NULL;
-            items[i].g.n_prompt = old[i].prompt_tokens > 0 ? (size_t)old[i].prompt_tokens : 0;
-            items[i].g.n_gen = old[i].gen_tokens > 0 ? (size_t)old[i].gen_tokens : 0;
-            items[i].g.stop = stop_code(old[i].finish);
-            items[i].have = 1;
-        } else {
-            todo[n_todo++] = i;
-        }
-    }
-    if (rc == DSQ_OK && have) dsq_cli_info(cli, 2, "%s: %zu of %zu items already done, continuing", o->out, have, n);
-    char *model = NULL;
-    if (rc == DSQ_OK && n_todo) rc = dsq_ep_resolve_model(&eo, &model, d);
-    if (rc == DSQ_OK && n_todo) {
-        dsq_cli_info(cli, 3, "%s: model '%s', %zu prompts, %d-shot, %d in flight", o->endpoint, model, n_todo,
-                     o->shots, o->concurrency);
-        ep_ctx e = { .test = test, .items = items, .journal = o->out ? &j : NULL, .prog = prog, .done = 0 };
-        dsq_progress_begin(prog, cli, "gsm8k", "items", n_todo);
-        rc = dsq_ep_complete_all(&eo, model, (const char *const *)prompts, pl, todo, n_todo, o->max_new,
-                                 dsq_gsm8k_stops, 3, ep_done, &e, d);
-        dsq_progress_end(prog);
-    }
-    if (o->out) dsq_ep_journal_close(&j);
+    gen_ctx g = { .cli = cli, .o = o, .r = r, .items = items };
+    dsq_gsm8k_endpoint_opts go = { .data = o->data, .train = o->train, .shots = o->shots, .seed = o->seed,
+                                   .max_new = o->max_new, .journal = o->out, .restart = o->force, .note = on_note,
+                                   .sending = on_sending, .progress = on_item, .ctx = &g };
+    int rc = dsq_gsm8k_run_endpoint(&eo, test, n, &go, items, d);
+    dsq_progress_end(&r->prog);
     for (size_t i = 0; i < n; i++) *gen_tokens += items[i].g.n_gen;
-    for (size_t i = 0; i < n; i++) { free(prompts ? prompts[i] : NULL); free(old ? old[i].completion : NULL); }
-    free(model);
-    free(prompts);
-    free(pl);
-    free(todo);
-    free(old);
-    free(train_path);
     return rc;
 }
 
@@ -809,17 +691,9 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
     if (!items) rc = dsq_fail(&d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     else if (o->score) {
         rc = dsq_gsm8k_completions_load(&comp, o->score, test.n, &d);
-        for (size_t i = 0; i < n && rc == DSQ_OK; i++) {
-            if (!comp.text[i]) continue;
-            items[i].completion = comp.text[i];
-            /* kept as scored: cut at the task's stop strings */
-            items[i].len = dsq_gsm8k_stop_pos(comp.text[i], comp.len[i], dsq_gsm8k_stops, 3);
-            comp.text[i][items[i].len] = 0;
-            comp.text[i] = NULL;
-            items[i].have = 1;
-        }
+        if (rc == DSQ_OK) dsq_gsm8k_items_from_completions(&comp, items, n);
     } else if (o->endpoint) {
-        rc = endpoint_all(cli, o, &test, n, items, &r.prog, &gen_tokens, &d);
+        rc = endpoint_all(cli, o, &test, n, items, &r, &gen_tokens, &d);
     } else {
         rc = generate_all(cli, o, &test, n, items, &r, &gen_tokens, &d);
     }
@@ -827,26 +701,11 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
     runner_close(&r);
     dsq_gsm8k_completions_release(&comp);
 
-    /* score: the stop strings are applied again (a no-op on our own output) */
     size_t scored = 0, ks = 0, kf = 0;
-    dsq_gsm8k_scorer *sc = NULL;
-    if (rc == DSQ_OK) rc = dsq_gsm8k_scorer_create(&sc, &d);
-    for (size_t i = 0; i < n && rc == DSQ_OK; i++) {
-        if (!items[i].have) continue;
-        rc = dsq_gsm8k_score_item(sc, items[i].completion, items[i].len, test.items[i].answer,
-                                  test.items[i].answer_len, dsq_gsm8k_stops, 3, &items[i].s);
-        if (rc < 0) { rc = dsq_fail(&d, rc, NULL, NULL, -1, "cannot score item %zu", i); break; }
-        scored++;
-        ks += (size_t)items[i].s.correct_strict;
-        kf += (size_t)items[i].s.correct_flexible;
-    }
-    dsq_gsm8k_scorer_free(sc);
+    if (rc == DSQ_OK) rc = dsq_gsm8k_score_items(&test, items, n, &scored, &ks, &kf, &d);
     if (rc == DSQ_OK && scored == 0) rc = dsq_fail(&d, DSQ_ERR_DATA, o->score, NULL, -1, "no completion matches the first %zu items", n);
-    if (rc == DSQ_OK && o->out) {
-        opts wo = *o;
-        wo.force |= o->endpoint != NULL; /* the scored file replaces the journal it grew from */
-        rc = write_items(&wo, &test, items, n, !o->score, &d);
-    }
+    /* the scored file replaces the journal it grew from */
+    if (rc == DSQ_OK && o->out) rc = dsq_gsm8k_write_items(o->out, o->force || o->endpoint, &test, items, n, !o->score, &d);
     /* Items without a completion count as wrong: lm-eval scores every item,
      * so a partial run must not look better than the full one would. */
     if (rc == DSQ_OK && scored < n)
@@ -884,11 +743,7 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
             printf("  strict-match      exact_match %.4f +/- %.4f  (%zu/%zu)\n", as, ses, ks, n);
         }
     }
-    for (size_t i = 0; i < n && items; i++) {
-        free(items[i].completion);
-        dsq_gsm8k_score_release(&items[i].s);
-    }
-    free(items);
+    dsq_gsm8k_items_free(items, n);
     dsq_gsm8k_set_release(&test);
     return rc < 0 ? dsq_cli_fail(cli, rc, &d) : DSQ_EXIT_OK;
 }

@@ -457,7 +457,7 @@ static void on_calib_progress(void *ctx, const dsq_calib_progress *p)
 static void on_note(void *ctx, int level, const char *msg)
 {
     run_ctx *rx = ctx;
-    if (level <= 2) dsq_cli_warn(rx->cli, "%s", msg);
+    if (level == 0) dsq_cli_warn(rx->cli, "%s", msg);
     else dsq_cli_info(rx->cli, level, "%s", msg);
 }
 
