@@ -92,7 +92,10 @@ int dsq_opt_parse(dsq_cli *c, const dsq_opt_spec *s, int argc, char **argv, dsq_
     memset(a, 0, sizeof *a);
     struct option *lo = calloc(s->n + 1, sizeof *lo);
     char *sh = malloc(2 * s->n + 2);
-    a->seq = calloc((size_t)argc + 1, sizeof *a->seq);
+    /* one argument can hold several options ("-qqv"): room for one per character */
+    size_t cap = 1;
+    for (int i = 1; i < argc; i++) cap += strlen(argv[i]);
+    a->seq = calloc(cap, sizeof *a->seq);
     if (!lo || !sh || !a->seq) {
         free(lo);
         free(sh);
@@ -113,7 +116,7 @@ int dsq_opt_parse(dsq_cli *c, const dsq_opt_spec *s, int argc, char **argv, dsq_
     sh[ns] = 0;
     int rc = -1, ch, no_progress = 0;
     opterr = 0;
-    optind = 1;
+    optind = 0; /* glibc: start over (a test parses several command lines) */
     while (rc < 0 && (ch = getopt_long(argc, argv, sh, lo, NULL)) != -1) {
         if (ch == ':') {
             if (optopt > 0 && optopt < 256) rc = dsq_cli_usage_error(c, "option '-%c' needs a value", optopt);
@@ -124,6 +127,10 @@ int dsq_opt_parse(dsq_cli *c, const dsq_opt_spec *s, int argc, char **argv, dsq_
         if (!o) {
             if (optopt > 0 && optopt < 256) rc = dsq_cli_usage_error(c, "unknown option '-%c'", optopt);
             else rc = dsq_cli_usage_error(c, "unknown option '%s'", argv[optind - 1]);
+            break;
+        }
+        if ((size_t)a->nseq + 1 >= cap) {   /* cannot happen: getopt returns at most one option per character */
+            rc = dsq_cli_usage_error(c, "too many options");
             break;
         }
         dsq_optval *v = &a->v[o->id];
