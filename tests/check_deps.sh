@@ -1,9 +1,11 @@
 #!/bin/sh
 # Layering: a module may include only headers of modules before it in
-#   common -> formats -> quant -> tokenizer -> engine -> calib -> convert / eval -> serve
+#   common -> formats -> quant -> tokenizer -> engine -> calib -> convert / eval -> serve -> programs
+# (programs/ holds the CLIs: no library module includes their headers, so
+# the library never prints or exits)
 # (convert and eval are siblings: neither includes the other's headers)
 # (quant never sees calib; statistics reach it as plain arrays).
-order="common formats quant tokenizer engine calib convert eval serve"
+order="common formats quant tokenizer engine calib convert eval serve programs"
 fail=0
 rank() { i=0; for m in $order; do [ "$m" = "$1" ] && { echo $i; return; }; i=$((i+1)); done; echo 99; }
 for m in $order; do
