@@ -139,7 +139,7 @@ static const dsq_opt opt_table[] = {
       "dsq (default): the .dsq container. ascend: msModelSlim\nAscendV1 directory (vllm-ascend / MindIE); awq: AutoAWQ\n"
       "GEMM directory (vLLM); compressed-tensors: vLLM /\nllm-compressor directory. OUT is then a directory of\n"
       "safetensors shards (--shard-size bounds them), config.json,\ntokenizer files and SHA256SUMS, renamed into place when\n"
-      "complete. Combinations the target cannot load exit 2\n(README \"Serving exports\")" },
+      "complete. Combinations the target cannot load exit 2\n(docs/serving-exports.md)" },
     { O_FORCE, DSQ_OPT_FLAG, "force", 'f', .help = "overwrite an existing output" },
     { O_RESUME, DSQ_OPT_FLAG, "resume", .needs = N_WRITE, .help =
       "continue an interrupted conversion (byte-identical\nto an uninterrupted run). Every run keeps a resume\n"
