@@ -10,23 +10,17 @@
  *   ds-eval gsm8k|ppl --endpoint URL [--served-model NAME] [--api-key-env VAR]
  *                 [--concurrency N] ... (the model behind an OpenAI-compatible server)
  *
- * The measuring logic lives in libdsq (eval_metrics.h, gsm8k.h); this file
- * parses options, wires the model and tokenizer into the callbacks there,
- * and prints. Exit codes: 0 ok, 1 error, 2 usage. */
+ * The work lives in libdsq (eval_model.h, eval_metrics.h, gsm8k_run.h,
+ * endpoint.h); this file parses options, hands them over and prints.
+ * Exit codes: 0 ok, 1 error, 2 usage. */
 #include "cli.h"
 #include "cli_opt.h"
-#include "container.h"
-#include "container_set.h"
 #include "dsq_file.h"
 #include "endpoint.h"
 #include "eval_metrics.h"
+#include "eval_model.h"
 #include "gsm8k.h"
 #include "gsm8k_run.h"
-#include "eval_model.h"
-#include "llama2c.h"
-#include "model.h"
-#include "tokenizer.h"
-#include "model_tokenizer.h"
 
 #include <json-c/json.h>
 #include <math.h>

@@ -1,27 +1,21 @@
 /* ds_quant.c - ds-quant: Hugging Face safetensors (BF16/F16/F32 or
- * DeepSeek FP8-block) -> .dsq with W8A8 / W4A8 / AWQ-w4a16 weights.
- * Parses options, calls the convert library, prints. */
-#include "calib.h"
-#include "llama2c.h"
+ * DeepSeek FP8-block) -> .dsq with W8A8 / W4A8 / AWQ-w4a16 weights, or a
+ * serving export. The work is dsq_quantize_run (convert/quantize.h); this
+ * file parses options and prints. */
 #include "cli.h"
 #include "cli_opt.h"
-#include "dsq_json.h"
 #include "container.h"
-#include "convert.h"
-#include "dsq_file.h"
+#include "dsq_json.h"
+#include "dsq_version.h"
 #include "export.h"
 #include "quantize.h"
-#include "dsq_version.h"
-#include "recipe.h"
-#include "scheme.h"
-#include "dsq_thread.h"
 
+#include <json-c/json.h>
 #include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 enum {
     O_SCHEME = DSQ_OPT_FIRST, O_RECIPE, O_KEEP, O_SCHEME_FOR, O_GROUP, O_DRY, O_ZSTD, O_NONFINITE, O_RESUME,
