@@ -105,6 +105,14 @@ int dsq_opt_parse(dsq_cli *c, const dsq_opt_spec *s, int argc, char **argv, dsq_
     sh[ns++] = ':';
     for (size_t i = 0; i < s->n; i++) {
         const dsq_opt *o = &s->opts[i];
+        if (o->type != DSQ_OPT_TEXT && (o->id <= 0 || o->id >= DSQ_OPT_MAX_ID)) {   /* a table bug */
+            free(lo);
+            free(sh);
+            dsq_args_release(a);
+            dsq_cli_error(c, "option table: --%s has id %d outside 1..%d", o->name ? o->name : "?", o->id,
+                          DSQ_OPT_MAX_ID - 1);
+            return DSQ_EXIT_ERROR;
+        }
         if (o->type == DSQ_OPT_TEXT || find_id(s, o->id) != o) continue; /* later rows: help only */
         if (o->name) lo[nl++] = (struct option){ o->name, takes_arg(o) ? required_argument : no_argument, NULL,
                                                  o->shrt ? o->shrt : LONG_BASE + o->id };
