@@ -175,6 +175,15 @@ void dsq_cli_json_print(json_object *o, int pretty)
     json_object_put(o);
 }
 
+json_object *dsq_cli_json_tool(const dsq_cli *c, const char *status)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "tool", json_object_new_string(c->prog));
+    json_object_object_add(o, "version", json_object_new_string(DSQ_VERSION_STRING));
+    if (status) json_object_object_add(o, "status", json_object_new_string(status));
+    return o;
+}
+
 json_object *dsq_cli_json_num(double v)
 {
     return isfinite(v) ? json_object_new_double(v) : json_object_new_null();

@@ -66,6 +66,9 @@ void dsq_progress_end(dsq_progress *p);
  * number, or null for NaN / Inf (JSON has no such numbers). */
 struct json_object;
 void dsq_cli_json_print(struct json_object *o, int pretty);
+/* A summary object that opens with {"tool": prog, "version": .., "status": status}
+ * (no status when NULL). */
+struct json_object *dsq_cli_json_tool(const dsq_cli *c, const char *status);
 struct json_object *dsq_cli_json_num(double v);
 
 double dsq_now(void); /* monotonic seconds */

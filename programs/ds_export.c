@@ -105,10 +105,7 @@ int main(int argc, char **argv)
         return rc == DSQ_ERR_UNSUPPORTED ? DSQ_EXIT_USAGE : code;
     }
     if (cli.json) {
-        json_object *j = json_object_new_object();
-        dsq_json_put_str(j, "tool", "ds-export");
-        dsq_json_put_str(j, "version", DSQ_VERSION_STRING);
-        dsq_json_put_str(j, "status", "ok");
+        json_object *j = dsq_cli_json_tool(&cli, "ok");
         dsq_json_put_str(j, "input", in);
         dsq_json_put_str(j, "output", o.output);
         dsq_json_put_str(j, "format", s.format);

@@ -179,14 +179,6 @@ static const dsq_opt_spec spec = { opt_table, sizeof opt_table / sizeof opt_tabl
 
 /* ---- output helpers ---- */
 
-static json_object *tool_json(const char *status)
-{
-    json_object *o = json_object_new_object();
-    dsq_json_put_str(o, "tool", "ds-quant");
-    dsq_json_put_str(o, "version", DSQ_VERSION_STRING);
-    if (status) dsq_json_put_str(o, "status", status);
-    return o;
-}
 
 static void fmt_bytes(char *buf, size_t n, double b)
 {
@@ -210,7 +202,7 @@ static int print_plan(const dsq_cli *cli, const dsq_convert *c, const dsq_recipe
     uint64_t peak = dsq_convert_peak_estimate(c);
     char reason[1200], shp[160];
     if (cli->json) {
-        json_object *o = tool_json(NULL), *by = json_object_new_object(), *plan = json_object_new_array();
+        json_object *o = dsq_cli_json_tool(cli, NULL), *by = json_object_new_object(), *plan = json_object_new_array();
         dsq_json_put_bool(o, "dry_run", 1);
         dsq_json_put_u64(o, "tensors", p->n);
         dsq_json_put_u64(o, "source_bytes", p->src_bytes);
@@ -294,7 +286,7 @@ static void print_summary(const dsq_cli *cli, const dsq_convert_summary *s, cons
     size_t nworst = nm < 10 ? nm : 10;
 
     if (cli->json) {
-        json_object *o = tool_json("ok"), *by = json_object_new_object();
+        json_object *o = dsq_cli_json_tool(cli, "ok"), *by = json_object_new_object();
         dsq_json_put_str(o, "input", in);
         dsq_json_put_str(o, "output", out);
         dsq_json_put_int(o, "shards", s->shards);
@@ -410,7 +402,7 @@ static void json_error(const dsq_cli *cli, int status, const dsq_diag *d)
     char buf[2048];
     if (d && d->status < 0) dsq_diag_format(d, buf, sizeof buf);
     else snprintf(buf, sizeof buf, "%s", dsq_strerror(status));
-    json_object *o = tool_json("error"), *e = json_object_new_object();
+    json_object *o = dsq_cli_json_tool(cli, "error"), *e = json_object_new_object();
     dsq_json_put_str(e, "code", dsq_status_name(status));
     dsq_json_put_str(e, "message", buf);
     json_object_object_add(o, "error", e);
