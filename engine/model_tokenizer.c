@@ -101,7 +101,7 @@ int dsq_tokenizer_for_model(dsq_tokenizer **tok, const char *model, const char *
         char *t = dsq_llama2c_find_tokenizer(model);
         if (!t)
             return dsq_fail(d, DSQ_ERR_NOT_FOUND, model, NULL, -1,
-                            "no tokenizer.bin or tok<vocab>.bin beside this llama2.c checkpoint; pass --tokenizer PATH");
+                            "no tokenizer.bin or tok<vocab>.bin beside this llama2.c checkpoint");
         set_where(origin, DSQ_TOK_FROM_FILE, where, wl, t);
         int rc = dsq_tokenizer_load(tok, t, d);
         free(t);
@@ -114,7 +114,7 @@ int dsq_tokenizer_for_model(dsq_tokenizer **tok, const char *model, const char *
     if (!j || !b) {
         rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     } else if (!dsq_path_exists(j) && !dsq_path_exists(b)) {
-        rc = dsq_fail(d, DSQ_ERR_NOT_FOUND, model, NULL, -1, "%sno tokenizer.json or tokenizer.bin in %s; pass --tokenizer PATH",
+        rc = dsq_fail(d, DSQ_ERR_NOT_FOUND, model, NULL, -1, "%sno tokenizer.json or tokenizer.bin in %s",
                       dsq ? "no tokenizer in the .dsq metadata and " : "", dir);
     } else {
         set_where(origin, DSQ_TOK_FROM_DIR, where, wl, dir);

@@ -33,7 +33,8 @@ typedef enum dsq_tok_origin {
  * beside it, else tokenizer.json / tokenizer.bin in the model's directory.
  * origin (may be NULL) says where it came from, or where loading failed;
  * where (may be NULL, where_len bytes) gets that file or directory.
- * DSQ_ERR_NOT_FOUND when the model or any tokenizer for it is missing. */
+ * DSQ_ERR_NOT_FOUND when the model or any tokenizer for it is missing (the
+ * message names what was looked for; a program adds how to give one). */
 int dsq_tokenizer_for_model(dsq_tokenizer **tok, const char *model, const char *tokenizer,
                             dsq_tok_origin *origin, char *where, size_t where_len, dsq_diag *d);
 

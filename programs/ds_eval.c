@@ -271,6 +271,10 @@ static int load_tokenizer(const dsq_cli *cli, const opts *o, dsq_tokenizer **tok
     else if (rc == DSQ_OK && from != DSQ_TOK_FROM_ARG) dsq_cli_info(cli, 3, "tokenizer from %s", where);
     else if (rc < 0 && (from == DSQ_TOK_FROM_DSQ_META || from == DSQ_TOK_FROM_DIR))
         dsq_cli_info(cli, 1, "pass --tokenizer to use another tokenizer");
+    else if (rc == DSQ_ERR_NOT_FOUND && from == DSQ_TOK_FROM_NONE && d && dsq_path_exists(o->model)) {
+        size_t l = strlen(d->msg);   /* the model is there, its tokenizer is not */
+        snprintf(d->msg + l, sizeof d->msg - l, "; pass --tokenizer PATH");
+    }
     return rc;
 }
 
