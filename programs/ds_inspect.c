@@ -311,19 +311,30 @@ typedef struct export_info {
     json_object *cfg;
 } export_info;
 
+/* A JSON file's object, or NULL; special files are refused unopened. */
+static json_object *read_json(const char *path)
+{
+    char *txt = NULL;
+    size_t len = 0;
+    if (dsq_read_file(path, (size_t)64 << 20, &txt, &len, NULL) != DSQ_OK) return NULL;
+    json_object *o = json_tokener_parse(txt);
+    free(txt);
+    return o;
+}
+
 static void export_probe(const char *path, export_info *x)
 {
     memset(x, 0, sizeof *x);
     if (!dsq_path_is_dir(path)) return;
     char *p = dsq_path_join(path, "quant_model_description.json");
     if (p && dsq_path_exists(p)) {
-        x->desc = json_object_from_file(p);
+        x->desc = read_json(p);
         if (x->desc && json_object_is_type(x->desc, json_type_object)) x->format = "ascend";
     }
     free(p);
     p = dsq_path_join(path, "config.json");
     json_object *q, *m;
-    if (!x->format && p && dsq_path_exists(p) && (x->cfg = json_object_from_file(p)) &&
+    if (!x->format && p && dsq_path_exists(p) && (x->cfg = read_json(p)) &&
         json_object_is_type(x->cfg, json_type_object) &&
         json_object_object_get_ex(x->cfg, "quantization_config", &q) && json_object_is_type(q, json_type_object) &&
         json_object_object_get_ex(q, "quant_method", &m) && json_object_is_type(m, json_type_string)) {
