@@ -3,6 +3,7 @@
 #include "dsq_file.h"
 #include "dsq_thread.h"
 #include "llama2c.h"
+#include "quarot.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -52,6 +53,8 @@ static int make_recipe(const dsq_quantize_opts *o, int calibrating, dsq_quantize
                               : dsq_recipe_add_rule(&r->recipe, o->rules[i].s, d);
     size_t tl = (size_t)snprintf(id, idn, "scheme=%s preset=%s group=%d", o->scheme ? o->scheme : "",
                                  o->preset ? o->preset : "", o->group_size);
+    if (o->rotate && tl < idn)   /* a rotated model's statistics are another model's */
+        tl += (size_t)snprintf(id + tl, idn - tl, " rotate=quarot:%llu", (unsigned long long)o->rotate_seed);
     for (size_t i = 0; i < o->n_rules && tl < idn; i++)
         tl += (size_t)snprintf(id + tl, idn - tl, " %s%s", o->rules[i].keep ? "keep:" : "rule:", o->rules[i].s);
     return rc;
@@ -88,6 +91,43 @@ static int calibrate(const dsq_quantize_opts *o, const dsq_convert_opts *conv, c
     return dsq_calib_summary_json(r->calib, 1, &r->calib_json);
 }
 
+/* QuaRot: the rotated float model at OUT.rot (BF16 for BF16 and FP8
+ * sources, whose weights carry no more precision, F32 otherwise). A
+ * finished one with the same seed is reused by --resume; any other file in
+ * the way is refused, never removed. */
+static int rotate_input(const dsq_quantize_opts *o, const dsq_convert_opts *conv, const dsq_quantize_hooks *h,
+                        dsq_quantize_result *r, dsq_diag *d)
+{
+    if (!conv->output) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "--rotate needs an output");
+    size_t n = strlen(conv->output) + sizeof ".rot";
+    if (!(r->rot_dir = malloc(n))) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    snprintf(r->rot_dir, n, "%s.rot", conv->output);
+    if (dsq_path_exists(r->rot_dir)) {
+        if (conv->resume && dsq_quarot_is_ours(r->rot_dir, o->rotate_seed)) {
+            note(h, 2, "reusing the rotated model %s", r->rot_dir);
+            return DSQ_OK;
+        }
+        return dsq_fail(d, DSQ_ERR_EXISTS, r->rot_dir, NULL, -1,
+                        "in the way of the rotated model (an interrupted run's? --resume reuses one made with the "
+                        "same --rotate-seed; otherwise remove it)");
+    }
+    dsq_model_config cfg;
+    char cp[4096];
+    int bf16 = 0;
+    if ((size_t)snprintf(cp, sizeof cp, "%s/config.json", conv->input) < sizeof cp &&
+        dsq_model_config_load(&cfg, cp, NULL) == DSQ_OK) {
+        bf16 = !strcmp(cfg.torch_dtype, "bfloat16") || cfg.quant.present;
+        dsq_model_config_release(&cfg);
+    }
+    dsq_quarot_opts qo;
+    dsq_quarot_opts_init(&qo);
+    qo.seed = o->rotate_seed;
+    qo.out_dtype = bf16 ? DSQ_DTYPE_BF16 : DSQ_DTYPE_F32;
+    note(h, 2, "rotating %s (QuaRot, seed %llu) into %s", conv->input, (unsigned long long)o->rotate_seed,
+         r->rot_dir);
+    return dsq_quarot_write(conv->input, r->rot_dir, &qo, d);
+}
+
 int dsq_quantize_run(const dsq_quantize_opts *o, const dsq_quantize_hooks *hooks, dsq_quantize_result *r,
                      dsq_diag *d)
 {
@@ -105,6 +145,12 @@ int dsq_quantize_run(const dsq_quantize_opts *o, const dsq_quantize_hooks *hooks
         DSQ_TRY(dsq_llama2c_to_temp_dir(conv.input, NULL, &r->llama2c_dir, d));
         note(h, 3, "%s: llama2.c checkpoint, read through %s", conv.input, r->llama2c_dir);
         conv.input = r->llama2c_dir;
+    }
+
+    if (o->rotate && !dry) {
+        r->stage = DSQ_QSTAGE_ROTATE;
+        DSQ_TRY(rotate_input(o, &conv, h, r, d));
+        conv.input = r->rot_dir;
     }
 
     r->stage = DSQ_QSTAGE_RECIPE;   /* recipe errors are usage errors: unknown scheme, bad regex, w8a8 */
@@ -160,6 +206,10 @@ int dsq_quantize_run(const dsq_quantize_opts *o, const dsq_quantize_hooks *hooks
     r->stage = DSQ_QSTAGE_CONVERT;
     DSQ_TRY(dsq_convert_run(r->conv, &r->summary, d));
     if (r->ckpt) unlink(r->ckpt);   /* the default checkpoint is not kept after success */
+    if (r->rot_dir) {
+        const char *src = r->llama2c_dir ? r->llama2c_dir : o->conv.input;
+        if (dsq_quarot_remove(r->rot_dir, src, d) < 0) note(h, 0, "%s was left in place", r->rot_dir);
+    }
     r->stage = DSQ_QSTAGE_DONE;
     return DSQ_OK;
 }
@@ -172,6 +222,7 @@ void dsq_quantize_result_release(dsq_quantize_result *r)
     free(r->calib_json);
     free(r->calib_json_meta);
     free(r->ckpt);
+    free(r->rot_dir);
     if (r->llama2c_dir) dsq_llama2c_temp_dir_remove(r->llama2c_dir);
     memset(r, 0, sizeof *r);
 }

@@ -30,6 +30,11 @@ typedef struct dsq_quantize_opts {
     const dsq_quantize_rule *rules; /* in order: the first matching rule wins */
     size_t n_rules;
     int dry_run;            /* plan only: nothing is written, no calibration */
+    /* QuaRot (quarot.h): rotate the input into a plain float model first,
+     * at "<OUT>.rot" beside the output; calibration and conversion read
+     * that. Removed after success, kept for --resume after a failure. */
+    int rotate;             /* 0: none, 1: quarot */
+    uint64_t rotate_seed;
     dsq_convert_opts conv;  /* input, output and run options; recipe, calib, progress and cancel are set here */
     dsq_calib_opts calib;   /* calibration when .calib or .load_stats is set */
 } dsq_quantize_opts;
@@ -37,6 +42,7 @@ typedef struct dsq_quantize_opts {
 /* Where the run stopped: the program's exit status and message depend on it. */
 typedef enum dsq_quantize_stage {
     DSQ_QSTAGE_INPUT = 0,   /* reading a llama2.c checkpoint */
+    DSQ_QSTAGE_ROTATE,      /* the QuaRot rotation of the input */
     DSQ_QSTAGE_RECIPE,      /* the recipe (unknown scheme, bad regex): a usage error */
     DSQ_QSTAGE_OUTPUT,      /* an output precondition */
     DSQ_QSTAGE_PREFLIGHT,   /* the plan checked before calibrating */
@@ -72,6 +78,7 @@ typedef struct dsq_quantize_result {
     int threads;                /* worker threads used */
     char *llama2c_dir;          /* the temporary copy of a llama2.c input, removed by release */
     char *ckpt;                 /* the default calibration checkpoint (OUT.calib.dsq) */
+    char *rot_dir;              /* the rotated input (OUT.rot), NULL without --rotate */
 } dsq_quantize_result;
 
 /* Run the workflow. r is filled as far as it got (release it in any case).

@@ -20,20 +20,21 @@
 enum {
     O_SCHEME = DSQ_OPT_FIRST, O_RECIPE, O_KEEP, O_SCHEME_FOR, O_GROUP, O_DRY, O_ZSTD, O_NONFINITE, O_RESUME,
     O_CLIP, O_SHARD, O_MEM, O_SAMPLE, O_CHECKPOINT, O_NOJOURNAL, O_CALIB, O_CSAMPLES, O_CSEQLEN, O_SEED,
-    O_MOECALIB, O_MINTOK, O_ALPHA, O_NOSMOOTH, O_NOCLIP, O_SAVESTATS, O_STATS, O_FORMAT, O_GPTQ, O_GPTQDAMP,
+    O_ROTATE, O_ROTSEED, O_MOECALIB, O_MINTOK, O_ALPHA, O_NOSMOOTH, O_NOCLIP, O_SAVESTATS, O_STATS, O_FORMAT, O_GPTQ, O_GPTQDAMP,
     O_CALIBRAM, O_ATTNBLOCK, O_CROWS, O_CEROWS, O_ROLLBACK, O_SEARCH, O_NOSEARCH, O_FORCE
 };
 
 /* What an option needs of the run; options whose needs are not met are
  * refused (exit 2) instead of ignored. Checked in this order. */
 enum { N_CALIB = 1, N_CALIB_OR_STATS = 2, N_SQ = 4, N_SMOOTH = 8, N_INT4 = 16, N_WRITE = 32, N_GPTQ = 64,
-       N_JOURNAL = 128 };
+       N_JOURNAL = 128, N_ROTATE = 256 };
 static const dsq_opt_need needs[] = {
     { N_CALIB, "%s shapes the calibration data: it needs --calib" },
     { N_CALIB_OR_STATS, "%s is a calibration option: it needs --calib (or --stats)" },
     { N_SQ, "%s is for SmoothQuant (w8a8, w4a8); awq-w4a16 searches AWQ scales" },
     { N_SMOOTH, "%s is for SmoothQuant (w8a8, w4a8); awq-w4a16 searches AWQ scales" },
     { N_INT4, "%s is for int4 schemes (the clip search); w8a8 and w8a8-dynamic have none" },
+    { N_ROTATE, "%s seeds the rotation: it needs --rotate quarot" },
     { N_WRITE, "%s has nothing to do in a --dry-run (nothing is written)" },
     { N_GPTQ, "%s sets GPTQ's dampening: it needs --gptq" },
     { N_JOURNAL, "%s sets the resume journal's interval: not with --no-journal" },
@@ -75,6 +76,11 @@ static const dsq_opt opt_table[] = {
       "rest min/max (awq-w4a16, calibrated w4a8, --gptq)" },
     { O_NOSEARCH, DSQ_OPT_FLAG, "no-search" },
     { O_NONFINITE, DSQ_OPT_FLAG, "allow-nonfinite", .help = "convert NaN as 0 and saturate Inf instead of failing" },
+    { O_ROTATE, DSQ_OPT_CHOICE, "rotate", 0, "none|quarot", .choices = "none|quarot", .needs = N_WRITE, .help =
+      "quarot: rotate the model first (seeded Hadamard rotations fused\n"
+      "into the weights, norms folded; msModelSlim's QuaRot for DeepSeek),\n"
+      "kept at OUT.rot until the run succeeds; any scheme, recipe, format" },
+    { O_ROTSEED, DSQ_OPT_SIZE, "rotate-seed", 0, "S", 0, .needs = N_ROTATE, .help = "the rotations' random signs (default 1234)" },
     { .type = DSQ_OPT_TEXT, .help =
 "\n"
 "Calibration (scales from what the model computes; folded into the weights, so\n"
@@ -603,7 +609,8 @@ int main(int argc, char **argv)
     int awq = sc && sc->id == DSQ_SCHEME_AWQ_W4A16, int8 = sc && (sc->id == DSQ_SCHEME_W8A8 || sc->id == DSQ_SCHEME_W8A8_DYNAMIC);
     unsigned have = (co.calib ? N_CALIB : 0) | (calibrating ? N_CALIB_OR_STATS : 0) | (awq ? 0 : N_SQ) |
                     (!awq || co.gptq ? N_SMOOTH : 0) | (int8 ? 0 : N_INT4) | (dry ? 0 : N_WRITE) | (co.gptq ? N_GPTQ : 0) |
-                    (o.no_journal ? 0 : N_JOURNAL);
+                    (o.no_journal ? 0 : N_JOURNAL) |
+                    (dsq_opt_given(&a, O_ROTATE) && a.v[O_ROTATE].choice == 1 ? N_ROTATE : 0);
     if ((rc = dsq_opt_check_needs(&cli, &spec, &a, have, needs, sizeof needs / sizeof needs[0])) >= 0)
         return free(rules), rc;
     o.input = a.pos[0];
@@ -611,7 +618,9 @@ int main(int argc, char **argv)
     cli.progress = cli.progress && !cli.json;
 
     dsq_quantize_opts q = { .scheme = scheme, .preset = preset, .group_size = group, .rules = rules,
-                            .n_rules = nrules, .dry_run = dry, .conv = o, .calib = co };
+                            .n_rules = nrules, .dry_run = dry, .conv = o, .calib = co,
+                            .rotate = dsq_opt_given(&a, O_ROTATE) && a.v[O_ROTATE].choice == 1,
+                            .rotate_seed = dsq_opt_u64(&a, O_ROTSEED, 1234) };
     run_ctx rx = { .cli = &cli, .calib_path = co.calib, .input = o.input };
     dsq_quantize_hooks h = { .cancel = &dsq_cli_interrupted, .calib_progress = cli.progress ? on_calib_progress : NULL,
                              .convert_progress = cli.progress ? on_progress : NULL, .note = on_note,
