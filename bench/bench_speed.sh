@@ -38,6 +38,7 @@ if [ "${QUICK:-0}" = 1 ]; then
     EXPERTS=${1:-2}
     VARIANTS=${VARIANTS-}
     ENGINE_R=${ENGINE_R:-1}
+    DOC_NOTE="reduced run (QUICK=1): a layer with $EXPERTS routed experts instead of 16 (every tensor still of DeepSeek-V3's shape), no --zstd-level 0 / --no-search variant rows, one engine repetition"
 else
     EXPERTS=${1:-16}
 fi

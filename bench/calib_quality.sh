@@ -50,6 +50,8 @@ MODEL=${1:-samples/tiny-dsv3}
 if [ "${QUICK:-0}" = 1 ]; then
     TEXTS=${TEXTS:-heldout}
     EXTRA_ROWS=${EXTRA_ROWS:-0}
+    DOC_NOTE="reduced run (QUICK=1): the held-out texts are $TEXTS (the full run adds the 300 GSM test problems as text)"
+    [ "$EXTRA_ROWS" != 0 ] || DOC_NOTE="$DOC_NOTE, and only the round-to-nearest / calibrated pairs (the full run adds the rows that keep the dense down_proj in BF16, --rollback and the deepseek-w4a8 recipe)"
 fi
 TEXTS=${TEXTS:-heldout gsm}
 if [ -z "${OUT:-}" ]; then

@@ -11,7 +11,9 @@
 #   say FORMAT ARGS...       printf to stdout and to the page body
 #   doc_finish PAGE TITLE INTRO
 #                            write PAGE (atomically: PAGE.tmp, then rename)
-#                            as header + body; PAGE empty: no page
+#                            as header + body; PAGE empty: no page. DOC_NOTE,
+#                            when set, is one more header line (a reduced
+#                            run says there what it leaves out)
 #
 # The page is written only when the run finished: a failed run leaves the
 # previous page as it was.
@@ -53,6 +55,7 @@ doc_finish() {
         echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
         echo "- commit: $commit"
         echo "- command: \`$DOC_CMD\`"
+        [ -z "${DOC_NOTE:-}" ] || echo "- $DOC_NOTE"
         echo
         printf '%s\n' "$intro"
         echo
