@@ -3,6 +3,7 @@
 #include "chat_reasoning.h"
 #include "chat_template.h"
 #include "dsq_file.h"
+#include "gsm8k_run.h"
 #include "http_client.h"
 
 #include <json-c/json.h>
@@ -275,6 +276,10 @@ int dsq_chat_run_local(const dsq_gen_ops *ops, size_t max_ctx, const dsq_tokeniz
         if (rc == DSQ_OK) rc = dsq_chat_messages_from_json(arr, &m, &n, &arena, d);
         if (rc == DSQ_OK) rc = dsq_chat_render(t, m, n, &co, &text, &tl, d);
         if (rc == DSQ_OK) rc = dsq_tokenizer_encode_ex(tok, text, tl, DSQ_TOK_PARSE_SPECIAL, &prompts[k], &np[k], d);
+        for (size_t i = 0; rc == DSQ_OK && i < np[k]; i++)
+            if (prompts[k][i] < 0 || (size_t)prompts[k][i] >= ops->vocab)
+                rc = dsq_fail(d, DSQ_ERR_DATA, NULL, NULL, -1, "item %zu: token id %d beyond the model's %zu logits",
+                              todo[k] / (size_t)o->samples, (int)prompts[k][i], ops->vocab);
         if (rc == DSQ_OK && np[k] + (size_t)o->max_tokens > max_ctx)
             rc = dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
                           "item %zu: the prompt has %zu tokens; with %lld new ones it exceeds the context %zu",
@@ -295,6 +300,28 @@ int dsq_chat_run_local(const dsq_gen_ops *ops, size_t max_ctx, const dsq_tokeniz
     for (size_t k = 0; k < n_todo && prompts; k++) free(prompts[k]);
     free(prompts);
     free(np);
+    return rc;
+}
+
+int dsq_chat_run_model(dsq_eval_model *r, const dsq_chat_model_opts *mo, const dsq_chat_run_opts *o,
+                       const dsq_gsm8k_set *set, const size_t *todo, size_t n_todo, dsq_chat_reply_fn done,
+                       void *user, const char **template_id, dsq_diag *d)
+{
+    dsq_chat_template *t = NULL;
+    *template_id = NULL;
+    int rc = r->tok ? DSQ_OK : dsq_tokenizer_for_model(&r->tok, mo->model.model, mo->tokenizer, NULL, NULL, 0, d);
+    if (rc == DSQ_OK) rc = dsq_chat_template_for_model(&t, mo->model.model, mo->tokenizer, mo->chat_template, d);
+    if (rc == DSQ_OK) *template_id = dsq_chat_template_id(t); /* a static string */
+    if (rc == DSQ_OK) rc = dsq_eval_model_open(r, &mo->model, d);
+    if (rc == DSQ_OK) {
+        int32_t eos[1 + DSQ_CFG_MAX_EOS];
+        size_t n_eos = dsq_eval_eos_ids(r, eos, sizeof eos / sizeof eos[0]);
+        dsq_gen_ops ops;
+        dsq_eval_gen_ops(r, mo->model.max_batch, &ops);
+        rc = dsq_chat_run_local(&ops, (size_t)dsq_state_max_ctx(r->st), r->tok, t, eos, n_eos, o, set, todo, n_todo,
+                                mo->cancel, done, user, d);
+    }
+    dsq_chat_template_free(t);
     return rc;
 }
 

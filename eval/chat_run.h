@@ -13,6 +13,7 @@
 
 #include "chat_eval.h"
 #include "endpoint.h"
+#include "eval_model.h"
 #include "gsm8k.h"
 #include "tokenizer.h"
 
@@ -74,6 +75,21 @@ int dsq_chat_run_local(const dsq_gen_ops *ops, size_t max_ctx, const dsq_tokeniz
                        const dsq_chat_run_opts *o, const dsq_gsm8k_set *set, const size_t *todo,
                        size_t n_todo, volatile int *cancel, dsq_chat_reply_fn done, void *user,
                        dsq_diag *d);
+
+/* The same with a model opened for the run: the tokenizer (tokenizer NULL:
+ * the model's own) and chat template (chat_template NULL: the model's own;
+ * else an id or file) are loaded, the model is opened into r (the caller
+ * closes it), and its EOS ids end the replies. *template_id names the
+ * template used. */
+typedef struct dsq_chat_model_opts {
+    dsq_eval_model_opts model;  /* max_batch: sequences decoded together */
+    const char *tokenizer;
+    const char *chat_template;
+    volatile int *cancel;
+} dsq_chat_model_opts;
+int dsq_chat_run_model(dsq_eval_model *r, const dsq_chat_model_opts *mo, const dsq_chat_run_opts *o,
+                       const dsq_gsm8k_set *set, const size_t *todo, size_t n_todo, dsq_chat_reply_fn done,
+                       void *user, const char **template_id, dsq_diag *d);
 
 /* ---- journal, scores, summary --------------------------------------------------- */
 
