@@ -1,8 +1,9 @@
 /* export.h - write a converted model as a directory a serving engine loads:
  * msModelSlim "AscendV1" (vllm-ascend / MindIE), AutoAWQ GEMM or
- * compressed-tensors (vLLM). ../shared/docs/formats.md sections 3-5 are the
- * contracts; each format is one row of a table (export.c) whose functions
- * live in export_ascend.c, export_awq.c and export_ct.c.
+ * compressed-tensors (vLLM). Each format is one module of xfmt/ (one row of
+ * its table: plan, pack, config); the contracts are docs/serving-exports.md.
+ * This file owns what every format shares: shards, resume, side files and
+ * SHA256SUMS.
  *
  * The writer consumes the dsq scheme blobs (quant/scheme.h) of the source
  * tensors, one at a time in a fixed order (the conversion plan's, which is
@@ -24,8 +25,9 @@
  * records "<fingerprint> <committed shards>"; --resume continues from the
  * first uncommitted shard (dsq_export_resume_from). finish writes
  * config.json, the tokenizer / generation files (from the model metadata),
- * the safetensors index when sharded, quant_model_description.json (ascend)
- * and SHA256SUMS (sha256sum -c format, every other file, sorted by name). */
+ * the safetensors index when sharded, the format's description file
+ * (quant_model_description.json for ascend) and SHA256SUMS (sha256sum -c
+ * format, every other file, sorted by name). */
 #ifndef DSQ_EXPORT_H
 #define DSQ_EXPORT_H
 
@@ -33,20 +35,12 @@
 #include "dtype.h"
 #include "recipe.h"
 #include "scheme.h"
+#include "xfmt.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* One source tensor (as planned / as stored in a .dsq). */
-typedef struct dsq_export_src {
-    const char *name;           /* borrowed */
-    dsq_role_info role;
-    const dsq_scheme *scheme;
-    enum dsq_dtype src_dtype;   /* source float type (DSQ_DTYPE_INVALID: unknown) */
-    int ndim;
-    int64_t shape[8];
-    dsq_qshape qshape;          /* rows x cols view + group size of the blob */
-} dsq_export_src;
+/* dsq_export_src, one source tensor: xfmt/xfmt.h. */
 
 typedef struct dsq_export_opts {
     const char *format;         /* "ascend", "awq", "compressed-tensors" */

@@ -29,7 +29,8 @@
  *
  * Presets (--recipe NAME):
  *   deepseek-w4a8  msModelSlim lab_practice/deepseek_v3/
- *                  deepseek_w4a8_per_channel.yaml (formats.md s.4.5): attention
+ *                  deepseek_w4a8_per_channel.yaml (docs/serving-exports.md
+ *                  "## AscendV1"): attention
  *                  and dense/shared MLP w8a8-dynamic, routed experts w4a8
  *                  (per channel unless --group-size), MTP-layer experts
  *                  w8a8-dynamic, kv_b_proj kept.
@@ -53,14 +54,7 @@
 
 /* ---- roles ---- */
 
-typedef struct dsq_role_info {
-    uint32_t role;      /* enum dsq_role */
-    int64_t  layer;     /* decoder layer index, -1 if none */
-    int64_t  expert;    /* routed expert index, -1 if none */
-    int      mtp;       /* tensor belongs to an MTP layer */
-    int      fp8_scale; /* name is an FP8 "*_scale_inv" companion */
-} dsq_role_info;
-
+/* dsq_role_info: formats/container.h */
 /* Classify a Hugging Face tensor name. num_hidden_layers (<= 0: unknown)
  * marks layers with index >= it as MTP; names only MTP layers have (eh_proj,
  * enorm, hnorm, shared_head.*) are MTP regardless. Never fails: unknown

@@ -629,7 +629,7 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
     rp.mscale_all_dim = rs->mscale_all_dim;
     rp.low_freq_factor = rs->low_freq_factor;
     rp.high_freq_factor = rs->high_freq_factor;
-    /* DeepSeek follows inference/model.py (formats.md 2.6): YaRN blending and
+    /* DeepSeek follows its inference/model.py: YaRN blending and
      * the mscale^2 softmax factor apply only when the context is longer than
      * original_seq_len (here max_position_embeddings vs
      * original_max_position_embeddings, as samples/dsv3_ref.py does), and
@@ -647,7 +647,7 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
     double scale = 1.0 / sqrt((double)m->head_dim);
     if (m->is_mla && yarn_on) {
         /* softmax_scale *= (0.1 * mscale * ln(factor) + 1)^2
-         * (formats.md 2.6: 192^-0.5 * 1.36889^2 = 0.135234 for V3) */
+         * (inference/model.py: 192^-0.5 * 1.36889^2 = 0.135234 for V3) */
         double ms = dsq_yarn_get_mscale(rs->factor, rs->mscale);
         scale *= ms * ms;
     }
@@ -703,7 +703,8 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
     if (rc == DSQ_OK) {
         if (dsq_ctr_set_is_dsq(path)) {
             rc = dsq_ctr_set_open(&m->ctr, path, d);
-            /* Raw payloads are hashed while the weights load (issue 14.3). */
+            /* Raw payloads are hashed while the weights load: a changed byte
+             * fails the load (model_verify.h). */
             if (rc == DSQ_OK && !m->opts.no_verify) rc = dsq_model_verify_start(&vj, m->ctr, NULL, d);
             if (rc == DSQ_OK) rc = config_from_ctr(m, d);
         } else if (dsq_llama2c_is_checkpoint(path)) {
@@ -715,7 +716,7 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
             if (rc == DSQ_OK) rc = dsq_model_config_load(&m->cfg, dsq_st_dir(m->st), d);
             dsq_llama2c_temp_dir_remove(tmp);
         } else {
-            /* a serving export (formats/export_detect.h) is a safetensors
+            /* a serving export (xfmt/xfmt.h) is a safetensors
              * directory plus a description of its quantized linears */
             rc = dsq_st_open(&m->st, path, d);
             if (rc == DSQ_OK) rc = dsq_export_detect(dsq_st_dir(m->st), &m->exp, d);

@@ -421,6 +421,10 @@ int dsq_qshape_init(dsq_qshape *s, const dsq_scheme *sc, int64_t rows, int64_t c
                     int32_t group_size);
 /* Section offsets for scheme + shape (validates like blob_size). */
 int dsq_qlayout_get(const dsq_scheme *sc, const dsq_qshape *shape, dsq_qlayout *out);
+/* Write the blob header (rows/cols/group from shape) at blob[0..64). */
+void dsq_qblob_write_header(uint8_t *blob, const dsq_scheme *sc, const dsq_qshape *shape,
+                            const dsq_qlayout *lay, uint32_t flags, float act_scale,
+                            int32_t act_offset);
 void dsq_qparams_init(dsq_qparams *p);
 /* Whether range_search value v searches for scheme id: > 0 on, < 0 off, 0
  * the default: on for w4a8, off for awq-w4a16. Measured 2026-11-26 (README,

@@ -1,5 +1,6 @@
 /* test_export.c - ds-quant --format exports checked against the contracts
- * of ../shared/docs/formats.md (sections 3-5), independently of the writer:
+ * of docs/serving-exports.md (its AscendV1, AutoAWQ GEMM and
+ * compressed-tensors sections), independently of the writer:
  * each exported tensor is decoded here from the format's own rules (AWQ
  * order, ascend int4 pairs along N, compressed-tensors sequential nibbles
  * and dim-0 zero points, ...) and compared with the .dsq's dequantized
