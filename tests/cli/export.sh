@@ -135,6 +135,25 @@ rm -f "$T/a/extra.json"
 printf ' ' >> "$T/a/config.json"
 $I --verify "$T/a" >/dev/null 2>&1 && fail "ds-inspect --verify accepted a modified file"
 
+# an export is verified against its SHA256SUMS when it is loaded, as a .dsq
+# is: one flipped bit in a weight is refused, --no-verify loads it anyway
+E=${DSQ_EVAL:-./bin/ds-eval}
+$Q -q --scheme w8a8-dynamic --format ascend $M "$T/v" || fail "ascend export for the load check"
+$E ppl -q -T 1 -m "$T/v" --data samples/data/heldout.txt --ctx 64 --limit-tokens 128 >/dev/null 2>"$T/err" ||
+    fail "ds-eval on an intact export: $(cat "$T/err")"
+w="$T/v/quant_model_weights.safetensors"
+at=$(( $(stat -c %s "$w") - 4096 ))
+b=$(od -An -tu1 -j $at -N1 "$w" | tr -d ' ')
+printf "\\$(printf '%03o' $(( b ^ 1 )))" | dd of="$w" bs=1 seek=$at conv=notrunc 2>/dev/null
+$E ppl -q -T 1 -m "$T/v" --data samples/data/heldout.txt --ctx 64 --limit-tokens 128 >/dev/null 2>"$T/err" &&
+    fail "ds-eval on an export with a flipped weight bit exited 0"
+grep -q 'SHA256SUMS' "$T/err" && grep -q 'quant_model_weights.safetensors' "$T/err" ||
+    fail "flipped export weight: message was: $(cat "$T/err")"
+$E ppl -q -T 1 --no-verify -m "$T/v" --data samples/data/heldout.txt --ctx 64 --limit-tokens 128 >/dev/null 2>"$T/err" ||
+    fail "--no-verify still refused the export: $(cat "$T/err")"
+(cd "$T/v" && sha256sum -c --quiet SHA256SUMS >/dev/null 2>&1) && fail "the bit flip did not change the file (test premise)"
+rm -rf "$T/v"
+
 # --json summary
 js=$($Q --json --scheme w8a8-dynamic --format compressed-tensors $M "$T/j")
 echo "$js" | jq -e '.export.format == "compressed-tensors"' >/dev/null || fail "ds-quant --json lacks the export summary"
