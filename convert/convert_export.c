@@ -2,7 +2,10 @@
  * conversion pipeline's finished items go to the export writer (export.h)
  * instead of the container writer. Same plan, same workers, same blobs as a
  * .dsq conversion, so ds-quant --format F and ds-quant + ds-export give the
- * same files. Streamed tensors (blob > stream_bytes) are gathered into one
+ * same files, but for one thing: where the target stores the scales in 16
+ * bits (AutoAWQ F16, compressed-tensors in the model dtype), the codes are
+ * rounded against the scale as stored (dsq_qparams.scale_dtype), which a
+ * .dsq's f32-scale codes cannot be afterwards. Streamed tensors (blob > stream_bytes) are gathered into one
  * blob before they are handed over: the export's layouts (AWQ transposes,
  * ascend pairs rows) need whole tensors. */
 #include "convert_internal.h"
@@ -58,6 +61,8 @@ int dsq_conv_export_prepare(dsq_convert *c, dsq_diag *d)
     xo.plan_only = 1;
     dsq_export *ex = NULL;
     DSQ_TRY(dsq_export_open(&ex, &xo, c->xsrc, c->plan.n, d));
+    /* codes are rounded against the scales as the target stores them */
+    for (size_t i = 0; i < c->plan.n; i++) c->plan.v[i].scale_dtype = dsq_export_scale_dtype(ex, i);
     dsq_export_free(ex, 1);
     return DSQ_OK;
 }

@@ -174,6 +174,7 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
     qp.allow_nonfinite = c->o.allow_nonfinite;
     qp.clip_search = c->o.clip_search;
     qp.range_search = c->o.range_search;
+    qp.scale_dtype = e->scale_dtype;
     /* Calibration: scales are folded into the float rows below; importance,
      * clip search and static activation parameters go to the quantizer. */
     const dsq_calib_tensor *cal = c->o.calib ? dsq_calib_lookup(c->o.calib, e->name) : NULL;

@@ -345,6 +345,11 @@ int dsq_export_open(dsq_export **out, const dsq_export_opts *o, const dsq_export
 
 size_t dsq_export_resume_from(const dsq_export *ex) { return ex->resume_from; }
 
+enum dsq_dtype dsq_export_scale_dtype(const dsq_export *ex, size_t i)
+{
+    return i < ex->p.nsrc && ex->p.xs[i].quantized ? ex->p.xs[i].scale_dtype : DSQ_DTYPE_INVALID;
+}
+
 void dsq_export_get_summary(const dsq_export *ex, dsq_export_summary *s)
 {
     *s = ex->sum;

@@ -91,6 +91,11 @@ int dsq_export_rowwise(const dsq_export *ex, size_t i);
  * ends the tensor completes it, like dsq_export_put. Same bytes as put. */
 int dsq_export_put_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, const void *blob, size_t size,
                         dsq_diag *d);
+/* The dtype the scales of source tensor i are stored in (F32, BF16, F16), or
+ * DSQ_DTYPE_INVALID when it is not exported as a quantized linear. A
+ * conversion for this export rounds the codes against scales of that dtype
+ * (dsq_qparams.scale_dtype). */
+enum dsq_dtype dsq_export_scale_dtype(const dsq_export *ex, size_t i);
 /* Write the remaining files and rename the directory into place. */
 int dsq_export_finish(dsq_export *ex, dsq_export_summary *s, dsq_diag *d);
 /* keep != 0: leave the partial directory for --resume; else remove it. */

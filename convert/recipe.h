@@ -130,6 +130,8 @@ typedef struct dsq_plan_entry {
     dsq_qshape qshape;           /* row view + resolved group size */
     uint64_t src_bytes;
     uint64_t est_bytes;          /* raw blob bytes (output before zstd) */
+    enum dsq_dtype scale_dtype;  /* an export's stored scale dtype (dsq_qparams.scale_dtype),
+                                    DSQ_DTYPE_INVALID for a .dsq */
 } dsq_plan_entry;
 
 /* Decide one tensor. shape has ndim entries. Fails with DSQ_ERR_UNSUPPORTED

@@ -55,6 +55,7 @@ int dsq_x_add(dsq_xplan *p, size_t i, const char *base, const char *suffix, enum
     x->kind = kind;
     x->desc = desc;
     x->src = i;
+    if (kind == XK_SCALE) p->xs[i].scale_dtype = dt;
     if (!p->xs[i].count) p->xs[i].first = p->nxt;
     p->xs[i].count++;
     p->nxt++;

@@ -170,6 +170,7 @@ typedef struct dsq_xsrc {
     int dequant;         /* quantized in the .dsq, exported float */
     int quantized;       /* exported as a quantized linear */
     const char *type;    /* ascend type of its entries / ct scheme label */
+    enum dsq_dtype scale_dtype; /* dtype its scales are stored in (quantized) */
     size_t first, count; /* its target tensors */
 } dsq_xsrc;
 

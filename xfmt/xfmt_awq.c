@@ -1,8 +1,9 @@
 /* xfmt_awq.c - AutoAWQ "GEMM" W4A16 for vLLM (docs/serving-exports.md
  * "## AutoAWQ GEMM"): qweight int32 [K, N/8] / qzeros int32 [K/G, N/8] in
- * AWQ_ORDER, scales float16 [K/G, N]; every float tensor float16 (the model
- * loads as float16); config.json quantization_config {"quant_method": "awq",
- * ...}.
+ * AWQ_ORDER, scales float16 [K/G, N] (a conversion for this target rounds
+ * the codes against the F16 scale: xs.scale_dtype); every float tensor
+ * float16 (the model loads as float16); config.json quantization_config
+ * {"quant_method": "awq", ...}.
  *
  * Only awq-w4a16 linears map (RTN or calibrated); other int schemes are
  * refused. Quantized tensors outside the decoder linears (embeddings,
@@ -135,6 +136,7 @@ static int plan(dsq_xplan *p, size_t i, dsq_diag *d)
     int rc = dsq_x_add(p, i, mod, ".qweight", DSQ_DTYPE_I32, 2, qw, XK_AWQ_QWEIGHT, NULL, d);
     if (rc == DSQ_OK) rc = dsq_x_add(p, i, mod, ".qzeros", DSQ_DTYPE_I32, 2, qz, XK_AWQ_QZEROS, NULL, d);
     if (rc == DSQ_OK) rc = dsq_x_add(p, i, mod, ".scales", DSQ_DTYPE_F16, 2, sc, XK_AWQ_SCALES, NULL, d);
+    p->xs[i].scale_dtype = DSQ_DTYPE_F16;
     free(mod);
     return rc;
 }

@@ -8,7 +8,9 @@
  *                   [N, 1]; activations int8 per token, dynamic
  *   w4a8         -> int-quantized: one int4 value per int8 byte [N, K],
  *                   weight_scale [N, 1] or [N, K/G]; activations as W8A8
- * Scales are in the model dtype (config torch_dtype). scale_dtype /
+ * Scales are in the model dtype (config torch_dtype); a conversion for
+ * this target rounds the codes against them as stored (xs.scale_dtype,
+ * dsq_qparams.scale_dtype), as llm-compressor does. scale_dtype /
  * zp_dtype are omitted (older compressed-tensors reject unknown args).
  * Float decoder linears, lm_head and the router go into "ignore"; the MTP
  * layer is dropped (the HF model has no layer n).
