@@ -2,8 +2,8 @@
  *
  * Compressed .dsq payloads are hash-checked when dsq_ctr_read decompresses
  * them; payloads stored raw are used straight from the mapping, and an export
- * directory's safetensors are mapped too, so a flipped byte would silently
- * change the results (one in lm_head gives PPL = inf and exit 0). Raw
+ * directory's safetensors are mapped too, so they must be checked here (one
+ * flipped byte in lm_head can give PPL = inf with exit status 0). Raw
  * payloads are checked against the .dsq index, export files against the
  * directory's SHA256SUMS. dsq_model_open starts this check on a thread of its own before it
  * loads the weights and joins it at the end, so where the disk is the limit
