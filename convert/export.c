@@ -345,6 +345,48 @@ int dsq_export_open(dsq_export **out, const dsq_export_opts *o, const dsq_export
 
 size_t dsq_export_resume_from(const dsq_export *ex) { return ex->resume_from; }
 
+int dsq_export_from_source(const dsq_export *ex, size_t i)
+{
+    return i < ex->p.nsrc && ex->p.xs[i].from_source && ex->p.xs[i].count == 1 &&
+           ex->p.xt[ex->p.xs[i].first].kind == XK_FLOAT;
+}
+
+int dsq_export_put_float_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, const float *w,
+                              dsq_diag *d)
+{
+    if (i != ex->next || !dsq_export_from_source(ex, i))
+        return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "export: float rows of tensor %zu out of order", i);
+    const dsq_export_src *s = &ex->p.src[i];
+    const dsq_xtensor *x = &ex->p.xt[ex->p.xs[i].first];
+    const int64_t N = s->qshape.rows, K = s->qshape.cols;
+    if (row0 < 0 || nrows < 1 || row0 + nrows > N)
+        return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, s->name, -1, "export: bad row piece");
+    if (ex->cur != x->shard) {
+        if (ex->cur >= 0) DSQ_TRY(shard_commit(ex, d));
+        DSQ_TRY(shard_open(ex, x->shard, d));
+    }
+    uint64_t rb = x->nbytes / (uint64_t)N, nb = rb * (uint64_t)nrows;
+    uint8_t *buf = malloc(nb ? nb : 1);
+    if (!buf) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, x->name, -1, "out of memory");
+    int rc = DSQ_OK;
+    for (size_t e = 0; rc == DSQ_OK && e < (size_t)nrows * (size_t)K; e++)
+        if (dsq_x_put_float(&ex->p, x->dtype, buf, e, w[e], 0) < 0)
+            rc = dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, x->name, -1,
+                          "value %g at row %lld is outside float16's range (the target stores float tensors "
+                          "as F16)", (double)w[e], (long long)(row0 + (int64_t)e / K));
+    if (rc == DSQ_OK) rc = dsq_dpw_pwrite(&ex->dpw, buf, (size_t)nb, ex->data_start + x->off + rb * (uint64_t)row0, d);
+    free(buf);
+    if (rc < 0) return rc;
+    ex->sum.weight_bytes += nb;
+    if (row0 + nrows == N) {
+        ex->next++;
+        ex->p.dequantized--;   /* planned as dequantized; the source it is */
+        ex->sum.from_source++;
+        if (shard_first_src(ex, x->shard + 1) <= ex->next) DSQ_TRY(shard_commit(ex, d));
+    }
+    return DSQ_OK;
+}
+
 enum dsq_dtype dsq_export_scale_dtype(const dsq_export *ex, size_t i)
 {
     return i < ex->p.nsrc && ex->p.xs[i].quantized ? ex->p.xs[i].scale_dtype : DSQ_DTYPE_INVALID;

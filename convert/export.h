@@ -56,6 +56,7 @@ typedef struct dsq_export_opts {
 typedef struct dsq_export_summary {
     const char *format;
     size_t src_tensors, out_tensors, dequantized, dropped, resumed;
+    size_t from_source;         /* quantized in the input, written from the source weight */
     int shards;                 /* weight files */
     uint64_t weight_bytes;      /* tensor data bytes written */
     uint64_t bytes_out;         /* all files */
@@ -91,6 +92,17 @@ int dsq_export_rowwise(const dsq_export *ex, size_t i);
  * ends the tensor completes it, like dsq_export_put. Same bytes as put. */
 int dsq_export_put_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, const void *blob, size_t size,
                         dsq_diag *d);
+/* 1 when the target holds source tensor i in float although its blob is
+ * quantized (a module its loader runs unquantized, e.g. AscendV1's
+ * kv_b_proj): a writer that has the source weight gives it with
+ * dsq_export_put_float_rows instead of the blob, so the export holds the
+ * source's weight rather than its dequantized codes. */
+int dsq_export_from_source(const dsq_export *ex, size_t i);
+/* Rows [row0, row0 + nrows) of source tensor i (one with from_source) as
+ * float32 values, in row order; the piece that ends the tensor completes it,
+ * like dsq_export_put. */
+int dsq_export_put_float_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, const float *w,
+                              dsq_diag *d);
 /* The dtype the scales of source tensor i are stored in (F32, BF16, F16), or
  * DSQ_DTYPE_INVALID when it is not exported as a quantized linear. A
  * conversion for this export rounds the codes against scales of that dtype

@@ -169,6 +169,9 @@ typedef struct dsq_xsrc {
     int drop;            /* not exported (MTP for awq / ct) */
     int dequant;         /* quantized in the .dsq, exported float */
     int quantized;       /* exported as a quantized linear */
+    int from_source;     /* quantized in the .dsq but held float by the target
+                            (keep_float): written from the source weight where
+                            the writer has it, else dequantized */
     const char *type;    /* ascend type of its entries / ct scheme label */
     enum dsq_dtype scale_dtype; /* dtype its scales are stored in (quantized) */
     size_t first, count; /* its target tensors */

@@ -202,8 +202,10 @@ static int plan(dsq_xplan *p, size_t i, dsq_diag *d)
     }
     /* MTP layer: vllm-ascend wants "FLOAT" entries (modelslim_config.py
      * mc:167-169); KEEP_FLOAT: modules its MLA runs unquantized. */
-    if (s->role.mtp || !dsq_x_is_linear(s) || dsq_x_target_float(p, i))
+    if (s->role.mtp || !dsq_x_is_linear(s) || dsq_x_target_float(p, i)) {
+        p->xs[i].from_source = !s->role.mtp && dsq_x_is_linear(s);   /* kept, not dequantized */
         return dsq_x_add_float(p, i, float_model_dtype(p), d);
+    }
     char *mod = dsq_x_module(s->name);
     if (!mod) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, s->name, -1, "out of memory");
     int rc;
