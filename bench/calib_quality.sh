@@ -35,7 +35,8 @@
 # EXTRA_FLAGS are added to every calibrated row (e.g. a --gptq variant);
 # QFLAGS to every row, RTN ones included (e.g. --search / --no-search: the
 # int4 rows' group parameters searched or plain min/max, quant/qsearch.c);
-# EXTRA_ROWS=0 drops the rows that are not RTN/calibrated pairs; ROWS=REGEX
+# EXTRA_ROWS=0 drops the rows that are not RTN/calibrated pairs, RECIPE_ROWS=0
+# the recipe rows (deepseek-w8a8 with SmoothQuant / flex, QuaRot, GPTQ); ROWS=REGEX
 # runs only the rows whose label matches (grep -E), e.g. ROWS=w8a8-dynamic.
 # bpw is over the quantized linears; "bpw, all linears" also counts the
 # projection weights a --keep recipe left in BF16 (16 bits), so a row that
@@ -45,13 +46,13 @@
 set -e
 cd "$(dirname "$0")/.."
 . bench/doc_page.sh
-doc_init bench/calib_quality.sh QUICK DSQ_DATA TEXTS LIMIT_TOKENS CALIB EXTRA_FLAGS QFLAGS EXTRA_ROWS ROWS OUT -- "$@"
+doc_init bench/calib_quality.sh QUICK DSQ_DATA TEXTS LIMIT_TOKENS CALIB EXTRA_FLAGS QFLAGS EXTRA_ROWS RECIPE_ROWS ROWS OUT -- "$@"
 MODEL=${1:-samples/tiny-dsv3}
 if [ "${QUICK:-0}" = 1 ]; then
     TEXTS=${TEXTS:-heldout}
     EXTRA_ROWS=${EXTRA_ROWS:-0}
     DOC_NOTE="reduced run (QUICK=1): the held-out texts are $TEXTS (the full run adds the 300 GSM test problems as text)"
-    [ "$EXTRA_ROWS" != 0 ] || DOC_NOTE="$DOC_NOTE, and only the round-to-nearest / calibrated pairs (the full run adds the rows that keep the dense down_proj in BF16, --rollback and the deepseek-w4a8 recipe)"
+    [ "$EXTRA_ROWS" != 0 ] || DOC_NOTE="$DOC_NOTE, and only the round-to-nearest / calibrated pairs and the recipe rows (the full run adds the rows that keep the dense down_proj in BF16 and the --rollback rows)"
 fi
 TEXTS=${TEXTS:-heldout gsm}
 if [ -z "${OUT:-}" ]; then
@@ -126,16 +127,20 @@ for t in $TEXTS; do
     hdr="$hdr $t: KLD mean [95% band] | median | p99 | same top-1 |"; sep="$sep---|---|---|---|"
 done
 say '%s\n' "$hdr" "$sep"
+: > $OUT/plot.tsv
 row() {   # label args...
     label=$1; shift
     [ -z "${ROWS:-}" ] || echo "$label" | grep -Eq -- "$ROWS" || return 0
     tag=$(echo "$label" | tr -c 'a-zA-Z0-9\n' '_')
     bin/ds-quant -q -f --json "$@" ${QFLAGS:-} "$MODEL" $OUT/$tag.dsq > $OUT/$tag.quant.json
-    line="| $label | $(bpw $OUT/$tag.dsq) | $(bpw_all $OUT/$tag.dsq) |"
+    b=$(bpw $OUT/$tag.dsq)
+    line="| $label | $b | $(bpw_all $OUT/$tag.dsq) |"
     for t in $TEXTS; do
         bin/ds-eval kld -q -m $OUT/$tag.dsq --base $OUT/base_$t.logp --json > $OUT/$tag.$t.json
         line="$line $(kld $OUT/$tag.$t.json) |"
     done
+    t1=${TEXTS%% *}   # the plot: mean KLD on the first text against bpw
+    printf '%s\t%s\t%s\n' "$b" "$(jq -r .kld_mean $OUT/$tag.$t1.json)" "$label" >> $OUT/plot.tsv
     say '%s\n' "$line"
     rm -f $OUT/$tag.dsq
 }
@@ -167,10 +172,63 @@ if [ "${EXTRA_ROWS:-1}" != 0 ]; then
     row "w8a8-dynamic, no smoothing, --rollback 1" --scheme w8a8-dynamic --rollback 1 --no-smooth $CAL
     # the mixed recipe DeepSeek deployments on Ascend run (msModelSlim's
     # W4A8: routed experts w4a8, attention / dense / shared w8a8-dynamic)
-    row "deepseek-w4a8 recipe, RTN" --recipe deepseek-w4a8
-    row "deepseek-w4a8 recipe, calibrated" --recipe deepseek-w4a8 $CAL
     row "deepseek-w4a8 recipe, calibrated, --rollback 1" --recipe deepseek-w4a8 --rollback 1 $CAL
 fi
+if [ "${RECIPE_ROWS:-1}" != 0 ]; then
+    # the recipes behind the published DeepSeek weights: msModelSlim's W8A8
+    # (attention static, MLP dynamic) with SmoothQuant or flex smoothing, with
+    # and without QuaRot; flex on w8a8-dynamic; deepseek-w4a8 with QuaRot and GPTQ
+    row "deepseek-w8a8 recipe, SmoothQuant" --recipe deepseek-w8a8 $CAL
+    row "deepseek-w8a8 recipe, flex" --recipe deepseek-w8a8 --smooth flex $CAL
+    row "deepseek-w8a8 recipe, QuaRot + SmoothQuant" --recipe deepseek-w8a8 --rotate quarot $CAL
+    row "deepseek-w8a8 recipe, QuaRot + flex" --recipe deepseek-w8a8 --rotate quarot --smooth flex $CAL
+    row "w8a8-dynamic, flex" --scheme w8a8-dynamic --smooth flex $CAL
+    row "w8a8-dynamic, QuaRot, RTN" --scheme w8a8-dynamic --rotate quarot
+    row "deepseek-w4a8 recipe, RTN" --recipe deepseek-w4a8
+    row "deepseek-w4a8 recipe, calibrated" --recipe deepseek-w4a8 $CAL
+    row "deepseek-w4a8 recipe, QuaRot, RTN" --recipe deepseek-w4a8 --rotate quarot
+    row "deepseek-w4a8 recipe, QuaRot, calibrated" --recipe deepseek-w4a8 --rotate quarot $CAL
+    row "deepseek-w4a8 recipe, calibrated, GPTQ" --recipe deepseek-w4a8 --gptq $CAL
+    row "deepseek-w4a8 recipe, QuaRot, calibrated, GPTQ" --recipe deepseek-w4a8 --rotate quarot --gptq $CAL
+fi
 say '\n'
-doc_finish "${PAGE-docs/quality.md}" "Quality: round-to-nearest against calibrated scales" \
+# what each technique did in this run, read from the table's numbers: a
+# difference inside the noise band of the rows is called a tie
+verdict() {   # label-with label-without technique
+    a=$(awk -F'\t' -v l="$1" '$3 == l { print $2 }' $OUT/plot.tsv); b=$(awk -F'\t' -v l="$2" '$3 == l { print $2 }' $OUT/plot.tsv)
+    [ -n "$a" ] && [ -n "$b" ] || return 0
+    ta=$(echo "$1" | tr -c 'a-zA-Z0-9\n' '_'); tb=$(echo "$2" | tr -c 'a-zA-Z0-9\n' '_'); t1=${TEXTS%% *}
+    lo=$(jq -r .kld_mean_lo $OUT/$tb.$t1.json); hi=$(jq -r .kld_mean_hi $OUT/$tb.$t1.json)
+    w=$(awk -v a="$a" -v b="$b" -v lo="$lo" -v hi="$hi" 'BEGIN { if (a < lo) print "lowers"; else if (a > hi) print "raises"; else print "leaves within the noise band" }')
+    [ "$w" = lowers ] && VERDICT_HELPS="$VERDICT_HELPS $3"
+    say '%s\n' "- $3 $w the mean KLD on $t1: $(printf '%.3g' "$b") ($2) -> $(printf '%.3g' "$a") ($1)."
+}
+if [ "${RECIPE_ROWS:-1}" != 0 ]; then
+    say '%s\n\n' "What each technique did on this run (\"lowers\" / \"raises\": outside the 95% band of the row without it):"
+    verdict "deepseek-w8a8 recipe, flex" "deepseek-w8a8 recipe, SmoothQuant" "Flex smoothing, on the deepseek-w8a8 recipe,"
+    verdict "w8a8-dynamic, flex" "w8a8-dynamic, smoothed" "Flex smoothing, on w8a8-dynamic,"
+    verdict "deepseek-w8a8 recipe, QuaRot + SmoothQuant" "deepseek-w8a8 recipe, SmoothQuant" "QuaRot, on the deepseek-w8a8 recipe,"
+    verdict "w8a8-dynamic, QuaRot, RTN" "w8a8-dynamic, RTN" "QuaRot, on w8a8-dynamic RTN,"
+    verdict "deepseek-w4a8 recipe, QuaRot, calibrated" "deepseek-w4a8 recipe, calibrated" "QuaRot, on the calibrated deepseek-w4a8 recipe,"
+    verdict "deepseek-w4a8 recipe, calibrated, GPTQ" "deepseek-w4a8 recipe, calibrated" "GPTQ, on the calibrated deepseek-w4a8 recipe,"
+    if [ -z "${VERDICT_HELPS:-}" ]; then
+        say '\n%s\n' "None of these lowers the KLD beyond the noise band on this sample, so the recipes keep their defaults (SmoothQuant, no rotation, no GPTQ); the options are there for models whose activations have the outlier channels that rotations and smoothing were made for."
+    else
+        say '\n%s\n' "Outside the noise band on this sample:$VERDICT_HELPS."
+    fi
+    say '\n'
+fi
+# mean KLD against bits per weight, every row (gnuplot, when installed)
+SVG=${PAGE-docs/quality.md}
+SVG=${SVG%.md}-kld-bpw.svg
+if [ -n "${PAGE-docs/quality.md}" ] && command -v gnuplot >/dev/null 2>&1 && [ -s $OUT/plot.tsv ]; then
+    gnuplot -e "set terminal svg size 900,600 font 'sans,11'; set output '$SVG.tmp';
+        set datafile separator '\t'; set logscale y; set xlabel 'bits per weight (quantized linears)';
+        set ylabel 'mean KLD vs the float model (${TEXTS%% *}, log scale)'; set key off; set grid;
+        plot '$OUT/plot.tsv' using 1:2 with points pt 7 ps 0.8, '' using 1:2:3 with labels left offset 0.6,0 font 'sans,7'" &&
+        mv $SVG.tmp $SVG
+    say '%s\n\n' "![mean KLD against bits per weight]($(basename $SVG))"
+    say '%s\n\n' "Every row above, mean KLD on ${TEXTS%% *} against bits per weight. llama.cpp's quant types are not measured on this sample (their KLD on the same texts would need the sample converted to GGUF), so they are not drawn."
+fi
+doc_finish "${PAGE-docs/quality.md}" "Quality: round-to-nearest, calibrated scales and recipes" \
 "KL divergence of each quantized model against the float model, from one run of \`bench/calib_quality.sh\` on \`$MODEL\`: the mean with its 95% noise band (a bootstrap over whole 512-token windows), the median, p99 and same top-1 (the share of positions whose argmax agrees with the float model). bpw: stored bits per weight of the quantized linears, scales included (the sample's 64-column tensors are padded to the group for awq-w4a16); \"bpw, all linears\" also counts the projections a recipe kept in BF16. Calibrated rows use 64 x 512 tokens of \`${CALF}\`${EXTRA_FLAGS:+ and \`$EXTRA_FLAGS\`}. What these figures mean: [calibration-notes.md](calibration-notes.md). Held-out texts:"
