@@ -61,14 +61,7 @@
 
 /* ---- roles ---- */
 
-typedef struct dsq_role_info {
-    uint32_t role;      /* enum dsq_role */
-    int64_t  layer;     /* decoder layer index, -1 if none */
-    int64_t  expert;    /* routed expert index, -1 if none */
-    int      mtp;       /* tensor belongs to an MTP layer */
-    int      fp8_scale; /* name is an FP8 "*_scale_inv" companion */
-} dsq_role_info;
-
+/* dsq_role_info: formats/container.h */
 /* Classify a Hugging Face tensor name. num_hidden_layers (<= 0: unknown)
  * marks layers with index >= it as MTP; names only MTP layers have (eh_proj,
  * enorm, hnorm, shared_head.*) are MTP regardless. Never fails: unknown
@@ -151,6 +144,8 @@ typedef struct dsq_plan_entry {
     dsq_qshape qshape;           /* row view + resolved group size */
     uint64_t src_bytes;
     uint64_t est_bytes;          /* raw blob bytes (output before zstd) */
+    enum dsq_dtype scale_dtype;  /* an export's stored scale dtype (dsq_qparams.scale_dtype),
+                                    DSQ_DTYPE_INVALID for a .dsq */
 } dsq_plan_entry;
 
 /* Decide one tensor. shape has ndim entries. Fails with DSQ_ERR_UNSUPPORTED

@@ -738,9 +738,11 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
             if (rc == DSQ_OK) rc = dsq_model_config_load(&m->cfg, dsq_st_dir(m->st), d);
             dsq_llama2c_temp_dir_remove(tmp);
         } else {
-            /* a serving export (formats/export_detect.h) is a safetensors
+            /* a serving export (xfmt/xfmt.h) is a safetensors
              * directory plus a description of its quantized linears */
             rc = dsq_st_open(&m->st, path, d);
+            /* an export's SHA256SUMS is checked while the weights load */
+            if (rc == DSQ_OK && !m->opts.no_verify) rc = dsq_model_verify_dir_start(&vj, dsq_st_dir(m->st), d);
             if (rc == DSQ_OK) rc = dsq_export_detect(dsq_st_dir(m->st), &m->exp, d);
             if (rc == DSQ_OK) rc = dsq_model_config_load(&m->cfg, dsq_st_dir(m->st), d);
         }

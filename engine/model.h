@@ -70,7 +70,9 @@ typedef struct dsq_model_opts {
                              (exact fp8 * scale; twice the memory). Default BF16,
                              as DeepSeek's fp8_cast_bf16.py. */
     int no_verify;        /* skip the SHA-256 check of .dsq payloads stored raw
-                             (model_verify.h); compressed ones are always checked */
+                             and of an export directory's files against its
+                             SHA256SUMS (model_verify.h); compressed .dsq
+                             payloads are always checked */
     int bf16_terms;       /* BF16 weights on a CPU with a bf16 dot product: split
                              each f32 activation in 1, 2 or 3 bf16 terms (3: f32
                              accuracy, the KLD baseline; 1: activations rounded to

@@ -75,6 +75,15 @@ enum dsq_role {
     DSQ_ROLE_COUNT                = 14  /* sentinel: first unassigned value */
 };
 
+/* A tensor's role as its name tells it (convert/recipe.h dsq_role_classify). */
+typedef struct dsq_role_info {
+    uint32_t role;      /* enum dsq_role */
+    int64_t  layer;     /* decoder layer index, -1 if none */
+    int64_t  expert;    /* routed expert index, -1 if none */
+    int      mtp;       /* tensor belongs to an MTP layer */
+    int      fp8_scale; /* name is an FP8 "*_scale_inv" companion */
+} dsq_role_info;
+
 /* "embed", "attn_linear", ...; "other" for unknown values. Never NULL. */
 const char *dsq_role_name(uint32_t role);
 /* Inverse of dsq_role_name. DSQ_OK or DSQ_ERR_NOT_FOUND. */
