@@ -44,9 +44,9 @@ typedef struct dsq_outfile {
  * for the disk only when the ring is full. A failed write is reported by
  * a later append, sync, truncate or commit: within DSQ_OUT_DIO_LAG bytes. A buffered write
  * costs the kernel a copy of every byte into freshly allocated page-cache
- * pages plus their writeback: 2.5-2.9 CPU-s per GB written in this VM (dd,
- * 2026-11-25), against 0.15 with O_DIRECT, and it was a quarter of a
- * w8a8-dynamic conversion's CPU. The partial last block is written padded
+ * pages plus their writeback: well over ten times the CPU per GB written
+ * of O_DIRECT (dd shows it), enough to be a large share of a w8a8-dynamic
+ * conversion's CPU. The partial last block is written padded
  * with zeros and the file cut back to 'written' at every sync, commit and
  * detach, so the bytes on disk and the durability points are those of the
  * buffered path. Where O_DIRECT is refused (tmpfs, some network file

@@ -208,7 +208,7 @@ int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
         c->have_config = cfg != NULL;
         /* A model directory or shard index without config.json cannot be
          * checked against its shapes, and ds-eval could not run what came
-         * out (issue 14.7): refused. A single .safetensors file named on
+         * out: refused. A single .safetensors file named on
          * purpose is a tensor-only conversion and stays allowed (the CLI
          * says what it gives). */
         if (rc == DSQ_OK && !c->have_config && !dsq_conv_input_is_tensor_file(c->o.input)) {

@@ -646,7 +646,8 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
     rp.mscale_all_dim = rs->mscale_all_dim;
     rp.low_freq_factor = rs->low_freq_factor;
     rp.high_freq_factor = rs->high_freq_factor;
-    /* DeepSeek follows inference/model.py (formats.md 2.6): YaRN blending and
+    /* DeepSeek follows inference/model.py (docs/checkpoints.md, "RoPE and
+     * YaRN"): YaRN blending and
      * the mscale^2 softmax factor apply only when the context is longer than
      * original_seq_len (here max_position_embeddings vs
      * original_max_position_embeddings, as samples/dsv3_ref.py does), and
@@ -670,7 +671,8 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
     double scale = 1.0 / sqrt((double)m->head_dim);
     if (m->is_mla && yarn_on) {
         /* softmax_scale *= (0.1 * mscale * ln(factor) + 1)^2
-         * (formats.md 2.6: 192^-0.5 * 1.36889^2 = 0.135234 for V3) */
+         * (docs/checkpoints.md, "Multi-head latent attention":
+         * 192^-0.5 * 1.36889^2 = 0.135234 for V3) */
         double ms = dsq_yarn_get_mscale(rs->factor, rs->mscale);
         scale *= ms * ms;
     }
@@ -726,7 +728,8 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
     if (rc == DSQ_OK) {
         if (dsq_ctr_set_is_dsq(path)) {
             rc = dsq_ctr_set_open(&m->ctr, path, d);
-            /* Raw payloads are hashed while the weights load (issue 14.3). */
+            /* Raw payloads are hashed while the weights load, so a corrupt
+             * byte is never computed with (model_verify.h). */
             if (rc == DSQ_OK && !m->opts.no_verify) rc = dsq_model_verify_start(&vj, m->ctr, NULL, d);
             if (rc == DSQ_OK) rc = config_from_ctr(m, d);
         } else if (dsq_llama2c_is_checkpoint(path)) {

@@ -128,8 +128,8 @@ typedef struct {
 
 /* No GSM8K item comes near this (the longest is under 2 KB), and a prompt
  * this long cannot fit any context: refuse it before json-c, the prompt
- * and the tokenizer each copy it (issue 14.11: a 100 MB question took
- * 1.24 GB). */
+ * and the tokenizer each copy it (a 100 MB question would cost over a GB of
+ * memory). */
 #define GSM8K_MAX_LINE ((size_t)1 << 20)
 
 static int load_line(void *vctx, const char *line, size_t n, size_t lineno)

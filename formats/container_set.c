@@ -75,7 +75,7 @@ int dsq_ctr_file_is_dsq(const char *path)
     fclose(f);
     /* A .dsq cut short before its magic (0 or 1 bytes left by a failed
      * copy) is still a .dsq, so the open reports "truncated" instead of
-     * looking for a safetensors checkpoint beside it (issue 14.14). */
+     * looking for a safetensors checkpoint beside it. */
     size_t l = strlen(path);
     if (n < sizeof head) return l > 4 && strcmp(path + l - 4, ".dsq") == 0;
     return dsq_ctr_is_dsq(head, n);
