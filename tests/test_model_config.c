@@ -253,7 +253,7 @@ static void test_deepseek_errors(void **state)
     free(s);
 }
 
-/* ds_v3 turned into DeepSeek-V3.2's config.json (deepseek-v32 doc 1.1):
+/* ds_v3 turned into DeepSeek-V3.2's config.json (docs/deepseek-v32.md):
  * the architecture, model_type, the indexer keys and scale_fmt ue8m0;
  * extra (a "key": value pair) replaces index_topk when not NULL */
 static char *v32_json(const char *topk)
