@@ -183,6 +183,8 @@ class MLA32(v3.MLA):
         super().__init__(cfg)
         self.indexer = Indexer(cfg, dsa)
         self.fp8 = dsa == "fp8"
+        self.dense = False      # train_dsv32.py: attend to every causal key
+        self.capture = None     # train_dsv32.py: a list receiving (x, qr, attention summed over heads, idx)
 
     def forward(self, x, pos, cache, li, start):
         B, S, _ = x.shape
@@ -210,8 +212,12 @@ class MLA32(v3.MLA):
         kpos = torch.arange(T)[None, :]
         mask = torch.full((B, S, T), float("-inf")).scatter_(-1, idx, 0.0)
         mask = mask.masked_fill((kpos > qpos)[None], float("-inf"))
+        if self.dense:
+            mask = torch.zeros(B, S, T).masked_fill((kpos > qpos)[None], float("-inf"))
         scores = scores + mask[:, :, None, :]
         p = torch.softmax(scores.float(), -1)
+        if self.capture is not None:
+            self.capture.append((x.detach(), qr.detach(), p.sum(2).detach(), idx))
         o = torch.einsum("bsht,bthd->bshd", p, v)
         return self.o_proj(o.reshape(B, S, self.nh * self.vd))
 

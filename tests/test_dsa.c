@@ -9,6 +9,9 @@
 #include "dsa.h"
 #include "dsq_file.h"
 #include "model.h"
+#include "convert.h"
+#include "recipe.h"
+#include "fixtures/synth_ckpt.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -419,6 +422,82 @@ static void test_fp8_vs_float(void **st)
     dsq_model_free(b);
 }
 
+/* ds-quant on V3.2 checkpoints, BF16 and FP8 (wq_b / wk FP8 with block
+ * scales, weights_proj BF16), MTP layer included: the indexer's linears are
+ * kept float, everything else gets the scheme; the engine runs source and
+ * .dsq alike. */
+static void test_convert_v32(void **st)
+{
+    (void)st;
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        dsq_synth_opts so;
+        dsq_synth_defaults_tiny(&so);
+        so.index_heads = 4;
+        so.index_dim = 32;
+        so.index_topk = 1000;   /* dense: the quantization error alone, no top-k flips */
+        so.fp8 = fp8;
+        so.seed = 31;
+        char *dir = strdup(dsq_test_tmpdir());
+        dsq_diag d;
+        dsq_diag_clear(&d);
+        assert_int_equal(dsq_synth_write(&so, dir, DSQ_OUT_OVERWRITE, NULL, &d), 0);
+        char out[600];
+        snprintf(out, sizeof out, "%s/model.dsq", dir);
+        dsq_recipe r;
+        assert_int_equal(dsq_recipe_init(&r, "w8a8-dynamic", &d), 0);
+        dsq_convert_opts o;
+        dsq_convert_opts_init(&o);
+        o.input = dir;
+        o.output = out;
+        o.recipe = &r;
+        o.threads = 2;
+        dsq_convert *c = NULL;
+        int rc = dsq_convert_prepare(&c, &o, &d);
+        if (rc) fail_msg("prepare: %s", d.msg);
+        const dsq_plan *pl = dsq_convert_plan(c);
+        int indexer = 0, mtp_indexer = 0, quantized = 0;
+        for (size_t i = 0; i < pl->n; i++) {
+            const dsq_plan_entry *e = &pl->v[i];
+            if (strstr(e->name, ".indexer.") && e->role.role == DSQ_ROLE_INDEXER_LINEAR) {
+                indexer++;
+                mtp_indexer += e->role.mtp;
+                if (e->scheme->id != DSQ_SCHEME_BF16) fail_msg("%s planned as %s", e->name, e->scheme->name);
+            }
+            quantized += e->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC;
+        }
+        assert_int_equal(indexer, 3 * 3);      /* 2 layers + MTP, 3 linears each */
+        assert_int_equal(mtp_indexer, 3);
+        assert_true(quantized > 10);
+        dsq_convert_summary sum;
+        rc = dsq_convert_run(c, &sum, &d);
+        if (rc) fail_msg("convert: %s", d.msg);
+        dsq_convert_free(c);
+        dsq_recipe_release(&r);
+        dsq_model *ms = open_dsa(dir, DSQ_DSA_FLOAT), *mq = open_dsa(out, DSQ_DSA_FLOAT);
+        const int V = (int)dsq_model_get_config(ms)->vocab_size;
+        float *a = malloc((size_t)SLEN * V * 4), *b = malloc((size_t)SLEN * V * 4);
+        int32_t ids[SLEN];
+        for (int t = 0; t < SLEN; t++) ids[t] = (t * 37 + 5) % V;
+        run_seq(ms, ids, 0, a);
+        run_seq(mq, ids, 0, b);
+        double dmax = 0, amax = 0;
+        for (size_t i = 0; i < (size_t)SLEN * V; i++) {
+            assert_true(isfinite(a[i]) && isfinite(b[i]));
+            dmax = fabs(a[i] - b[i]) > dmax ? fabs(a[i] - b[i]) : dmax;
+            amax = fabs(a[i]) > amax ? fabs(a[i]) : amax;
+        }
+        fprintf(stderr, "V3.2 %s source vs w8a8-dynamic .dsq: max |dlogit| %.3g of %.3g\n", fp8 ? "FP8" : "BF16",
+                dmax, amax);
+        assert_true(dmax > 0 && dmax < 0.25 * (1 + amax));
+        free(a);
+        free(b);
+        dsq_model_free(ms);
+        dsq_model_free(mq);
+        dsq_test_rmtree(dir);
+        free(dir);
+    }
+}
+
 static int teardown(void **st)
 {
     (void)st;
@@ -438,6 +517,7 @@ int main(void)
         cmocka_unit_test(test_reference_parity),
         cmocka_unit_test(test_topk_boundary),
         cmocka_unit_test(test_fp8_vs_float),
+        cmocka_unit_test(test_convert_v32),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
 }
