@@ -128,6 +128,20 @@ int  dsq_map_open(dsq_map *m, const char *path, dsq_diag *d);
 void dsq_map_close(dsq_map *m);
 
 /* Whole small file into a NUL-terminated heap buffer (max bytes cap). */
+/* Open path for reading without ever blocking on a special file: the open
+ * is non-blocking (a FIFO with no writer, a tty or a device opens at once),
+ * then anything but a regular file is refused with DSQ_ERR_FORMAT "not a
+ * regular file (FIFO)" / "(device)" / "(directory)" before a read can
+ * block, and the descriptor is switched back to blocking reads. Every file
+ * of a model, export, tokenizer, checksum list or journal is opened this
+ * way. Returns the descriptor (>= 0, O_CLOEXEC) or a negative status. */
+int dsq_open_regular(const char *path, dsq_diag *d);
+/* dsq_read_file for data the user names, which may be a pipe on purpose
+ * (a shell's process substitution): regular files and pipes are read
+ * (devices, sockets and directories are refused); the open never waits for
+ * a writer, so a FIFO nobody writes to reads as empty instead of hanging.
+ * Same limits and errors otherwise. */
+int dsq_read_file_or_pipe(const char *path, size_t max, char **out, size_t *len, dsq_diag *d);
 int dsq_read_file(const char *path, size_t max, char **out, size_t *len, dsq_diag *d);
 /* Write a small file atomically (temp + rename). */
 int dsq_write_file_atomic(const char *path, const void *data, size_t n, unsigned flags, dsq_diag *d);

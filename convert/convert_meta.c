@@ -94,8 +94,8 @@ static int read_side_file(const char *dir, const char *name, json_object **out, 
 
 static int header_sha(const char *path, uint64_t *size, int64_t *mtime_ns, char hex[65], dsq_diag *d)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dsq_fail_errno(d, errno, path, "cannot open");
+    int fd = dsq_open_regular(path, d);
+    if (fd < 0) return fd;
     struct stat st;
     uint8_t n8[8];
     int rc = DSQ_OK;

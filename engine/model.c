@@ -699,6 +699,26 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
 
 /* ---- open / free --------------------------------------------------------- */
 
+/* A checkpoint with more decoder layers than config.json declares (its MTP
+ * layers, DeepSeek's num_nextn_predict_layers, excepted) is another model's
+ * config: the extra layers would silently be skipped or taken for MTP. The
+ * converter refuses the same at plan time (convert_check.c). */
+static int check_layer_count(const dsq_model *m, dsq_diag *d)
+{
+    int64_t first_absent = m->cfg.num_hidden_layers +
+                           (dsq_arch_is_deepseek(m->cfg.arch) ? m->cfg.num_nextn_predict_layers : 0);
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%lld.input_layernorm.weight", (long long)first_absent);
+    src_tensor t;
+    if (src_find(m, name, &t) == DSQ_OK)
+        return dsq_fail(d, DSQ_ERR_SHAPE, NULL, name, -1,
+                        "config.json says num_hidden_layers = %lld (+%lld MTP) but the weights have layer %lld",
+                        (long long)m->cfg.num_hidden_layers,
+                        (long long)(dsq_arch_is_deepseek(m->cfg.arch) ? m->cfg.num_nextn_predict_layers : 0),
+                        (long long)first_absent);
+    return DSQ_OK;
+}
+
 int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts, dsq_diag *d)
 {
     *out = NULL;
@@ -749,6 +769,7 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
         }
     }
     if (rc == DSQ_OK) rc = setup_derived(m, d);
+    if (rc == DSQ_OK) rc = check_layer_count(m, d);
     if (rc == DSQ_OK) {
         m->w.layers = calloc((size_t)m->n_layers, sizeof *m->w.layers);
         if (!m->w.layers) rc = DSQ_ERR_NOMEM;

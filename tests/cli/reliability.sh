@@ -283,4 +283,11 @@ wait $pid; rc=$?
 [ $rc = 1 ] || fail "SIGHUP: exit $rc, expected 1 (interrupted)"
 grep -q "interrupted" $T/err || fail "SIGHUP: message was: $(cat $T/err)"
 
+# ---- a config.json with fewer layers than the weights is refused on load ----
+rm -rf $T/fewer && mkdir $T/fewer && cp samples/tiny-dsv3/* $T/fewer/
+jq '.num_hidden_layers = 2' samples/tiny-dsv3/config.json > $T/fewer/config.json
+$EVAL ppl -q -T 1 -m $T/fewer --data samples/data/heldout.txt --ctx 64 --limit-tokens 256 > /dev/null 2> $T/err \
+    && fail "eval with num_hidden_layers below the weights' exited 0"
+grep -q "num_hidden_layers = 2" $T/err || fail "fewer layers: message was: $(cat $T/err)"
+
 [ $fails = 0 ] || exit 1
