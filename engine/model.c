@@ -877,7 +877,7 @@ int dsq_model_info(const dsq_model *m, char *buf, size_t n)
     if (m->dsa)
         snprintf(dsa_desc, sizeof dsa_desc, " + DSA (indexer %lld heads x %lld, top %lld keys, %s)",
                  (long long)c->index_n_heads, (long long)c->index_head_dim, (long long)c->index_topk,
-                 m->opts.dsa_mode == DSQ_DSA_FLOAT ? "float" : "fp8");
+                 dsq_dsa_mode_name(m->opts.dsa_mode));
     return snprintf(buf, n,
                     "%s: %lld layers (%d loaded%s), hidden %lld, heads %lld/%lld, vocab %lld, %s%s%s; "
                     "weights %s, %.1f MiB in use%s%s%s",

@@ -59,6 +59,9 @@ static const char usage_text[] =
 "                          dot products, 3 (default: f32 accuracy, the KLD\n"
 "                          baseline), 2, or 1 (activations rounded to bf16 as\n"
 "                          llama.cpp does: faster, not a baseline)\n"
+"      --dsa fp8|float     DeepSeek-V3.2 sparse attention: the indexer and MLA\n"
+"                          latent with DeepSeek's e4m3 round trips (fp8, the\n"
+"                          default) or in float (a bf16 indexer's arithmetic)\n"
 "\n"
 "ppl:\n"
 "      --data FILE         text to score (read as bytes)\n"
@@ -133,7 +136,7 @@ enum {
     O_TOKENIZER = 256, O_CTX, O_DATA, O_LIMIT_TOKENS, O_SAVE_LOGITS, O_LOGITS_FORMAT,
     O_LOGITS_TOPK, O_BASE, O_TRAIN, O_SHOTS, O_SEED, O_LIMIT, O_BATCH, O_MAX_NEW, O_BOS,
     O_SCORE, O_OUT, O_JSON, O_NO_PROGRESS, O_ENDPOINT, O_SERVED_MODEL, O_API_KEY_ENV, O_CONCURRENCY,
-    O_TIMEOUT, O_RETRIES, O_NO_VERIFY, O_BF16_TERMS
+    O_TIMEOUT, O_RETRIES, O_NO_VERIFY, O_BF16_TERMS, O_DSA
 };
 
 typedef struct opts {
@@ -153,6 +156,7 @@ typedef struct opts {
     double timeout;
     int no_verify;
     int bf16_terms;        /* 0: the engine's default */
+    int dsa_mode;          /* enum dsq_dsa_mode */
 } opts;
 
 #define BIT(opt) (1ull << ((opt) - 256))
@@ -213,6 +217,7 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         { "api-key-env", required_argument, 0, O_API_KEY_ENV }, { "concurrency", required_argument, 0, O_CONCURRENCY },
         { "timeout", required_argument, 0, O_TIMEOUT }, { "retries", required_argument, 0, O_RETRIES },
         { "no-verify", no_argument, 0, O_NO_VERIFY }, { "bf16-terms", required_argument, 0, O_BF16_TERMS },
+        { "dsa", required_argument, 0, O_DSA },
         { "threads", required_argument, 0, 'T' },    { "force", no_argument, 0, 'f' },
         { "quiet", no_argument, 0, 'q' },            { "verbose", no_argument, 0, 'v' },
         { "help", no_argument, 0, 'h' },             { "version", no_argument, 0, 'V' },
@@ -245,6 +250,10 @@ static int parse(dsq_cli *cli, opts *o, int argc, char **argv, int *done)
         case O_BF16_TERMS:
             if (dsq_cli_parse_int(a, 1, 3, &o->bf16_terms))
                 return dsq_cli_usage_error(cli, "--bf16-terms: expected 1..3, got '%s'", a);
+            break;
+        case O_DSA:
+            if ((o->dsa_mode = dsq_dsa_mode_parse(a)) < 0)
+                return dsq_cli_usage_error(cli, "--dsa: expected fp8 or float, got '%s'", a);
             break;
         case O_BASE: o->base = a; break;
         case O_TRAIN: o->train = a; break;
@@ -450,6 +459,7 @@ static int open_model(const dsq_cli *cli, const opts *o, runner *r, int max_batc
     mo.threads = cli->threads;
     mo.no_verify = o->no_verify;
     mo.bf16_terms = o->bf16_terms;
+    mo.dsa_mode = o->dsa_mode;
     double t0 = dsq_now();
     int rc = dsq_model_open(&r->m, o->model, &mo, d);
     if (rc < 0) return rc;

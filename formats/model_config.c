@@ -171,6 +171,25 @@ int64_t dsq_model_config_ffn_dim(const dsq_model_config *cfg, int64_t layer)
                                                      : cfg->intermediate_size;
 }
 
+int dsq_model_config_summary(const dsq_model_config *c, char *buf, size_t n)
+{
+    char dsa[128] = "", moe[96] = "", mtp[48] = "";
+    if (dsq_arch_get(c->arch)->dsa)
+        snprintf(dsa, sizeof dsa, ", DSA (indexer %lld heads x %lld, index_topk %lld)",
+                 (long long)c->index_n_heads, (long long)c->index_head_dim, (long long)c->index_topk);
+    if (c->n_routed_experts > 0)
+        snprintf(moe, sizeof moe, ", MoE %lld experts (top %lld)", (long long)c->n_routed_experts,
+                 (long long)c->num_experts_per_tok);
+    if (dsq_arch_is_deepseek(c->arch) && c->num_nextn_predict_layers > 0)
+        snprintf(mtp, sizeof mtp, ", %lld MTP layer%s", (long long)c->num_nextn_predict_layers,
+                 c->num_nextn_predict_layers == 1 ? "" : "s");
+    return snprintf(buf, n, "%s: %lld layers, hidden %lld, %lld heads, vocab %lld, %s%s%s%s%s%s",
+                    dsq_arch_name(c->arch), (long long)c->num_hidden_layers, (long long)c->hidden_size,
+                    (long long)c->num_attention_heads, (long long)c->vocab_size,
+                    dsq_arch_is_deepseek(c->arch) ? "MLA" : "GQA", dsa, moe, mtp,
+                    c->quant.scale_fmt[0] ? ", scale_fmt " : "", c->quant.scale_fmt);
+}
+
 void dsq_model_config_release(dsq_model_config *cfg)
 {
     if (!cfg) return;

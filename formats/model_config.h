@@ -182,6 +182,10 @@ int dsq_arch_is_deepseek(enum dsq_arch a);
  * layer % moe_layer_freq == 0. MTP layers (layer >= num_hidden_layers) are
  * MoE in DeepSeek-V3 and answer 1. */
 int dsq_model_config_is_moe_layer(const dsq_model_config *cfg, int64_t layer);
+/* One line for people: architecture, layers, dims, attention (MLA / GQA,
+ * DSA's indexer heads x dim and index_topk), MoE, MTP layers. Returns
+ * snprintf's length. */
+int dsq_model_config_summary(const dsq_model_config *cfg, char *buf, size_t n);
 /* MLP width of a layer: moe_intermediate_size for MoE layers, else
  * intermediate_size. */
 int64_t dsq_model_config_ffn_dim(const dsq_model_config *cfg, int64_t layer);

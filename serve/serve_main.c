@@ -9,6 +9,7 @@
  * 2 usage. */
 #include "cli.h"
 #include "dsq_file.h"
+#include "dsa.h"
 #include "server.h"
 
 #include <getopt.h>
@@ -49,6 +50,8 @@ static const char usage_text[] =
 "      --bf16-terms N        BF16 weights: bf16 terms per f32 activation in\n"
 "                            the dot products, 3 (default: f32 accuracy), 2,\n"
 "                            or 1 (rounded to bf16 as llama.cpp: faster)\n"
+"      --dsa fp8|float       DeepSeek-V3.2 sparse attention: DeepSeek's e4m3\n"
+"                            round trips (fp8, the default) or float\n"
 "      --json                log lines as JSON\n"
 "  -q, --quiet / -v, --verbose\n"
 "  -h, --help / -V, --version\n"
@@ -56,7 +59,7 @@ static const char usage_text[] =
 "Exit status: 0 ok (stopped by a signal), 1 error, 2 usage.\n";
 
 enum { O_TOKENIZER = 256, O_NAME, O_HOST, O_PORT_FILE, O_KEY_ENV, O_SLOTS, O_QUEUE, O_CTX, O_MAX_BODY,
-       O_MAX_TOKENS, O_DRAIN, O_JSON, O_BF16_TERMS };
+       O_MAX_TOKENS, O_DRAIN, O_JSON, O_BF16_TERMS, O_DSA };
 
 int main(int argc, char **argv)
 {
@@ -69,6 +72,7 @@ int main(int argc, char **argv)
         { "max-body", required_argument, 0, O_MAX_BODY }, { "max-tokens", required_argument, 0, O_MAX_TOKENS },
         { "drain-seconds", required_argument, 0, O_DRAIN }, { "json", no_argument, 0, O_JSON },
         { "bf16-terms", required_argument, 0, O_BF16_TERMS },
+        { "dsa", required_argument, 0, O_DSA },
         { "threads", required_argument, 0, 'T' },      { "quiet", no_argument, 0, 'q' },
         { "verbose", no_argument, 0, 'v' },            { "help", no_argument, 0, 'h' },
         { "version", no_argument, 0, 'V' },            { 0, 0, 0, 0 }
@@ -111,6 +115,7 @@ int main(int argc, char **argv)
         case O_DRAIN: if (dsq_cli_parse_float(a, 0, 86400, &drain)) return dsq_cli_usage_error(&cli, "--drain-seconds: bad value '%s'", a); break;
         case O_JSON: cli.json = 1; break;
         case O_BF16_TERMS: if (dsq_cli_parse_int(a, 1, 3, &o.bf16_terms)) return dsq_cli_usage_error(&cli, "--bf16-terms: expected 1..3, got '%s'", a); break;
+        case O_DSA: if ((o.dsa_mode = dsq_dsa_mode_parse(a)) < 0) return dsq_cli_usage_error(&cli, "--dsa: expected fp8 or float, got '%s'", a); break;
         case 'T': if (dsq_cli_parse_int(a, 0, 4096, &cli.threads)) return dsq_cli_usage_error(&cli, "-T: expected 0..4096, got '%s'", a); break;
         case 'q': cli.level--; break;
         case 'v': cli.level++; break;

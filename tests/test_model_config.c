@@ -302,6 +302,10 @@ static void test_deepseek_v32(void **state)
     assert_int_equal(c.scoring_func, DSQ_SCORING_SIGMOID);
     assert_int_equal(c.num_nextn_predict_layers, 1);
     assert_true(dsq_model_config_is_moe_layer(&c, 61));
+    char sum[400];
+    dsq_model_config_summary(&c, sum, sizeof sum);
+    assert_string_equal(sum, "deepseek_v32: 61 layers, hidden 7168, 128 heads, vocab 129280, MLA, DSA (indexer 64 "
+                             "heads x 128, index_topk 2048), MoE 256 experts (top 8), 1 MTP layer, scale_fmt ue8m0");
     dsq_model_config_release(&c);
     free(s);
     /* the indexer keys are required and checked */
