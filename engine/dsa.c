@@ -4,6 +4,7 @@
 #include "model.h"
 
 #include <cblas.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,6 +229,14 @@ static void idx_prep_task(void *ctx, size_t item, int tid)
 
 #define IDX_TILE 64
 
+/* e4m3 byte -> value, for the indexer cache's keys (built once) */
+static float e4m3_table[256];
+static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
+static void e4m3_table_init(void)
+{
+    for (int b = 0; b < 256; b++) e4m3_table[b] = dsq_e4m3_decode((uint8_t)b);
+}
+
 /* One query row: score every visible key, keep the top index_topk. */
 static void idx_select_task(void *ctx, size_t item, int tid)
 {
@@ -250,7 +259,7 @@ static void idx_select_task(void *ctx, size_t item, int tid)
         for (int i = 0; i < nt; i++) {
             const uint8_t *row = base + (size_t)(n0 + i) * m->dsa_row;
             if (j->fp8)
-                for (int64_t d = 0; d < D; d++) kt[i * D + d] = dsq_e4m3_decode(row[d]);
+                for (int64_t d = 0; d < D; d++) kt[i * D + d] = e4m3_table[row[d]];
             else
                 memcpy(kt + i * D, row, (size_t)D * sizeof(float));
         }
@@ -307,6 +316,7 @@ int dsq_dsa_select(dsq_run *r)
         for (int t = 0; t < r->T; t++) r->sc->nsel[t] = -1;
         return 0;
     }
+    pthread_once(&e4m3_once, e4m3_table_init);
     dsq_prof_mark mk;
     dsq_prof_begin(m->prof, &mk);
     dsq_pool_run(r->T < 2 ? NULL : m->pool, (size_t)r->T, idx_select_task, &j);
