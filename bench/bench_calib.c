@@ -51,7 +51,7 @@
  * 256 rows on one thread) and the largest difference between the two
  * relative to sqrt(H_ii H_jj). 512 16384 is one sample of o_proj's input;
  * a V3 layer adds 128 such samples for o_proj and for two 7168-wide inputs.
- * Speed only; correctness is tests/test_calib.c and tests/test_gptq.c. */
+ * Speed only; correctness is tests/test_calib_*.c and tests/test_gptq.c. */
 #include "calib.h"
 #include <cblas.h>
 #include "gptq.h"

@@ -35,7 +35,7 @@
 # projection weights a --keep recipe left in BF16 (16 bits), so a row that
 # keeps tensors float is compared at its real size.
 # Work files go to bench/out/calib-quality/ (gitignored). Measurement, not a
-# test: tests/test_calib.c asserts the orderings that cannot flip by noise.
+# test: tests/test_calib_quality.c asserts the orderings that cannot flip by noise.
 set -e
 cd "$(dirname "$0")/.."
 MODEL=${1:-samples/tiny-dsv3}
