@@ -148,8 +148,8 @@ static int solve_bench(const char *scheme, int64_t rows, int64_t cols, int32_t g
     return 0;
 }
 
-/* The accumulation before the tiles (gptq.c until 2026-11-25): the
- * reference the tiled one is timed and checked against. */
+/* The accumulation without tiles (one double dsyrk per 256 rows on the
+ * calling thread): the reference the tiled one is timed and checked against. */
 static void hess_double_syrk(double *xtx, int64_t in, const float *x, int64_t T)
 {
     const int64_t C = 256;

@@ -303,6 +303,8 @@ static char *info_json(calib_run *c)
     const int dyn = c->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC;   /* no static ranges to record */
     const char *method = c->flavor == DSQ_GROUPS_AWQ ? "awq"
                          : !o->smooth                ? (dyn ? "none" : "static-ranges")
+                         : o->smooth_method == DSQ_SMOOTH_FLEX && !o->alpha_set &&
+                                   c->scheme->id != DSQ_SCHEME_W4A8 ? "flex-smooth-search"
                          : c->scheme->id == DSQ_SCHEME_W4A8 && !o->alpha_set ? "smoothquant+awq-search"
                          : dyn && !o->alpha_set                              ? "smoothquant-search"
                                                                               : "smoothquant";

@@ -144,6 +144,8 @@ int dsq_calib_stats_fingerprint(calib_run *c, const dsq_calib_data *cd, char *ou
              o->target_id ? o->target_id : "", o->smooth, (double)o->alpha, o->alpha_set);
     if (dsq_calib_attn_seqs(c) > 0) /* likewise: only when the attention block loss is on */
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "|attn=%d,%d", dsq_calib_attn_seqs(c), o->awq_attn_seqlen);
+    if (o->smooth_method) /* likewise: SmoothQuant runs keep their fingerprints */
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "|smooth_method=%d", o->smooth_method);
     if (o->gptq) /* only then: fingerprints of runs without GPTQ stay as they were */
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "|gptq=%.9g", o->gptq_damp);
     DSQ_TRY(dsq_sha256_buf(buf, strlen(buf), h));

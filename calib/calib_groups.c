@@ -30,6 +30,7 @@ int dsq_calib_group_method(calib_run *c, const dsq_scale_group *g, int *method)
               : w8s  ? M_SMOOTH_FIXED
               : w8d  ? (fixed ? M_SMOOTH_FIXED : M_SMOOTH_SEARCH_W8)
                      : M_NONE;
+    if (c->o->smooth_method == DSQ_SMOOTH_FLEX && !fixed && !w4a8 && (w8s || w8d) && !awq) *method = M_FLEX;
     if ((*method != M_AWQ || c->o->gptq) && !c->o->smooth) *method = M_NONE;   /* awq: GPTQ alone */
     return DSQ_OK;
 }

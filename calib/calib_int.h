@@ -109,10 +109,11 @@ int    dsq_calib_search_target(void *ctx, const char *t, int64_t rows, int64_t c
 
 /* ==== per-group decisions (calib_groups.c) ================================= */
 
-/* M_SMOOTH_SEARCH: w4a8, both grids; M_SMOOTH_SEARCH_W8: w8a8-dynamic, the
+/* M_FLEX: --smooth flex on int8-weight groups (static or dynamic W8A8).
+ * M_SMOOTH_SEARCH: w4a8, both grids; M_SMOOTH_SEARCH_W8: w8a8-dynamic, the
  * SmoothQuant alpha grid only (int8 weights leave AWQ's salient-channel
  * scaling little to protect; the activation side is what smoothing fixes). */
-enum { M_NONE = 0, M_AWQ = 1, M_SMOOTH_SEARCH = 2, M_SMOOTH_FIXED = 3, M_SMOOTH_SEARCH_W8 = 4 };
+enum { M_NONE = 0, M_AWQ = 1, M_SMOOTH_SEARCH = 2, M_SMOOTH_FIXED = 3, M_SMOOTH_SEARCH_W8 = 4, M_FLEX = 5 };
 
 /* The method of group g (M_*), from its consumers' schemes and the options. */
 int dsq_calib_group_method(calib_run *c, const dsq_scale_group *g, int *method);

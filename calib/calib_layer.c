@@ -80,8 +80,10 @@ int dsq_calib_do_layer(calib_run *c, int layer, const dsq_layer_stats *ls, int f
             if (rc == DSQ_OK) dsq_smooth_scales(site->absmax, wmax, g->n, c->o->alpha, s);
             c->r->tot.groups_smoothed++;
         } else {
-            int kind = method == M_AWQ ? DSQ_SEARCH_AWQ : method == M_SMOOTH_SEARCH_W8 ? DSQ_SEARCH_SMOOTH
-                                                                                     : DSQ_SEARCH_BOTH;
+            int kind = method == M_AWQ               ? DSQ_SEARCH_AWQ
+                       : method == M_SMOOTH_SEARCH_W8 ? DSQ_SEARCH_SMOOTH
+                       : method == M_FLEX             ? DSQ_SEARCH_FLEX
+                                                      : DSQ_SEARCH_BOTH;
             if (fresh) {
                 dsq_search_report rep;
                 so.kind = kind;
