@@ -9,13 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int dsq_dsa_mode_parse(const char *s)
-{
-    if (s && !strcmp(s, "fp8")) return DSQ_DSA_FP8;
-    if (s && !strcmp(s, "float")) return DSQ_DSA_FLOAT;
-    return -1;
-}
-
 const char *dsq_dsa_mode_name(int mode)
 {
     return mode == DSQ_DSA_FLOAT ? "float" : "fp8";

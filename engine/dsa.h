@@ -46,8 +46,7 @@ enum dsq_dsa_mode {
 #define DSQ_E4M3_MAX 448.0f
 #define DSQ_DSA_LATENT_BLOCK 128
 
-/* "fp8" -> DSQ_DSA_FP8, "float" -> DSQ_DSA_FLOAT, else -1; and back. */
-int         dsq_dsa_mode_parse(const char *s);
+/* "fp8" or "float" (the --dsa spelling of a mode). */
 const char *dsq_dsa_mode_name(int mode);
 
 /* Nearest e4m3fn value of x (ties to even, subnormals down to 2^-9),
