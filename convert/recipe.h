@@ -7,8 +7,10 @@
  * Default recipe (--scheme S):
  *   attn_linear, mlp_linear, expert_linear, shared_expert_linear   -> S
  *   embed, norm (all), router (mlp.gate.weight), router_bias
- *   (e_score_correction_bias), lm_head, linear_bias, mtp (eh_proj), other
- *                                                                  -> keep
+ *   (e_score_correction_bias), lm_head, linear_bias, mtp (eh_proj),
+ *   indexer_linear (V3.2 self_attn.indexer.wq_b / wk / weights_proj: float
+ *   in msModelSlim's W8A8 / W4A8 recipes and in vllm-ascend's bf16 indexer;
+ *   --scheme-for can still quantize them), other                   -> keep
  * "keep" means: stay in the source float type. F32 -> f32, BF16 -> bf16,
  * F16 -> f32 (lossless; dsq has no f16 scheme), F64 -> f32, FP8-block ->
  * bf16 (what DeepSeek's fp8_cast_bf16.py produces). Integer source tensors

@@ -45,6 +45,7 @@
 #include "scheme.h"
 #include "ops.h"
 #include "prof.h"
+#include "dsa.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -79,6 +80,9 @@ typedef struct dsq_model_opts {
                              bf16 as llama.cpp does, about 2.5x faster prefill;
                              quant/scheme.h "bf16 prefill"). 0: DSQ_BF16_TERMS
                              from the environment, else 3 */
+    int dsa_mode;         /* enum dsq_dsa_mode (dsa.h): V3.2's indexer and latent
+                             with DeepSeek's e4m3 round trips (0, the default) or
+                             in float */
     int moe_unbatched;    /* 1: decode runs every expert's gemms as pool jobs of their
                              own, as calibration and large batches do (moe.c); the
                              same values; for tests and bench_engine's A/B */
@@ -133,6 +137,13 @@ typedef struct dsq_layer {
     const uint8_t *kvb_rows;
     size_t kvb_stride;
     int kvb_bf16;         /* 1: BF16 rows, 0: F32 rows */
+
+    /* DSA lightning indexer (V3.2, dsa.h): self_attn.indexer.* */
+    dsq_linear idx_wq_b;  /* [Hi*D, q_lora] */
+    dsq_linear idx_wk;    /* [D, hidden] */
+    dsq_linear idx_wp;    /* [Hi, hidden] weights_proj */
+    float *idx_knorm_w;   /* [D] k_norm (LayerNorm) weight */
+    float *idx_knorm_b;   /* [D] k_norm bias */
 
     /* FFN: dense layers */
     dsq_mlp mlp;
@@ -291,6 +302,9 @@ struct dsq_model {
     float eps;
     dsq_rope rope;
     dsq_router router;    /* bias filled per layer */
+    int dsa;              /* the architecture has the DSA indexer (V3.2) */
+    dsq_rope index_rope;  /* MLA's frequencies, rotate-half pairs (dsa.h) */
+    size_t dsa_row;       /* bytes per token in the indexer cache */
 
     void **owned;         /* global buffers (embed / head / final norm copies) */
     int n_owned, cap_owned;
@@ -323,6 +337,17 @@ typedef struct dsq_scratch {
     float *qabs;          /* [T, H, kv_lora] MLA absorbed q', then the attention context */
     float *kv_exp;        /* [cap_ctx, H * (nope + v)] MLA naive expanded k_nope|v */
     float *cs;            /* [T, rope_dim] cos (first half) | sin per token */
+    /* DSA (dsa.h) */
+    float *iq;            /* [T, Hi, D] indexer queries (fp8: e4m3 code values) */
+    float *ik;            /* [T, D] indexer keys before the cache */
+    float *iw;            /* [T, Hi] per-head weights */
+    int64_t cap_sel;      /* min(index_topk, cap_ctx): columns of sel */
+    int32_t *sel;         /* [T, cap_sel] selected keys, ascending */
+    int32_t *nsel;        /* [T] their count; -1: every visible key */
+    float *iscore;        /* [nthreads, 2 * cap_ctx] scores and top-k scratch */
+    float *itile;         /* [nthreads, 64 * (D + Hi)] decoded keys and products */
+    uint8_t *keep;        /* [T, cap_ctx] prefill mask of selected keys */
+    float *gather;        /* [cap_sel, kv_lora + rope] selected latent rows (decode) */
     void *gemm_buf;       /* gemm scratch */
     size_t gemm_size;
 } dsq_scratch;
@@ -333,6 +358,7 @@ struct dsq_state {
     int64_t max_ctx;
     int64_t *pos;         /* [max_batch] tokens cached per sequence */
     float **kv;           /* [layer] -> [max_batch][max_ctx][kv_width] */
+    uint8_t **icache;     /* DSA: [layer] -> [max_batch][max_ctx][dsa_row], else NULL */
     float *x;             /* [chunk, hidden] residual stream */
     int32_t *positions;   /* [chunk] */
     int *seq_of;          /* [chunk] sequence of each row (batch decode) */
@@ -351,6 +377,8 @@ typedef struct dsq_kv_view {
     const int *seq_of;    /* [T] sequence of each token, NULL = all seq0 */
     int seq0;
     int index_is_t;       /* 1: token t sits at index t (no cache); 0: at positions[t] */
+    uint8_t *icache;      /* DSA indexer cache of the layer (NULL without DSA) */
+    int64_t iseq_stride;  /* its bytes between sequences (ctx * dsa_row) */
 } dsq_kv_view;
 
 /* Per-call context handed down the layer functions. */
@@ -404,5 +432,17 @@ static inline int64_t dsq_kv_index(const dsq_run *r, int t)
     return r->kv.index_is_t ? t : r->positions[t];
 }
 void dsq_rope_rows(const dsq_model *m, const int32_t *positions, int T, float *cs);
+/* dsa.c: indexer q / k / weights of the T tokens, their keys into the
+ * indexer cache (x: normed hidden, qr: normed q-LoRA latent) */
+int  dsq_dsa_forward(dsq_run *r, const float *x, const float *qr);
+/* dsa.c: after the cache holds every key of the T tokens: sc->sel / nsel;
+ * returns 1 if some row is sparse (fewer keys than it can see) */
+int  dsq_dsa_select(dsq_run *r);
+size_t dsq_dsa_row_bytes(const dsq_model *m);
+static inline uint8_t *dsq_dsa_base(const dsq_run *r, int t)
+{
+    int seq = r->kv.seq_of ? r->kv.seq_of[t] : r->kv.seq0;
+    return r->kv.icache + (size_t)seq * (size_t)r->kv.iseq_stride;
+}
 
 #endif

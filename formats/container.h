@@ -72,7 +72,8 @@ enum dsq_role {
     DSQ_ROLE_MTP                  = 11, /* multi-token-prediction-only tensors */
     DSQ_ROLE_QUANT_AUX            = 12, /* separate scale/zero/smoothing tensor */
     DSQ_ROLE_CALIB_STATS          = 13, /* calibration statistics */
-    DSQ_ROLE_COUNT                = 14  /* sentinel: first unassigned value */
+    DSQ_ROLE_INDEXER_LINEAR       = 14, /* DSA indexer wq_b / wk / weights_proj */
+    DSQ_ROLE_COUNT                = 15  /* sentinel: first unassigned value */
 };
 
 /* A tensor's role as its name tells it (convert/recipe.h dsq_role_classify). */
