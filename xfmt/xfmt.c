@@ -95,13 +95,23 @@ int dsq_x_is_linear(const dsq_export_src *s)
 {
     uint32_t r = s->role.role;
     return s->ndim == 2 && (r == DSQ_ROLE_ATTN_LINEAR || r == DSQ_ROLE_MLP_LINEAR ||
-                            r == DSQ_ROLE_EXPERT_LINEAR || r == DSQ_ROLE_SHARED_EXPERT_LINEAR);
+                            r == DSQ_ROLE_EXPERT_LINEAR || r == DSQ_ROLE_SHARED_EXPERT_LINEAR ||
+                            r == DSQ_ROLE_INDEXER_LINEAR);
 }
 
 int dsq_x_ends_with(const char *s, const char *suf)
 {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* The V3.2 indexer's wk and weights_proj: vLLM fuses them into one linear
+ * built without a quantization config (wk_weights_proj, quant_config=None),
+ * and vllm-ascend's SFA runs them in bf16, so every target holds them in
+ * float; wq_b takes the target's quantization config. */
+int dsq_x_indexer_float_only(const char *name)
+{
+    return dsq_x_ends_with(name, ".indexer.wk.weight") || dsq_x_ends_with(name, ".indexer.weights_proj.weight");
 }
 
 int dsq_x_target_float(const dsq_xplan *p, size_t i)

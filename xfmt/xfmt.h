@@ -284,6 +284,9 @@ int dsq_x_target_float(const dsq_xplan *p, size_t i);
 /* 1 when the source is a linear weight in a decoder layer (the roles a
  * recipe quantizes). */
 int dsq_x_is_linear(const dsq_export_src *s);
+/* 1 for the V3.2 indexer linears every target loads unquantized (wk,
+ * weights_proj). */
+int dsq_x_indexer_float_only(const char *name);
 int dsq_x_ends_with(const char *s, const char *suf);
 /* Fused partner of a module ("q_a_proj" <-> "kv_a_proj_with_mqa",
  * "gate_proj" <-> "up_proj"): index of the partner's weight, or -1. */

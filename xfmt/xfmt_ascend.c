@@ -638,8 +638,11 @@ static void shape_w4(const dsq_st_model *st, const char *module, const dsq_st_te
     *cols = t->shape[1];
 }
 
-/* kv_b_proj must be unquantized (vllm-ascend mla_v1.py:908). */
-static const char *const KEEP_FLOAT[] = { ".kv_b_proj.weight", NULL };
+/* kv_b_proj must be unquantized (vllm-ascend mla_v1.py:908); the V3.2
+ * indexer's wk and weights_proj are built without a quantization config
+ * (dsq_x_indexer_float_only). */
+static const char *const KEEP_FLOAT[] = { ".kv_b_proj.weight", ".indexer.wk.weight", ".indexer.weights_proj.weight",
+                                          NULL };
 
 static const dsq_xreader READERS[] = {
     { DSQ_EQ_ASCEND_W8A8_DYNAMIC, "weight", unpack_w8a8_dynamic, NULL },
