@@ -109,6 +109,7 @@ static int run_layers(dsq_run *r, dsq_state *s, int out0, dsq_diag *d)
         r->layer = l;
         r->kv.cache = s->kv[l];
         r->kv.icache = s->icache ? s->icache[l] : NULL;
+        if (s->kvq) dsq_kvq_view(s, l, r);
         r->out0 = l == m->n_layers - 1 ? out0 : 0;
         int rc = dsq_block_forward(r, s->x);
         if (loaded_here && m->opts.lazy) dsq_model_layer_release(m, l);
@@ -166,6 +167,7 @@ static int forward_lazy(dsq_model *m, dsq_state *s, int seq, const int32_t *toke
             r.layer = l;
             r.kv.cache = s->kv[l];
             r.kv.icache = s->icache ? s->icache[l] : NULL;
+            if (s->kvq) dsq_kvq_view(s, l, &r);
             r.out0 = l == m->n_layers - 1 ? last_out0(c0, T, n, logits, flags) : 0;
             rc = dsq_block_forward(&r, xs + (size_t)c0 * (size_t)m->hidden);
             if (rc < 0) rc = dsq_fail(d, rc, m->path, NULL, -1, "forward failed in layer %d", l);

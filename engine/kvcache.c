@@ -159,7 +159,20 @@ dsq_state *dsq_state_create(const dsq_model *m, int max_batch, int64_t max_ctx)
     if (ok && (dsq_mul_size((size_t)max_batch, (size_t)max_ctx, &per_layer) < 0 ||
                dsq_mul_size(per_layer, (size_t)m->kv_width, &per_layer) < 0))
         ok = 0;
-    for (int64_t l = 0; ok && l < m->n_layers; l++) {
+    if (ok && m->is_mla && m->opts.kv_cache != DSQ_KV_F32) {
+        /* quantized rows per layer, one float view for the layer being run (kvq.c) */
+        s->kvq = calloc((size_t)m->n_layers, sizeof *s->kvq);
+        size_t qb;
+        ok = s->kvq && dsq_mul_size((size_t)max_batch, (size_t)max_ctx, &qb) == 0 &&
+             dsq_mul_size(qb, dsq_kvq_row_bytes(m->opts.kv_cache, m->cfg.kv_lora_rank, m->cfg.qk_rope_head_dim),
+                          &qb) == 0;
+        for (int64_t l = 0; ok && l < m->n_layers; l++) {
+            s->kvq[l] = dsq_aligned_alloc(qb ? qb : 1);
+            ok = s->kvq[l] != NULL;
+        }
+        if (ok) ok = (s->kvf = falloc((int64_t)per_layer)) != NULL;
+    }
+    for (int64_t l = 0; ok && !s->kvq && l < m->n_layers; l++) {
         s->kv[l] = falloc((int64_t)per_layer);
         ok = s->kv[l] != NULL;
     }
@@ -193,6 +206,10 @@ void dsq_state_free(dsq_state *s)
     if (s->icache)
         for (int64_t l = 0; l < s->m->n_layers; l++) free(s->icache[l]);
     free(s->icache);
+    if (s->kvq)
+        for (int64_t l = 0; l < s->m->n_layers; l++) free(s->kvq[l]);
+    free(s->kvq);
+    free(s->kvf);
     free(s->pos);
     free(s->x);
     free(s->positions);

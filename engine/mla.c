@@ -266,6 +266,14 @@ static void prep_token_task(void *ctx, size_t item, int tid)
     for (int64_t h = 0; h < j->H; h++) dsq_rope_apply(&m->rope, sc->q + (size_t)t * m->q_dim + h * qk + j->nope, cs, sn);
     float *base = dsq_kv_base(r, t);
     int64_t idx = dsq_kv_index(r, t);
+    if (r->kv.qcache) {
+        /* the codes to the store, the values they give back to the view */
+        int seq = r->kv.seq_of ? r->kv.seq_of[t] : r->kv.seq0;
+        uint8_t *row = r->kv.qcache + (size_t)seq * (size_t)r->kv.qseq_stride +
+                       (size_t)idx * dsq_kvq_row_bytes(m->opts.kv_cache, R, j->rope);
+        dsq_kvq_put(m->opts.kv_cache, kv, R, kv + R, j->rope, row, base + idx * R, base + r->kv.ctx * R + idx * j->rope);
+        return;
+    }
     memcpy(base + idx * R, kv, (size_t)R * sizeof(float));
     memcpy(base + r->kv.ctx * R + idx * j->rope, kv + R, (size_t)j->rope * sizeof(float));
 }

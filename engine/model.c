@@ -604,6 +604,12 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
                         m->opts.dsa_mode);
     if (c->arch == DSQ_ARCH_UNKNOWN)
         return dsq_fail(d, DSQ_ERR_UNSUPPORTED, m->path, NULL, -1, "unsupported architecture");
+    if (m->opts.kv_cache < DSQ_KV_F32 || m->opts.kv_cache > DSQ_KV_FP8)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, m->path, NULL, -1, "kv cache mode %d: expected f32, bf16, int8 or fp8",
+                        m->opts.kv_cache);
+    if (m->opts.kv_cache != DSQ_KV_F32 && !m->is_mla)
+        return dsq_fail(d, DSQ_ERR_UNSUPPORTED, m->path, NULL, -1,
+                        "a 16- or 8-bit KV cache is for MLA models (DeepSeek); this one caches K and V in float");
     if (c->hidden_act != DSQ_ACT_SILU)
         return dsq_fail(d, DSQ_ERR_UNSUPPORTED, m->path, NULL, -1, "hidden_act '%s' is not supported (silu only)",
                         c->hidden_act_name);

@@ -52,6 +52,11 @@
 
 /* ---- options ---------------------------------------------------------- */
 
+/* The MLA cache's storage per position and layer (kvq.c): f32 as computed;
+ * bf16; int8 or fp8 (e4m3) codes with one float scale for the latent and
+ * one for k_pe (per token, amax / 127 or amax / 448). */
+enum dsq_kv_cache { DSQ_KV_F32 = 0, DSQ_KV_BF16 = 1, DSQ_KV_INT8 = 2, DSQ_KV_FP8 = 3 };
+
 enum dsq_mla_mode {
     DSQ_MLA_AUTO     = 0, /* naive (expanded K/V) for n > 1 tokens, absorbed for n == 1 */
     DSQ_MLA_NAIVE    = 1, /* always expand kv_b_proj (the naive path, docs/checkpoints.md) */
@@ -83,6 +88,8 @@ typedef struct dsq_model_opts {
     int dsa_mode;         /* enum dsq_dsa_mode (dsa.h): V3.2's indexer and latent
                              with DeepSeek's e4m3 round trips (0, the default) or
                              in float */
+    int kv_cache;         /* enum dsq_kv_cache: how MLA's cache stores each position's
+                             latent and k_pe (kvq.c); 0: float32 (the reference) */
     int moe_unbatched;    /* 1: decode runs every expert's gemms as pool jobs of their
                              own, as calibration and large batches do (moe.c); the
                              same values; for tests and bench_engine's A/B */
@@ -359,6 +366,9 @@ struct dsq_state {
     int64_t *pos;         /* [max_batch] tokens cached per sequence */
     float **kv;           /* [layer] -> [max_batch][max_ctx][kv_width] */
     uint8_t **icache;     /* DSA: [layer] -> [max_batch][max_ctx][dsa_row], else NULL */
+    uint8_t **kvq;        /* opts.kv_cache != f32: [layer] -> [max_batch][max_ctx][kvq_row]
+                             (kv is NULL then), else NULL */
+    float *kvf;           /* with kvq: one layer's float view [max_batch][max_ctx][kv_width] */
     float *x;             /* [chunk, hidden] residual stream */
     int32_t *positions;   /* [chunk] */
     int *seq_of;          /* [chunk] sequence of each row (batch decode) */
@@ -378,6 +388,8 @@ typedef struct dsq_kv_view {
     int seq0;
     int index_is_t;       /* 1: token t sits at index t (no cache); 0: at positions[t] */
     uint8_t *icache;      /* DSA indexer cache of the layer (NULL without DSA) */
+    uint8_t *qcache;      /* quantized MLA cache of the layer (kvq.c), NULL: cache is the store */
+    int64_t qseq_stride;  /* its bytes between sequences */
     int64_t iseq_stride;  /* its bytes between sequences (ctx * dsa_row) */
 } dsq_kv_view;
 
@@ -408,6 +420,18 @@ int  dsq_linear_hook_call(dsq_run *r, const dsq_linear *l, const float *x, int T
 #define DSQ_LINEAR_MANY_MAX 64
 int  dsq_linear_gemm_many(dsq_run *r, const dsq_linear *const *l, const float *const *x, const int *T,
                           float *const *y, int n, const char *prof);
+/* kvq.c: the quantized MLA cache */
+size_t dsq_kvq_row_bytes(int mode, int64_t R, int64_t rope);
+/* Quantize one position (lat [R], pe [rope]) into row; lat_out / pe_out get
+ * the values a read of the row gives back (may alias lat / pe). */
+void dsq_kvq_put(int mode, const float *lat, int64_t R, const float *pe, int64_t rope, uint8_t *row,
+                 float *lat_out, float *pe_out);
+void dsq_kvq_get(int mode, const uint8_t *row, int64_t R, int64_t rope, float *lat, float *pe);
+/* Point r at layer l's quantized cache and fill the float view with every
+ * cached row of the sequences r's tokens belong to, before those tokens. */
+void dsq_kvq_view(dsq_state *s, int l, dsq_run *r);
+/* Cache bytes per token (all layers; the DSA indexer's keys included). */
+int64_t dsq_model_kv_bytes_per_token(const dsq_model *m);
 /* kvcache.c */
 int  dsq_scratch_alloc(dsq_scratch *sc, const dsq_model *m, int64_t T, int64_t ctx);
 void dsq_scratch_free(dsq_scratch *sc);
