@@ -137,7 +137,8 @@ static void *ep_worker(void *arg)
     dsq_http *h = NULL;
     dsq_http_opts ho = { .base_url = e->eo->url, .api_key = e->eo->api_key,
                          .timeout_s = e->eo->timeout_s > 0 ? e->eo->timeout_s : 600,
-                         .retries = e->eo->retries, .backoff_s = 0.5, .cancel = e->eo->cancel };
+                         .retries = e->eo->retries, .backoff_s = 0.5, .cancel = e->eo->cancel,
+                         .permanent = dsq_ep_permanent_5xx };
     int rc = dsq_http_create(&h, &ho, &d);
     if (rc < 0) { set_err(e, rc, &d); return NULL; }
     for (;;) {

@@ -10,8 +10,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ---- parsers ------------------------------------------------------------------------ */
+
+/* ppl and kld against a server lacking the capability they need */
+#define NEED_ECHO "ppl and kld need the prompt's log-probs, echo + logprobs on /v1/completions: " \
+                  "vLLM and ds-serve return them, llama-server does not"
+
+/* case-insensitive substring */
+static int has_word(const char *s, const char *w)
+{
+    size_t n = strlen(w);
+    for (; *s; s++)
+        if (!strncasecmp(s, w, n)) return 1;
+    return 0;
+}
 
 static json_object *parse_obj(const char *body, size_t len, const char *what, dsq_diag *d)
 {
@@ -46,6 +60,27 @@ void dsq_ep_error_text(const char *body, size_t len, char *out, size_t n)
         for (size_t i = 0; i < k; i++) out[w++] = (body[i] >= 32 && body[i] < 127) ? body[i] : ' ';
         out[w] = 0;
     }
+}
+
+int dsq_ep_item_refusal(long status, const char *msg)
+{
+    if (status != 400 && status != 413 && status != 422) return 0;
+    /* vLLM / OpenAI: "maximum context length is N tokens"; llama-server:
+     * "exceeds the available context size"; ds-serve: "longer than the context" */
+    return has_word(msg, "context") || has_word(msg, "too long") || has_word(msg, "too many tokens");
+}
+
+int dsq_ep_permanent_5xx(long status, const char *body, size_t len)
+{
+    if (status < 500 || status == 502 || status == 503 || status == 504) return 0; /* proxies, overload */
+    char msg[300];
+    json_object *o = parse_obj(body, len, "error", NULL), *e;
+    int json_err = o && json_object_object_get_ex(o, "error", &e);
+    json_object_put(o);
+    if (!json_err) return 0;
+    dsq_ep_error_text(body, len, msg, sizeof msg);
+    /* llama-server: HTTP 500 "Unsupported param: echo" on every try */
+    return has_word(msg, "unsupported") || has_word(msg, "not supported");
 }
 
 int dsq_ep_parse_models(const char *body, size_t len, char ***ids, size_t *n, dsq_diag *d)
@@ -147,7 +182,8 @@ int dsq_ep_parse_prompt_logprobs(const char *body, size_t len, const int32_t *pr
         }
     } else if (!json_object_object_get_ex(ch, "logprobs", &L) || !json_object_is_type(L, json_type_object) ||
                !json_object_object_get_ex(L, "token_logprobs", &arr) || !json_object_is_type(arr, json_type_array)) {
-        rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "no prompt log-probs in the response (the server ignored echo + logprobs)");
+        rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "no prompt log-probs in the response: the server ignored echo + logprobs "
+                      "(" NEED_ECHO ")");
     } else {
         if (json_object_array_length(arr) < n_prompt)
             rc = dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "token_logprobs has %zu entries for %zu prompt tokens (echo ignored?)",
@@ -222,32 +258,78 @@ int dsq_ep_parse_prompt_topk(const char *body, size_t len, const int32_t *prompt
 
 /* ---- requests --------------------------------------------------------------------------- */
 
+/* Response bounds: a /models list; a completion (text up to max_tokens);
+ * an echo answer, per prompt position up to k entries of a few hundred bytes. */
+#define MAX_MODELS ((size_t)16 << 20)
+#define MAX_ANSWER ((size_t)64 << 20)
+static size_t echo_bound(size_t n_ctx, size_t k) { return MAX_ANSWER + n_ctx * k * 512; }
+
 static int make_http(const dsq_endpoint_opts *o, dsq_http **h, dsq_diag *d)
 {
     dsq_http_opts ho = { .base_url = o->url, .api_key = o->api_key, .timeout_s = o->timeout_s > 0 ? o->timeout_s : 600,
-                         .retries = o->retries, .backoff_s = 0.5, .cancel = o->cancel };
+                         .retries = o->retries, .backoff_s = 0.5, .cancel = o->cancel, .max_body = MAX_ANSWER,
+                         .permanent = dsq_ep_permanent_5xx };
     return dsq_http_create(h, &ho, d);
 }
 
-/* One call; anything but 200 becomes an error naming the URL. */
-static int call_ok(const dsq_endpoint_opts *o, dsq_http *h, const char *path, const char *body, size_t bl,
-                   char **resp, size_t *rl, dsq_diag *d)
+/* The URL of base + path, as the client joins them. */
+static void join_url(const dsq_endpoint_opts *o, const char *path, char *url, size_t n)
+{
+    size_t ul = strlen(o->url);
+    while (ul && o->url[ul - 1] == '/') ul--;
+    snprintf(url, n, "%.*s%s", (int)(ul < 500 ? ul : 500), o->url, path);
+}
+
+/* A response that is not the OpenAI answer expected: name the URL, and
+ * point at /v1 when the base lacks it (llama-server, for one, answers
+ * /models and /completions at its root in its own shapes). */
+static int not_openai(const dsq_endpoint_opts *o, const char *path, int rc, dsq_diag *d)
+{
+    if (rc != DSQ_ERR_JSON || !d) return rc;
+    char m[sizeof d->msg], url[600];
+    snprintf(m, sizeof m, "%s", d->msg);
+    join_url(o, path, url, sizeof url);
+    size_t ul = strlen(o->url);
+    while (ul && o->url[ul - 1] == '/') ul--;
+    int v1 = ul >= 3 && !memcmp(o->url + ul - 3, "/v1", 3);
+    dsq_diag_clear(d);
+    if (v1) return dsq_fail(d, rc, url, NULL, -1, "%.400s", m);
+    return dsq_fail(d, rc, url, NULL, -1, "%.400s; the base URL of an OpenAI-compatible server usually ends in /v1 "
+                    "(--endpoint %.*s/v1?)", m, (int)(ul < 300 ? ul : 300), o->url);
+}
+
+/* One call; anything but 200 becomes an error naming the URL. echo: the
+ * request asks for the prompt's log-probs. *stp: the HTTP status (0 none). */
+static int call_st(const dsq_endpoint_opts *o, dsq_http *h, const char *path, const char *body, size_t bl, int echo,
+                   char **resp, size_t *rl, long *stp, dsq_diag *d)
 {
     long st = 0;
+    *stp = 0;
     DSQ_TRY(dsq_http_call(h, path, body, bl, &st, resp, rl, d));
+    *stp = st;
     if (st == 200) return DSQ_OK;
     char msg[300], url[600];
     dsq_ep_error_text(*resp, *rl, msg, sizeof msg);
-    size_t ul = strlen(o->url);
-    while (ul && o->url[ul - 1] == '/') ul--; /* as the client joins them */
-    snprintf(url, sizeof url, "%.*s%s", (int)(ul < 500 ? ul : 500), o->url, path);
+    join_url(o, path, url, sizeof url);
     free(*resp);
     *resp = NULL;
+    if ((st == 401 || st == 403) && !o->api_key)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, url, NULL, -1, "the server wants an API key (HTTP %ld) and none was sent: "
+                        "give it with --api-key-env VAR: %s", st, msg);
     if (st == 401 || st == 403)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, url, NULL, -1, "the server refused the API key (HTTP %ld): %s", st, msg);
+    if (echo && st != 404 && (has_word(msg, "echo") || has_word(msg, "logprob")))
+        return dsq_fail(d, DSQ_ERR_UNSUPPORTED, url, NULL, -1, "HTTP %ld: %s; " NEED_ECHO, st, msg);
     if (st == 404)
         return dsq_fail(d, DSQ_ERR_NOT_FOUND, url, NULL, -1, "HTTP 404 (is this the /v1 base of an OpenAI-compatible server?): %s", msg);
     return dsq_fail(d, st >= 400 && st < 500 ? DSQ_ERR_INVALID_ARG : DSQ_ERR_IO, url, NULL, -1, "HTTP %ld: %s", st, msg);
+}
+
+static int call_ok(const dsq_endpoint_opts *o, dsq_http *h, const char *path, const char *body, size_t bl, int echo,
+                   char **resp, size_t *rl, dsq_diag *d)
+{
+    long st;
+    return call_st(o, h, path, body, bl, echo, resp, rl, &st, d);
 }
 
 int dsq_ep_resolve_model(const dsq_endpoint_opts *o, char **model, dsq_diag *d)
@@ -257,14 +339,9 @@ int dsq_ep_resolve_model(const dsq_endpoint_opts *o, char **model, dsq_diag *d)
     DSQ_TRY(make_http(o, &h, d));
     char *resp = NULL, **ids = NULL;
     size_t rl = 0, n = 0;
-    int rc = call_ok(o, h, "/models", NULL, 0, &resp, &rl, d);
-    if (rc == DSQ_OK) rc = dsq_ep_parse_models(resp, rl, &ids, &n, d);
-    if (rc == DSQ_ERR_JSON && d) {
-        char m[sizeof d->msg];
-        snprintf(m, sizeof m, "%s", d->msg);
-        dsq_diag_clear(d);
-        dsq_fail(d, DSQ_ERR_JSON, o->url, NULL, -1, "%.400s", m);
-    }
+    dsq_http_set_max_body(h, MAX_MODELS);
+    int rc = call_ok(o, h, "/models", NULL, 0, 0, &resp, &rl, d);
+    if (rc == DSQ_OK) rc = not_openai(o, "/models", dsq_ep_parse_models(resp, rl, &ids, &n, d), d);
     if (rc == DSQ_OK) {
         if (o->model) {
             int found = 0;
@@ -379,16 +456,26 @@ static int gsm_task(ep_run *r, dsq_http *h, size_t k, dsq_diag *d)
     const char *body = json_object_to_json_string_length(b, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &bl);
     char *resp = NULL;
     size_t rl = 0;
-    int rc = call_ok(r->o, h, "/completions", body, bl, &resp, &rl, d);
+    long status = 0;
+    int rc = call_st(r->o, h, "/completions", body, bl, 0, &resp, &rl, &status, d);
     json_object_put(b);
-    dsq_ep_completion c;
-    if (rc == DSQ_OK) rc = dsq_ep_parse_completion(resp, rl, &c, d);
+    dsq_ep_completion c = { 0 };
+    if (rc < 0 && d && dsq_ep_item_refusal(status, d->msg)) {
+        /* this prompt alone is over the server's context: its error, the run goes on */
+        c.prompt_tokens = c.completion_tokens = -1;
+        if (!(c.error = strdup(d->msg))) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        dsq_diag_clear(d);
+        rc = DSQ_OK;
+    } else if (rc == DSQ_OK) {
+        rc = not_openai(r->o, "/completions", dsq_ep_parse_completion(resp, rl, &c, d), d);
+    }
     free(resp);
     if (rc < 0) return rc;
     pthread_mutex_lock(&r->mu);
     if (r->rc == DSQ_OK) rc = r->done(r->user, idx, &c);
     pthread_mutex_unlock(&r->mu);
     free(c.text);
+    free(c.error);
     return rc;
 }
 
@@ -424,9 +511,10 @@ static int ppl_task(ep_run *r, dsq_http *h, size_t c, dsq_diag *d)
     const char *body = json_object_to_json_string_length(b, JSON_C_TO_STRING_PLAIN, &bl);
     char *resp = NULL;
     size_t rl = 0;
-    int rc = call_ok(r->o, h, "/completions", body, bl, &resp, &rl, d);
+    dsq_http_set_max_body(h, echo_bound(p->n_ctx, 2));
+    int rc = call_ok(r->o, h, "/completions", body, bl, 1, &resp, &rl, d);
     json_object_put(b);
-    if (rc == DSQ_OK) rc = dsq_ep_parse_prompt_logprobs(resp, rl, win, p->n_ctx, lp, d);
+    if (rc == DSQ_OK) rc = not_openai(r->o, "/completions", dsq_ep_parse_prompt_logprobs(resp, rl, win, p->n_ctx, lp, d), d);
     free(resp);
     if (rc == DSQ_OK) {
         /* logits after positions first .. n-2 predict tokens first+1 .. n-1 */
@@ -562,11 +650,13 @@ static int kld_task(ep_run *r, dsq_http *h, size_t c, dsq_diag *d)
         json_object_object_add(b, "prompt_logprobs", json_object_new_int(r->req_k));
         size_t bl;
         const char *body = json_object_to_json_string_length(b, JSON_C_TO_STRING_PLAIN, &bl);
-        rc = call_ok(r->o, h, "/completions", body, bl, &resp, &rl, d);
+        dsq_http_set_max_body(h, echo_bound(p->n_ctx, (size_t)cap + 5));
+        rc = call_ok(r->o, h, "/completions", body, bl, 1, &resp, &rl, d);
         json_object_put(b);
     }
     if (rc == DSQ_OK)
-        rc = dsq_ep_parse_prompt_topk(resp, rl, win, p->n_ctx, info->vocab, cap, ids, lps, cnt, top1, &have, d);
+        rc = not_openai(r->o, "/completions",
+                        dsq_ep_parse_prompt_topk(resp, rl, win, p->n_ctx, info->vocab, cap, ids, lps, cnt, top1, &have, d), d);
     int text = 0;
     if (rc == DSQ_OK && !have && r->vocab) {
         rc = dsq_ep_parse_prompt_texttopk(resp, rl, win, p->n_ctx, r->vocab, cap, ids, lps, cnt, top1, &have, d);

@@ -44,6 +44,8 @@ typedef struct dsq_ep_completion {
     size_t len;
     char finish[16];          /* "stop", "length", ... or "" */
     int64_t prompt_tokens, completion_tokens; /* usage, -1 when absent */
+    char *error;              /* dsq_ep_complete_all: the server refused this prompt alone
+                               * (over its context: HTTP 400 / 413 / 422 saying so); text NULL */
 } dsq_ep_completion;
 
 int  dsq_ep_parse_completion(const char *body, size_t len, dsq_ep_completion *c, dsq_diag *d);
@@ -86,6 +88,11 @@ int  dsq_ep_parse_prompt_texttopk(const char *body, size_t len, const int32_t *p
                                   int32_t *top1, int *have, dsq_diag *d);
 /* The "error.message" of an OpenAI error body, or a prefix of the body. */
 void dsq_ep_error_text(const char *body, size_t len, char *out, size_t n);
+/* 1 when an error answer refuses one prompt only (longer than the server's
+ * context), so a run records it as that item's error and goes on. */
+int  dsq_ep_item_refusal(long status, const char *msg);
+/* 1 when a 5xx answer says a parameter is not supported: retrying cannot help. */
+int  dsq_ep_permanent_5xx(long status, const char *body, size_t len);
 
 /* ---- runs ------------------------------------------------------------------------ */
 
@@ -94,8 +101,10 @@ void dsq_ep_error_text(const char *body, size_t len, char *out, size_t n);
  * *model is malloc'd. */
 int dsq_ep_resolve_model(const dsq_endpoint_opts *o, char **model, dsq_diag *d);
 
-/* Called (serialized) as each completion arrives; a negative return stops
- * the run with that status. */
+/* Called (serialized) as each completion arrives, or with c->error set for
+ * a prompt the server refused by itself (longer than its context): that
+ * item's error, the run goes on. A negative return stops the run with that
+ * status. */
 typedef int (*dsq_ep_done_fn)(void *user, size_t index, dsq_ep_completion *c);
 
 /* Complete prompts[todo[k]] for k < n_todo, o->concurrency at a time,
@@ -167,29 +176,45 @@ int dsq_ep_kld_run(const dsq_endpoint_opts *o, const char *model, const dsq_logp
  *
  * ds-eval gsm8k --endpoint appends one JSON line per finished item to --out
  * ({"doc_id", "question", "completion", "prompt_tokens", "gen_tokens",
- * "stop"}) and fsyncs it, so a rerun with the same --out asks only for the
- * items still missing. Reading it back: a last line cut short by a kill is
- * dropped (and truncated away); any other unparsable line, or a question
- * that differs from the dataset's, is DSQ_ERR_STATE (another run's file). */
+ * "stop"}, or "error" for an item the server refused) with one write(2) on
+ * an O_APPEND descriptor and fsyncs it, so a rerun with the same --out asks
+ * only for the items still missing (and those that failed). The file is
+ * locked (flock) while a run holds it: a second run on the same --out is
+ * refused, never interleaved. Reading it back: a last line cut short by a
+ * kill is dropped (and truncated away); any other unparsable line, or a
+ * question that differs from the dataset's, is DSQ_ERR_STATE (another run's
+ * file). Records of items beyond this run's n (an earlier run with a larger
+ * --limit) stay in the file and are kept in tail, for the caller to carry
+ * into whatever replaces the journal: no item once paid for is dropped. */
 typedef struct dsq_ep_item {
     char *completion;         /* malloc'd */
     size_t len;
     int64_t prompt_tokens, gen_tokens; /* -1 unknown */
     char finish[16];
+    const char *error;        /* append: the server's refusal of this item (NULL: none) */
     int have;
 } dsq_ep_item;
 
 typedef struct dsq_ep_journal {
     int fd;
     char *path;
+    char *tail;               /* the lines of records with doc_id >= n, each ending in '\n' */
+    size_t tail_len;
 } dsq_ep_journal;
 
-/* Open path for appending; unless restart, first load the items it holds
- * (doc_id < n) into items[n] and count them in *n_have. */
+/* Open path for appending under an exclusive lock (DSQ_ERR_EXISTS naming
+ * the file when another process holds it); unless restart, first load the
+ * items it holds (doc_id < n) into items[n] and count them in *n_have. */
 int  dsq_ep_journal_open(dsq_ep_journal *j, const char *path, int restart, const dsq_gsm8k_set *test,
                          size_t n, dsq_ep_item *items, size_t *n_have, dsq_diag *d);
+/* Parse journal bytes as dsq_ep_journal_open reads them (no file): the
+ * fuzz target's entry. *keep: the bytes up to the last complete line. */
+int  dsq_ep_journal_parse(const char *buf, size_t len, const char *path, const dsq_gsm8k_set *test, size_t n,
+                          dsq_ep_item *items, size_t *n_have, char **tail, size_t *tail_len, size_t *keep,
+                          dsq_diag *d);
 int  dsq_ep_journal_append(dsq_ep_journal *j, size_t doc, const dsq_gsm8k_item *it,
                            const dsq_ep_item *item, dsq_diag *d);
+/* Release the lock and the memory (the caller has replaced the file or not). */
 void dsq_ep_journal_close(dsq_ep_journal *j);
 
 #endif

@@ -1,7 +1,9 @@
 /* endpoint_journal.c - the resumable per-item file of ds-eval gsm8k
- * --endpoint (endpoint.h). Appends are fsync'd one line at a time: an
- * evaluation of a big model is hours long, and a kill or a dropped
- * connection must cost at most the items in flight. */
+ * --endpoint (endpoint.h). Each record is one write(2) on an O_APPEND
+ * descriptor, fsync'd: an evaluation of a big model is hours long, and a
+ * kill or a dropped connection must cost at most the items in flight. The
+ * file is flock'ed while a run holds it, so two runs on one --out never
+ * interleave their lines. */
 #include "endpoint.h"
 #include "dsq_file.h"
 
@@ -11,13 +13,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_JOURNAL ((size_t)1 << 31)
 
+/* One record: *doc_out the doc_id; items[doc] filled when doc < n. */
 static int parse_line(const char *line, size_t len, const dsq_gsm8k_set *test, size_t n, dsq_ep_item *items,
-                      size_t *n_have, const char *path, size_t lineno, dsq_diag *d)
+                      size_t *n_have, const char *path, size_t lineno, size_t *doc_out, dsq_diag *d)
 {
+    if (len > INT32_MAX) return dsq_fail(d, DSQ_ERR_STATE, path, NULL, -1, "line %zu is too long", lineno);
     json_tokener *tk = json_tokener_new_ex(16);
     json_object *o = tk ? json_tokener_parse_ex(tk, line, (int)len) : NULL;
     int ok = tk && json_tokener_get_error(tk) == json_tokener_success && json_object_is_type(o, json_type_object);
@@ -29,12 +35,15 @@ static int parse_line(const char *line, size_t len, const dsq_gsm8k_set *test, s
         rc = dsq_fail(d, DSQ_ERR_STATE, path, NULL, -1, "line %zu is not a ds-eval gsm8k record (another file? -f starts over)", lineno);
     } else {
         size_t doc = (size_t)json_object_get_int64(id);
+        *doc_out = doc;
         if (doc < n) {
             if (doc >= test->n || !json_object_object_get_ex(o, "question", &q) || !json_object_is_type(q, json_type_string) ||
                 (size_t)json_object_get_string_len(q) != test->items[doc].question_len ||
                 memcmp(json_object_get_string(q), test->items[doc].question, test->items[doc].question_len)) {
                 rc = dsq_fail(d, DSQ_ERR_STATE, path, NULL, -1, "line %zu: doc %zu's question differs from --data "
                               "(a file from another dataset? -f starts over)", lineno, doc);
+            } else if (json_object_object_get_ex(o, "error", &x) && !json_object_is_type(x, json_type_null)) {
+                /* the server refused this item: asked again */
             } else if (!items[doc].have) {
                 dsq_ep_item *it = &items[doc];
                 it->len = (size_t)json_object_get_string_len(c);
@@ -59,38 +68,122 @@ static int parse_line(const char *line, size_t len, const dsq_gsm8k_set *test, s
     return rc;
 }
 
+int dsq_ep_journal_parse(const char *buf, size_t len, const char *path, const dsq_gsm8k_set *test, size_t n,
+                         dsq_ep_item *items, size_t *n_have, char **tail, size_t *tail_len, size_t *keep,
+                         dsq_diag *d)
+{
+    *n_have = 0;
+    *tail = NULL;
+    *tail_len = 0;
+    *keep = 0;
+    size_t at = 0, lineno = 0, cap = 0;
+    int rc = DSQ_OK;
+    while (at < len && rc == DSQ_OK) {
+        const char *nl = memchr(buf + at, '\n', len - at);
+        lineno++;
+        if (!nl) break; /* a last line cut short by a kill: dropped */
+        size_t ll = (size_t)(nl - (buf + at)), doc = 0;
+        int blank = 1;
+        for (size_t i = 0; i < ll; i++) blank &= buf[at + i] == ' ' || buf[at + i] == '\r' || buf[at + i] == '\t';
+        if (!blank) {
+            doc = 0;
+            rc = parse_line(buf + at, ll, test, n, items, n_have, path, lineno, &doc, d);
+            if (rc == DSQ_OK && doc >= n) { /* another run's larger --limit: kept as written */
+                if (*tail_len + ll + 1 > cap) {
+                    size_t nc = (*tail_len + ll + 1) * 2;
+                    char *t = realloc(*tail, nc);
+                    if (!t) { rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory"); break; }
+                    *tail = t;
+                    cap = nc;
+                }
+                memcpy(*tail + *tail_len, buf + at, ll + 1);
+                *tail_len += ll + 1;
+            }
+        }
+        at += ll + 1;
+        if (rc == DSQ_OK) *keep = at;
+    }
+    if (rc < 0) {
+        free(*tail);
+        *tail = NULL;
+        *tail_len = 0;
+    }
+    return rc;
+}
+
+/* Open and lock path; the descriptor must still be the file the path names
+ * once the lock is held (a run that finished meanwhile replaced it). */
+static int open_locked(dsq_ep_journal *j, const char *path, dsq_diag *d)
+{
+    for (int tries = 0; tries < 8; tries++) {
+        int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0) return dsq_fail_errno(d, errno, path, "cannot open the journal");
+        struct stat a, b;
+        if (fstat(fd, &a) < 0) { int e = errno; close(fd); return dsq_fail_errno(d, e, path, "cannot stat"); }
+        if (!S_ISREG(a.st_mode)) {
+            close(fd);
+            return dsq_fail(d, DSQ_ERR_INVALID_ARG, path, NULL, -1, "the journal is not a regular file");
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+            int e = errno;
+            close(fd);
+            if (e == EWOULDBLOCK || e == EAGAIN)
+                return dsq_fail(d, DSQ_ERR_EXISTS, path, NULL, -1, "another ds-eval run is writing this journal; "
+                                "wait for it to finish or give another --out");
+            return dsq_fail_errno(d, e, path, "cannot lock the journal");
+        }
+        if (stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+            j->fd = fd;
+            return DSQ_OK;
+        }
+        close(fd);
+    }
+    return dsq_fail(d, DSQ_ERR_IO, path, NULL, -1, "the journal keeps being replaced while it is opened");
+}
+
+static int read_all(int fd, const char *path, char **out, size_t *len, dsq_diag *d)
+{
+    *out = NULL;
+    *len = 0;
+    struct stat st;
+    if (fstat(fd, &st) < 0) return dsq_fail_errno(d, errno, path, "cannot stat");
+    if ((uint64_t)st.st_size > MAX_JOURNAL) return dsq_fail(d, DSQ_ERR_FORMAT, path, NULL, -1, "the journal exceeds 2 GiB");
+    size_t n = (size_t)st.st_size, at = 0;
+    char *buf = malloc(n + 1);
+    if (!buf) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    while (at < n) {
+        ssize_t r = pread(fd, buf + at, n - at, (off_t)at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { int e = errno; free(buf); return dsq_fail_errno(d, e, path, "cannot read"); }
+        if (r == 0) break;
+        at += (size_t)r;
+    }
+    buf[at] = 0;
+    *out = buf;
+    *len = at;
+    return DSQ_OK;
+}
+
 int dsq_ep_journal_open(dsq_ep_journal *j, const char *path, int restart, const dsq_gsm8k_set *test,
                         size_t n, dsq_ep_item *items, size_t *n_have, dsq_diag *d)
 {
+    memset(j, 0, sizeof *j);
     j->fd = -1;
-    j->path = strdup(path);
     *n_have = 0;
-    if (!j->path) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    size_t keep = 0;
-    if (!restart && dsq_path_exists(path)) {
-        char *buf = NULL;
-        size_t len = 0;
-        DSQ_TRY(dsq_read_file(path, MAX_JOURNAL, &buf, &len, d));
-        size_t at = 0, lineno = 0;
-        int rc = DSQ_OK;
-        while (at < len && rc == DSQ_OK) {
-            const char *nl = memchr(buf + at, '\n', len - at);
-            lineno++;
-            if (!nl) break; /* a last line cut short by a kill: dropped */
-            size_t ll = (size_t)(nl - (buf + at));
-            int blank = 1;
-            for (size_t i = 0; i < ll; i++) blank &= buf[at + i] == ' ' || buf[at + i] == '\r' || buf[at + i] == '\t';
-            if (!blank) rc = parse_line(buf + at, ll, test, n, items, n_have, path, lineno, d);
-            at += ll + 1;
-            if (rc == DSQ_OK) keep = at;
-        }
-        free(buf);
-        if (rc < 0) return rc;
+    if (!(j->path = strdup(path))) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    DSQ_TRY(open_locked(j, path, d));
+    /* under the lock: truncating never tears another run's lines */
+    if (restart) {
+        if (ftruncate(j->fd, 0) < 0) return dsq_fail_errno(d, errno, path, "cannot truncate");
+        return DSQ_OK;
     }
-    j->fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (restart ? O_TRUNC : 0), 0644);
-    if (j->fd < 0) return dsq_fail_errno(d, errno, path, "cannot open for appending");
-    if (!restart && ftruncate(j->fd, (off_t)keep) < 0) return dsq_fail_errno(d, errno, path, "cannot truncate");
-    if (lseek(j->fd, 0, SEEK_END) < 0) return dsq_fail_errno(d, errno, path, "cannot seek");
+    char *buf = NULL;
+    size_t len = 0, keep = 0;
+    DSQ_TRY(read_all(j->fd, path, &buf, &len, d));
+    int rc = dsq_ep_journal_parse(buf, len, path, test, n, items, n_have, &j->tail, &j->tail_len, &keep, d);
+    free(buf);
+    if (rc < 0) return rc;
+    if (keep < len && ftruncate(j->fd, (off_t)keep) < 0) return dsq_fail_errno(d, errno, path, "cannot truncate");
     return DSQ_OK;
 }
 
@@ -99,10 +192,15 @@ int dsq_ep_journal_append(dsq_ep_journal *j, size_t doc, const dsq_gsm8k_item *i
     json_object *o = json_object_new_object();
     json_object_object_add(o, "doc_id", json_object_new_int64((int64_t)doc));
     json_object_object_add(o, "question", json_object_new_string_len(it->question, (int)it->question_len));
-    json_object_object_add(o, "completion", json_object_new_string_len(item->completion, (int)item->len));
-    json_object_object_add(o, "prompt_tokens", json_object_new_int64(item->prompt_tokens));
-    json_object_object_add(o, "gen_tokens", json_object_new_int64(item->gen_tokens));
-    json_object_object_add(o, "stop", json_object_new_string(item->finish));
+    json_object_object_add(o, "completion", json_object_new_string_len(item->completion ? item->completion : "",
+                                                                        item->completion ? (int)item->len : 0));
+    if (item->error) {
+        json_object_object_add(o, "error", json_object_new_string(item->error));
+    } else {
+        json_object_object_add(o, "prompt_tokens", json_object_new_int64(item->prompt_tokens));
+        json_object_object_add(o, "gen_tokens", json_object_new_int64(item->gen_tokens));
+        json_object_object_add(o, "stop", json_object_new_string(item->finish));
+    }
     size_t n;
     const char *s = json_object_to_json_string_length(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &n);
     char *line = malloc(n + 1);
@@ -111,12 +209,15 @@ int dsq_ep_journal_append(dsq_ep_journal *j, size_t doc, const dsq_gsm8k_item *i
     else {
         memcpy(line, s, n);
         line[n] = '\n';
-        size_t off = 0;
-        while (off < n + 1 && rc == DSQ_OK) {
-            ssize_t w = write(j->fd, line + off, n + 1 - off);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) rc = dsq_fail_errno(d, errno, j->path, "cannot append");
-            else off += (size_t)w;
+        /* one write of the whole line on O_APPEND: it lands whole at the end */
+        ssize_t w;
+        do w = write(j->fd, line, n + 1); while (w < 0 && errno == EINTR);
+        if (w != (ssize_t)(n + 1)) {
+            int e = w < 0 ? errno : ENOSPC;
+            /* a short write left part of a line: cut it off so the next record starts a line */
+            struct stat st;
+            if (w > 0 && fstat(j->fd, &st) == 0 && st.st_size >= w && ftruncate(j->fd, st.st_size - w) < 0) { /* kept: a rerun drops it */ }
+            rc = dsq_fail_errno(d, e, j->path, "cannot append");
         }
         if (rc == DSQ_OK && fdatasync(j->fd) < 0) rc = dsq_fail_errno(d, errno, j->path, "cannot sync");
     }
@@ -127,8 +228,11 @@ int dsq_ep_journal_append(dsq_ep_journal *j, size_t doc, const dsq_gsm8k_item *i
 
 void dsq_ep_journal_close(dsq_ep_journal *j)
 {
-    if (j->fd >= 0) close(j->fd);
+    if (j->fd >= 0) close(j->fd); /* releases the lock */
     free(j->path);
+    free(j->tail);
     j->fd = -1;
     j->path = NULL;
+    j->tail = NULL;
+    j->tail_len = 0;
 }

@@ -222,14 +222,28 @@ static const char *stop_name(int s)
 }
 
 int dsq_gsm8k_write_items(const char *path, int overwrite, const dsq_gsm8k_set *test,
-                          const dsq_gsm8k_result_item *items, size_t n, int generated, dsq_diag *d)
+                          const dsq_gsm8k_result_item *items, size_t n, int generated,
+                          const char *tail, size_t tail_len, dsq_diag *d)
 {
     dsq_outfile f;
     DSQ_TRY(dsq_outfile_open(&f, path, overwrite ? DSQ_OUT_OVERWRITE : 0, d));
     int rc = DSQ_OK;
     for (size_t i = 0; i < n && rc == DSQ_OK; i++) {
-        if (!items[i].have) continue;
         const dsq_gsm8k_result_item *it = &items[i];
+        if (!it->have && it->error) {
+            json_object *j = json_object_new_object();
+            json_object_object_add(j, "doc_id", json_object_new_int64((int64_t)i));
+            json_object_object_add(j, "question", json_object_new_string_len(test->items[i].question, (int)test->items[i].question_len));
+            json_object_object_add(j, "completion", json_object_new_string(""));
+            json_object_object_add(j, "error", json_object_new_string(it->error));
+            size_t sl;
+            const char *t = json_object_to_json_string_length(j, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &sl);
+            rc = dsq_outfile_write(&f, t, sl, d);
+            if (rc == DSQ_OK) rc = dsq_outfile_write(&f, "\n", 1, d);
+            json_object_put(j);
+            continue;
+        }
+        if (!items[i].have) continue;
         json_object *j = json_object_new_object();
         json_object_object_add(j, "doc_id", json_object_new_int64((int64_t)i));
         json_object_object_add(j, "question", json_object_new_string_len(test->items[i].question, (int)test->items[i].question_len));
@@ -251,6 +265,7 @@ int dsq_gsm8k_write_items(const char *path, int overwrite, const dsq_gsm8k_set *
         if (rc == DSQ_OK) rc = dsq_outfile_write(&f, "\n", 1, d);
         json_object_put(j);
     }
+    if (rc == DSQ_OK && tail_len) rc = dsq_outfile_write(&f, tail, tail_len, d); /* kept as the journal held them */
     if (rc == DSQ_OK) return dsq_outfile_commit(&f, d);
     dsq_outfile_abort(&f);
     return rc;
@@ -260,6 +275,7 @@ void dsq_gsm8k_items_free(dsq_gsm8k_result_item *items, size_t n)
 {
     for (size_t i = 0; i < n && items; i++) {
         free(items[i].completion);
+        free(items[i].error);
         dsq_gsm8k_score_release(&items[i].s);
     }
     free(items);
@@ -286,13 +302,22 @@ static int ep_done(void *u, size_t idx, dsq_ep_completion *c)
 {
     ep_ctx *e = u;
     dsq_gsm8k_result_item *it = &e->items[idx];
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    if (c->error) { /* refused by the server: that item's error, journaled so the file tells */
+        dsq_ep_item ji = { .prompt_tokens = -1, .gen_tokens = -1, .error = c->error };
+        if (e->journal) DSQ_TRY(dsq_ep_journal_append(e->journal, idx, &e->test->items[idx], &ji, &d));
+        free(it->error);
+        it->error = c->error;
+        c->error = NULL;
+        if (e->o->progress) e->o->progress(e->o->ctx, ++e->done);
+        return 0;
+    }
     c->len = dsq_gsm8k_stop_pos(c->text, c->len, dsq_gsm8k_stops, 3);
     c->text[c->len] = 0;
     dsq_ep_item ji = { .completion = c->text, .len = c->len, .prompt_tokens = c->prompt_tokens,
                        .gen_tokens = c->completion_tokens };
     snprintf(ji.finish, sizeof ji.finish, "%s", c->finish);
-    dsq_diag d;
-    dsq_diag_clear(&d);
     if (e->journal) DSQ_TRY(dsq_ep_journal_append(e->journal, idx, &e->test->items[idx], &ji, &d));
     it->completion = c->text;
     it->len = c->len;
@@ -328,6 +353,7 @@ int dsq_gsm8k_run_endpoint(const dsq_endpoint_opts *eo, const dsq_gsm8k_set *tes
             items[i].g.n_gen = old[i].gen_tokens > 0 ? (size_t)old[i].gen_tokens : 0;
             items[i].g.stop = stop_code(old[i].finish);
             items[i].have = 1;
+            items[i].resumed = 1;
         } else {
             todo[n_todo++] = i;
         }
@@ -345,7 +371,8 @@ int dsq_gsm8k_run_endpoint(const dsq_endpoint_opts *eo, const dsq_gsm8k_set *tes
         rc = dsq_ep_complete_all(eo, model, (const char *const *)prompts, pl, todo, n_todo, o->max_new,
                                  dsq_gsm8k_stops, 3, ep_done, &e, d);
     }
-    if (o->journal) dsq_ep_journal_close(&j);
+    if (o->journal && o->hold) *o->hold = j; /* the caller replaces the file under the lock, then closes */
+    else if (o->journal) dsq_ep_journal_close(&j);
     for (size_t i = 0; i < n; i++) {
         free(prompts ? prompts[i] : NULL);
         free(old ? old[i].completion : NULL);

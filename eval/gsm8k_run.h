@@ -58,6 +58,8 @@ typedef struct dsq_gsm8k_result_item {
     dsq_gsm8k_score s;      /* after dsq_gsm8k_score_items */
     dsq_gen_result g;       /* generation stats (its text is not kept here) */
     int have;               /* a completion is there */
+    char *error;            /* malloc'd: the server refused this item (over its context); NULL none */
+    int resumed;            /* read back from a journal, not made by this run */
 } dsq_gsm8k_result_item;
 
 /* A dsq_gen_done_fn filling items (done_ctx: the item array): takes the text. */
@@ -75,9 +77,12 @@ int dsq_gsm8k_score_items(const dsq_gsm8k_set *test, dsq_gsm8k_result_item *item
 
 /* The per-item JSONL (doc_id, question, completion, strict, flexible,
  * gold, correct_strict, correct_flexible, and with generated the token
- * counts and the stop reason), written atomically to path. */
+ * counts and the stop reason; "error" for an item the server refused),
+ * then tail (a journal's records of items beyond n, as they were), written
+ * atomically to path. */
 int dsq_gsm8k_write_items(const char *path, int overwrite, const dsq_gsm8k_set *test,
-                          const dsq_gsm8k_result_item *items, size_t n, int generated, dsq_diag *d);
+                          const dsq_gsm8k_result_item *items, size_t n, int generated,
+                          const char *tail, size_t tail_len, dsq_diag *d);
 
 void dsq_gsm8k_items_free(dsq_gsm8k_result_item *items, size_t n);
 
@@ -89,6 +94,8 @@ typedef struct dsq_gsm8k_endpoint_opts {
     uint64_t seed;
     size_t max_new;
     const char *journal;      /* per-item journal a rerun continues from (NULL: none) */
+    dsq_ep_journal *hold;     /* where the open journal is left, its lock held, for the caller to
+                               * replace (dsq_gsm8k_write_items with its tail) and close; NULL: closed */
     int restart;              /* start the journal over */
     void (*note)(void *ctx, int level, const char *msg);
     /* requests start: n_todo items for model (after those the journal held) */

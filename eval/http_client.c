@@ -13,7 +13,12 @@ struct dsq_http {
     char *base;
     char *auth;                /* "Authorization: Bearer ..." */
     CURL *curl;
+    size_t max_body;
 };
+
+#define DEFAULT_MAX_BODY ((size_t)256 << 20)
+
+void dsq_http_set_max_body(dsq_http *h, size_t bytes) { h->max_body = bytes ? bytes : DEFAULT_MAX_BODY; }
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
@@ -25,6 +30,7 @@ int dsq_http_create(dsq_http **out, const dsq_http_opts *o, dsq_diag *d)
     dsq_http *h = calloc(1, sizeof *h);
     if (!h) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     h->o = *o;
+    h->max_body = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
     size_t n = strlen(o->base_url);
     while (n && o->base_url[n - 1] == '/') n--;
     h->base = strndup(o->base_url, n);
@@ -51,14 +57,16 @@ void dsq_http_free(dsq_http *h)
     free(h);
 }
 
-typedef struct buf { char *p; size_t n, cap; int oom; } buf;
+typedef struct buf { char *p; size_t n, cap, max; int oom, big; } buf;
 
 static size_t on_data(char *ptr, size_t size, size_t nmemb, void *u)
 {
     buf *b = u;
     size_t n = size * nmemb;
+    if (n > b->max - b->n) { b->big = 1; return 0; } /* bounded: a body past max is never held */
     if (b->n + n + 1 > b->cap) {
         size_t cap = (b->n + n + 1) * 2;
+        if (cap > b->max + 1) cap = b->max + 1;
         char *q = realloc(b->p, cap);
         if (!q) { b->oom = 1; return 0; }
         b->p = q;
@@ -102,7 +110,7 @@ int dsq_http_call(dsq_http *h, const char *path, const char *body, size_t body_l
         if (h->o.cancel && *h->o.cancel) { rc = DSQ_ERR_INTERRUPTED; break; }
         CURL *c = h->curl;
         curl_easy_reset(c);
-        buf b = { 0 };
+        buf b = { .max = h->max_body };
         char err[CURL_ERROR_SIZE] = "";
         struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
         if (h->auth) hd = curl_slist_append(hd, h->auth);
@@ -114,6 +122,7 @@ int dsq_http_call(dsq_http *h, const char *path, const char *body, size_t body_l
         curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(h->o.timeout_s * 1000));
         curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+        curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)h->max_body); /* a Content-Length past it: refused unread */
         if (body) {
             curl_easy_setopt(c, CURLOPT_POST, 1L);
             curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -124,6 +133,12 @@ int dsq_http_call(dsq_http *h, const char *path, const char *body, size_t body_l
         long code = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
         if (b.oom) { free(b.p); rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory reading %s", url); break; }
+        if (b.big || cc == CURLE_FILESIZE_EXCEEDED) {
+            free(b.p);
+            rc = dsq_fail(d, DSQ_ERR_FORMAT, url, NULL, -1, "the response is larger than %zu MiB: refused unread "
+                          "(not the OpenAI-compatible server expected?)", h->max_body >> 20);
+            break;
+        }
         if (cc != CURLE_OK) {
             /* DNS, refused, reset, timeout: the server may come back */
             snprintf(why, sizeof why, "%s", err[0] ? err : curl_easy_strerror(cc));
@@ -133,7 +148,8 @@ int dsq_http_call(dsq_http *h, const char *path, const char *body, size_t body_l
         }
         if (code == 429 || code >= 500) {
             snprintf(why, sizeof why, "HTTP %ld", code);
-            if (attempt < h->o.retries) { free(b.p); continue; }
+            int fixed = code >= 500 && h->o.permanent && h->o.permanent(code, b.p ? b.p : "", b.n);
+            if (attempt < h->o.retries && !fixed) { free(b.p); continue; }
         }
         *status = code;
         *resp = b.p ? b.p : calloc(1, 1);

@@ -763,17 +763,18 @@ static void on_item(void *ctx, size_t done)
 /* gsm8k against a server (gsm8k_run.h): the local run's prompts, sent as
  * text; --out is the journal a rerun continues from. */
 static int endpoint_all(dsq_cli *cli, const opts *o, const dsq_gsm8k_set *test, size_t n, item_out *items,
-                        runner *r, size_t *gen_tokens, dsq_diag *d)
+                        runner *r, size_t *gen_tokens, dsq_ep_journal *hold, dsq_diag *d)
 {
     dsq_endpoint_opts eo;
     if (endpoint_opts(cli, o, &eo) < 0) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no API key");
     gen_ctx g = { .cli = cli, .o = o, .r = r, .items = items };
     dsq_gsm8k_endpoint_opts go = { .data = o->data, .train = o->train, .shots = o->shots, .seed = o->seed,
                                    .max_new = o->max_new, .journal = o->out, .restart = o->force, .note = on_note,
-                                   .sending = on_sending, .progress = on_item, .ctx = &g };
+                                   .sending = on_sending, .progress = on_item, .ctx = &g, .hold = hold };
     int rc = dsq_gsm8k_run_endpoint(&eo, test, n, &go, items, d);
     dsq_progress_end(&r->prog);
-    for (size_t i = 0; i < n; i++) *gen_tokens += items[i].g.n_gen;
+    /* the rate is of the tokens this run asked for, not those a journal held */
+    for (size_t i = 0; i < n; i++) *gen_tokens += items[i].resumed ? 0 : items[i].g.n_gen;
     return rc;
 }
 
@@ -950,13 +951,14 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
     runner r = { 0 };
     dsq_gsm8k_completions comp = { 0 };
     size_t gen_tokens = 0;
+    dsq_ep_journal hold = { .fd = -1 };
     double t0 = dsq_now();
     if (!items) rc = dsq_fail(&d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     else if (o->score) {
         rc = dsq_gsm8k_completions_load(&comp, o->score, test.n, &d);
         if (rc == DSQ_OK) dsq_gsm8k_items_from_completions(&comp, items, n);
     } else if (o->endpoint) {
-        rc = endpoint_all(cli, o, &test, n, items, &r, &gen_tokens, &d);
+        rc = endpoint_all(cli, o, &test, n, items, &r, &gen_tokens, &hold, &d);
     } else {
         rc = generate_all(cli, o, &test, n, items, &r, &gen_tokens, &d);
     }
@@ -967,8 +969,20 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
     size_t scored = 0, ks = 0, kf = 0;
     if (rc == DSQ_OK) rc = dsq_gsm8k_score_items(&test, items, n, &scored, &ks, &kf, &d);
     if (rc == DSQ_OK && scored == 0) rc = dsq_fail(&d, DSQ_ERR_DATA, o->score, NULL, -1, "no completion matches the first %zu items", n);
-    /* the scored file replaces the journal it grew from */
-    if (rc == DSQ_OK && o->out) rc = dsq_gsm8k_write_items(o->out, o->force || o->endpoint, &test, items, n, !o->score, &d);
+    /* the scored file replaces the journal it grew from (its lock still held),
+     * keeping the journal's items beyond --limit */
+    if (rc == DSQ_OK && o->out)
+        rc = dsq_gsm8k_write_items(o->out, o->force || o->endpoint, &test, items, n, !o->score, hold.tail, hold.tail_len, &d);
+    dsq_ep_journal_close(&hold);
+    size_t resumed = 0, refused = 0, first_refused = n, all_tokens = 0;
+    for (size_t i = 0; i < n; i++) {
+        resumed += (size_t)items[i].resumed;
+        all_tokens += items[i].g.n_gen;
+        if (items[i].error && !items[i].have && !refused++) first_refused = i;
+    }
+    if (rc == DSQ_OK && refused)
+        dsq_cli_warn(cli, "the server refused %zu item%s (doc %zu: %s); they count as wrong", refused, refused > 1 ? "s" : "",
+                     first_refused, items[first_refused].error);
     /* Items without a completion count as wrong: lm-eval scores every item,
      * so a partial run must not look better than the full one would. */
     if (rc == DSQ_OK && scored < n)
@@ -985,7 +999,11 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
             if (!o->score) {
                 json_object_object_add(j, "shots", json_object_new_int(o->shots));
                 json_object_object_add(j, "seed", json_object_new_int64((int64_t)o->seed));
-                json_object_object_add(j, "gen_tokens", json_object_new_int64((int64_t)gen_tokens));
+                /* gen_tokens: all the items'; the rate: this run's tokens over its time */
+                json_object_object_add(j, "gen_tokens", json_object_new_int64((int64_t)all_tokens));
+                json_object_object_add(j, "resumed", json_object_new_int64((int64_t)resumed));
+                json_object_object_add(j, "refused", json_object_new_int64((int64_t)refused));
+                json_object_object_add(j, "run_gen_tokens", json_object_new_int64((int64_t)gen_tokens));
                 json_object_object_add(j, "seconds", dsq_cli_json_num(secs));
                 json_object_object_add(j, "gen_tokens_per_s", dsq_cli_json_num((double)gen_tokens / secs));
             }
@@ -1000,6 +1018,10 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
             dsq_cli_json_print(j, 0);
         } else if (cli->level >= 2) {
             if (o->score) printf("gsm8k (lm-eval v3.0 filters), %zu items, %zu completions from %s\n", n, scored, o->score);
+            else if (resumed)
+                printf("gsm8k (lm-eval v3.0), %d-shot, seed %llu, %zu items (%zu from %s), %zu new tokens in %.1f s "
+                       "(%.1f tokens/s)\n", o->shots, (unsigned long long)o->seed, scored, resumed, o->out, gen_tokens, secs,
+                       (double)gen_tokens / secs);
             else printf("gsm8k (lm-eval v3.0), %d-shot, seed %llu, %zu items, %zu tokens in %.1f s (%.1f tokens/s)\n",
                         o->shots, (unsigned long long)o->seed, scored, gen_tokens, secs, (double)gen_tokens / secs);
             printf("  flexible-extract  exact_match %.4f +/- %.4f  (%zu/%zu)\n", af, sef, kf, n);

@@ -348,6 +348,47 @@ static void test_journal(void **st)
     dsq_ep_journal_close(&j);
     free(items[0].completion);
     free(items[1].completion);
+    /* a run of fewer items keeps the others as they were, for the file that replaces the journal */
+    memset(items, 0, sizeof items);
+    assert_int_equal(dsq_ep_journal_open(&j, path, 0, &test, 1, items, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 1);
+    assert_true(items[0].have && !items[1].have);
+    assert_non_null(j.tail);
+    assert_int_equal(j.tail_len, strlen(j.tail)); /* NUL-free: exactly the lines */
+    assert_non_null(strstr(j.tail, "\"doc_id\":1,"));
+    assert_int_equal(j.tail[j.tail_len - 1], '\n');
+    /* while a run holds it, a second one is refused and the file left alone */
+    dsq_ep_journal j2;
+    dsq_ep_item items2[3] = { 0 };
+    dsq_diag ld;
+    dsq_diag_clear(&ld);
+    assert_int_equal(dsq_ep_journal_open(&j2, path, 1, &test, 3, items2, &have, &ld), DSQ_ERR_EXISTS);
+    assert_non_null(strstr(ld.msg, "another ds-eval run is writing this journal"));
+    dsq_ep_journal_close(&j2);
+    /* a refused item is journaled with its error and asked again by the next run */
+    dsq_ep_item e = { .prompt_tokens = -1, .gen_tokens = -1, .error = "HTTP 400: maximum context length" };
+    assert_int_equal(dsq_ep_journal_append(&j, 2, &test.items[2], &e, NULL), DSQ_OK);
+    dsq_ep_journal_close(&j);
+    free(items[0].completion);
+    memset(items, 0, sizeof items);
+    assert_int_equal(dsq_ep_journal_open(&j, path, 0, &test, 3, items, &have, NULL), DSQ_OK);
+    assert_int_equal(have, 2);
+    assert_true(items[0].have && items[1].have && !items[2].have);
+    assert_null(j.tail);
+    dsq_ep_journal_close(&j);
+    free(items[0].completion);
+    free(items[1].completion);
+    /* which answers are one item's refusal, which a server's deterministic 5xx */
+    assert_true(dsq_ep_item_refusal(400, "HTTP 400: This model's maximum context length is 2048 tokens"));
+    assert_true(dsq_ep_item_refusal(400, "the request exceeds the available context size, try increasing it"));
+    assert_false(dsq_ep_item_refusal(400, "HTTP 400: unknown field 'stop'"));
+    assert_false(dsq_ep_item_refusal(500, "context length"));
+    const char *ll = "{\"error\":{\"code\":500,\"message\":\"Unsupported param: echo\",\"type\":\"server_error\"}}";
+    assert_true(dsq_ep_permanent_5xx(500, ll, strlen(ll)));
+    assert_false(dsq_ep_permanent_5xx(503, ll, strlen(ll)));
+    assert_false(dsq_ep_permanent_5xx(500, "Internal Server Error", 21));
+    const char *oom = "{\"error\":{\"message\":\"CUDA out of memory\"}}";
+    assert_false(dsq_ep_permanent_5xx(500, oom, strlen(oom)));
     /* another dataset's journal is refused */
     dsq_gsm8k_set other;
     const char *od = "{\"question\": \"zz\", \"answer\": \"#### 1\"}\n{\"question\": \"q1\", \"answer\": \"#### 2\"}\n";
