@@ -366,10 +366,13 @@ static json_object *parse_line(const char *p, size_t n)
 }
 
 int dsq_chat_journal_load(const char *path, const dsq_gsm8k_set *set, size_t n, int samples,
-                          dsq_chat_reply *replies, size_t *have, dsq_diag *d)
+                          dsq_chat_reply *replies, size_t *have, char **tail, size_t *tail_len, dsq_diag *d)
 {
     *have = 0;
+    *tail = NULL;
+    *tail_len = 0;
     if (!dsq_path_exists(path)) return DSQ_OK;
+    size_t cap = 0;
     char *buf = NULL;
     size_t len = 0;
     DSQ_TRY(dsq_read_file(path, (size_t)1 << 32, &buf, &len, d));
@@ -411,18 +414,30 @@ int dsq_chat_journal_load(const char *path, const dsq_gsm8k_set *set, size_t n, 
                         r->have = 1;
                     }
                 }
+            } else if (doc >= 0 && sample >= 0 && nl) { /* a larger run's record: kept as written */
+                if (*tail_len + ll + 1 > cap) {
+                    size_t nc = (*tail_len + ll + 1) * 2;
+                    char *t = realloc(*tail, nc);
+                    if (!t) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+                    else { *tail = t; cap = nc; }
+                }
+                if (rc == DSQ_OK) {
+                    memcpy(*tail + *tail_len, p, ll + 1);
+                    *tail_len += ll + 1;
+                }
             }
             json_object_put(j);
         }
         p = nl ? nl + 1 : e;
     }
     free(buf);
+    if (rc < 0) { free(*tail); *tail = NULL; *tail_len = 0; }
     return rc;
 }
 
 int dsq_chat_score_all(const dsq_chat_run_opts *o, const char *think_end, const dsq_gsm8k_set *set,
                        size_t n, const dsq_chat_reply *replies, const char *out_path,
-                       dsq_chat_summary *s, dsq_diag *d)
+                       const char *tail, size_t tail_len, dsq_chat_summary *s, dsq_diag *d)
 {
     memset(s, 0, sizeof *s);
     s->items = n;
@@ -463,6 +478,7 @@ int dsq_chat_score_all(const dsq_chat_run_opts *o, const char *think_end, const 
             dsq_chat_score_release(&cs);
         }
     if (open) {
+        if (rc == DSQ_OK && tail_len) rc = dsq_outfile_write(&f, tail, tail_len, d);
         if (rc == DSQ_OK) rc = dsq_outfile_commit(&f, d);
         else dsq_outfile_abort(&f);
     }

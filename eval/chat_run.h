@@ -102,9 +102,12 @@ char *dsq_chat_record_json(size_t doc, int sample, const dsq_gsm8k_item *it, con
 /* A journal or a finished --out file read back: replies[doc * samples +
  * sample] filled for every record whose doc_id < n and sample < samples
  * and whose question matches the data (else DSQ_ERR_STATE: another data
- * set). *have counts them. A missing file is no error. */
+ * set). *have counts them. A missing file is no error. The records of
+ * docs or samples beyond this run's (a larger --limit or --samples) go to
+ * *tail as they were written (malloc'd lines, NULL when none), so the file
+ * that replaces the journal keeps them. */
 int  dsq_chat_journal_load(const char *path, const dsq_gsm8k_set *set, size_t n, int samples,
-                           dsq_chat_reply *replies, size_t *have, dsq_diag *d);
+                           dsq_chat_reply *replies, size_t *have, char **tail, size_t *tail_len, dsq_diag *d);
 
 typedef struct dsq_chat_summary {
     size_t items, missing;       /* items; replies absent (count as wrong) */
@@ -118,9 +121,10 @@ typedef struct dsq_chat_summary {
 } dsq_chat_summary;
 
 /* Score every reply (replies[doc * samples + sample], n docs) and, when
- * out_path is given, write every record with its scores there atomically. */
+ * out_path is given, write every record with its scores there atomically,
+ * followed by tail (dsq_chat_journal_load's). */
 int  dsq_chat_score_all(const dsq_chat_run_opts *o, const char *think_end, const dsq_gsm8k_set *set,
                         size_t n, const dsq_chat_reply *replies, const char *out_path,
-                        dsq_chat_summary *s, dsq_diag *d);
+                        const char *tail, size_t tail_len, dsq_chat_summary *s, dsq_diag *d);
 
 #endif

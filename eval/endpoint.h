@@ -214,6 +214,10 @@ int  dsq_ep_journal_parse(const char *buf, size_t len, const char *path, const d
                           dsq_diag *d);
 int  dsq_ep_journal_append(dsq_ep_journal *j, size_t doc, const dsq_gsm8k_item *it,
                            const dsq_ep_item *item, dsq_diag *d);
+/* Open path (created when absent) for appending with O_APPEND and take
+ * its exclusive lock: *fd, or DSQ_ERR_EXISTS when another process holds
+ * it (the chat journal of ds-eval gsm8k --chat shares it). */
+int  dsq_ep_journal_lock(const char *path, int *fd, dsq_diag *d);
 /* Release the lock and the memory (the caller has replaced the file or not). */
 void dsq_ep_journal_close(dsq_ep_journal *j);
 

@@ -141,6 +141,14 @@ static int open_locked(dsq_ep_journal *j, const char *path, dsq_diag *d)
     return dsq_fail(d, DSQ_ERR_IO, path, NULL, -1, "the journal keeps being replaced while it is opened");
 }
 
+int dsq_ep_journal_lock(const char *path, int *fd, dsq_diag *d)
+{
+    dsq_ep_journal j = { .fd = -1 };
+    int rc = open_locked(&j, path, d);
+    *fd = j.fd;
+    return rc;
+}
+
 static int read_all(int fd, const char *path, char **out, size_t *len, dsq_diag *d)
 {
     *out = NULL;

@@ -884,20 +884,22 @@ static int cmd_gsm8k_chat(dsq_cli *cli, const opts *o)
     dsq_chat_reply *replies = calloc(pairs ? pairs : 1, sizeof *replies);
     size_t *todo = calloc(pairs ? pairs : 1, sizeof *todo), n_todo = 0, have = 0;
     if (!replies || !todo) rc = dsq_fail(&d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    /* --out is the journal a rerun continues; a file of something else is kept */
-    if (rc == DSQ_OK && o->out && !o->force) rc = dsq_chat_journal_load(o->out, &set, n, o->samples, replies, &have, &d);
+    /* --out is the journal a rerun continues, locked while this run holds
+     * it; a file of something else is kept */
+    int jfd = -1;
+    char *tail = NULL;
+    size_t tail_len = 0;
+    if (rc == DSQ_OK && o->out) rc = dsq_ep_journal_lock(o->out, &jfd, &d);
+    if (rc == DSQ_OK && o->out && o->force && ftruncate(jfd, 0) < 0) rc = dsq_fail_errno(&d, errno, o->out, "cannot truncate");
+    if (rc == DSQ_OK && o->out && !o->force)
+        rc = dsq_chat_journal_load(o->out, &set, n, o->samples, replies, &have, &tail, &tail_len, &d);
     struct stat ost;
-    if (rc == DSQ_OK && o->out && !o->force && !have && stat(o->out, &ost) == 0 && ost.st_size > 0)
+    if (rc == DSQ_OK && o->out && !o->force && !have && !tail_len && stat(o->out, &ost) == 0 && ost.st_size > 0)
         rc = dsq_fail(&d, DSQ_ERR_EXISTS, o->out, NULL, -1,
                       "exists and holds no reply of this run (another file? -f replaces it)");
     for (size_t i = 0; i < pairs && rc == DSQ_OK; i++)
         if (!replies[i].have) todo[n_todo++] = i;
     if (rc == DSQ_OK && have) dsq_cli_info(cli, 2, "%s: %zu of %zu replies already done, continuing", o->out, have, pairs);
-    int jfd = -1;
-    if (rc == DSQ_OK && o->out && n_todo) {
-        jfd = open(o->out, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (o->force ? O_TRUNC : 0), 0644);
-        if (jfd < 0) rc = dsq_fail_errno(&d, errno, o->out, "cannot open the journal");
-    }
     runner r = { 0 };
     chat_ctx cc = { .set = &set, .replies = replies, .samples = o->samples, .journal = jfd, .prog = &r.prog };
     double t0 = dsq_now();
@@ -925,10 +927,12 @@ static int cmd_gsm8k_chat(dsq_cli *cli, const opts *o)
         dsq_progress_end(&r.prog);
     }
     double secs = dsq_now() - t0;
-    if (jfd >= 0) close(jfd);
     runner_close(&r);
     dsq_chat_summary sm;
-    if (rc == DSQ_OK) rc = dsq_chat_score_all(&ro, o->think_end, &set, n, replies, o->out, &sm, &d);
+    /* the scored file replaces the journal under its lock, with the records beyond this run's */
+    if (rc == DSQ_OK) rc = dsq_chat_score_all(&ro, o->think_end, &set, n, replies, o->out, tail, tail_len, &sm, &d);
+    if (jfd >= 0) close(jfd);
+    free(tail);
     if (rc == DSQ_OK && sm.missing)
         dsq_cli_warn(cli, "%zu of %zu replies are missing; they count as wrong", sm.missing, pairs);
     if (rc == DSQ_OK) print_chat(cli, o, &ro, tmpl_id, n, &sm, secs);

@@ -53,6 +53,17 @@ has err "4 of 4 items already done"
 [ "$(posts /v1/completions)" = 0 ] || fail "a rerun asked again for journaled items"
 jq -e '.resumed == 4 and ."strict-match".correct == 4' "$T/out" >/dev/null || fail "resumed run: $(cat "$T/out")"
 
+# ---- the same for the chat journal ------------------------------------------
+C="gsm8k --chat --data $T/test.jsonl --retries 2 --endpoint $URL/v1"
+expect 0 $EVAL $C --limit 4 --out "$T/chat.jsonl"
+[ "$(wc -l <"$T/chat.jsonl")" -eq 4 ] || fail "4 chat replies journaled: $(cat "$T/chat.jsonl")"
+: >"$T/log"
+expect 0 $EVAL $C --limit 2 --out "$T/chat.jsonl"
+[ "$(posts /v1/chat/completions)" = 0 ] || fail "chat --limit 2 after 4 sent requests"
+[ "$(jq -s 'map(.doc_id) | sort == [0,1,2,3]' "$T/chat.jsonl")" = true ] || fail "chat --limit 2 dropped replies: $(cat "$T/chat.jsonl")"
+expect 0 $EVAL $C --limit 4 --out "$T/chat.jsonl"
+[ "$(posts /v1/chat/completions)" = 0 ] || fail "a chat rerun asked again for journaled replies"
+
 # ---- the rate of a resumed run counts only the tokens it asked for --------
 rm -f "$T/r.jsonl"
 expect 0 $EVAL $G --endpoint "$URL/v1" --limit 2 --out "$T/r.jsonl" --json
@@ -72,8 +83,15 @@ i=0
 while [ ! -e "$T/locked" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 expect 1 $EVAL $G --endpoint "$URL/v1" --out "$T/j.jsonl"
 has err "another ds-eval run is writing this journal"
-kill $LK 2>/dev/null; wait $LK 2>/dev/null
+cp "$T/chat.jsonl" "$T/chat.before"
+python3 -c "import fcntl,sys,time; f=open(sys.argv[1],'a'); fcntl.flock(f, fcntl.LOCK_EX); time.sleep(20)" "$T/chat.jsonl" &
+LK2=$!
+sleep 1
+expect 1 $EVAL $C --out "$T/chat.jsonl" -f
+has err "another ds-eval run is writing this journal"
+kill $LK $LK2 2>/dev/null; wait $LK $LK2 2>/dev/null
 cmp -s "$T/j.jsonl" "$T/j.before" || fail "the refused run changed the journal"
+cmp -s "$T/chat.jsonl" "$T/chat.before" || fail "the refused chat run changed its journal"
 
 # ---- an item over the server's context is that item's error --------------
 rm -f "$T/c.jsonl"

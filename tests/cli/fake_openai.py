@@ -2,7 +2,7 @@
 """A canned OpenAI-style server on 127.0.0.1 for tests/cli/endpoint.sh (a test
 fixture, never needed to run dsq). The first path segment picks a behaviour:
 
-  /v1/...     models ["m"]; completions answer " 7\\n#### 7" with usage 10 / 5,
+  /v1/...     models ["m"]; chat completions answer "The answer is 7."; completions answer " 7\\n#### 7" with usage 10 / 5,
               or HTTP 400 "maximum context length" for a prompt holding LONGQ
   /llama/v1/  as llama-server: echo refused with HTTP 500 "Unsupported param: echo"
   /auth/v1/   HTTP 401 unless Authorization: Bearer sekrit
@@ -50,6 +50,10 @@ class H(BaseHTTPRequestHandler):
             return self.send(200, {"content": " 7\n#### 7", "stop": True})
         if p.endswith("/models"):
             return self.send(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
+        if p.endswith("/chat/completions"):
+            return self.send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": "The answer is 7."},
+                                                "finish_reason": "stop"}],
+                                   "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
         if p.endswith("/completions"):
             req = json.loads(body or b"{}")
             if p.startswith("/llama/") and "echo" in req:
