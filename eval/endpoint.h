@@ -198,7 +198,7 @@ typedef struct dsq_ep_item {
 typedef struct dsq_ep_journal {
     int fd;
     char *path;
-    char *tail;               /* the lines of records with doc_id >= n, each ending in '\n' */
+    char *tail;               /* the lines of records with doc_id >= n, each ending in '\n'; NUL-terminated */
     size_t tail_len;
 } dsq_ep_journal;
 

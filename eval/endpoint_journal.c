@@ -89,8 +89,8 @@ int dsq_ep_journal_parse(const char *buf, size_t len, const char *path, const ds
             doc = 0;
             rc = parse_line(buf + at, ll, test, n, items, n_have, path, lineno, &doc, d);
             if (rc == DSQ_OK && doc >= n) { /* another run's larger --limit: kept as written */
-                if (*tail_len + ll + 1 > cap) {
-                    size_t nc = (*tail_len + ll + 1) * 2;
+                if (*tail_len + ll + 2 > cap) { /* the line, its newline and a NUL */
+                    size_t nc = (*tail_len + ll + 2) * 2;
                     char *t = realloc(*tail, nc);
                     if (!t) { rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory"); break; }
                     *tail = t;
@@ -98,6 +98,7 @@ int dsq_ep_journal_parse(const char *buf, size_t len, const char *path, const ds
                 }
                 memcpy(*tail + *tail_len, buf + at, ll + 1);
                 *tail_len += ll + 1;
+                (*tail)[*tail_len] = 0;
             }
         }
         at += ll + 1;

@@ -76,20 +76,21 @@ has out "4 items, 20 tokens"
 # ---- a second run on the same --out is refused, the file untouched -------
 cp "$T/j.jsonl" "$T/j.before"
 rm -f "$T/locked"
-python3 -c "import fcntl,sys,time; f=open(sys.argv[1],'a'); fcntl.flock(f, fcntl.LOCK_EX); open(sys.argv[2],'w').close(); time.sleep(20)" \
-  "$T/j.jsonl" "$T/locked" &
+cp "$T/chat.jsonl" "$T/chat.before"
+python3 -c "
+import fcntl, sys, time
+fs = [open(p, 'a') for p in sys.argv[1:3]]
+for f in fs: fcntl.flock(f, fcntl.LOCK_EX)
+open(sys.argv[3], 'w').close()
+time.sleep(20)" "$T/j.jsonl" "$T/chat.jsonl" "$T/locked" &
 LK=$!
 i=0
 while [ ! -e "$T/locked" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 expect 1 $EVAL $G --endpoint "$URL/v1" --out "$T/j.jsonl"
 has err "another ds-eval run is writing this journal"
-cp "$T/chat.jsonl" "$T/chat.before"
-python3 -c "import fcntl,sys,time; f=open(sys.argv[1],'a'); fcntl.flock(f, fcntl.LOCK_EX); time.sleep(20)" "$T/chat.jsonl" &
-LK2=$!
-sleep 1
 expect 1 $EVAL $C --out "$T/chat.jsonl" -f
 has err "another ds-eval run is writing this journal"
-kill $LK $LK2 2>/dev/null; wait $LK $LK2 2>/dev/null
+kill $LK 2>/dev/null; wait $LK 2>/dev/null
 cmp -s "$T/j.jsonl" "$T/j.before" || fail "the refused run changed the journal"
 cmp -s "$T/chat.jsonl" "$T/chat.before" || fail "the refused chat run changed its journal"
 
