@@ -18,6 +18,7 @@ void dsq_chat_reply_release(dsq_chat_reply *r)
     if (!r) return;
     free(r->content);
     free(r->reasoning);
+    free(r->error);
     memset(r, 0, sizeof *r);
 }
 
@@ -156,14 +157,22 @@ static void *ep_worker(void *arg)
         if (rc == DSQ_OK && !(body = dsq_chat_request_json(e->o, e->model, msgs, sample)))
             rc = dsq_fail(&d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
         if (rc == DSQ_OK) rc = dsq_http_call(h, "/chat/completions", body, strlen(body), &st, &resp, &rl, &d);
+        dsq_chat_reply r = { 0 };
+        int refused = 0;
         if (rc == DSQ_OK && st != 200) {
-            char msg[300];
+            char msg[300], why[340];
             dsq_ep_error_text(resp, rl, msg, sizeof msg);
-            rc = dsq_fail(&d, st >= 400 && st < 500 ? DSQ_ERR_INVALID_ARG : DSQ_ERR_IO, e->eo->url, NULL, -1,
-                          "item %zu: /chat/completions HTTP %ld: %s", item, st, msg);
+            snprintf(why, sizeof why, "HTTP %ld: %s", st, msg);
+            if (dsq_ep_item_refusal(st, why)) { /* this request alone is over the server's context: its error */
+                r.prompt_tokens = r.completion_tokens = -1;
+                if (!(r.error = strdup(why))) rc = dsq_fail(&d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+                refused = 1;
+            } else {
+                rc = dsq_fail(&d, st >= 400 && st < 500 ? DSQ_ERR_INVALID_ARG : DSQ_ERR_IO, e->eo->url, NULL, -1,
+                              "item %zu: /chat/completions HTTP %ld: %s", item, st, msg);
+            }
         }
-        dsq_chat_reply r;
-        if (rc == DSQ_OK) rc = dsq_chat_parse_reply(resp, rl, &r, &d);
+        if (rc == DSQ_OK && !refused) rc = dsq_chat_parse_reply(resp, rl, &r, &d);
         if (rc == DSQ_OK) {
             pthread_mutex_lock(&e->mu);
             int crc = e->rc == DSQ_OK ? e->done(e->user, idx, &r) : DSQ_OK;
@@ -341,6 +350,7 @@ char *dsq_chat_record_json(size_t doc, int sample, const dsq_gsm8k_item *it, con
     json_object_object_add(j, "finish", json_object_new_string(r->finish));
     json_object_object_add(j, "prompt_tokens", json_object_new_int64(r->prompt_tokens));
     json_object_object_add(j, "gen_tokens", json_object_new_int64(r->completion_tokens));
+    if (r->error) json_object_object_add(j, "error", json_object_new_string(r->error));
     if (sc) {
         json_object_object_add(j, "answer", json_object_new_string(sc->answer ? sc->answer : ""));
         if (sc->flexible) json_object_object_add(j, "flexible", json_object_new_string(sc->flexible));
@@ -388,7 +398,10 @@ int dsq_chat_journal_load(const char *path, const dsq_gsm8k_set *set, size_t n, 
         if (ll && ll <= INT32_MAX && (j = parse_line(p, ll))) {
             if (json_object_object_get_ex(j, "doc_id", &v) && json_object_is_type(v, json_type_int)) doc = json_object_get_int64(v);
             if (json_object_object_get_ex(j, "sample", &v) && json_object_is_type(v, json_type_int)) sample = json_object_get_int64(v);
-            if (doc >= 0 && (size_t)doc < n && sample >= 0 && sample < samples) {
+            int refused = json_object_object_get_ex(j, "error", &v) && !json_object_is_type(v, json_type_null);
+            if (doc >= 0 && (size_t)doc < n && sample >= 0 && sample < samples && refused) {
+                /* the server refused it: asked again */
+            } else if (doc >= 0 && (size_t)doc < n && sample >= 0 && sample < samples) {
                 const dsq_gsm8k_item *it = &set->items[doc];
                 if (!json_object_object_get_ex(j, "question", &v) || !json_object_is_type(v, json_type_string) ||
                     (size_t)json_object_get_string_len(v) != it->question_len ||

@@ -43,6 +43,7 @@ typedef struct dsq_chat_reply {
     size_t rlen;
     char finish[16];
     int64_t prompt_tokens, completion_tokens; /* -1 when absent */
+    char *error;               /* the server refused this request alone (over its context): have 0 */
     int have;
 } dsq_chat_reply;
 

@@ -933,6 +933,12 @@ static int cmd_gsm8k_chat(dsq_cli *cli, const opts *o)
     if (rc == DSQ_OK) rc = dsq_chat_score_all(&ro, o->think_end, &set, n, replies, o->out, tail, tail_len, &sm, &d);
     if (jfd >= 0) close(jfd);
     free(tail);
+    size_t refused = 0, first = 0;
+    for (size_t i = 0; i < pairs && replies; i++)
+        if (replies[i].error && !replies[i].have && !refused++) first = i;
+    if (rc == DSQ_OK && refused)
+        dsq_cli_warn(cli, "the server refused %zu request%s (doc %zu: %s); they count as wrong", refused,
+                     refused > 1 ? "s" : "", first / (size_t)o->samples, replies[first].error);
     if (rc == DSQ_OK && sm.missing)
         dsq_cli_warn(cli, "%zu of %zu replies are missing; they count as wrong", sm.missing, pairs);
     if (rc == DSQ_OK) print_chat(cli, o, &ro, tmpl_id, n, &sm, secs);

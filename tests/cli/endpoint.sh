@@ -106,6 +106,14 @@ has err "the server refused 1 item (doc 4: .*maximum context length"
 expect 0 $EVAL $G --endpoint "$URL/v1" --out "$T/c.jsonl" --json
 [ "$(posts /v1/completions)" = 1 ] || fail "a rerun should ask again for the refused item only: $(cat "$T/log")"
 
+rm -f "$T/cc.jsonl"
+expect 0 $EVAL $C --out "$T/cc.jsonl" --json
+jq -e '.n == 5 and .missing == 1' "$T/out" >/dev/null || fail "refused chat request: $(cat "$T/out")"
+has err "the server refused 1 request (doc 4: HTTP 400: the request exceeds the available context size"
+: >"$T/log"
+expect 0 $EVAL $C --out "$T/cc.jsonl" --json
+[ "$(posts /v1/chat/completions)" = 1 ] || fail "a chat rerun should ask again for the refused request only: $(cat "$T/log")"
+
 # ---- a response body is bounded -------------------------------------------
 expect 1 $EVAL $G --endpoint "$URL/big/v1" --limit 1
 has err "larger than 16 MiB"

@@ -4,6 +4,7 @@ fixture, never needed to run dsq). The first path segment picks a behaviour:
 
   /v1/...     models ["m"]; chat completions answer "The answer is 7."; completions answer " 7\\n#### 7" with usage 10 / 5,
               or HTTP 400 "maximum context length" for a prompt holding LONGQ
+              (chat: llama-server's "exceeds the available context size")
   /llama/v1/  as llama-server: echo refused with HTTP 500 "Unsupported param: echo"
   /auth/v1/   HTTP 401 unless Authorization: Bearer sekrit
   /big/v1/models   a 20 MiB answer with Content-Length
@@ -51,6 +52,9 @@ class H(BaseHTTPRequestHandler):
         if p.endswith("/models"):
             return self.send(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
         if p.endswith("/chat/completions"):
+            if b"LONGQ" in body:
+                return self.send(400, {"error": {"message": "the request exceeds the available context size, try "
+                                                 "increasing it", "type": "exceed_context_size_error", "code": 400}})
             return self.send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": "The answer is 7."},
                                                 "finish_reason": "stop"}],
                                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
