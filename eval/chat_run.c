@@ -172,7 +172,8 @@ static void *ep_worker(void *arg)
                               "item %zu: /chat/completions HTTP %ld: %s", item, st, msg);
             }
         }
-        if (rc == DSQ_OK && !refused) rc = dsq_chat_parse_reply(resp, rl, &r, &d);
+        if (rc == DSQ_OK && !refused)
+            rc = dsq_ep_not_openai(e->eo, "/chat/completions", dsq_chat_parse_reply(resp, rl, &r, &d), &d);
         if (rc == DSQ_OK) {
             pthread_mutex_lock(&e->mu);
             int crc = e->rc == DSQ_OK ? e->done(e->user, idx, &r) : DSQ_OK;

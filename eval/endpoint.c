@@ -283,7 +283,7 @@ static void join_url(const dsq_endpoint_opts *o, const char *path, char *url, si
 /* A response that is not the OpenAI answer expected: name the URL, and
  * point at /v1 when the base lacks it (llama-server, for one, answers
  * /models and /completions at its root in its own shapes). */
-static int not_openai(const dsq_endpoint_opts *o, const char *path, int rc, dsq_diag *d)
+int dsq_ep_not_openai(const dsq_endpoint_opts *o, const char *path, int rc, dsq_diag *d)
 {
     if (rc != DSQ_ERR_JSON || !d) return rc;
     char m[sizeof d->msg], url[600];
@@ -341,7 +341,7 @@ int dsq_ep_resolve_model(const dsq_endpoint_opts *o, char **model, dsq_diag *d)
     size_t rl = 0, n = 0;
     dsq_http_set_max_body(h, MAX_MODELS);
     int rc = call_ok(o, h, "/models", NULL, 0, 0, &resp, &rl, d);
-    if (rc == DSQ_OK) rc = not_openai(o, "/models", dsq_ep_parse_models(resp, rl, &ids, &n, d), d);
+    if (rc == DSQ_OK) rc = dsq_ep_not_openai(o, "/models", dsq_ep_parse_models(resp, rl, &ids, &n, d), d);
     if (rc == DSQ_OK) {
         if (o->model) {
             int found = 0;
@@ -467,7 +467,7 @@ static int gsm_task(ep_run *r, dsq_http *h, size_t k, dsq_diag *d)
         dsq_diag_clear(d);
         rc = DSQ_OK;
     } else if (rc == DSQ_OK) {
-        rc = not_openai(r->o, "/completions", dsq_ep_parse_completion(resp, rl, &c, d), d);
+        rc = dsq_ep_not_openai(r->o, "/completions", dsq_ep_parse_completion(resp, rl, &c, d), d);
     }
     free(resp);
     if (rc < 0) return rc;
@@ -514,7 +514,7 @@ static int ppl_task(ep_run *r, dsq_http *h, size_t c, dsq_diag *d)
     dsq_http_set_max_body(h, echo_bound(p->n_ctx, 2));
     int rc = call_ok(r->o, h, "/completions", body, bl, 1, &resp, &rl, d);
     json_object_put(b);
-    if (rc == DSQ_OK) rc = not_openai(r->o, "/completions", dsq_ep_parse_prompt_logprobs(resp, rl, win, p->n_ctx, lp, d), d);
+    if (rc == DSQ_OK) rc = dsq_ep_not_openai(r->o, "/completions", dsq_ep_parse_prompt_logprobs(resp, rl, win, p->n_ctx, lp, d), d);
     free(resp);
     if (rc == DSQ_OK) {
         /* logits after positions first .. n-2 predict tokens first+1 .. n-1 */
@@ -655,7 +655,7 @@ static int kld_task(ep_run *r, dsq_http *h, size_t c, dsq_diag *d)
         json_object_put(b);
     }
     if (rc == DSQ_OK)
-        rc = not_openai(r->o, "/completions",
+        rc = dsq_ep_not_openai(r->o, "/completions",
                         dsq_ep_parse_prompt_topk(resp, rl, win, p->n_ctx, info->vocab, cap, ids, lps, cnt, top1, &have, d), d);
     int text = 0;
     if (rc == DSQ_OK && !have && r->vocab) {

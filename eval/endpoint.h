@@ -91,6 +91,10 @@ void dsq_ep_error_text(const char *body, size_t len, char *out, size_t n);
 /* 1 when an error answer refuses one prompt only (longer than the server's
  * context), so a run records it as that item's error and goes on. */
 int  dsq_ep_item_refusal(long status, const char *msg);
+/* A DSQ_ERR_JSON (an answer not of the OpenAI shape) re-said naming the
+ * URL of path, with a hint when the base URL does not end in /v1 (servers
+ * answer their own shapes at their root); other statuses pass through. */
+int  dsq_ep_not_openai(const dsq_endpoint_opts *o, const char *path, int rc, dsq_diag *d);
 /* 1 when a 5xx answer says a parameter is not supported: retrying cannot help. */
 int  dsq_ep_permanent_5xx(long status, const char *body, size_t len);
 

@@ -124,6 +124,9 @@ has err "larger than 16 MiB"
 expect 1 $EVAL $G --endpoint "$URL/root" --limit 1
 has err "$URL/root/completions"
 has err "ends in /v1"
+expect 1 $EVAL gsm8k --chat --data "$T/test.jsonl" --retries 2 --endpoint "$URL/root" --limit 1
+has err "$URL/root/chat/completions"
+has err "ends in /v1"
 
 # ---- API keys ---------------------------------------------------------------
 expect 1 $EVAL $G --endpoint "$URL/auth/v1" --limit 1
