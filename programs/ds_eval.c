@@ -978,18 +978,21 @@ static int cmd_gsm8k(dsq_cli *cli, const opts *o)
 
     size_t scored = 0, ks = 0, kf = 0;
     if (rc == DSQ_OK) rc = dsq_gsm8k_score_items(&test, items, n, &scored, &ks, &kf, &d);
+    size_t resumed = 0, refused = 0, first_refused = n, all_tokens = 0;
+    for (size_t i = 0; items && i < n; i++) {
+        resumed += (size_t)items[i].resumed;
+        all_tokens += items[i].g.n_gen;
+        if (items[i].error && !items[i].have && !refused++) first_refused = i;
+    }
+    if (rc == DSQ_OK && scored == 0 && refused)
+        rc = dsq_fail(&d, DSQ_ERR_INVALID_ARG, o->endpoint, NULL, -1, "the server refused every item (doc %zu: %s)",
+                      first_refused, items[first_refused].error);
     if (rc == DSQ_OK && scored == 0) rc = dsq_fail(&d, DSQ_ERR_DATA, o->score, NULL, -1, "no completion matches the first %zu items", n);
     /* the scored file replaces the journal it grew from (its lock still held),
      * keeping the journal's items beyond --limit */
     if (rc == DSQ_OK && o->out)
         rc = dsq_gsm8k_write_items(o->out, o->force || o->endpoint, &test, items, n, !o->score, hold.tail, hold.tail_len, &d);
     dsq_ep_journal_close(&hold);
-    size_t resumed = 0, refused = 0, first_refused = n, all_tokens = 0;
-    for (size_t i = 0; i < n; i++) {
-        resumed += (size_t)items[i].resumed;
-        all_tokens += items[i].g.n_gen;
-        if (items[i].error && !items[i].have && !refused++) first_refused = i;
-    }
     if (rc == DSQ_OK && refused)
         dsq_cli_warn(cli, "the server refused %zu item%s (doc %zu: %s); they count as wrong", refused, refused > 1 ? "s" : "",
                      first_refused, items[first_refused].error);

@@ -114,6 +114,11 @@ has err "the server refused 1 request (doc 4: HTTP 400: the request exceeds the 
 expect 0 $EVAL $C --out "$T/cc.jsonl" --json
 [ "$(posts /v1/chat/completions)" = 1 ] || fail "a chat rerun should ask again for the refused request only: $(cat "$T/log")"
 
+# every item refused: the server's reason, not "no completion"
+sed -n 5p "$T/test.jsonl" >"$T/long.jsonl"
+expect 1 $EVAL gsm8k --data "$T/long.jsonl" --shots 0 --retries 2 --endpoint "$URL/v1"
+has err "the server refused every item (doc 0: HTTP 400: This model's maximum context length"
+
 # ---- a response body is bounded -------------------------------------------
 expect 1 $EVAL $G --endpoint "$URL/big/v1" --limit 1
 has err "larger than 16 MiB"
