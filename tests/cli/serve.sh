@@ -101,7 +101,8 @@ $EVAL gsm8k --model $M --served-model x --data x >/dev/null 2>&1; [ $? = 2 ] || 
 G="--data $DATA --train $TRAIN --limit 20"
 $EVAL gsm8k --model $M $G -T 1 --out "$T/local.jsonl" --json >"$T/local.json" 2>"$T/err" || fail "local gsm8k: $(head -c 300 "$T/err")"
 $EVAL ppl --model $M --data $TEXT --ctx 128 --limit-tokens 2048 -T 1 --json >"$T/lppl.json" 2>"$T/err" || fail "local ppl: $(head -c 300 "$T/err")"
-score() { sed 's/"seconds":[^,]*,//; s/"gen_tokens_per_s":[^,]*,//' "$1"; }
+# the results of a run, without its timing and what it took from a journal
+score() { sed 's/"seconds":[^,]*,//; s/"gen_tokens_per_s":[^,]*,//; s/"resumed":[^,]*,//; s/"run_gen_tokens":[^,]*,//' "$1"; }
 
 start_server --slots 4 || exit 1
 
