@@ -59,6 +59,15 @@ char *dsq_xdir_sibling(const char *path, const char *suffix)
 
 int dsq_xdir_kind(const char *path)
 {
+    /* "link/" would resolve the link: look at "link" */
+    char buf[4096];
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    if (n < strlen(path) && n < sizeof buf) {
+        memcpy(buf, path, n);
+        buf[n] = 0;
+        path = buf;
+    }
     struct stat st;
     if (lstat(path, &st) != 0) return errno == ENOENT || errno == ENOTDIR ? XD_ABSENT : XD_OTHER;
     if (S_ISLNK(st.st_mode)) return XD_LINK;

@@ -75,6 +75,9 @@ $X -q -f $XA "$T/w8.dsq" "$T/link" 2> "$T/err"; rc=$?
 grep -q "symbolic link" "$T/err" || fail "OUT a link: message was: $(cat "$T/err")"
 tree "$T/u" | cmp -s - "$T/u.before" || fail "ds-export -f through a link changed its target"
 [ -L "$T/link" ] || fail "ds-export -f replaced the link"
+$X -q -f $XA "$T/w8.dsq" "$T/link/" 2>/dev/null; rc=$?
+[ $rc = 2 ] || fail "ds-export -f through a link named with a trailing slash: exit $rc, want 2"
+tree "$T/u" | cmp -s - "$T/u.before" || fail "ds-export -f through link/ changed its target"
 cp -rp "$T/ref" "$T/e"
 ln -s e "$T/elink"
 $X -q -f $XA "$T/w8.dsq" "$T/elink" 2>/dev/null; rc=$?
