@@ -172,7 +172,7 @@ static json_object *logprobs_obj(const dsq_server *s, const srv_job *j, size_t f
 {
     const dsq_srv_params *p = &j->req->p;
     size_t np = p->echo ? j->n_prompt : 0;
-    size_t pk = p->logprobs > 0 && (size_t)p->logprobs < j->prompt_k ? (size_t)p->logprobs : j->prompt_k;
+    size_t pk = (size_t)p->logprobs < j->prompt_k ? (size_t)p->logprobs : j->prompt_k; /* called with logprobs >= 0 */
     json_object *L = json_object_new_object(), *toks = json_object_new_array(), *lps = json_object_new_array(),
                 *tops = json_object_new_array(), *offs = json_object_new_array(), *tids = json_object_new_array();
     for (size_t i = from; i < to; i++) {

@@ -90,11 +90,16 @@ async function both(req) {
   check(wide > 0, 'the prompt has no token of multi-byte characters: text_offset is not tested');
   if (missed === 0) console.log('completions_client: note: every sampled token was among the top 3');
 
-  const z = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 1.5, seed: 3, logprobs: 0 });
-  const Z = z.choices[0].logprobs;
-  checkLogprobs(Z, 0, 'logprobs 0');
-  for (let i = 0; i < Z.tokens.length; i++)
-    check(Object.keys(Z.top_logprobs[i]).length === 1, `logprobs 0: top_logprobs[${i}] ${js(Z.top_logprobs[i])}`);
+  // logprobs 0: the chosen token alone, the echoed prompt's too (vLLM's
+  // prompt_logprobs, asked for more, does not widen it)
+  for (const extra of [{}, { echo: true, prompt_logprobs: 3 }]) {
+    const z = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 1.5, seed: 3, logprobs: 0, ...extra });
+    const Z = z.choices[0].logprobs;
+    checkLogprobs(Z, 0, `logprobs 0 ${js(extra)}`);
+    for (let i = extra.echo ? 1 : 0; i < Z.tokens.length; i++)
+      check(Z.top_logprobs[i] !== null && Object.keys(Z.top_logprobs[i]).length === 1,
+            `logprobs 0 ${js(extra)}: top_logprobs[${i}] ${js(Z.top_logprobs[i])}`);
+  }
 }
 
 // ---- stream + logprobs (+ echo): the events give the whole answer -----------------
