@@ -59,6 +59,9 @@ $Q -q -f --scheme w8a8-dynamic --format ascend $M "$T/u" 2> "$T/err"; rc=$?
 [ $rc = 2 ] || fail "ds-quant --format -f on a user directory: exit $rc, want 2"
 tree "$T/u" | cmp -s - "$T/u.before" || fail "ds-quant --format -f changed a user directory"
 none "$T/u" || fail "refused ds-quant --format -f left a partial or old directory"
+# the same with a rotation first: refused before the rotated copy is written
+$Q -q -f --rotate quarot --scheme w8a8-dynamic --format ascend $M "$T/u" 2>/dev/null; rc=$?
+[ $rc = 2 ] && [ ! -e "$T/u.rot" ] || fail "ds-quant --rotate --format -f on a user directory: exit $rc, or rotated first"
 # the same with calibration first: refused before it
 if [ -f samples/data/calib.txt ]; then
     $Q -q -f --scheme w8a8 --calib samples/data/calib.txt --calib-samples 2 --calib-seqlen 32 --format ascend $M "$T/u" \
