@@ -1,10 +1,15 @@
 # dsq - one library (libdsq.a), thin CLIs (every */NAME_main.c becomes bin/ds-NAME).
+# `make help` lists the targets.
 #
 #   make            library + CLIs into ./bin
-#   make test       unit tests (cmocka), CLI tests, fuzz-corpus replay
+#   make check      the fast loop: unit tests without the quality suites
+#                   (tests/test_*_quality.c), fuzz-corpus replays, the layering
+#                   check and the CLI scripts not in SLOW_CLI
+#   make test       everything: all unit tests, all CLI scripts, fuzz replays (CI)
 #   make asan       the tests under AddressSanitizer (+UBSan); objects and CLIs in
 #                   build-asan/ (bin/ stays the normal build)
 #   make ubsan      the tests under UndefinedBehaviorSanitizer alone
+#   make tsan       the thread pool, writer ring and server tests under ThreadSanitizer
 #   make fuzz       libFuzzer targets for FUZZ_TIME seconds each (clang)
 #   make bench      benchmarks (speed, not correctness)
 #   make install    libdsq.a/.so, headers, dsq.pc, CLIs, man pages (PREFIX, DESTDIR)
@@ -12,8 +17,9 @@
 #   make samples    regenerate samples/ from seeds (python3-torch; slow)
 #   make check-deps enforce the layering common -> formats -> quant -> tokenizer -> engine ->
 #                   calib -> convert / eval
+#   make format-check  clang-format (.clang-format) over the lines changed since FORMAT_BASE
 #   make neon-check the quant tests cross-built for aarch64 under qemu (NEON kernels; slow)
-#   V=1 shows commands; WERROR=1 turns warnings into errors (CI).
+#   V=1 shows commands and every test's output; WERROR=1 turns warnings into errors (CI).
 
 CC      ?= cc
 PYTHON  ?= /usr/bin/python3
@@ -25,7 +31,8 @@ FUZZ_TIME ?= 20
 MODULES := common formats quant tokenizer engine calib convert eval serve
 INCS    := $(addprefix -I,$(MODULES)) -Iinclude
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral \
-           -Wmissing-prototypes -Wno-missing-field-initializers
+           -Wmissing-prototypes -Wno-missing-field-initializers \
+           -Wvla -Wwrite-strings -Wundef -Wimplicit-fallthrough
 ifeq ($(WERROR),1)
 WARN    += -Werror
 endif
@@ -62,7 +69,7 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .SECONDARY:
-.PHONY: all lib test check asan ubsan fuzz bench demo samples clean check-deps neon-check
+.PHONY: all lib test check asan ubsan tsan fuzz bench demo samples clean check-deps neon-check format-check help
 all: $(BINS)
 lib: $(LIB)
 
@@ -94,9 +101,26 @@ $(BUILD)/bench/%: bench/%.c $(FIXTURE_OBJ) $(CLI_OBJ) $(LIB)
 	$(call quiet,LINK,$@)$(CC) $(ALL_CFLAGS) -Itests/fixtures $< $(FIXTURE_OBJ) $(CLI_OBJ) $(LIB) -o $@ $(LDFLAGS) $(LIBS)
 
 test: all $(TEST_BIN) $(FUZZ_REPLAY)
-	@BUILD=$(BUILD) BIN=$(OUTBIN) sh tests/run_all.sh $(TEST_BIN) -- $(FUZZ_REPLAY)
+	@BUILD=$(BUILD) BIN=$(OUTBIN) V=$(V) sh tests/run_all.sh $(TEST_BIN) -- $(FUZZ_REPLAY)
 
-check: test
+# make check: the loop to run while working (under two minutes on two cores).
+# Left out, and run by make test: the quality suites (tests/test_*_quality.c:
+# model quality on the samples, minutes of CPU), the CLI scripts in SLOW_CLI
+# (each over about 20 s) and the cmocka cases matching CHECK_SKIP_CASES (a
+# name pattern, handed to the tests as DSQ_TEST_SKIP: tests/dsq_test.c).
+QUALITY_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*_quality.c))
+CHECK_BIN   := $(filter-out $(QUALITY_BIN),$(TEST_BIN))
+SLOW_CLI    ?= calib.sh export.sh export_read.sh install.sh readme.sh samples.sh serve.sh
+CHECK_CLI   := $(filter-out $(addprefix tests/cli/,$(SLOW_CLI)),$(wildcard tests/cli/*.sh))
+CHECK_SKIP_CASES ?= $(if $(wildcard tests/test_calib.c),test_sample_*)
+
+check: all $(CHECK_BIN) $(FUZZ_REPLAY)
+	@BUILD=$(BUILD) BIN=$(OUTBIN) V=$(V) DSQ_TEST_SKIP='$(CHECK_SKIP_CASES)' sh tests/run_all.sh \
+	  --cli '$(CHECK_CLI)' \
+	  $(if $(QUALITY_BIN),--note 'quality suites: $(notdir $(QUALITY_BIN))') \
+	  $(if $(SLOW_CLI),--note 'slow CLI scripts: $(SLOW_CLI)') \
+	  $(if $(CHECK_SKIP_CASES),--note 'cmocka cases matching $(CHECK_SKIP_CASES)') \
+	  $(CHECK_BIN) -- $(FUZZ_REPLAY)
 
 asan:
 	$(MAKE) test BUILD=build-asan OUTBIN=build-asan/bin OPT=-O1 XCFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" LDFLAGS="-fsanitize=address,undefined"
@@ -104,11 +128,23 @@ asan:
 ubsan:
 	$(MAKE) test BUILD=build-ubsan OUTBIN=build-ubsan/bin OPT=-O1 XCFLAGS="-fsanitize=undefined -fno-sanitize-recover=undefined" LDFLAGS="-fsanitize=undefined"
 
+# ThreadSanitizer over the code that shares memory between threads: the
+# worker pool and the O_DIRECT writer ring and syncer (test_common), the
+# container writer's hash-beside-compress pair and its syncer (test_container),
+# the server's request threads and batch scheduler (test_serve). OpenBLAS
+# runs single-threaded here (its own threads are not instrumented).
+TSAN_TESTS ?= test_common test_container test_serve
+tsan:
+	$(MAKE) $(addprefix build-tsan/tests/,$(TSAN_TESTS)) BUILD=build-tsan OUTBIN=build-tsan/bin OPT=-O1 \
+	  XCFLAGS="-fsanitize=thread -fno-omit-frame-pointer" LDFLAGS="-fsanitize=thread"
+	@OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" \
+	  BUILD=build-tsan BIN=build-tsan/bin V=$(V) sh tests/run_all.sh --cli '' $(addprefix build-tsan/tests/,$(TSAN_TESTS))
+
 fuzz:
 	@sh tests/fuzz/run_fuzz.sh $(FUZZ_TIME)
 
 bench: all $(BENCH_BIN)
-	@sh bench/run_bench.sh
+	@BUILD=$(BUILD) BIN=$(OUTBIN) sh bench/run_bench.sh
 
 demo: all
 	@sh samples/demo.sh
@@ -119,11 +155,30 @@ samples:
 check-deps:
 	@sh tests/check_deps.sh
 
+# clang-format (.clang-format) over the lines changed since FORMAT_BASE
+# (git clang-format: the tree as a whole is not reformatted); prints the
+# changes it wants, counts them and fails when there are any. One thing
+# clang-format cannot keep: several statements in a one-line block
+# ("if (rc < 0) { free(p); return rc; }"), which the code uses often; its
+# suggestion to split such a block may be ignored.
+FORMAT_BASE ?= main
+format-check:
+	@command -v git-clang-format >/dev/null 2>&1 || { echo "format-check: git-clang-format not installed (clang-format)"; exit 1; }
+	@out=$$(git clang-format --quiet --diff --extensions c,h $(FORMAT_BASE) -- 2>&1); \
+	case "$$out" in ''|'no modified files to format'|'clang-format did not modify any files') \
+	  echo "format-check: the lines changed since $(FORMAT_BASE) are formatted"; exit 0;; esac; \
+	printf '%s\n' "$$out"; \
+	n=$$(printf '%s\n' "$$out" | grep -c '^-[^-]'); \
+	echo "format-check: $$n changed lines differ from .clang-format (git clang-format $(FORMAT_BASE) applies it)"; exit 1
+
+help:
+	@sed -n '/^#   make  /,/^#   V=1/s/^#  //p' Makefile
+
 neon-check:
 	@sh tests/neon/neon_check.sh
 
 clean:
-	rm -rf build build-asan build-ubsan build-fuzz bin
+	rm -rf build build-asan build-ubsan build-tsan build-fuzz bin
 
 # ---- install: libdsq.a + versioned libdsq.so, headers, dsq.pc, CLIs, man pages ----
 #   make install [PREFIX=/usr/local] [DESTDIR=/staging]     make uninstall (same vars)
