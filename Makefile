@@ -46,6 +46,9 @@ Q := @
 quiet = @printf '  %-6s %s\n' $(1) $(2);
 endif
 
+# api/: the public API's facade (include/dsq/dsq.h), last in the layering
+MODULES  += api
+
 ALL_SRC  := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
 MAIN_SRC := $(filter %_main.c,$(ALL_SRC))
 CLI_SRC  := common/cli.c
@@ -110,7 +113,8 @@ test: all $(TEST_BIN) $(FUZZ_REPLAY)
 # name pattern, handed to the tests as DSQ_TEST_SKIP: tests/dsq_test.c).
 QUALITY_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*_quality.c))
 CHECK_BIN   := $(filter-out $(QUALITY_BIN),$(TEST_BIN))
-SLOW_CLI    ?= calib.sh export.sh export_read.sh install.sh readme.sh samples.sh serve.sh
+SLOW_CLI    ?= calib.sh export.sh export_read.sh readme.sh samples.sh serve.sh \
+               tokenizer_parity.sh
 CHECK_CLI   := $(filter-out $(addprefix tests/cli/,$(SLOW_CLI)),$(wildcard tests/cli/*.sh))
 CHECK_SKIP_CASES ?= $(if $(wildcard tests/test_calib.c),test_sample_*)
 
@@ -184,10 +188,14 @@ clean:
 #   make install [PREFIX=/usr/local] [DESTDIR=/staging]     make uninstall (same vars)
 # Library objects are built position-independent so one set serves both
 # libraries (-fno-semantic-interposition keeps in-file calls inlinable, as
-# without -fPIC). Headers go to INCLUDEDIR/dsq/: dsq.h and every header it
-# reaches, so `#include <dsq.h>` needs one -I (dsq.pc's Cflags). The SONAME
-# carries MAJOR.MINOR while MAJOR is 0: public structs may change between
-# 0.x releases. Man pages are generated from each CLI's -h text.
+# without -fPIC), and with hidden visibility: libdsq.so exports only the
+# functions the public headers mark DSQ_API (api/libdsq.map keeps anything
+# else local); the programs and tests link libdsq.a, where visibility does
+# not matter. Only the public headers are installed, include/dsq/*.h to
+# INCLUDEDIR/dsq/, and dsq.pc's Cflags name INCLUDEDIR, so programs write
+# `#include <dsq/dsq.h>` and no header of the library's can shadow one of
+# theirs. The SONAME carries MAJOR.MINOR while MAJOR is 0: the API may
+# change between 0.x releases. Man pages are generated from each CLI's -h text.
 PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
 LIBDIR     ?= $(PREFIX)/lib
@@ -197,17 +205,20 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 DSQ_VER    := $(shell sed -n 's/^\#define DSQ_VERSION_STRING "\(.*\)"/\1/p' common/dsq_version.h)
 SONAME     := libdsq.so.$(word 1,$(subst ., ,$(DSQ_VER))).$(word 2,$(subst ., ,$(DSQ_VER)))
 SOLIB      := $(BUILD)/libdsq.so.$(DSQ_VER)
-$(LIB_OBJ): ALL_CFLAGS += -fPIC -fno-semantic-interposition
-# objects built before they were PIC are rebuilt once (make does not track
-# flags, and .SECONDARY keeps a stamp prerequisite from forcing it)
-ifeq ($(wildcard $(BUILD)/.pic),)
-$(shell rm -f $(LIB_OBJ) $(LIB); mkdir -p $(BUILD) && touch $(BUILD)/.pic)
+$(LIB_OBJ): ALL_CFLAGS += -fPIC -fno-semantic-interposition -fvisibility=hidden
+# objects built before they were PIC with hidden visibility are rebuilt once
+# (make does not track flags, and .SECONDARY keeps a stamp prerequisite from
+# forcing it; a shell test, as $(wildcard) would cache the directory's
+# listing from before the removal)
+ifneq ($(shell test -e $(BUILD)/.pic-hidden && echo y),y)
+$(shell rm -f $(LIB_OBJ) $(LIB); mkdir -p $(BUILD) && touch $(BUILD)/.pic-hidden)
 endif
 .PHONY: shared install uninstall
 shared: $(SOLIB)
 
-$(SOLIB): $(LIB_OBJ)
-	$(call quiet,LINK,$@)$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(LIBS)
+$(SOLIB): $(LIB_OBJ) api/libdsq.map
+	$(call quiet,LINK,$@)$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -Wl,--version-script=api/libdsq.map \
+	  $(ALL_CFLAGS) $(LIB_OBJ) -o $@ $(LDFLAGS) $(LIBS)
 
 # dsq.pc is written at install time: it holds PREFIX, which may differ per call
 install: $(BINS) $(LIB) $(SOLIB)
@@ -220,15 +231,9 @@ install: $(BINS) $(LIB) $(SOLIB)
 	ln -sf libdsq.so.$(DSQ_VER) "$$d$(LIBDIR)/$(SONAME)"; ln -sf $(SONAME) "$$d$(LIBDIR)/libdsq.so"; \
 	{ echo 'prefix=$(PREFIX)'; echo 'libdir=$(LIBDIR)'; echo 'includedir=$(INCLUDEDIR)'; echo; \
 	  echo 'Name: dsq'; echo 'Description: DeepSeek-V3 / Llama quantization (W8A8, W4A8, AWQ w4a16), .dsq container, CPU eval engine'; \
-	  echo 'Version: $(DSQ_VER)'; echo 'Cflags: -I$${includedir}/dsq'; \
+	  echo 'Version: $(DSQ_VER)'; echo 'Cflags: -I$${includedir}'; \
 	  echo 'Libs: -L$${libdir} -ldsq $(filter -fsanitize=%,$(LDFLAGS))'; echo 'Libs.private: $(LIBS)'; } > "$$d$(PKGCONFIGDIR)/dsq.pc"; \
-	todo=include/dsq.h; seen=""; \
-	while [ -n "$$todo" ]; do set -- $$todo; h=$$1; shift; todo="$$*"; \
-	  case " $$seen " in *" $$h "*) continue;; esac; seen="$$seen $$h"; \
-	  install -m 644 $$h "$$d$(INCLUDEDIR)/dsq/"; \
-	  for inc in $$(sed -n 's/^[ \t]*#[ \t]*include[ \t]*"\([^"]*\)".*/\1/p; s/^.*__has_include("\([^"]*\)").*/\1/p' $$h); do \
-	    for m in include $(MODULES); do [ -f $$m/$$inc ] && todo="$$todo $$m/$$inc" && break; done; done; \
-	done; \
+	install -m 644 include/dsq/*.h "$$d$(INCLUDEDIR)/dsq/"; \
 	echo "installed dsq $(DSQ_VER) under $$d$(PREFIX)"
 
 uninstall:
