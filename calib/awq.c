@@ -780,6 +780,95 @@ int dsq_scale_eval(const dsq_scale_group *g, const dsq_layer_stats *ls, const ds
     return rc;
 }
 
+/* FLEX: stage 1 over alpha (beta = 1 - alpha), stage 2 over beta at the best
+ * alpha (awq.h). */
+static int flex_search(const dsq_scale_group *g, const dsq_layer_stats *ls, const dsq_act_stats *site,
+                       const dsq_search_opts *o, float *s, dsq_search_report *rep, dsq_diag *d)
+{
+    const int64_t n = g->n;
+    cons *cs = NULL;
+    int nq;
+    int32_t awq_gs;
+    int rc = resolve_group(g, ls, site, o, &cs, &nq, &awq_gs, d);
+    rep->quantized = nq;
+    if (rc < 0 || nq == 0) {
+        free(cs);
+        return rc;
+    }
+    const int G = o->n_grid > 0 ? o->n_grid : DSQ_AWQ_GRID_DEFAULT;
+    const int C = G + 2;   /* s = 1, then G + 1 grid points per stage */
+    float *xs = malloc((size_t)n * sizeof *xs), *ws = malloc((size_t)n * sizeof *ws);
+    float *cbuf = malloc((size_t)C * (size_t)n * sizeof *cbuf), *best_s = malloc((size_t)n * sizeof *best_s);
+    float **cand = malloc((size_t)C * sizeof *cand);
+    double *loss = calloc((size_t)C, sizeof *loss);
+    if (!xs || !ws || !cbuf || !best_s || !cand || !loss)
+        rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, g->prev, -1, "out of memory");
+    if (rc == DSQ_OK) rc = dsq_group_weight_stats(g, 1, awq_gs, ws, NULL, o->pool, d);
+    double elems = 0.0, loss_id = 0.0, loss_best = 0.0;
+    int64_t rows = 0;
+    int best_idx = -1;
+    float alpha = 0.0f, beta = 0.0f;
+    for (int stage = 0; stage < 2 && rc == DSQ_OK; stage++) {
+        for (int64_t j = 0; j < n; j++) xs[j] = site->absmax[j];
+        for (int c = 0; c < C; c++) {
+            cand[c] = cbuf + (size_t)c * (size_t)n;
+            if (c == 0) {
+                for (int64_t j = 0; j < n; j++) cand[c][j] = 1.0f;
+                continue;
+            }
+            float a = stage == 0 ? (float)(c - 1) / (float)G : alpha;
+            float b = stage == 0 ? 1.0f - a : (float)(c - 1) / (float)G;
+            dsq_flex_scales(xs, ws, n, a, b, cand[c]);
+            dsq_scales_normalize(cand[c], xs, n);
+        }
+        memset(loss, 0, (size_t)C * sizeof *loss);   /* group_losses accumulates */
+        elems = 0.0;
+        rows = 0;
+        rc = group_losses(g, site, cs, o, cand, C, loss, &elems, &rows, d);
+        if (rc != DSQ_OK || rows <= 0 || !(elems > 0)) break;
+        int b = 1;
+        for (int c = 2; c < C; c++)
+            if (loss[c] <= loss[b]) b = c;   /* ties to the later grid value */
+        if (stage == 0) {
+            loss_id = loss[0];
+            alpha = (float)(b - 1) / (float)G;
+            beta = 1.0f - alpha;
+            loss_best = loss[b];
+            best_idx = b - 1;
+            memcpy(best_s, cand[b], (size_t)n * sizeof *best_s);
+        } else if (loss[b] <= loss_best) {
+            beta = (float)(b - 1) / (float)G;
+            loss_best = loss[b];
+            best_idx = G + 1 + (b - 1);
+            memcpy(best_s, cand[b], (size_t)n * sizeof *best_s);
+        }
+    }
+    if (rc == DSQ_OK && rows > 0 && elems > 0) {
+        if (loss_id < loss_best) {   /* s = 1 beats every grid point */
+            loss_best = loss_id;
+            best_idx = -1;
+            alpha = beta = 0.0f;
+            for (int64_t j = 0; j < n; j++) best_s[j] = 1.0f;
+        }
+        rep->loss_identity = loss_id / elems;
+        rep->loss_best = loss_best / elems;
+        rep->best = best_idx;
+        rep->alpha = alpha;
+        rep->beta = beta;
+        rep->rows = rows;
+        memcpy(s, best_s, (size_t)n * sizeof *s);
+        if (!dsq_scales_ok(s, n)) rc = dsq_fail(d, DSQ_ERR_INTERNAL, NULL, g->prev, -1, "search produced a bad scale");
+    }
+    free(cs);
+    free(xs);
+    free(ws);
+    free(cbuf);
+    free(best_s);
+    free(cand);
+    free(loss);
+    return rc;
+}
+
 int dsq_scale_search(const dsq_scale_group *g, const dsq_layer_stats *ls, const dsq_search_opts *o, float *s,
                      dsq_search_report *rep, dsq_diag *d)
 {
@@ -789,8 +878,9 @@ int dsq_scale_search(const dsq_scale_group *g, const dsq_layer_stats *ls, const 
     for (int64_t j = 0; j < n; j++) s[j] = 1.0f;
     const dsq_act_stats *site = dsq_layer_stats_find(ls, g->site);
     if (!site || site->count == 0 || (o->kind != DSQ_SEARCH_AWQ && o->kind != DSQ_SEARCH_SMOOTH &&
-                                      o->kind != DSQ_SEARCH_BOTH))
+                                      o->kind != DSQ_SEARCH_BOTH && o->kind != DSQ_SEARCH_FLEX))
         return DSQ_OK;
+    if (o->kind == DSQ_SEARCH_FLEX) return flex_search(g, ls, site, o, s, rep, d);
 
     /* consumers with their target schemes */
     cons *cs = NULL;

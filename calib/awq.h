@@ -4,7 +4,7 @@
  * A scaling group is a producer that can absorb 1/s (a norm weight, or the
  * output rows of a linear) and the linears that read its output (consumers,
  * whose columns get s). Groups follow AutoAWQ get_layers_for_scaling
- * (formats.md s.3.5):
+ * (docs/serving-exports.md, "AWQ scale search"):
  *   DeepSeek-V3/V2 (AWQ flavour):
  *     input_layernorm          -> q_a_proj + kv_a_proj_with_mqa (q_proj without q_lora)
  *     q_a_layernorm            -> q_b_proj
@@ -61,6 +61,20 @@
  *            expert_k(x) + shared(x), so experts add up per token with their
  *            router weights, as in the layer. Without a router: the older
  *            unweighted sum over experts of their own sampled rows.
+ * FLEX (msModelSlim flex_smooth_quant's automatic search,
+ * alpha_beta_search.py:91-180): s = max|X|^alpha / max|W|^beta (smooth.h
+ * dsq_flex_scales), normalized like the others. Stage 1 scores alpha = i/G,
+ * beta = 1 - alpha for i = 0..G; stage 2 keeps the best alpha and scores
+ * beta = j/G, j = 0..G, keeping its best only when it is at least as good as
+ * stage 1's. Within a stage ties go to the later grid value, as
+ * msModelSlim's `<=` does. msModelSlim scores
+ * RMSE(Q(x/s) Q(W s)^T - x W^T) / RMS(x W^T) with int8 per-token and
+ * per-channel quantizers; dsq scores the same group output error with each
+ * consumer quantized by its real target scheme (for W8A8 dynamic the same
+ * quantizers; for static W8A8 the per-tensor activation quantizer the
+ * export will run), and RMS(x W^T) is one constant per group, so the
+ * argmin is that of the squared error. s = 1 stays candidate 0, so FLEX too
+ * never returns a loss above the identity's.
  * The lowest loss wins, ties to the lower index, so the search never returns
  * a loss above the s = 1 loss. Clipping is not part of the search (AutoAWQ
  * searches scales with plain RTN too); see calib.h for the clip step. */
@@ -88,7 +102,8 @@ enum dsq_search_kind {
     DSQ_SEARCH_NONE   = 0,
     DSQ_SEARCH_AWQ    = 1,   /* s = 1, then the AWQ duo-scaling grid */
     DSQ_SEARCH_SMOOTH = 2,   /* s = 1, then the SmoothQuant alpha grid */
-    DSQ_SEARCH_BOTH   = 3    /* s = 1, the SmoothQuant grid, then the AWQ grid (w4a8) */
+    DSQ_SEARCH_BOTH   = 3,   /* s = 1, the SmoothQuant grid, then the AWQ grid (w4a8) */
+    DSQ_SEARCH_FLEX   = 4    /* flex smoothing: the two-stage alpha / beta grid (below) */
 };
 
 #define DSQ_AWQ_GRID_DEFAULT 20
@@ -156,7 +171,9 @@ typedef struct dsq_search_report {
     double loss_identity;        /* mean squared error with s = 1 */
     double loss_best;            /* <= loss_identity */
     int best;                    /* -1: s = 1 kept, else the candidate's grid index
-                                    (BOTH: 0..n_grid-1 SmoothQuant, then AWQ) */
+                                    (BOTH: 0..n_grid-1 SmoothQuant, then AWQ;
+                                    FLEX: 0..n_grid stage 1, n_grid+1.. stage 2) */
+    float alpha, beta;           /* FLEX: the chosen exponents (0, 0 when s = 1 is kept) */
     int64_t rows;                /* sampled rows the loss was measured on */
     int quantized;               /* consumers that were quantized */
 } dsq_search_report;

@@ -201,7 +201,8 @@ static int take(idbuf *b, const dsq_tokenizer *tok, const char *text, size_t n, 
     int32_t *ids = NULL;
     size_t k = 0;
     /* Only the tokens still needed are kept, so tokenize a prefix of a long
-     * document (issue 14.11: one 100 MB document took 629 MB): cut after a
+     * document (memory stays bounded by the tokens needed, not by the
+     * document's size): cut after a
      * space or line end, grow 4x until it yields the tokens needed plus a
      * margin (tokens far from the cut do not depend on it), so the result
      * is the same as tokenizing the whole document. */

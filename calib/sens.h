@@ -35,7 +35,8 @@ int dsq_linear_sensitivity(const dsq_linear *l, const dsq_scheme *sc, int32_t gs
                            const dsq_act_stats *site, dsq_pool *pool, double *rel, dsq_diag *d);
 
 /* The module a linear is served as, for rollback (a serving engine loads a
- * module with one type: formats.md 3.4 / 4.3): "P.gate_up_proj" for
+ * module with one type: docs/serving-exports.md, "Fused modules and MoE
+ * layers"): "P.gate_up_proj" for
  * P.gate_proj / P.up_proj, "P.fused_qkv_a_proj" for P.q_a_proj /
  * P.kv_a_proj_with_mqa, "P.qkv_proj" for P.q_proj / k_proj / v_proj, else the
  * name without ".weight". 0 for a routed expert's linear (a layer's experts

@@ -43,6 +43,22 @@ void dsq_smooth_scales(const float *xmax, const float *wmax, int64_t n, float al
     dsq_scales_sanitize(s, n);
 }
 
+void dsq_flex_scales(const float *xmax, const float *wmax, int64_t n, float alpha, float beta, float *s)
+{
+    double a = alpha < 0.0f ? 0.0 : alpha > 1.0f ? 1.0 : (double)alpha;
+    double b = beta < 0.0f ? 0.0 : beta > 1.0f ? 1.0 : (double)beta;
+    for (int64_t j = 0; j < n; j++) {
+        if (!(xmax[j] > 0.0f) || !isfinite(xmax[j])) {   /* dead channel */
+            s[j] = 1.0f;
+            continue;
+        }
+        double x = xmax[j] > 1e-5f ? xmax[j] : 1e-5;
+        double w = wmax[j] > 1e-5f && isfinite(wmax[j]) ? wmax[j] : 1e-5;
+        s[j] = (float)(pow(x, a) / pow(w, b));
+    }
+    dsq_scales_sanitize(s, n);
+}
+
 void dsq_scales_normalize(float *s, const float *live, int64_t n)
 {
     dsq_scales_sanitize(s, n);

@@ -1,5 +1,6 @@
 /* smooth.h - SmoothQuant scales, their safety rules, static activation
- * parameters and the folding arithmetic (formats.md s.6, s.4.2).
+ * parameters and the folding arithmetic (docs/serving-exports.md,
+ * "SmoothQuant" and "AscendV1" / "W8A8 (static)").
  *
  * SmoothQuant (mit-han-lab smooth.py): per input channel j of a group of
  * linears reading the same tensor X,
@@ -38,6 +39,12 @@
 /* s[n] from per-channel max|X| (xmax) and max|W| (wmax). alpha in [0, 1].
  * Channels with xmax == 0 get 1. Result sanitized (not normalized). */
 void dsq_smooth_scales(const float *xmax, const float *wmax, int64_t n, float alpha, float *s);
+
+/* Flex smoothing (msModelSlim flex_smooth_quant, scale_computation.py:232-254):
+ *     s_j = max|X_j|^alpha / max|W_j|^beta,
+ * alpha and beta in [0, 1] independently (SmoothQuant is beta = 1 - alpha);
+ * the same clamps, dead channels and sanitizing as dsq_smooth_scales. */
+void dsq_flex_scales(const float *xmax, const float *wmax, int64_t n, float alpha, float beta, float *s);
 
 /* Divide s by sqrt(max * min) over channels whose live[j] != 0 (live may be
  * NULL: all), then sanitize; dead channels are set to 1. */

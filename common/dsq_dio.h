@@ -27,9 +27,9 @@ typedef struct dsq_dio dsq_dio;
 
 #define DSQ_DIO_ALIGN 4096u
 /* 3 x 4 MiB: one stage being written, one filled, one filling; the
- * stages are memory first touched in this run, which costs ~0.25 GB/s of
- * page zeroing in this VM, so the ring is no larger than the one 8 MiB
- * stage plus 4 MiB it replaces. */
+ * stages are memory first touched by each writer, and page zeroing is
+ * slow (a fraction of a GB/s on a VM), so the ring is kept no larger than
+ * 12 MiB in all. */
 #define DSQ_DIO_STAGES 3
 #define DSQ_DIO_STAGE_BYTES (4u << 20)
 

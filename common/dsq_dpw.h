@@ -3,8 +3,8 @@
  * regions filled tensor by tensor and row piece by row piece).
  *
  * Why: a buffered write copies every byte into a freshly allocated page-
- * cache page; in this VM that copy (copy_folio_from_iter_atomic) was 48% of
- * an export's CPU (`perf record`, w8a8-dynamic to ascend, 16-expert layer).
+ * cache page; for an export that copy (copy_folio_from_iter_atomic) can be
+ * about half of the CPU time (`perf record` shows it).
  * dsq_outfile's O_DIRECT stage (dsq_file.h) covers append-only files.
  *
  * How: each write goes out in DSQ_OUT_DIO_ALIGN blocks from an aligned

@@ -44,9 +44,9 @@ typedef struct dsq_outfile {
  * for the disk only when the ring is full. A failed write is reported by
  * a later append, sync, truncate or commit: within DSQ_OUT_DIO_LAG bytes. A buffered write
  * costs the kernel a copy of every byte into freshly allocated page-cache
- * pages plus their writeback: 2.5-2.9 CPU-s per GB written in this VM (dd,
- * 2026-11-25), against 0.15 with O_DIRECT, and it was a quarter of a
- * w8a8-dynamic conversion's CPU. The partial last block is written padded
+ * pages plus their writeback: well over ten times the CPU per GB written
+ * of O_DIRECT (dd shows it), enough to be a large share of a w8a8-dynamic
+ * conversion's CPU. The partial last block is written padded
  * with zeros and the file cut back to 'written' at every sync, commit and
  * detach, so the bytes on disk and the durability points are those of the
  * buffered path. Where O_DIRECT is refused (tmpfs, some network file
@@ -128,6 +128,20 @@ int  dsq_map_open(dsq_map *m, const char *path, dsq_diag *d);
 void dsq_map_close(dsq_map *m);
 
 /* Whole small file into a NUL-terminated heap buffer (max bytes cap). */
+/* Open path for reading without ever blocking on a special file: the open
+ * is non-blocking (a FIFO with no writer, a tty or a device opens at once),
+ * then anything but a regular file is refused with DSQ_ERR_FORMAT "not a
+ * regular file (FIFO)" / "(device)" / "(directory)" before a read can
+ * block, and the descriptor is switched back to blocking reads. Every file
+ * of a model, export, tokenizer, checksum list or journal is opened this
+ * way. Returns the descriptor (>= 0, O_CLOEXEC) or a negative status. */
+int dsq_open_regular(const char *path, dsq_diag *d);
+/* dsq_read_file for data the user names, which may be a pipe on purpose
+ * (a shell's process substitution): regular files and pipes are read
+ * (devices, sockets and directories are refused); the open never waits for
+ * a writer, so a FIFO nobody writes to reads as empty instead of hanging.
+ * Same limits and errors otherwise. */
+int dsq_read_file_or_pipe(const char *path, size_t max, char **out, size_t *len, dsq_diag *d);
 int dsq_read_file(const char *path, size_t max, char **out, size_t *len, dsq_diag *d);
 /* Write a small file atomically (temp + rename). */
 int dsq_write_file_atomic(const char *path, const void *data, size_t n, unsigned flags, dsq_diag *d);

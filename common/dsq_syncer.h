@@ -1,11 +1,11 @@
 /* dsq_syncer.h - a background thread that makes a file's bytes durable
  * (fdatasync) while its writer keeps writing.
  *
- * Why: the disk here takes writes into its cache at ~2 GB/s but persists
- * them at ~0.5 GB/s, and only when asked (a flush). An output written with
- * no flush until its commit pays for all of it there: 0.5-0.9 s at the end
- * of a 2 GB conversion (strace), and the resume journal's first checkpoint
- * blocked the writer 0.25 s the same way. Asking for a flush every
+ * Why: a disk may take writes into its cache several times faster than it
+ * persists them, and persist them only when asked (a flush). An output
+ * written with no flush until its commit pays for all of it there, at the
+ * end of the conversion, and the resume journal's first checkpoint would
+ * block the writer the same way. Asking for a flush every
  * DSQ_SYNCER_BYTES from another thread keeps the disk's backlog short, so
  * the commit's fsync and a checkpoint find little left to do, and the
  * compute never waits for the disk.

@@ -112,9 +112,9 @@ int dsq_conv_pipeline_run(dsq_convert *c, const dsq_conv_item *items, size_t nit
 /* Output buffers handed from the workers to the writer and back
  * (convert_pool.c). A fresh allocation of a tensor's size is a fresh
  * mapping: glibc serves it by mmap and unmaps it on free, so each item paid
- * a page fault per 4 KiB of its output (10-15% of a conversion's CPU in
- * this VM, `perf record`), and glibc's adaptive threshold made the count
- * vary 2x between runs. Recycled buffers are faulted in once. */
+ * a page fault per 4 KiB of its output (a tenth or more of a conversion's
+ * CPU, `perf record` shows it), and glibc's adaptive threshold makes the
+ * count vary 2x between runs. Recycled buffers are faulted in once. */
 #define DSQ_CONV_BUFS_MAX 64
 typedef struct dsq_conv_bufs {
     pthread_mutex_t mu;

@@ -1,8 +1,9 @@
-/* convert_ledger.h - what makes a resumed tensor safe to reuse (issue 14.8).
+/* convert_ledger.h - what makes a resumed tensor safe to reuse.
  *
- * Resume used to identify inputs by name, size, mtime and header hash, so a
- * shard whose data changed with size and mtime kept (cp -p, touch -r)
- * resumed with stale tensors. The ledger records, for every tensor the
+ * A resumed tensor must come from the same source bytes, not merely from a
+ * shard of the same name, size, mtime and header hash: a shard whose data
+ * changed with size and mtime kept (cp -p, touch -r) must not resume with
+ * stale tensors. The ledger records, for every tensor the
  * conversion starts writing, the SHA-256 of the source bytes it is made
  * from (weight, plus its FP8 scale); --resume re-hashes the sources of the
  * tensors it would reuse and refuses any that changed. Records are appended
@@ -25,7 +26,7 @@
  *
  * Why CRC-32C and not SHA-256 of the source bytes (formats 1-2): SHA-256
  * cost ~0.6 CPU-s per GB of input, more than half of what a conversion may
- * spend at the 2 GB/s goal (issue 16), while the ledger guards against
+ * spend at a throughput goal of 2 GB/s, while the ledger guards against
  * accidents, not attacks: any change within a 32-bit span, and any change
  * that replaces a tensor (a different checkpoint, a re-download), is found
  * for certain or with 2^-128 odds of missing it; a random rewrite of one

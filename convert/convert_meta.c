@@ -94,8 +94,8 @@ static int read_side_file(const char *dir, const char *name, json_object **out, 
 
 static int header_sha(const char *path, uint64_t *size, int64_t *mtime_ns, char hex[65], dsq_diag *d)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dsq_fail_errno(d, errno, path, "cannot open");
+    int fd = dsq_open_regular(path, d);
+    if (fd < 0) return fd;
     struct stat st;
     uint8_t n8[8];
     int rc = DSQ_OK;
@@ -208,7 +208,7 @@ int dsq_conv_build_metadata(dsq_convert *c, dsq_diag *d)
         c->have_config = cfg != NULL;
         /* A model directory or shard index without config.json cannot be
          * checked against its shapes, and ds-eval could not run what came
-         * out (issue 14.7): refused. A single .safetensors file named on
+         * out: refused. A single .safetensors file named on
          * purpose is a tensor-only conversion and stays allowed (the CLI
          * says what it gives). */
         if (rc == DSQ_OK && !c->have_config && !dsq_conv_input_is_tensor_file(c->o.input)) {

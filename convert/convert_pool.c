@@ -22,9 +22,10 @@
 
 /* A large output buffer on 2 MiB pages where the kernel allows them
  * (transparent_hugepage "madvise" is the common default): first writes
- * then fault once per 2 MiB instead of once per 4 KiB. Each fault costs
- * ~6 us in this VM; the 16-expert layer's first-touch of its buffers took
- * ~60,000 of them (`perf stat -e page-faults`). Freed with free(). */
+ * then fault once per 2 MiB instead of once per 4 KiB. A fault costs
+ * microseconds in a VM, and a layer's output buffers are hundreds of MB
+ * (tens of thousands of 4 KiB faults, `perf stat -e page-faults`). Freed
+ * with free(). */
 static void *big_alloc(size_t need, size_t *cap)
 {
     if (need < BUF_MIN) {

@@ -50,9 +50,11 @@ static void usage(void)
 "  --scheme S               scheme for attention, MLP, expert and shared-expert\n"
 "                           linears; embeddings, norms, router, router bias,\n"
 "                           lm_head, biases and MTP eh_proj are kept\n"
-"  --recipe NAME            preset instead of --scheme: deepseek-w4a8 (msModelSlim:\n"
-"                           attention/dense/shared MLP w8a8-dynamic, routed experts\n"
-"                           w4a8, MTP experts w8a8-dynamic, kv_b_proj kept)\n"
+"  --recipe NAME            preset instead of --scheme (msModelSlim's DeepSeek recipes):\n"
+"                           deepseek-w4a8: attention/dense/shared MLP w8a8-dynamic,\n"
+"                           routed experts w4a8, MTP experts w8a8-dynamic, kv_b_proj kept;\n"
+"                           deepseek-w8a8 (needs --calib): attention w8a8 static,\n"
+"                           every MLP w8a8-dynamic, kv_b_proj and router kept\n"
 "  --keep REGEX             keep matching tensors in their float type (repeatable)\n"
 "  --scheme-for REGEX=S     use scheme S for matching tensors (repeatable)\n"
 "  --group-size G           int4 group size: 0 = per output channel, or a\n"
@@ -829,7 +831,7 @@ int main(int argc, char **argv)
         }
     }
     if (calibrating && !dry) {
-        co.scheme = scheme ? scheme : "w4a8";   /* the deepseek-w4a8 preset's routed experts */
+        co.scheme = scheme ? scheme : dsq_recipe_preset_calib_scheme(preset);
         co.group_size = group;
         co.target = recipe_target;
         co.target_ctx = &recipe;

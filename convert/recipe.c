@@ -204,9 +204,55 @@ int dsq_recipe_init_ex(dsq_recipe *r, const char *scheme, int calibrated, dsq_di
     return DSQ_OK;
 }
 
-static const char *const g_presets[] = { "deepseek-w4a8", NULL };
+/* Presets: one row each. Schemes by id; PRESET_NO_SCHEME for the MTP
+ * experts means "as the routed experts". keep: regexes kept float, tried
+ * before the role table. */
+#define PRESET_NO_SCHEME UINT32_MAX
+typedef struct preset_row {
+    const char *name;
+    uint32_t attn, mlp, shared, expert, mtp_expert;
+    int needs_calibration;
+    const char *calib_scheme;   /* what calibration prepares for (calib.h dsq_calib_opts.scheme) */
+    const char *keep[4];
+} preset_row;
+
+static const preset_row g_preset_rows[] = {
+    /* msModelSlim lab_practice/deepseek_v3/deepseek_w4a8_per_channel.yaml:
+     * attention and dense / shared MLP W8A8 dynamic, routed experts W4A8,
+     * MTP-layer experts W8A8 dynamic; the yaml excludes *kv_b_proj */
+    { "deepseek-w4a8", DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W4A8,
+      DSQ_SCHEME_W8A8_DYNAMIC, 0, "w4a8", { "\\.kv_b_proj\\.weight$", NULL } },
+    /* msModelSlim lab_practice/deepseek_v3_2/deepseek_w8a8.yaml (and the v0
+     * DeepSeek W8A8 script's mix_cfg): attention W8A8 static (per-tensor
+     * asymmetric activation, per-channel symmetric weight) except kv_b_proj,
+     * every MLP (dense, shared, routed) W8A8 dynamic except the router */
+    { "deepseek-w8a8", DSQ_SCHEME_W8A8, DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W8A8_DYNAMIC, DSQ_SCHEME_W8A8_DYNAMIC,
+      PRESET_NO_SCHEME, 1, "w8a8", { "\\.kv_b_proj\\.weight$", NULL } },
+};
+#define N_PRESETS (sizeof g_preset_rows / sizeof g_preset_rows[0])
+
+static const char *const g_presets[] = { "deepseek-w4a8", "deepseek-w8a8", NULL };
 
 const char *const *dsq_recipe_presets(void) { return g_presets; }
+
+static const preset_row *preset_find(const char *name)
+{
+    for (size_t i = 0; name && i < N_PRESETS; i++)
+        if (!strcmp(g_preset_rows[i].name, name)) return &g_preset_rows[i];
+    return NULL;
+}
+
+int dsq_recipe_preset_needs_calibration(const char *preset)
+{
+    const preset_row *p = preset_find(preset);
+    return p ? p->needs_calibration : 0;
+}
+
+const char *dsq_recipe_preset_calib_scheme(const char *preset)
+{
+    const preset_row *p = preset_find(preset);
+    return p ? p->calib_scheme : NULL;
+}
 
 static int add_rule_at(dsq_recipe *r, size_t at, const char *regex, const dsq_scheme *sc, dsq_diag *d)
 {
@@ -239,22 +285,28 @@ static int add_rule_at(dsq_recipe *r, size_t at, const char *regex, const dsq_sc
 int dsq_recipe_init_preset(dsq_recipe *r, const char *preset, dsq_diag *d)
 {
     recipe_zero(r);
-    if (!preset || strcmp(preset, "deepseek-w4a8") != 0)
-        return dsq_fail(d, DSQ_ERR_NOT_FOUND, NULL, NULL, -1,
-                        "unknown recipe '%s' (known: deepseek-w4a8)", preset ? preset : "");
-    const dsq_scheme *w8 = dsq_scheme_by_id(DSQ_SCHEME_W8A8_DYNAMIC);
-    const dsq_scheme *w4 = dsq_scheme_by_id(DSQ_SCHEME_W4A8);
-    if (!w8 || !w4) return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "scheme table lacks w8a8-dynamic/w4a8");
-    r->preset = g_presets[0];
-    r->role_scheme[DSQ_ROLE_ATTN_LINEAR] = w8;
-    r->role_scheme[DSQ_ROLE_MLP_LINEAR] = w8;
-    r->role_scheme[DSQ_ROLE_SHARED_EXPERT_LINEAR] = w8;
-    r->role_scheme[DSQ_ROLE_EXPERT_LINEAR] = w4;
-    r->mtp_expert_scheme = w8;
-    /* msModelSlim's yaml excludes *kv_b_proj from W8A8_DYNAMIC. */
-    int rc = add_rule_at(r, 0, "\\.kv_b_proj\\.weight$", NULL, d);
-    if (rc < 0) dsq_recipe_release(r);
-    return rc;
+    const preset_row *p = preset_find(preset);
+    if (!p)
+        return dsq_fail(d, DSQ_ERR_NOT_FOUND, NULL, NULL, -1, "unknown recipe '%s' (known: deepseek-w4a8, deepseek-w8a8)",
+                        preset ? preset : "");
+    const uint32_t ids[4] = { p->attn, p->mlp, p->shared, p->expert };
+    const uint32_t roles[4] = { DSQ_ROLE_ATTN_LINEAR, DSQ_ROLE_MLP_LINEAR, DSQ_ROLE_SHARED_EXPERT_LINEAR,
+                                DSQ_ROLE_EXPERT_LINEAR };
+    for (int i = 0; i < 4; i++) {
+        const dsq_scheme *sc = dsq_scheme_by_id(ids[i]);
+        if (!sc) return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "scheme table lacks scheme %u", ids[i]);
+        r->role_scheme[roles[i]] = sc;
+    }
+    if (p->mtp_expert != PRESET_NO_SCHEME) r->mtp_expert_scheme = dsq_scheme_by_id(p->mtp_expert);
+    r->preset = p->name;
+    for (int k = 0; k < 4 && p->keep[k]; k++) {
+        int rc = add_rule_at(r, r->nrules, p->keep[k], NULL, d);
+        if (rc < 0) {
+            dsq_recipe_release(r);
+            return rc;
+        }
+    }
+    return DSQ_OK;
 }
 
 int dsq_recipe_add_keep(dsq_recipe *r, const char *regex, dsq_diag *d)
@@ -384,6 +436,10 @@ int dsq_recipe_decide(const dsq_recipe *r, const char *name, enum dsq_dtype dtyp
         sc = dsq_scheme_by_id(DSQ_SCHEME_W8A8_DYNAMIC);
         out->rule = DSQ_PLAN_BY_PRESET;
     }
+    if (sc && sc->needs_calibration && !r->calibrated)   /* a preset's static scheme */
+        return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, name, -1,
+                        "recipe %s puts %s on this tensor: it needs calibration statistics (--calib or --stats)",
+                        r->preset ? r->preset : "?", sc->name);
     if (!sc) {
         out->kept = 1;
         sc = keep_scheme(dtype);

@@ -29,10 +29,18 @@
  *
  * Presets (--recipe NAME):
  *   deepseek-w4a8  msModelSlim lab_practice/deepseek_v3/
- *                  deepseek_w4a8_per_channel.yaml (formats.md s.4.5): attention
+ *                  deepseek_w4a8_per_channel.yaml (docs/serving-exports.md,
+ *                  "The deepseek-w4a8 recipe"): attention
  *                  and dense/shared MLP w8a8-dynamic, routed experts w4a8
  *                  (per channel unless --group-size), MTP-layer experts
  *                  w8a8-dynamic, kv_b_proj kept.
+ *   deepseek-w8a8  msModelSlim lab_practice/deepseek_v3_2/deepseek_w8a8.yaml
+ *                  and the DeepSeek W8A8 script's mix_cfg: attention w8a8
+ *                  (static, calibrated), kv_b_proj kept, dense / shared /
+ *                  routed MLP w8a8-dynamic, router kept. The MTP layer's
+ *                  attention gets w8a8-dynamic (below: calibration does not
+ *                  run the MTP layer; msModelSlim's V3.2 adapter calibrates
+ *                  it through its own MTP input).
  *
  * w8a8 (static activation scales) needs calibration statistics and is
  * refused with a message pointing to w8a8-dynamic, unless the recipe is
@@ -106,6 +114,13 @@ int dsq_recipe_init_ex(dsq_recipe *r, const char *scheme, int calibrated, dsq_di
 int dsq_recipe_init_preset(dsq_recipe *r, const char *preset, dsq_diag *d);
 /* Names of presets, NULL-terminated. */
 const char *const *dsq_recipe_presets(void);
+/* 1 when the preset puts a scheme that needs calibration statistics (static
+ * W8A8) on some role: ds-quant then requires --calib or --stats. */
+int dsq_recipe_preset_needs_calibration(const char *preset);
+/* The scheme calibration prepares a preset for (its statistics, searches and
+ * static activation parameters: "w4a8" for deepseek-w4a8, "w8a8" for
+ * deepseek-w8a8); NULL for an unknown preset. */
+const char *dsq_recipe_preset_calib_scheme(const char *preset);
 /* Keep exactly the tensor `name` (no regex meaning), ahead of every other
  * rule: for choices made after calibration (ds-quant --rollback). */
 int dsq_recipe_keep_exact(dsq_recipe *r, const char *name, dsq_diag *d);

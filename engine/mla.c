@@ -1,4 +1,5 @@
-/* mla.c - DeepSeek multi-head latent attention (formats.md 2.6).
+/* mla.c - DeepSeek multi-head latent attention (docs/checkpoints.md,
+ * "Multi-head latent attention").
  *
  *   q    = q_b(q_a_layernorm(q_a(x)))  (or q_proj(x) when q_lora_rank is 0)
  *          [T, H, nope + rope]; RoPE (adjacent pairs) on the rope part
@@ -174,14 +175,12 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
 /* Absorbed attention of one token, ABS_HB heads per pool item: scores =
  * q'.latent + q_pe.k_pe, softmax, context written over q' (the heads are
  * independent rows of the same products). One [H x P] block on the
- * caller's thread was a serial stretch of every decode step that grows with
- * the context (V3, P = 128..144: about 40 MFLOP of sgemm, 0.7 ms CPU per
- * token and layer, 3% of a one-thread step on the e16 layer, bench_engine
- * -P -t 1 -p 128 -n 16, machine shared; at -t 2 the other thread idled
- * through it). The blocks
- * are fixed by ABS_HB, never by the pool size: 1 and 2 threads give the
- * same bits (OpenBLAS rounds a 16-row block differently from a 128-row
- * one, so decode moved by float rounding when this came in, 2026-11-26). */
+ * caller's thread would be a serial stretch of every decode step that grows
+ * with the context (V3, P = 128: about 40 MFLOP of sgemm per token and
+ * layer, while the other threads idle). The blocks are fixed by ABS_HB,
+ * never by the pool size, so any thread count gives the same bits
+ * (OpenBLAS rounds a 16-row block differently from a 128-row one: a block
+ * size that followed the pool would move decode by float rounding). */
 #define ABS_HB 16
 
 typedef struct abs_attn_job {

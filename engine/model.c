@@ -629,7 +629,8 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
     rp.mscale_all_dim = rs->mscale_all_dim;
     rp.low_freq_factor = rs->low_freq_factor;
     rp.high_freq_factor = rs->high_freq_factor;
-    /* DeepSeek follows inference/model.py (formats.md 2.6): YaRN blending and
+    /* DeepSeek follows inference/model.py (docs/checkpoints.md, "RoPE and
+     * YaRN"): YaRN blending and
      * the mscale^2 softmax factor apply only when the context is longer than
      * original_seq_len (here max_position_embeddings vs
      * original_max_position_embeddings, as samples/dsv3_ref.py does), and
@@ -647,7 +648,8 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
     double scale = 1.0 / sqrt((double)m->head_dim);
     if (m->is_mla && yarn_on) {
         /* softmax_scale *= (0.1 * mscale * ln(factor) + 1)^2
-         * (formats.md 2.6: 192^-0.5 * 1.36889^2 = 0.135234 for V3) */
+         * (docs/checkpoints.md, "Multi-head latent attention":
+         * 192^-0.5 * 1.36889^2 = 0.135234 for V3) */
         double ms = dsq_yarn_get_mscale(rs->factor, rs->mscale);
         scale *= ms * ms;
     }
@@ -673,6 +675,26 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
 }
 
 /* ---- open / free --------------------------------------------------------- */
+
+/* A checkpoint with more decoder layers than config.json declares (its MTP
+ * layers, DeepSeek's num_nextn_predict_layers, excepted) is another model's
+ * config: the extra layers would silently be skipped or taken for MTP. The
+ * converter refuses the same at plan time (convert_check.c). */
+static int check_layer_count(const dsq_model *m, dsq_diag *d)
+{
+    int64_t first_absent = m->cfg.num_hidden_layers +
+                           (dsq_arch_is_deepseek(m->cfg.arch) ? m->cfg.num_nextn_predict_layers : 0);
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%lld.input_layernorm.weight", (long long)first_absent);
+    src_tensor t;
+    if (src_find(m, name, &t) == DSQ_OK)
+        return dsq_fail(d, DSQ_ERR_SHAPE, NULL, name, -1,
+                        "config.json says num_hidden_layers = %lld (+%lld MTP) but the weights have layer %lld",
+                        (long long)m->cfg.num_hidden_layers,
+                        (long long)(dsq_arch_is_deepseek(m->cfg.arch) ? m->cfg.num_nextn_predict_layers : 0),
+                        (long long)first_absent);
+    return DSQ_OK;
+}
 
 int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts, dsq_diag *d)
 {
@@ -703,7 +725,8 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
     if (rc == DSQ_OK) {
         if (dsq_ctr_set_is_dsq(path)) {
             rc = dsq_ctr_set_open(&m->ctr, path, d);
-            /* Raw payloads are hashed while the weights load (issue 14.3). */
+            /* Raw payloads are hashed while the weights load, so a corrupt
+             * byte is never computed with (model_verify.h). */
             if (rc == DSQ_OK && !m->opts.no_verify) rc = dsq_model_verify_start(&vj, m->ctr, NULL, d);
             if (rc == DSQ_OK) rc = config_from_ctr(m, d);
         } else if (dsq_llama2c_is_checkpoint(path)) {
@@ -723,6 +746,7 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
         }
     }
     if (rc == DSQ_OK) rc = setup_derived(m, d);
+    if (rc == DSQ_OK) rc = check_layer_count(m, d);
     if (rc == DSQ_OK) {
         m->w.layers = calloc((size_t)m->n_layers, sizeof *m->w.layers);
         if (!m->w.layers) rc = DSQ_ERR_NOMEM;

@@ -53,7 +53,7 @@
 
 enum dsq_mla_mode {
     DSQ_MLA_AUTO     = 0, /* naive (expanded K/V) for n > 1 tokens, absorbed for n == 1 */
-    DSQ_MLA_NAIVE    = 1, /* always expand kv_b_proj (formats.md 2.6 naive path) */
+    DSQ_MLA_NAIVE    = 1, /* always expand kv_b_proj (the naive path, docs/checkpoints.md) */
     DSQ_MLA_ABSORBED = 2  /* always the compressed-KV path */
 };
 
@@ -124,8 +124,8 @@ typedef struct dsq_layer {
      * into q and the output with float activations, so a quantized kv_b is
      * used weight-only in BOTH paths: prefill and decode then compute the
      * same function (decode reads the same values from kv_b's own rows
-     * through dequant_tile, mla.c). (Recipes keep kv_b_proj BF16 anyway,
-     * formats.md 4.5.) */
+     * through dequant_tile, mla.c). (Recipes keep kv_b_proj BF16 anyway:
+     * docs/serving-exports.md, "DeepSeek-V3 placement rules".) */
     dsq_linear kv_b_run;
     /* rows of kv_b_run for the absorbed path: row r at kvb_rows + r * kvb_stride */
     const uint8_t *kvb_rows;

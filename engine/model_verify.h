@@ -1,9 +1,9 @@
 /* model_verify.h - hash-check the payloads a model uses in place.
  *
  * Compressed .dsq payloads are hash-checked when dsq_ctr_read decompresses
- * them; payloads stored raw are used straight from the mapping and were
- * never checked (issue 14.3: one flipped byte in lm_head gave PPL = inf and
- * exit 0). dsq_model_open starts this check on a thread of its own before it
+ * them; payloads stored raw are used straight from the mapping, so they
+ * must be checked here (one flipped byte in lm_head can give PPL = inf with
+ * exit status 0). dsq_model_open starts this check on a thread of its own before it
  * loads the weights and joins it at the end, so where the disk is the limit
  * the hashing costs no wall time: both read the same pages. */
 #ifndef DSQ_MODEL_VERIFY_H

@@ -1,4 +1,5 @@
-/* moe.c - SwiGLU MLP and the DeepSeek MoE block (formats.md 2.5).
+/* moe.c - SwiGLU MLP and the DeepSeek MoE block (docs/checkpoints.md,
+ * "Routing").
  *
  *   y = sum_k w_k Expert_{idx_k}(x) + shared_experts(x)
  *   Expert(x) = down(silu(gate x) * up x)
@@ -135,8 +136,7 @@ static int routed_tokens(const dsq_scratch *sc, int T, int K, int e, int all, in
  * pool job (dsq_linear_gemm_many), then all their downs as another: a V3
  * decode step wakes the pool 2 times instead of 27 and prepares x (awq's
  * permutation, int8 quantization) once for the 18 gates and ups instead of
- * 18 times, on one thread while the others wait (2026-11-26, e16 layer at
- * -t 2). The same gemms on the same rows, silu * up per element, and the
+ * 18 times, on one thread while the others wait. The same gemms on the same rows, silu * up per element, and the
  * routed sum in ascending expert order as in the loop below: the same bits.
  * Expert i's rows sit at row off[i] of g / u / moe_y (moe_x too when T > 1:
  * the gather), the shared expert's after the routed ones; the caller checks

@@ -92,7 +92,8 @@ void dsq_rope_cos_sin(const dsq_rope *r, int64_t pos, float *cos_out, float *sin
 /* Rotate one head vector x[dim] in place with precomputed cos/sin. */
 void dsq_rope_apply(const dsq_rope *r, float *x, const float *cos_v, const float *sin_v);
 
-/* YaRN helpers (formats.md 2.6), exposed for tests and the softmax scale. */
+/* YaRN helpers (docs/checkpoints.md, "RoPE and YaRN"), exposed for tests and
+ * the softmax scale. */
 /* 0.1 * mscale * ln(factor) + 1 for factor > 1, else 1. */
 double dsq_yarn_get_mscale(double factor, double mscale);
 /* floor/ceil of find_correction_dim for beta_fast/beta_slow, clamped to
@@ -128,7 +129,8 @@ typedef struct dsq_router {
 /* Route one token: logits[n_experts] (x @ gate^T) -> idx[top_k] (ordered by
  * selection score, descending; ties go to the lower index) and w[top_k].
  * scratch holds 2 * n_experts floats; 1 <= top_k <= n_experts. The selection uses scores + bias and
- * the group mask; the weights are the unbiased scores (formats.md 2.5). */
+ * the group mask; the weights are the unbiased scores (docs/checkpoints.md,
+ * "Routing"). */
 void dsq_route(const dsq_router *r, const float *logits, float *scratch, int *idx, float *w);
 
 /* ---- attention kernel ------------------------------------------------- */

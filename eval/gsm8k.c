@@ -128,8 +128,8 @@ typedef struct {
 
 /* No GSM8K item comes near this (the longest is under 2 KB), and a prompt
  * this long cannot fit any context: refuse it before json-c, the prompt
- * and the tokenizer each copy it (issue 14.11: a 100 MB question took
- * 1.24 GB). */
+ * and the tokenizer each copy it (a 100 MB question would cost over a GB of
+ * memory). */
 #define GSM8K_MAX_LINE ((size_t)1 << 20)
 
 static int load_line(void *vctx, const char *line, size_t n, size_t lineno)
@@ -181,7 +181,7 @@ int dsq_gsm8k_load(dsq_gsm8k_set *s, const char *path, dsq_diag *d)
     memset(s, 0, sizeof *s);
     char *buf;
     size_t len;
-    int rc = dsq_read_file(path, GSM8K_MAX_FILE, &buf, &len, d);
+    int rc = dsq_read_file_or_pipe(path, GSM8K_MAX_FILE, &buf, &len, d);
     if (rc < 0) return rc;
     rc = dsq_gsm8k_parse(s, buf, len, path, d);
     free(buf);
@@ -670,7 +670,7 @@ int dsq_gsm8k_completions_load(dsq_gsm8k_completions *c, const char *path, size_
     memset(c, 0, sizeof *c);
     char *buf;
     size_t len;
-    int rc = dsq_read_file(path, GSM8K_MAX_FILE, &buf, &len, d);
+    int rc = dsq_read_file_or_pipe(path, GSM8K_MAX_FILE, &buf, &len, d);
     if (rc < 0) return rc;
     rc = dsq_gsm8k_completions_parse(c, buf, len, path, n_docs, d);
     free(buf);

@@ -35,8 +35,16 @@ int dsq_tokenize_file_prefix(const dsq_tokenizer *tok, const char *path, uint64_
     *ids = NULL;
     *n = 0;
     *bytes = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* the open never waits for a FIFO's writer; reads block as usual, and a
+     * FIFO nobody writes to reads as empty */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return dsq_fail_errno(d, errno, path, "cannot open");
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int rc = dsq_fail_errno(d, errno, path, "cannot set blocking reads");
+        close(fd);
+        return rc;
+    }
     struct stat st;
     int rc = fstat(fd, &st) == 0 ? DSQ_OK : dsq_fail_errno(d, errno, path, "cannot stat");
     /* pipes and devices have no size: read them whole (up to max_bytes) */

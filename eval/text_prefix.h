@@ -1,6 +1,6 @@
 /* text_prefix.h - tokenize only as much of a text file as a token limit
- * needs (issue 14.11: `ppl --limit-tokens 4096` tokenized a whole 100 MB
- * text first, about 1 GB of memory). */
+ * needs, so memory follows the limit, not the file (`ppl --limit-tokens 4096`
+ * of a 100 MB text must not tokenize all of it, about 1 GB of memory). */
 #ifndef DSQ_TEXT_PREFIX_H
 #define DSQ_TEXT_PREFIX_H
 

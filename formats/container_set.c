@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SET_INDEX_MAX (1u << 30)
 
@@ -68,14 +69,19 @@ const dsq_ctr_tensor_info *dsq_ctr_set_find(const dsq_ctr_set *s, const char *na
 int dsq_ctr_file_is_dsq(const char *path)
 {
     if (dsq_path_is_dir(path)) return 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
+    int fd = dsq_open_regular(path, NULL);   /* a FIFO is no .dsq: never wait on it */
+    if (fd < 0) return 0;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return 0;
+    }
     unsigned char head[8];
     size_t n = fread(head, 1, sizeof head, f);
     fclose(f);
     /* A .dsq cut short before its magic (0 or 1 bytes left by a failed
      * copy) is still a .dsq, so the open reports "truncated" instead of
-     * looking for a safetensors checkpoint beside it (issue 14.14). */
+     * looking for a safetensors checkpoint beside it. */
     size_t l = strlen(path);
     if (n < sizeof head) return l > 4 && strcmp(path + l - 4, ".dsq") == 0;
     return dsq_ctr_is_dsq(head, n);

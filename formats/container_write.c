@@ -831,7 +831,7 @@ int dsq_ctr_writer_finish(dsq_ctr_writer *w, dsq_diag *d)
     if (rc == DSQ_OK) rc = write_tail(w, d);
     if (rc == DSQ_ERR_NOSPC && resuming(w)) {
         /* The disk filled while the index / metadata were written: every
-         * tensor is in the temporary, so keep it for --resume (issue 14.12):
+         * tensor is in the temporary, so keep it for --resume:
          * cut the tail off (which frees the space the journal needs), record
          * every tensor in the journal (best effort: the previous journal
          * stays valid if even that does not fit), keep both. */

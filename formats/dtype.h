@@ -70,8 +70,8 @@ static inline float dsq_fp8_e5m2_to_f32(uint8_t x) { return dsq_fp8_e5m2_table[x
 float dsq_fp8_e8m0_to_f32(uint8_t x);
 
 /* float -> e4m3fn, round to nearest even, saturating to +-448 (as
- * torch's .to(float8_e4m3fn) after clamping); NaN -> 0x7f. Used to make
- * test data and by FP8 activation emulation. */
+ * torch's .to(float8_e4m3fn) after clamping); NaN -> 0x7f. Makes test
+ * data, and serves FP8 activation emulation. */
 uint8_t dsq_f32_to_fp8_e4m3(float f);
 /* float -> e5m2, round to nearest even; overflow gives inf; NaN -> 0x7f. */
 uint8_t dsq_f32_to_fp8_e5m2(float f);

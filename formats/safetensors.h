@@ -1,6 +1,6 @@
 /* safetensors.h - validated, mmap'd read access to safetensors checkpoints.
  *
- * File layout (huggingface/safetensors, see ../shared/docs/formats.md s.1):
+ * File layout (huggingface/safetensors, see docs/checkpoints.md, "safetensors"):
  *   [u64 LE N][N bytes JSON header, may be space padded][byte buffer]
  *   header: {"NAME": {"dtype": "BF16", "shape": [..], "data_offsets": [b, e]},
  *            ..., "__metadata__": {"k": "v"}}   (offsets relative to buffer)
@@ -17,7 +17,8 @@
  *     the previous end, and file size == 8 + N + last end
  *   - __metadata__ is a string -> string map
  *   - tensor names are unique across all shards
- *   - FP8 block scales (DeepSeek-V3, formats.md s.2.3): every F8_E4M3 tensor
+ *   - FP8 block scales (DeepSeek-V3, docs/checkpoints.md, "FP8 E4M3 weights
+ *     and weight_scale_inv"): every F8_E4M3 tensor
  *     X has a companion "X_scale_inv" (for X.weight: X.weight_scale_inv),
  *     F32, shape [ceil(rows/128), ceil(cols/128)] where rows/cols is the
  *     row view below; all values finite and >= 0. A missing or misshaped
@@ -159,12 +160,11 @@ int  dsq_st_read_rows_f32(const dsq_st_model *m, const dsq_st_tensor *t,
 int  dsq_st_rows_f32_from(const dsq_st_model *m, const dsq_st_tensor *t, const void *src,
                           int64_t row0, int64_t nrows, float *out, dsq_diag *d);
 /* Copy the source bytes of rows [row0, row0 + nrows) of t (nbytes / rows
- * each) into dst with pread(2). Why not the mapping: in this VM, a
- * conversion reading the checkpoint through its mapping (MADV_POPULATE_READ
- * per 8 MiB, then a fault-free pass over 4 KiB-page mappings) spent a
- * quarter of its CPU in the BF16 -> f32 loop, stalled on the mapping; the
- * kernel's copy into a reused, cache-hot buffer costs a fraction (README,
- * "Measured"). DSQ_ERR_UNSUPPORTED when the shard is not a file descriptor
+ * each) into dst with pread(2). Why not the mapping: a conversion reading
+ * the checkpoint through its mapping (even populated ahead, then a
+ * fault-free pass over 4 KiB-page mappings) stalls its BF16 -> f32 loop on
+ * the mapping's TLB misses, a large share of its CPU; the kernel's copy
+ * into a reused, cache-hot buffer costs a fraction of that. DSQ_ERR_UNSUPPORTED when the shard is not a file descriptor
  * (a model opened over a buffer): use the mapping then. Thread-safe. */
 int  dsq_st_pread_rows(const dsq_st_model *m, const dsq_st_tensor *t, int64_t row0, int64_t nrows,
                        void *dst, dsq_diag *d);

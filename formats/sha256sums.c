@@ -40,6 +40,56 @@ static int check_file(const char *dir, const char *name, const uint8_t want[DSQ_
     return rc;
 }
 
+void dsq_sums_free(dsq_sums *s)
+{
+    if (!s) return;
+    for (size_t i = 0; i < s->n; i++) free(s->names[i]);
+    free(s->names);
+    free(s->sha);
+    memset(s, 0, sizeof *s);
+}
+
+int dsq_sums_parse(const char *txt, size_t len, const char *path, dsq_sums *out, dsq_diag *d)
+{
+    memset(out, 0, sizeof *out);
+    size_t cap = 0, off = 0;
+    int rc = DSQ_OK;
+    while (rc == DSQ_OK && off < len) {
+        const char *line = txt + off, *nl = memchr(line, '\n', len - off);
+        size_t ll = nl ? (size_t)(nl - line) : len - off;
+        off += ll + 1;
+        if (ll == 0) continue;
+        char hex[2 * DSQ_SHA256_LEN + 1];
+        if (ll < 67 || (line[65] != ' ' && line[65] != '*') || line[64] != ' ') {
+            rc = dsq_fail(d, DSQ_ERR_FORMAT, path, NULL, (int64_t)(line - txt), "malformed line");
+            break;
+        }
+        memcpy(hex, line, 64);
+        hex[64] = 0;
+        char *name = strndup(line + 66, ll - 66);
+        if (!name) { rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory"); break; }
+        uint8_t want[DSQ_SHA256_LEN];
+        if (dsq_sha256_parse_hex(hex, want) < 0 || !name[0] || name[0] == '.' || strchr(name, '/') ||
+            strlen(name) != ll - 66 || listed(out->names, out->n, name)) {
+            rc = dsq_fail(d, DSQ_ERR_FORMAT, path, NULL, (int64_t)(line - txt), "bad entry '%s'", name);
+            free(name);
+            break;
+        }
+        if (out->n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nv = realloc(out->names, cap * sizeof *nv);
+            if (nv) out->names = nv;
+            uint8_t (*sv)[32] = nv ? realloc(out->sha, cap * sizeof *sv) : NULL;
+            if (sv) out->sha = sv;
+            if (!nv || !sv) { free(name); rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory"); break; }
+        }
+        memcpy(out->sha[out->n], want, DSQ_SHA256_LEN);
+        out->names[out->n++] = name;
+    }
+    if (rc < 0) dsq_sums_free(out);
+    return rc;
+}
+
 int dsq_sums_verify(const char *dir, size_t *nfiles, dsq_diag *d)
 {
     char *mp = dsq_path_join(dir, DSQ_SUMS_NAME), *txt = NULL;
@@ -50,39 +100,9 @@ int dsq_sums_verify(const char *dir, size_t *nfiles, dsq_diag *d)
         free(mp);
         return rc;
     }
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    size_t off = 0;
-    while (rc == DSQ_OK && off < len) {
-        char *line = txt + off, *nl = memchr(line, '\n', len - off);
-        size_t ll = nl ? (size_t)(nl - line) : len - off;
-        off += ll + 1;
-        if (ll == 0) continue;
-        uint8_t want[DSQ_SHA256_LEN];
-        char hex[2 * DSQ_SHA256_LEN + 1];
-        if (ll < 67 || (line[65] != ' ' && line[65] != '*') || line[64] != ' ') {
-            rc = dsq_fail(d, DSQ_ERR_FORMAT, mp, NULL, (int64_t)(line - txt), "malformed line");
-            break;
-        }
-        memcpy(hex, line, 64);
-        hex[64] = 0;
-        char *name = strndup(line + 66, ll - 66);
-        if (!name) { rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory"); break; }
-        if (dsq_sha256_parse_hex(hex, want) < 0 || !name[0] || name[0] == '.' || strchr(name, '/') ||
-            strlen(name) != ll - 66 || listed(names, n, name)) {
-            rc = dsq_fail(d, DSQ_ERR_FORMAT, mp, NULL, (int64_t)(line - txt), "bad entry '%s'", name);
-            free(name);
-            break;
-        }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            char **nv = realloc(names, cap * sizeof *nv);
-            if (!nv) { free(name); rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory"); break; }
-            names = nv;
-        }
-        names[n++] = name;
-        rc = check_file(dir, name, want, d);
-    }
+    dsq_sums s;
+    rc = dsq_sums_parse(txt, len, mp, &s, d);
+    for (size_t i = 0; rc == DSQ_OK && i < s.n; i++) rc = check_file(dir, s.names[i], s.sha[i], d);
     if (rc == DSQ_OK) {
         DIR *dh = opendir(dir);
         struct dirent *de;
@@ -90,15 +110,14 @@ int dsq_sums_verify(const char *dir, size_t *nfiles, dsq_diag *d)
             if (de->d_name[0] == '.' || !strcmp(de->d_name, DSQ_SUMS_NAME)) continue;
             char *p = dsq_path_join(dir, de->d_name);
             struct stat st;
-            if (p && stat(p, &st) == 0 && S_ISREG(st.st_mode) && !listed(names, n, de->d_name))
+            if (p && stat(p, &st) == 0 && S_ISREG(st.st_mode) && !listed(s.names, s.n, de->d_name))
                 rc = dsq_fail(d, DSQ_ERR_FORMAT, p, NULL, -1, "file not listed in " DSQ_SUMS_NAME);
             free(p);
         }
         if (dh) closedir(dh);
     }
-    if (nfiles) *nfiles = n;
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
+    if (nfiles) *nfiles = s.n;
+    dsq_sums_free(&s);
     free(txt);
     free(mp);
     return rc;

@@ -7,6 +7,7 @@
 #include "dsq_error.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define DSQ_SUMS_NAME "SHA256SUMS"
 
@@ -18,5 +19,19 @@
  * DSQ_ERR_NOT_FOUND (no manifest, missing file), DSQ_ERR_FORMAT (bad line,
  * unlisted file), DSQ_ERR_CHECKSUM (mismatch; diag names the file). */
 int dsq_sums_verify(const char *dir, size_t *nfiles, dsq_diag *d);
+
+/* The parsed manifest: n entries, names[i] with digest sha[i]. */
+typedef struct dsq_sums {
+    size_t n;
+    char **names;
+    uint8_t (*sha)[32];
+} dsq_sums;
+
+/* Parse manifest text (hostile input; the rules above: well-formed lines,
+ * plain unique names; empty lines skipped). path names the manifest in
+ * messages, which carry the byte offset of the bad line. On failure *out is
+ * empty. DSQ_ERR_FORMAT, DSQ_ERR_NOMEM. Release with dsq_sums_free. */
+int dsq_sums_parse(const char *txt, size_t len, const char *path, dsq_sums *out, dsq_diag *d);
+void dsq_sums_free(dsq_sums *s);
 
 #endif

@@ -4,8 +4,8 @@
  * One at a time, each wakes the pool, prepares x on the caller's thread
  * (awq: the permutation; w4a8 / w8a8: int8 quantization) while the other
  * threads spin, and ends when its slowest thread does, so every gemm leaves
- * up to one row block of idle time per thread (2026-11-26, e16 V3 layer at
- * -t 2: 24 expert gemms per token). Here the preparations run first (once
+ * up to one row block of idle time per thread (a V3 layer runs 24 expert
+ * gemms per token). Here the preparations run first (once
  * per distinct x, T and shape), then the row blocks of every task are one
  * list that the pool drains in one job: one wake-up and one tail per list.
  *

@@ -45,14 +45,13 @@
 /* One token, rows of up to this many columns stream one after another
  * (x's codes and lane sums, 2.5 bytes a column, stay in L1 for every row,
  * and the matrix is one sequential stream); longer rows go in 6-row tiles
- * that share each x load six ways. bench_quant, one thread, cache cold,
- * GFLOP/s, 2026-11-26, interleaved, machine shared: 7168 x 2048 rows 66-80
- * against tiles 34-43; 2048 x 7168 rows 36-60, tiles 60; 7168 x 16384 rows
- * 31-32, tiles 49-58 (the f32 kernel: 38-41, 44-52, 48-50). */
+ * that share each x load six ways. The cut is where the two cross in
+ * bench_quant (one thread, cache cold): rows win clearly on 2048-column
+ * rows (7168 x 2048), tiles on 7168- and 16384-column rows. */
 #define A16_ROW_COLS 4096
 /* ... and of at least this many: a row of a few blocks is one short
  * dependent chain, which six rows side by side hide (the 5M-parameter
- * sample's 256-column rows: 3.3k against 4.5k decode tok/s in rows). */
+ * sample's 256-column rows decode about a third faster in tiles). */
 #define A16_ROW_MIN 1024
 
 /* ---- prep ------------------------------------------------------------------ */

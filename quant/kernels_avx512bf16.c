@@ -408,8 +408,8 @@ AI void bfp_gemm(const dsq_qview *v, const dsq_bfact *a, int64_t n0, int64_t n1,
 /* ---- f32 packed path (three terms, xh == NULL) ---------------------------
  *
  * Three split terms cost three vdpbf16ps per weight pair: 32 multiply-adds
- * each, 10.7 of them useful. An f32 FMA does 16 at the same rate on this
- * core (both 2 per cycle on Zen 5), so for f32-accurate activations the
+ * each, 10.7 of them useful. An f32 FMA does 16 at the same rate on a
+ * Zen 5 core (both 2 per cycle), so for f32-accurate activations the
  * weights are widened instead (bf16 -> f32 is exact: a 16-bit shift, done
  * in the repack) and multiplied by x as is: 1.5x fewer instructions, no
  * split, and x exact where the three terms leave up to 2^-24 |x| (scheme.h).

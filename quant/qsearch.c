@@ -23,9 +23,9 @@
  * (clamp(rint(x / scale) (+ zero))) against the min/max ones, which win
  * ties, so the result's weighted error is never above RTN's.
  *
- * Cost (2026-11-26: ~1.15 CPU-s per GB of BF16 for w4a8 on AVX-512, ~2.3
- * before session 10's changes to the passes; the scalar version of this
- * search took ~45): no pass writes codes to memory.
+ * Cost: no pass writes codes to memory, which keeps the search about as
+ * cheap as a few quantization passes (a scalar search costs tens of times
+ * more).
  * A trial pass (k->qtrial: codes from x * (1 / scale), in registers)
  * returns the fit sums sum c q, sum c q^2, sum c x q of one trial scale's
  * codes, so it gives that rounding's refit s' and the refit's error with
@@ -38,8 +38,8 @@
  * and the start wins ties: two exact passes per group. The grid's trials
  * are independent and go DSQ_QTRIALS_MAX to a sweep (k->qtrials, the same
  * bits as one qtrial each): awq's 128-column groups paid the per-call setup
- * and reductions 21 times (awq-w4a16 --search on the e16 layer, -T 1:
- * 16.1-16.7 -> 13.1-14.3 CPU-s, 2026-11-26, the same output bytes); w4a8's
+ * and reductions 21 times one trial at a time (a sweep cuts awq-w4a16
+ * --search time by about a sixth, with the same output bytes); w4a8's
  * 7168-column rows are compute-bound per trial and gain nothing. */
 #include "kernels.h"
 #include "dsq_mem.h"
@@ -55,9 +55,9 @@
 #define QS_ROUNDS 4   /* refit/re-round rounds after the grid */
 /* w4a8's grid in tenths of a step (29 trial scales for -8..7) is ranked
  * every QS_COARSE-th first, then the tenths around the best: 8 + 6 trials.
- * Measured against the full grid (2026-11-26, per-channel rows): +0.014%
- * weighted error on mid-dsv3's linears, -0.002% on the e16 layer. awq's
- * 21-point grid stays whole: every other point cost +0.1% there. */
+ * Against the full grid on per-channel rows this changes the weighted error
+ * by about 0.01% (mid-dsv3's linears, the e16 layer). awq's 21-point grid
+ * stays whole: every other point costs about +0.1% there. */
 #define QS_COARSE 4
 
 /* GCC's -O2 vectorizes only loops with no remainder; these per-group

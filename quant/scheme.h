@@ -423,13 +423,12 @@ int dsq_qshape_init(dsq_qshape *s, const dsq_scheme *sc, int64_t rows, int64_t c
 int dsq_qlayout_get(const dsq_scheme *sc, const dsq_qshape *shape, dsq_qlayout *out);
 void dsq_qparams_init(dsq_qparams *p);
 /* Whether range_search value v searches for scheme id: > 0 on, < 0 off, 0
- * the default: on for w4a8, off for awq-w4a16. Measured 2026-11-26 (README,
- * "Searched group parameters"): w4a8 RTN KLD -17% to -30% on both samples
- * and texts for ~1.2-1.6 CPU-s per GB of BF16 (bench/bench_qsearch.sh: the
- * real-shape e16 layer, -T 1, machine shared, 2.3-2.9 -> 5.4-5.6 CPU-s for
- * 2.1 GB); awq-w4a16 RTN -3% to -8% on mid-dsv3 but noise on tiny-dsv3,
- * and its 128-weight groups make the search dearer per weight (~7 CPU-s
- * per GB), so it stays opt-in (--search). Calibrated paths choose their
+ * the default: on for w4a8, off for awq-w4a16. For w4a8 the search cuts
+ * RTN's KLD by roughly 15-30% on the samples for about 1.5 CPU-s per GB
+ * of BF16 (bench/bench_qsearch.sh measures the cost on a real-shape
+ * layer); for awq-w4a16 the gain is a few percent at best and its
+ * 128-weight groups make the search several times dearer per weight, so it
+ * stays opt-in (--search). Calibrated paths choose their
  * own (calib.c calib_search). */
 static inline int dsq_qsearch_mode(int v, uint32_t scheme_id)
 {

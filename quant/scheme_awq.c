@@ -231,12 +231,9 @@ static size_t xhat_bytes(const dsq_qview *v, int64_t T)
 }
 
 /* The f32 kernel unless one bf16 term is asked for and the bf16 kernel runs
- * here (2026-11-25, one core, machine shared; bench_quant 2048 x 7168, ms
- * per call, bf16 kernel / f32 kernel). Three terms: T=1 0.53 / 0.45 (the
- * float driver's gemv_f before), T=8 3.7 / 2.0, T=24 9.0 / 6.1, T=64 24.8 /
- * 16.6 (sgemm on dequantized tiles), T=128 49 / 33 (sgemm). Two terms: T=8
- * 3.3 / 2.3-2.5, T=24 7.6-8.0 / 6.8, T=64 18.6 / 18.6, T=128 36-37 / 37-38:
- * as fast or faster, and without the split's 2^-16 error. One term (x
+ * here. With three or two bf16 terms the f32 kernel (gemv_f at T = 1, sgemm
+ * on dequantized tiles above) is as fast or faster at every T (bench_quant
+ * 2048 x 7168 shows it), and has no split's 2^-16 error. One term (x
  * rounded to bf16) is the bf16 kernel's alone: 4 vdpbf16ps per 128
  * weights against 8 FMAs. Groups: multiples of 64 columns, or one per row. */
 static int awq_use_f32(const dsq_kernels *k, const dsq_qview *v, int64_t T)

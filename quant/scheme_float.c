@@ -40,15 +40,15 @@
 /* bf16 decode (T = 1) of rows this long or longer goes to gemv_f (weights
  * widened to f32, exact products; 12-row tiles on AVX-512) instead of the
  * bf16 dot-product kernel (4-row tiles in 2048-column chunks, three
- * activation terms). With gemv_f's 12-row tiles (2026-11-26, session 12),
- * `bench_quant R C 1 9 1`, one thread, before -> after: 24576 x 1536
- * 5.8-6.3 -> 4.0-4.1 ms, 7168 x 2048 1.8-2.1 -> 1.6-1.7; bench_engine -P
- * on the e16 BF16 layer: q_b_proj 12.7 -> 17-19 GB/s, the experts' down
- * 13-14 -> 18-20; short rows then went to the tiles in segments
- * (kernels_avx512.c gemv_tiles12): 24576 x 1536 3.8-4.0 -> 3.3-3.4 ms,
- * 7168 x 2048 1.4-1.7 -> 1.2-1.4. Rows under 1024 columns (kv_b_proj's 512,
- * in decode read through MLA's absorbed products) keep the dot-product
- * kernel: gemv_f measured no faster on W_UV's 512-column rows. */
+ * activation terms). Long rows are bound by the weight bytes read, and
+ * gemv_f's 12-row tiles read each activation chunk once for 12 rows, so
+ * they reach a higher share of memory bandwidth than the 4-row tiles
+ * (`bench_quant R C 1 9 1` and `bench_engine -P` on q_b_proj's
+ * 24576 x 1536 and the experts' 7168 x 2048 show it; short rows go to the
+ * tiles in segments, kernels_avx512.c gemv_tiles12). Rows under 1024
+ * columns (kv_b_proj's 512, in decode read through MLA's absorbed
+ * products) keep the dot-product kernel: gemv_f is no faster on W_UV's
+ * 512-column rows. */
 #define FLT_BF16_GEMV_COLS 1024
 
 /* ---- passthrough rows ---------------------------------------------------- */

@@ -97,7 +97,7 @@ row "w4a8 calibrated"              w4a8-cal   --scheme w4a8 $CALIB $MODEL
 row "awq-w4a16 (RTN)"              awq-rtn    --scheme awq-w4a16 $MODEL
 row "awq-w4a16 + AWQ"              awq-cal    --scheme awq-w4a16 $CALIB $MODEL
 row "fp8 -> w8a8-dynamic"          fp8-w8a8   --scheme w8a8-dynamic $FP8
-# serving exports (README "Serving exports"), each read back by ds-eval from its directory
+# serving exports (docs/serving-exports.md), each read back by ds-eval from its directory
 xrow "w8a8-dynamic -> ascend"       x-ascend-w8a8 ascend w8a8-dyn
 row  "deepseek-w4a8 -> ascend"      x-ascend-w4a8 --recipe deepseek-w4a8 --format ascend $MODEL
 row  "awq-w4a16 g64 -> awq"         x-awq      --scheme awq-w4a16 --group-size 64 --keep q_b_proj --format awq $MODEL

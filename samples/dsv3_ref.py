@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """PyTorch reference forward passes: DeepSeek-V3 (MLA + MoE) and Llama.
 
-Written from ../shared/docs/formats.md 2.5-2.6 (deepseek-ai/DeepSeek-V3
-inference/model.py) and HF transformers' Llama.  Module names reproduce the
+Written from docs/checkpoints.md, "Routing" and "Multi-head latent attention"
+(deepseek-ai/DeepSeek-V3 inference/model.py) and HF transformers' Llama.  Module names reproduce the
 Hugging Face tensor names exactly, so `state_dict()` keys are checkpoint keys
 (model.layers.N.self_attn.q_a_proj.weight, ..., lm_head.weight).
 

@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""FP8 E4M3FN block quantization as stored by DeepSeek-V3 (formats.md 2.3), numpy only.
+"""FP8 E4M3FN block quantization as stored by DeepSeek-V3, numpy only.
+
+The storage contract is docs/checkpoints.md, "FP8 E4M3 weights and weight_scale_inv".
 
 torch 1.13 has no float8 dtype, so encoding is done here: E4M3FN = 1 sign,
 4 exponent (bias 7), 3 mantissa bits, no infinities, 0x7F/0xFF are NaN, max

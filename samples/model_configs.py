@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """config.json contents of the sample models.
 
-tiny-dsv3 carries every key of deepseek-ai/DeepSeek-V3's config.json (formats.md
-2.1 plus the HF bookkeeping keys), scaled down.  num_nextn_predict_layers is 0:
+tiny-dsv3 carries every key of deepseek-ai/DeepSeek-V3's config.json
+(docs/checkpoints.md, "config.json", plus the HF bookkeeping keys), scaled down.  num_nextn_predict_layers is 0:
 no MTP layer is trained or stored.  max_position_embeddings (2048) is larger than
 rope_scaling.original_max_position_embeddings (512), so YaRN frequency blending
 and the mscale^2 softmax correction are both active, as in the real model.
@@ -71,7 +71,7 @@ DSV3 = {
 }
 
 
-# mid-dsv3 (samples/train_gpu.py, issue 15): the larger sample, trained on one GPU
+# mid-dsv3 (samples/train_gpu.py): the larger sample, trained on one GPU
 # on more varied text.  Every matrix dimension a multiple of 128 as in DeepSeek-V3
 # (q_lora 256, kv_lora 128, experts 128 wide); 32 routed experts in 4 groups,
 # 4 per token from 2 groups; 26M parameters, 52 MB in BF16.

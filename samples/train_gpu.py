@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Train mid-dsv3, the larger DeepSeek-V3-architecture sample, on one GPU (issue 15).
+"""Train mid-dsv3, the larger DeepSeek-V3-architecture sample, on one GPU.
 
 The bundled tiny-dsv3 (5M parameters, GSM-style text only) is small enough that a
 few near-tie tokens carry a quantizer's mean KLD.  mid-dsv3 has 26M parameters

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """export_audit.py - independent check of a ds-quant --format export directory
-against ../shared/docs/formats.md sections 1, 3, 4 and 5, written from the
-document alone (stdlib only: json, struct, array; no numpy, no dsq code).
+against docs/serving-exports.md and the safetensors section of docs/checkpoints.md,
+written from those documents alone (stdlib only: json, struct, array; no numpy, no dsq code).
 
 usage: export_audit.py FORMAT SOURCE_DIR EXPORT_DIR [--rtn]
   FORMAT  ascend | awq | compressed-tensors
@@ -43,7 +43,7 @@ def numel(shape):
 
 
 class St:
-    """One safetensors file, checked against section 1 on open."""
+    """One safetensors file, checked on open against docs/checkpoints.md, "safetensors"."""
 
     def __init__(self, path):
         self.path = path
@@ -295,7 +295,7 @@ def audit_ascend(scfg, src, ref, d, rtn):
             fail("%s exported" % k)
         if re.search(r"kv_b_proj|embed_tokens|lm_head|\.mlp\.gate\.|norm|model\.layers\.%d\." %
                      scfg.get("num_hidden_layers", -1), k) and desc.get(k) != "FLOAT":
-            fail("%s must be FLOAT (4.6), is %r" % (k, desc.get(k)))
+            fail("%s must be FLOAT (DeepSeek-V3 placement rules), is %r" % (k, desc.get(k)))
     dq = {"bfloat16": "F32", "float16": "I64"}.get(tdt)
     fused = {}
     moe = {}

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // export_reader.mjs - an independent reader (and fixture writer) for the
-// serving exports, written from ../shared/docs/formats.md sections 1 and 3-5
-// alone (plain Node, no packages; it shares no code with dsq's C side).
+// serving exports, written from docs/serving-exports.md and docs/checkpoints.md
+// (safetensors) alone (plain Node, no packages; it shares no code with dsq's C side).
 //
 //   node tests/export_reader.mjs compare DIR CDUMP   dequantize every quantized
 //        linear of export DIR and compare with the C reader's dump (CDUMP/index.txt
@@ -14,7 +14,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 
-// ---- safetensors (formats.md 1) ---------------------------------------------
+// ---- safetensors (docs/checkpoints.md) --------------------------------------
 const BITS = { BOOL: 8, U8: 8, I8: 8, I16: 16, U16: 16, F16: 16, BF16: 16, I32: 32, U32: 32, F32: 32, I64: 64, U64: 64, F64: 64 };
 const ORDER = ['BOOL', 'F4', 'F6_E2M3', 'F6_E3M2', 'U8', 'I8', 'F8_E5M2', 'F8_E4M3', 'F8_E8M0', 'F8_E4M3FNUZ', 'F8_E5M2FNUZ',
   'I16', 'U16', 'F16', 'BF16', 'I32', 'U32', 'F32', 'C64', 'F64', 'I64', 'U64'];
@@ -101,13 +101,13 @@ function dequantAll(dir) {
         const [N, K] = w.shape, s = floats(get(m, 'weight_scale')), out = new Float64Array(N * K);
         for (let n = 0; n < N; n++) for (let k = 0; k < K; k++) out[n * K + k] = Math.fround(q[n * K + k] * s[n]);
         res.set(m, { N, K, w: out, exact: true });
-      } else if (type === 'W8A8') { // effective weight q * deq_scale / input_scale (4.3)
+      } else if (type === 'W8A8') { // effective weight q * deq_scale / input_scale (AscendV1, W8A8 static)
         const [N, K] = w.shape, is = floats(get(m, 'input_scale'))[0], dq = get(m, 'deq_scale');
         const dv = dq.dtype === 'I64' ? ints(dq).map((b) => bitsToF32(Number(BigInt.asUintN(32, b)))) : floats(dq);
         const out = new Float64Array(N * K);
         for (let n = 0; n < N; n++) for (let k = 0; k < K; k++) out[n * K + k] = q[n * K + k] * dv[n] / is;
         res.set(m, { N, K, w: out, exact: false });
-      } else if (type === 'W4A8_DYNAMIC') { // int4 pairs along N, low nibble = even row (4.5)
+      } else if (type === 'W4A8_DYNAMIC') { // int4 pairs along N, low nibble = even row (AscendV1, W4A8_DYNAMIC)
         const N = 2 * w.shape[0], K = w.shape[1], s = floats(get(m, 'weight_scale')), out = new Float64Array(N * K);
         for (let j = 0; j < N / 2; j++) for (let k = 0; k < K; k++) {
           const b = w.data[j * K + k], lo = (b & 15) >= 8 ? (b & 15) - 16 : b & 15, hi = (b >> 4) >= 8 ? (b >> 4) - 16 : b >> 4;
@@ -119,10 +119,10 @@ function dequantAll(dir) {
     return res;
   }
   const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'))).quantization_config || {};
-  // compressed-tensors group size (5.2: the last group may be ragged, so it is not derivable from shapes)
+  // compressed-tensors group size (tensor contract: the last group may be ragged, so it is not derivable from shapes)
   const ctG = (K) => { const w = Object.values(cfg.config_groups || {})[0]?.weights; return w && w.strategy === 'group' ? w.group_size : K; };
   for (const [name, t] of Object.entries(T)) {
-    if (cfg.quant_method === 'awq' && name.endsWith('.qweight')) { // 3.1 / 3.3
+    if (cfg.quant_method === 'awq' && name.endsWith('.qweight')) { // AutoAWQ GEMM: tensor contract, packing order
       const m = name.slice(0, -8), [K, NC] = t.shape, N = 8 * NC, qw = ints(t), qz = ints(get(m, 'qzeros'));
       const sc = floats(get(m, 'scales')), G = cfg.group_size === -1 ? K : (cfg.group_size ?? cfg.q_group_size);
       const out = new Float64Array(N * K);
@@ -132,7 +132,7 @@ function dequantAll(dir) {
         out[n * K + k] = Math.fround((q - z) * sc[g * N + n]);
       }
       res.set(m, { N, K, w: out, exact: true });
-    } else if (cfg.quant_method === 'compressed-tensors' && name.endsWith('.weight_packed')) { // 5.2
+    } else if (cfg.quant_method === 'compressed-tensors' && name.endsWith('.weight_packed')) { // compressed-tensors: tensor contract
       const m = name.slice(0, -14), [N, K] = ints(get(m, 'weight_shape')).map(Number), p = ints(t);
       const s = floats(get(m, 'weight_scale')), ng = get(m, 'weight_scale').shape[1], G = ctG(K);
       const zt = T[`${m}.weight_zero_point`], zp = zt ? ints(zt) : null, out = new Float64Array(N * K);
@@ -243,7 +243,7 @@ function write(format, scheme, src, out, G) {
       }
       continue;
     }
-    if (format === 'awq') { // 3.2 pseudo_quantize_tensor, then 3.3 packing
+    if (format === 'awq') { // AutoAWQ's pseudo_quantize_tensor, then its packing order
       if (K % G || N % 8) { keepFloat(); (cfg.__skip ||= []).push(m); continue; }
       const ng = K / G, qw = new Int32Array(K * N / 8), qz = new Int32Array(ng * N / 8), sc = new Array(ng * N);
       for (let n = 0; n < N; n++) for (let g = 0; g < ng; g++) {
@@ -259,7 +259,7 @@ function write(format, scheme, src, out, G) {
       res[`${m}.scales`] = { dtype: 'F16', shape: [ng, N], data: bufF16(sc) };
       continue;
     }
-    // compressed-tensors (5.2); scales in the model dtype (BF16 here)
+    // compressed-tensors tensor contract; scales in the model dtype (BF16 here)
     const bf = (x) => bitsToF32(((f32Bits(x) + 0x7fff + ((f32Bits(x) >> 16) & 1)) >>> 16) << 16);
     const bufBF16 = (a) => { const b = Buffer.alloc(2 * a.length); a.forEach((v, i) => b.writeUInt16LE(f32Bits(bf(v)) >>> 16, 2 * i)); return b; };
     if (scheme === 'awq-w4a16' || scheme === 'w4a16-sym') {
@@ -292,7 +292,7 @@ function write(format, scheme, src, out, G) {
     delete cfg.quantization_config;
     Object.assign(desc, { version: '1.0.0', model_quant_type: scheme === 'w8a8' ? 'W8A8' : 'W8A8_DYNAMIC', metadata: {}, group_size: 0, optional: {} });
     fs.writeFileSync(path.join(out, 'quant_model_description.json'), JSON.stringify(desc, null, 2));
-    // two shards + index, msModelSlim names (4.1)
+    // two shards + index, msModelSlim names (AscendV1, files)
     const names = Object.keys(res).sort(), half = names.length >> 1, wm = {};
     const parts = [names.slice(0, half), names.slice(half)];
     parts.forEach((ns, i) => { const f = `quant_model_weights-0000${i + 1}-of-00002.safetensors`; writeSt(path.join(out, f), Object.fromEntries(ns.map((n) => [n, res[n]]))); ns.forEach((n) => { wm[n] = f; }); });

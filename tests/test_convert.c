@@ -482,8 +482,8 @@ static void flip_keep_mtime(const char *file, uint64_t off, uint8_t mask)
     assert_int_equal(utimensat(AT_FDCWD, file, ts, 0), 0);
 }
 
-/* Issue 16 made the resume ledger a CRC-32C of the source instead of its
- * SHA-256 (convert_ledger.h): one flipped mantissa bit in a tensor the
+/* The resume ledger is a CRC-32C digest of the source, not its SHA-256
+ * (convert_ledger.h), and must be as sensitive: one flipped mantissa bit in a tensor the
  * interrupted run already wrote - a change that may not even alter its
  * quantized codes - must still stop --resume (test_cancel_then_resume
  * resumes the same interruption over unchanged sources). */

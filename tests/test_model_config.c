@@ -1,5 +1,5 @@
 /* test_model_config.c - config.json parsing: the real DeepSeek-V3 671B
- * config (formats.md 2.1), DeepSeek-V2-Lite, Llama 3, Qwen2, and the
+ * config (docs/checkpoints.md, "config.json"), DeepSeek-V2-Lite, Llama 3, Qwen2, and the
  * errors: unknown architecture, inconsistent MoE / head settings, wrong
  * types, invalid JSON. */
 #include "dsq_test.h"

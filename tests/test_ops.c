@@ -1,6 +1,7 @@
 /* test_ops.c - engine building blocks: norms, softmax, RoPE (both layouts,
  * YaRN / llama3 frequencies), MoE routing, the attention kernel. Expected
- * numbers come from formats.md 2.5/2.6 or were computed with the reference
+ * numbers come from docs/checkpoints.md ("Routing", "Multi-head latent
+ * attention", "RoPE and YaRN") or were computed with the reference
  * PyTorch code (inference/model.py precompute_freqs_cis) in float32. */
 #include "dsq_test.h"
 #include "dsq_error.h"
@@ -36,7 +37,8 @@ static void test_softmax_silu(void **state)
 }
 
 /* DeepSeek-V3 rope_scaling: low/high 10 and 23, mscale 1.36889, softmax
- * scale 0.135234 (formats.md 2.6), frequencies from the torch reference. */
+ * scale 0.135234 (docs/checkpoints.md, "Multi-head latent attention"),
+ * frequencies from the torch reference. */
 static void test_yarn_v3(void **state)
 {
     (void)state;

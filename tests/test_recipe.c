@@ -28,7 +28,8 @@ static void check_roles(const role_case *v, size_t n, int64_t nhl)
     }
 }
 
-/* Every HF leaf name of DeepSeek-V3 (inference/convert.py mapping, formats.md s.2.2, s.2.4). */
+/* Every HF leaf name of DeepSeek-V3 (inference/convert.py mapping; docs/checkpoints.md,
+ * "Tensor names and shapes" and "MTP layer"). */
 static void test_roles_deepseek_v3(void **state)
 {
     (void)state;
@@ -311,6 +312,46 @@ static void test_preset_deepseek(void **state)
     assert_string_equal(dsq_recipe_presets()[0], "deepseek-w4a8");
 }
 
+/* deepseek-w8a8: attention static W8A8 (calibrated) except kv_b_proj, every
+ * MLP W8A8 dynamic, the router and the MTP layer's attention as msModelSlim
+ * exports them; refused without calibration. */
+static void test_preset_deepseek_w8a8(void **state)
+{
+    (void)state;
+    dsq_recipe r;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    dsq_plan_entry e;
+    const int64_t kvb[2] = { 32768, 512 }, dense[2] = { 18432, 7168 }, qa[2] = { 1536, 7168 };
+    assert_true(dsq_recipe_preset_needs_calibration("deepseek-w8a8"));
+    assert_false(dsq_recipe_preset_needs_calibration("deepseek-w4a8"));
+    assert_int_equal(dsq_recipe_init_preset(&r, "deepseek-w8a8", &d), DSQ_OK);
+    /* uncalibrated: the static attention scheme is refused, naming the tensor */
+    assert_int_equal(dsq_recipe_decide(&r, "model.layers.3.self_attn.q_a_proj.weight", DSQ_DTYPE_BF16, 2, qa, 61, &e, &d),
+                     DSQ_ERR_UNSUPPORTED);
+    assert_string_equal(d.tensor, "model.layers.3.self_attn.q_a_proj.weight");
+    r.calibrated = 1;
+    static const char *const attn[] = { "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "o_proj" };
+    for (size_t i = 0; i < 4; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "model.layers.3.self_attn.%s.weight", attn[i]);
+        assert_string_equal(decide(&r, name, DSQ_DTYPE_F8_E4M3, 2, qa, &e), "w8a8");
+    }
+    assert_string_equal(decide(&r, "model.layers.3.self_attn.kv_b_proj.weight", DSQ_DTYPE_F8_E4M3, 2, kvb, &e), "bf16");
+    assert_string_equal(decide(&r, "model.layers.0.mlp.gate_proj.weight", DSQ_DTYPE_F8_E4M3, 2, dense, &e), "w8a8-dynamic");
+    assert_string_equal(decide(&r, "model.layers.3.mlp.experts.5.down_proj.weight", DSQ_DTYPE_F8_E4M3, 2, SH_EXPERT, &e),
+                        "w8a8-dynamic");
+    assert_string_equal(decide(&r, "model.layers.3.mlp.shared_experts.up_proj.weight", DSQ_DTYPE_F8_E4M3, 2, SH_EXPERT, &e),
+                        "w8a8-dynamic");
+    assert_string_equal(decide(&r, "model.layers.61.mlp.experts.5.up_proj.weight", DSQ_DTYPE_F8_E4M3, 2, SH_EXPERT, &e),
+                        "w8a8-dynamic");
+    assert_string_equal(decide(&r, "model.layers.61.self_attn.o_proj.weight", DSQ_DTYPE_F8_E4M3, 2, qa, &e), "w8a8-dynamic");
+    assert_string_equal(decide(&r, "model.layers.3.mlp.gate.weight", DSQ_DTYPE_BF16, 2, SH_EXPERT, &e), "bf16");
+    assert_string_equal(decide(&r, "lm_head.weight", DSQ_DTYPE_BF16, 2, dense, &e), "bf16");
+    dsq_recipe_release(&r);
+    assert_string_equal(dsq_recipe_presets()[1], "deepseek-w8a8");
+}
+
 /* The plan over a real (tiny) checkpoint: companions skipped, source order,
  * MTP layer inferred from names when no config is given. */
 static void test_plan_build(void **state)
@@ -367,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_rule_precedence),
         cmocka_unit_test(test_bad_recipes),
         cmocka_unit_test(test_preset_deepseek),
+        cmocka_unit_test(test_preset_deepseek_w8a8),
         cmocka_unit_test(test_plan_build),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,4 +1,4 @@
-/* test_reliability.c - issue 14: output files never replace what is not a
+/* test_reliability.c - output safety: output files never replace what is not a
  * regular file, an output that is an input is refused (device + inode),
  * hostile JSON in the stats file. */
 #include "dsq_test.h"
@@ -21,7 +21,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-/* A FIFO as output is written directly and stays a FIFO (issue 14.1). */
+/* A FIFO as output is written directly and stays a FIFO. */
 static void test_fifo_output_written_directly(void **state)
 {
     (void)state;
@@ -119,7 +119,7 @@ static void test_dir_and_symlink_outputs(void **state)
     free(dir);
 }
 
-/* ---- 14.2: hostile JSON in a --stats file ---- */
+/* ---- hostile JSON in a --stats file ---- */
 
 /* Write a statistics file with no tensors and the given metadata, then run a
  * --stats calibration of the bundled sample on it. */
@@ -200,7 +200,7 @@ static void test_stats_meta_types(void **state)
     free(dir);
 }
 
-/* ---- 14.11: a long calibration document is tokenized only as far as
+/* ---- a long calibration document is tokenized only as far as
  * needed, with the same tokens as tokenizing it whole ---- */
 static void test_calib_long_document_prefix(void **state)
 {
@@ -241,7 +241,7 @@ static void test_calib_long_document_prefix(void **state)
     dsq_tokenizer_free(tok);
 }
 
-/* 14.14: gen_synth --experts E (E = 8 was the failing case) writes a
+/* gen_synth --experts E (E = 8 is the hard case: 8 groups, top-4 groups) writes a
  * routing config ds-quant accepts: the plan (config.json checked against the
  * tensors, dsq_model_config_load's routing checks) builds. Tiny dimensions
  * with the real DeepSeek-V3 routing (n_group 8, topk_group 4, top-8), as

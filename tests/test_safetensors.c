@@ -263,8 +263,9 @@ static void test_truncated(void **state)
     dsq_diag_clear(&d); /* the first failure is kept: start afresh */
     assert_int_equal(dsq_st_parse_buffer(&m, buf, 10, "t.safetensors", 0, &d), DSQ_ERR_FORMAT);
     assert_non_null(strstr(d.msg, "not a safetensors file"));
-    /* not a safetensors file at all: a text file, a .dsq (issue 11: the
-     * message said "header length 738734374976 exceeds the limit") */
+    /* not a safetensors file at all: a text file, a .dsq. The message must
+     * say so, not quote a header length the first 8 bytes happen to spell
+     * ("header length 738734374976 exceeds the limit") */
     {
         const char *txt = "hello world, this is text\n";
         dsq_diag_clear(&d);

@@ -8,14 +8,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- load / free -------------------------------------------------------- */
 
 /* The first non-blank byte of a file: '{' means JSON. -1 on error. */
 static int first_byte(const char *path)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return -1;
+    int fd = dsq_open_regular(path, NULL);   /* never blocks on a FIFO */
+    if (fd < 0) return -1;
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        close(fd);
+        return -1;
+    }
     int c;
     while ((c = fgetc(fp)) != EOF && (c == ' ' || c == '\t' || c == '\n' || c == '\r')) {}
     fclose(fp);

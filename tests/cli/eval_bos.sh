@@ -1,5 +1,5 @@
 #!/bin/sh
-# ds-eval ppl/kld --bos window|first|no (issue 11) and options a command does
+# ds-eval ppl/kld --bos window|first|no and options a command does
 # not use being refused (exit 2) instead of ignored.
 #   window: BOS over each window's first token (llama-perplexity; the default,
 #           pinned to the numbers from before the option existed)

@@ -36,7 +36,7 @@ same() {
     (cd "$T/d" && sha256sum -c --quiet SHA256SUMS) || fail "$fmt $* ($model): sha256sum -c failed"
     ls -a "$T" | grep -q partial && fail "$fmt $*: partial directory left behind"
     grep -q '"weight_scale_inv\|_scale_inv"' "$T"/d/*.safetensors && fail "$fmt $*: weight_scale_inv exported"
-    # independent python reading of formats.md 1, 3-5 (tests/export_audit.py);
+    # independent python reading of docs/serving-exports.md (tests/export_audit.py);
     # --rtn: no calibration, so every weight is checked against the source
     if [ -n "$PY" ]; then
         rtn=--rtn

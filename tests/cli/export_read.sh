@@ -1,8 +1,8 @@
 #!/bin/sh
-# export_read.sh - the engine reads serving exports back (issue 12, reader side).
+# export_read.sh - the engine reads serving exports back (the reader side).
 #
 # 1. Independent exports: tests/export_reader.mjs (Node, written from
-#    formats.md alone) RTN-writes samples/tiny-dsv3 in every format/scheme; the
+#    docs/serving-exports.md alone) RTN-writes samples/tiny-dsv3 in every format/scheme; the
 #    C reader loads each (ds-eval ppl, eager == lazy logits) and its
 #    dequantization must equal the Node reader's (bit for bit, or within f32
 #    rounding for Ascend W8A8 static where the formulas differ).
@@ -69,7 +69,8 @@ if [ ! -x "$EXPORT" ]; then
   echo "export_read.sh: round trip skipped: bin/ds-export absent (writer not merged)"
 else
   q() { n=$1; shift; $QUANT -q -f -T 2 "$@" $SRC "$T/$n.dsq" >"$T/q.log" 2>&1 || fail "ds-quant $*: $(tail -1 "$T/q.log")"; }
-  # kv_b_proj kept float: vllm-ascend needs it unquantized (formats.md 4.6), so
+  # kv_b_proj kept float: vllm-ascend needs it unquantized (docs/serving-exports.md,
+  # "DeepSeek-V3 placement rules"), so
   # an Ascend export of a quantized kv_b_proj holds BF16(dequantized) and cannot
   # equal the .dsq (the engine runs a quantized kv_b_proj as its exact F32 dequantization)
   q w8dyn --scheme w8a8-dynamic --keep kv_b_proj

@@ -1,5 +1,5 @@
 #!/bin/sh
-# A llama2.c checkpoint (.bin) as a model for ds-eval and ds-quant (issue 11),
+# A llama2.c checkpoint (.bin) as a model for ds-eval and ds-quant,
 # on ../shared/data/stories260K (skipped with a message when absent): the
 # tokenizer is found beside it by llama2.c's names (tok512.bin), ppl of the
 # .bin equals ppl with that tokenizer given explicitly, ds-quant converts it

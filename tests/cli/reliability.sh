@@ -1,5 +1,5 @@
 #!/bin/sh
-# reliability.sh - issue 14 at the CLI: outputs that are devices, FIFOs or
+# reliability.sh - output safety at the CLI: outputs that are devices, FIFOs or
 # inputs are never replaced; output preconditions are checked before
 # calibration; --resume over a finished or differently laid-out run is
 # refused. Uses the bundled samples/tiny-llama (tracked in git).
@@ -21,7 +21,7 @@ cp -r $S $T/in
 shard=$T/in/model-00001-of-00002.safetensors
 sum0=$(sha256sum $shard | cut -d' ' -f1)
 
-# ---- 14.4: the output is an input (compare device + inode, not names) ----
+# ---- the output is an input (compare device + inode, not names) ----
 $Q -q -f --scheme w8a8-dynamic $T/in $shard 2> $T/err && fail "quant -f OUT=shard exited 0"
 grep -q "output is an input" $T/err || fail "quant -f OUT=shard: message was: $(cat $T/err)"
 ln $shard $T/hard.dsq
@@ -33,13 +33,13 @@ $Q -q -f --scheme w8a8-dynamic $T/in/model.safetensors.index.json $T/sym.dsq 2> 
 grep -q "output is an input" $T/err || fail "quant OUT=symlink: message was: $(cat $T/err)"
 [ "$(sha256sum $shard | cut -d' ' -f1)" = "$sum0" ] || fail "a refused run changed the source shard"
 
-# ---- 14.1: a FIFO as ds-quant OUT is refused, never replaced ----
+# ---- a FIFO as ds-quant OUT is refused, never replaced ----
 mkfifo $T/fifo
 $Q -q -f --scheme w8a8-dynamic $T/in $T/fifo 2> $T/err && fail "quant -f OUT=fifo exited 0"
 [ -p $T/fifo ] || fail "quant -f replaced a FIFO with a regular file"
 grep -q "not a regular file" $T/err || fail "quant OUT=fifo: message was: $(cat $T/err)"
 
-# ---- 14.1: ds-eval --save-logits / --out into a FIFO: written in place ----
+# ---- ds-eval --save-logits / --out into a FIFO: written in place ----
 $Q -q --scheme w8a8-dynamic $T/in $T/m.dsq || fail "quant sample"
 # (the reader gives up after 60 s, so a failing ds-eval cannot hang the test)
 timeout 60 cat $T/fifo > $T/fifo.out & reader=$!
@@ -52,7 +52,7 @@ wait $reader; reader=
 [ -p $T/fifo ] || fail "eval --save-logits -f replaced a FIFO"
 [ -s $T/fifo.out ] || fail "eval --save-logits FIFO: nothing arrived through the pipe"
 
-# ---- 14.5: output preconditions before calibration ----
+# ---- output preconditions before calibration ----
 : > $T/exists.dsq
 $Q -q --scheme w8a8 --calib samples/data/calib.txt --calib-samples 4 --calib-seqlen 64 \
     $T/in $T/exists.dsq 2> $T/err && fail "calib into an existing output exited 0"
@@ -64,14 +64,14 @@ $Q -q --resume --scheme w8a8 --calib samples/data/calib.txt --calib-samples 4 --
 grep -q "nothing to resume" $T/err || fail "--resume finished: message was: $(cat $T/err)"
 [ -e $T/m.dsq.calib.dsq ] && fail "--resume over a finished run left OUT.calib.dsq"
 
-# ---- 14.6: --resume --shard-size over an interrupted single-file run ----
+# ---- --resume --shard-size over an interrupted single-file run ----
 : > $T/.part.dsq.partial
 $Q -q --resume --scheme w8a8-dynamic --shard-size 1M $T/in $T/part.dsq 2> $T/err \
     && fail "--resume --shard-size over a single-file partial exited 0"
 grep -q "single file" $T/err || fail "--resume --shard-size: message was: $(cat $T/err)"
 [ -e $T/.part.dsq.partial ] || fail "--resume --shard-size removed the single-file partial"
 
-# ---- 14.3: payloads stored raw are hash-checked when the model loads ----
+# ---- payloads stored raw are hash-checked when the model loads ----
 $Q -q --zstd-level 0 --scheme w8a8-dynamic $T/in $T/raw.dsq || fail "quant --zstd-level 0"
 $PY - $T/raw.dsq <<'PYEOF'
 import os, sys
@@ -86,7 +86,7 @@ grep -qi "sha-256\|checksum" $T/err || fail "flipped raw payload: message was: $
 $EVAL ppl -q -T 1 --no-verify -m $T/raw.dsq --data samples/data/heldout.txt --ctx 64 --limit-tokens 128 \
     > /dev/null 2> $T/err || fail "--no-verify still refused the model: $(cat $T/err)"
 
-# ---- 14.9: a write error on stdout is an error ----
+# ---- a write error on stdout is an error ----
 if [ -w /dev/full ]; then
     $Q --help > /dev/full 2> $T/err && fail "ds-quant --help > /dev/full exited 0"
     grep -q "standard output" $T/err || fail "stdout error: message was: $(cat $T/err)"
@@ -95,12 +95,12 @@ if [ -w /dev/full ]; then
         && fail "ds-eval --json > /dev/full exited 0"
 fi
 
-# ---- 14.10: --ctx beyond max_position_embeddings (2048 in the sample) is refused ----
+# ---- --ctx beyond max_position_embeddings (2048 in the sample) is refused ----
 $EVAL ppl -q -T 1 -m $T/m.dsq --data samples/data/heldout.txt --ctx 4096 > /dev/null 2> $T/err \
     && fail "ds-eval --ctx 4096 on a 2048-position model exited 0"
 grep -q "max_position_embeddings" $T/err || fail "--ctx too long: message was: $(cat $T/err)"
 
-# ---- 14.12: ENOSPC keeps the partial file and journal for --resume ----
+# ---- ENOSPC keeps the partial file and journal for --resume ----
 # A 2 MiB tmpfs in a private mount namespace (skipped where mounting is not
 # allowed); the zstd-0 output is about 3 MB, so the disk fills mid-run.
 mkdir $T/small
@@ -127,7 +127,7 @@ if unshare -m sh -c "mount -t tmpfs -o size=2m tmpfs $T/small" 2>/dev/null; then
         $Q -q --resume --zstd-level 0 --checkpoint-interval 0 --scheme w8a8-dynamic $T/in $T/small/o.dsq 2> $T/err2
         echo \$? > $T/rc2
         cp $T/small/o.dsq $T/o-resumed.dsq 2>/dev/null
-        # 14.8: fill the disk again, then change the source bytes keeping
+        # fill the disk again, then change the source bytes keeping
         # size and mtime (touch -r): --resume must refuse the stale tensors
         rm -f $T/small/o.dsq
         mount -o remount,size=2m $T/small
@@ -150,7 +150,7 @@ else
     echo "reliability.sh: note: cannot mount a small tmpfs here, ENOSPC check skipped"
 fi
 
-# ---- 14.12: a full disk while the last tensors' index / metadata, the last
+# ---- a full disk while the last tensors' index / metadata, the last
 # shard or model.dsq.index.json is written keeps what --resume needs ----
 # Disk sizes swept over the end of the run (the tail holds the 113 KB
 # tokenizer.json): every failing size must keep its state, say --resume, and
@@ -193,7 +193,7 @@ if unshare -m sh -c "mount -t tmpfs -o size=2m tmpfs $T/small" 2>/dev/null; then
     grep -q "TAIL" $T/sw-log || fail "the disk-size sweep never filled the disk in the tail: $(cat $T/sw-log)"
 fi
 
-# ---- 14.7: config.json that contradicts the tensors is refused at plan time ----
+# ---- config.json that contradicts the tensors is refused at plan time ----
 # badcfg KEY VALUE: tiny-dsv3 with one config key changed; the plan (--dry-run)
 # must fail and name the key and a tensor.
 badcfg() {
@@ -222,7 +222,7 @@ if [ -f samples/tiny-dsv3/config.json ]; then
     badcfg num_hidden_layers 5
 fi
 
-# ---- 14.7: no config.json: a model directory or shard index is refused (its
+# ---- no config.json: a model directory or shard index is refused (its
 # shapes cannot be checked and ds-eval could not run the output); one
 # .safetensors file named on purpose is a tensor-only conversion, said so ----
 rm -rf $T/nocfg; cp -r $S $T/nocfg; rm $T/nocfg/config.json
@@ -238,7 +238,7 @@ $Q --scheme w8a8-dynamic $T/nocfg/model-00001-of-00002.safetensors $T/nocfg.dsq 
 grep -q "tensor-only" $T/err && grep -q "ds-eval cannot run" $T/err \
     || fail "tensor-only conversion: the warning does not say so: $(cat $T/err)"
 
-# ---- 14.14: a 0- or 1-byte .dsq is "truncated", not "no tokenizer.json" ----
+# ---- a 0- or 1-byte .dsq is "truncated", not "no tokenizer.json" ----
 : > $T/empty.dsq
 printf 'D' > $T/one.dsq
 for f in empty one; do
@@ -247,10 +247,10 @@ for f in empty one; do
     grep -qi "truncated\|too short\|shorter" $T/err || fail "$f .dsq: message was: $(cat $T/err)"
 done
 
-# ---- 14.11: ppl --limit-tokens reads only the prefix it needs ----
+# ---- ppl --limit-tokens reads only the prefix it needs ----
 # heldout.txt repeated to ~43 MB: the first 512 tokens, hence the result, are
 # the same as for heldout.txt alone, and memory stays far below what
-# tokenizing 43 MB takes (180 MB before the fix, 21 MB after).
+# tokenizing 43 MB takes (about 180 MB; a prefix needs about 21 MB).
 $PY -c "import sys; t=open(sys.argv[1]).read(); open(sys.argv[2],'w').write(t*700)" \
     samples/data/heldout.txt $T/big.txt
 ppl_of() { $EVAL ppl --json -T 1 -m $T/m.dsq --data "$1" --ctx 64 --limit-tokens 512 2>/dev/null | \
@@ -262,13 +262,13 @@ if [ -x /usr/bin/time ]; then
     [ "$(tail -1 $T/rss)" -lt 120000 ] || fail "--limit-tokens 512 on 43 MB of text peaked at $(tail -1 $T/rss) KB"
 fi
 
-# ---- 14.11: a GSM8K line of megabytes is refused before it is copied around ----
+# ---- a GSM8K line of megabytes is refused before it is copied around ----
 $PY -c "import json,sys; open(sys.argv[1],'w').write(json.dumps({'question': 'x ' * 1500000, 'answer': '#### 1'})+'\\n')" $T/gsm.jsonl
 $EVAL gsm8k -q -T 1 -m $T/m.dsq --data $T/gsm.jsonl --train samples/data/gsm_fewshot.jsonl --limit 1 > /dev/null 2> $T/err \
     && fail "ds-eval gsm8k with a 3 MB question exited 0"
 grep -q "longer than any GSM8K item" $T/err || fail "3 MB GSM8K line: message was: $(head -c 300 $T/err)"
 
-# ---- 14.14: SIGHUP ends a run like SIGTERM (clean "interrupted", exit 1) ----
+# ---- SIGHUP ends a run like SIGTERM (clean "interrupted", exit 1) ----
 # The signal is sent once /proc shows the handler installed (SigCgt bit 0).
 $EVAL ppl -T 1 -m $T/m.dsq --data $T/big.txt --ctx 1024 --limit-tokens 200000 > /dev/null 2> $T/err &
 pid=$!
@@ -282,5 +282,12 @@ kill -HUP $pid 2>/dev/null
 wait $pid; rc=$?
 [ $rc = 1 ] || fail "SIGHUP: exit $rc, expected 1 (interrupted)"
 grep -q "interrupted" $T/err || fail "SIGHUP: message was: $(cat $T/err)"
+
+# ---- a config.json with fewer layers than the weights is refused on load ----
+rm -rf $T/fewer && mkdir $T/fewer && cp samples/tiny-dsv3/* $T/fewer/
+jq '.num_hidden_layers = 2' samples/tiny-dsv3/config.json > $T/fewer/config.json
+$EVAL ppl -q -T 1 -m $T/fewer --data samples/data/heldout.txt --ctx 64 --limit-tokens 256 > /dev/null 2> $T/err \
+    && fail "eval with num_hidden_layers below the weights' exited 0"
+grep -q "num_hidden_layers = 2" $T/err || fail "fewer layers: message was: $(cat $T/err)"
 
 [ $fails = 0 ] || exit 1

@@ -2,7 +2,7 @@
  * (dsq_model_config_from_json_string) and the queries the planner and the
  * engine make on whatever parses. Must never crash, leak or read out of
  * bounds. Seeds: corpus/config/ (the bundled samples' configs and hostile
- * variants from issue 14: n_routed_experts 0, kv_lora_rank 65, nulls). */
+ * variants: n_routed_experts 0, kv_lora_rank 65, nulls). */
 #include "model_config.h"
 
 #include <stdint.h>

@@ -103,7 +103,7 @@ class Llama2cTokenizer:
         return out
 
     def encode_naive(self, text):
-        """run.c's merge loop verbatim (O(n^2)); used to check encode()."""
+        """run.c's merge loop verbatim (O(n^2)); the check for encode()."""
         toks = self._symbols(text)
         while True:
             best, best_id, best_idx = -1e10, -1, -1

@@ -1,0 +1,64 @@
+#!/bin/sh
+# recipes.sh - the msModelSlim DeepSeek recipes end to end on the bundled
+# sample (skipped when samples/tiny-dsv3 is absent):
+#   - ds-quant --recipe deepseek-w8a8 --calib ... --format ascend writes a
+#     quant_model_description.json whose keys and types equal the set this
+#     script derives from the recipe's rules and the source's tensor names
+#     (attention linears W8A8 static with input_scale / input_offset /
+#     deq_scale / quant_bias, kv_b_proj FLOAT, every MLP linear W8A8_DYNAMIC
+#     with weight_scale / weight_offset, router, norms, embeddings and
+#     lm_head FLOAT), model_quant_type W8A8;
+#   - ds-eval reads the export back (perplexity within 2% of the source's);
+#   - without calibration the recipe is refused and nothing is written.
+set -u
+Q=${DSQ_QUANT:-./bin/ds-quant}
+E=${DSQ_EVAL:-./bin/ds-eval}
+M=samples/tiny-dsv3
+D=samples/data
+if [ ! -f "$M/config.json" ]; then echo "recipes.sh: skipped ($M absent)"; exit 0; fi
+command -v jq >/dev/null 2>&1 || { echo "recipes.sh: skipped (jq absent)"; exit 0; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-cli-recipes.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+
+$Q -q -T 2 --recipe deepseek-w8a8 --calib $D/calib.txt --calib-samples 8 --calib-seqlen 128 --format ascend \
+    $M "$T/x" || fail "ds-quant --recipe deepseek-w8a8 --format ascend"
+desc="$T/x/quant_model_description.json"
+if [ -f "$desc" ]; then
+    # the expected description from the source's tensor names and the recipe's rules
+    jq -r '.weight_map | keys[]' $M/model.safetensors.index.json | awk '
+        function w8a8(p)  { print p ".weight W8A8"; print p ".input_scale W8A8"; print p ".input_offset W8A8";
+                            print p ".deq_scale W8A8"; print p ".quant_bias W8A8" }
+        function dyn(p)   { print p ".weight W8A8_DYNAMIC"; print p ".weight_scale W8A8_DYNAMIC";
+                            print p ".weight_offset W8A8_DYNAMIC" }
+        {
+            n = $0; p = n; sub(/\.weight$/, "", p)
+            if (n ~ /\.self_attn\.(q_a_proj|q_b_proj|kv_a_proj_with_mqa|o_proj|q_proj)\.weight$/) w8a8(p)
+            else if (n ~ /\.mlp\.(experts\.[0-9]+\.|shared_experts\.)?(gate_proj|up_proj|down_proj)\.weight$/) dyn(p)
+            else print n " FLOAT"
+        }' | sort > "$T/want"
+    jq -r 'to_entries[] | select(.key != "version" and .key != "model_quant_type" and .key != "metadata"
+            and .key != "group_size" and .key != "optional") | "\(.key) \(.value)"' "$desc" | sort > "$T/got"
+    if ! cmp -s "$T/want" "$T/got"; then
+        fail "description differs from the recipe's rules (< expected, > written):"
+        diff "$T/want" "$T/got" | head -20
+    fi
+    [ "$(jq -r .model_quant_type "$desc")" = W8A8 ] || fail "model_quant_type is not W8A8"
+    grep -q '"quantization_config"' "$T/x/config.json" && fail "config.json keeps quantization_config"
+    p0=$($E ppl -q -T 2 --json -m $M --data $D/heldout.txt | jq -r .ppl)
+    p1=$($E ppl -q -T 2 --json -m "$T/x" --data $D/heldout.txt | jq -r .ppl)
+    echo "recipes.sh: deepseek-w8a8 -> ascend: ppl $p1 (source $p0)"
+    awk -v a="$p0" -v b="$p1" 'BEGIN { exit !(b > 0 && b < a * 1.02) }' || fail "ppl $p1 not within 2% of $p0"
+fi
+
+# without calibration: refused, nothing written
+$Q -q --recipe deepseek-w8a8 --format ascend $M "$T/y" 2> "$T/err"
+rc=$?
+[ $rc -ne 0 ] || fail "deepseek-w8a8 without --calib exited 0"
+grep -q "needs calibration" "$T/err" || fail "no calibration message: $(cat "$T/err")"
+[ -e "$T/y" ] && fail "an output was written without calibration"
+ls -a "$T" | grep -q partial && fail "partial directory left behind"
+
+if [ $fails -ne 0 ]; then echo "recipes.sh: $fails failed"; exit 1; fi
+echo "recipes.sh: ok"
