@@ -182,7 +182,7 @@ int dsq_lm_forward(dsq_lm *lm, const int32_t *tokens, size_t n, float *logits, u
     if (flags & ~(unsigned)DSQ_LM_ALL_LOGITS)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "dsq_lm_forward: unknown flags 0x%x", flags);
     int64_t pos = dsq_state_pos(lm->st, 0);
-    if ((uint64_t)n > (uint64_t)(lm->ctx - pos))
+    if ((uint64_t)n > (uint64_t)(lm->ctx - pos) || n > INT32_MAX)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
                         "%zu tokens at position %lld pass the context of %lld", n, (long long)pos, (long long)lm->ctx);
     for (size_t i = 0; i < n; i++)
