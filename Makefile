@@ -135,14 +135,21 @@ ubsan:
 # ThreadSanitizer over the code that shares memory between threads: the
 # worker pool and the O_DIRECT writer ring and syncer (test_common), the
 # container writer's hash-beside-compress pair and its syncer (test_container),
-# the server's request threads and batch scheduler (test_serve). OpenBLAS
-# runs single-threaded here (its own threads are not instrumented).
+# and the server's HTTP threads, batch scheduler and queue (tests/cli/serve.sh
+# against ds-serve and ds-eval built here; test_serve is its request parsing).
+# The files holding target_clones functions are built without it: their
+# ifunc resolvers run before the ThreadSanitizer runtime starts. OpenBLAS
+# runs single-threaded (its own threads are not instrumented).
 TSAN_TESTS ?= test_common test_container test_serve
+TSAN_PLAIN := $(shell grep -l target_clones $(LIB_SRC))
+TSAN_MAKE   = $(MAKE) BUILD=build-tsan OUTBIN=build-tsan/bin OPT=-O1
 tsan:
-	$(MAKE) $(addprefix build-tsan/tests/,$(TSAN_TESTS)) BUILD=build-tsan OUTBIN=build-tsan/bin OPT=-O1 \
+	+$(TSAN_MAKE) $(TSAN_PLAIN:%.c=build-tsan/%.o) XCFLAGS="-fno-omit-frame-pointer"
+	+$(TSAN_MAKE) $(addprefix build-tsan/tests/,$(TSAN_TESTS)) build-tsan/bin/ds-serve build-tsan/bin/ds-eval \
 	  XCFLAGS="-fsanitize=thread -fno-omit-frame-pointer" LDFLAGS="-fsanitize=thread"
 	@OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" \
-	  BUILD=build-tsan BIN=build-tsan/bin V=$(V) sh tests/run_all.sh --cli '' $(addprefix build-tsan/tests/,$(TSAN_TESTS))
+	  DSQ_SERVE_BIN=build-tsan/bin BUILD=build-tsan BIN=build-tsan/bin V=$(V) \
+	  sh tests/run_all.sh --cli tests/cli/serve.sh $(addprefix build-tsan/tests/,$(TSAN_TESTS))
 
 fuzz:
 	@sh tests/fuzz/run_fuzz.sh $(FUZZ_TIME)
