@@ -1,4 +1,4 @@
-# dsq - one library (libdsq.a), thin CLIs (every */NAME_main.c becomes bin/ds-NAME).
+# dsq - one library (libdsq.a), thin CLIs (every programs/ds_NAME.c becomes bin/ds-NAME).
 # `make help` lists the targets.
 #
 #   make            library + CLIs into ./bin
@@ -29,7 +29,7 @@ OPT     ?= -O2
 FUZZ_TIME ?= 20
 
 MODULES := common formats quant tokenizer engine calib convert eval serve
-INCS    := $(addprefix -I,$(MODULES)) -Iinclude
+INCS    := $(addprefix -I,$(MODULES)) -Iinclude -Iprograms
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral \
            -Wmissing-prototypes -Wno-missing-field-initializers \
            -Wvla -Wwrite-strings -Wundef -Wimplicit-fallthrough
@@ -50,13 +50,15 @@ endif
 MODULES  += api
 
 ALL_SRC  := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
-MAIN_SRC := $(filter %_main.c,$(ALL_SRC))
-CLI_SRC  := common/cli.c
-LIB_SRC  := $(filter-out %_main.c $(CLI_SRC),$(ALL_SRC))
+# programs/: the CLIs, on top of every module (ds_NAME.c: a program's main;
+# the rest: what the programs share, linked into them and not into libdsq)
+MAIN_SRC := $(wildcard programs/ds_*.c)
+CLI_SRC  := $(filter-out $(MAIN_SRC),$(wildcard programs/*.c))
+LIB_SRC  := $(ALL_SRC)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libdsq.a
-BINS     := $(foreach s,$(MAIN_SRC),$(OUTBIN)/ds-$(notdir $(s:_main.c=)))
+BINS     := $(foreach s,$(MAIN_SRC),$(OUTBIN)/$(subst _,-,$(notdir $(s:.c=))))
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -84,7 +86,7 @@ $(LIB): $(LIB_OBJ)
 	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 
 define cli_rule
-$(OUTBIN)/ds-$(notdir $(1:_main.c=)): $(BUILD)/$(1:.c=.o) $(CLI_OBJ) $(LIB)
+$(OUTBIN)/$(subst _,-,$(notdir $(1:.c=))): $(BUILD)/$(1:.c=.o) $(CLI_OBJ) $(LIB)
 	@mkdir -p $(OUTBIN)
 	$$(call quiet,LINK,$$@)$$(CC) $$(ALL_CFLAGS) $$^ -o $$@ $$(LDFLAGS) $$(LIBS)
 endef

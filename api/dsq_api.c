@@ -1,7 +1,7 @@
 /* dsq_api.c - the public API (include/dsq/dsq.h) over the library's modules.
  *
  * A small facade: a dsq_lm is the engine's model, one sequence's KV cache
- * and the model's tokenizer, found as ds-eval finds it. Perplexity is
+ * and the model's tokenizer, found as the programs find it. Perplexity is
  * ds-eval ppl's computation (eval/eval_metrics.h) with the default BOS
  * policy. Everything here is exported from libdsq.so (DSQ_API); the rest of
  * the library is built with hidden visibility. */
@@ -16,11 +16,9 @@ enum { LIB_VERSION = DSQ_VERSION_MAJOR * 10000 + DSQ_VERSION_MINOR * 100 + DSQ_V
 #undef DSQ_VERSION_STRING
 #include "dsq/dsq.h"
 
-#include "container_set.h"
 #include "dsq_error.h"
 #include "dsq_file.h"
 #include "eval_metrics.h"
-#include "llama2c.h"
 #include "model.h"
 #include "model_tokenizer.h"
 #include "scheme.h"
@@ -65,46 +63,20 @@ void dsq_lm_options_default(dsq_lm_options *o)
     memset(o, 0, sizeof *o);
 }
 
-/* The directory holding path (path itself when it is one). */
-static char *dir_of(const char *path)
+/* The model's tokenizer, found as every dsq program finds it
+ * (dsq_tokenizer_for_model). When the caller named none, a model without
+ * one opens without one (*tok NULL); a tokenizer that is there but does not
+ * load is an error. */
+static int find_tokenizer(const char *path, const char *named, dsq_tokenizer **tok, dsq_diag *d)
 {
-    if (dsq_path_is_dir(path)) return strdup(path);
-    char *c = strdup(path);
-    if (!c) return NULL;
-    char *sl = strrchr(c, '/');
-    if (!sl) { free(c); return strdup("."); }
-    if (sl == c) sl[1] = 0; else *sl = 0;
-    return c;
-}
-
-/* The model's own tokenizer, as ds-eval finds it: a .dsq's metadata, else
- * tokenizer.json / tokenizer.bin in the model's directory; a llama2.c
- * checkpoint's by llama2.c's names beside it. None found is not an error
- * (*tok stays NULL); one found that does not load is. */
-static int own_tokenizer(const char *path, dsq_tokenizer **tok, dsq_diag *d)
-{
+    dsq_diag local;
+    dsq_diag_clear(&local);
+    dsq_tok_origin origin = DSQ_TOK_FROM_ARG;
     *tok = NULL;
-    int is_dsq = dsq_ctr_set_is_dsq(path);
-    if (is_dsq) {
-        int rc = dsq_tokenizer_from_dsq(path, tok, d);
-        if (rc != 0) return rc < 0 ? rc : DSQ_OK;
-    }
-    if (!is_dsq && dsq_llama2c_is_checkpoint(path)) {
-        char *t = dsq_llama2c_find_tokenizer(path);
-        if (!t) return DSQ_OK;
-        int rc = dsq_tokenizer_load(tok, t, d);
-        free(t);
-        return rc;
-    }
-    char *dir = dir_of(path);
-    char *j = dir ? dsq_path_join(dir, "tokenizer.json") : NULL, *b = dir ? dsq_path_join(dir, "tokenizer.bin") : NULL;
-    int rc = DSQ_OK;
-    if (!j || !b) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    else if (dsq_path_exists(j) || dsq_path_exists(b)) rc = dsq_tokenizer_load(tok, dir, d);
-    free(j);
-    free(b);
-    free(dir);
-    return rc;
+    int rc = dsq_tokenizer_for_model(tok, path, named, &origin, NULL, 0, &local);
+    if (rc == DSQ_ERR_NOT_FOUND && !named) return DSQ_OK;
+    if (rc < 0 && d && d->status == DSQ_OK) *d = local;
+    return rc < 0 ? rc : DSQ_OK;
 }
 
 int dsq_lm_open(dsq_lm **out, const char *path, const dsq_lm_options *opts, dsq_diag *d)
@@ -117,7 +89,7 @@ int dsq_lm_open(dsq_lm **out, const char *path, const dsq_lm_options *opts, dsq_
     if (!dsq_path_exists(path)) return dsq_fail(d, DSQ_ERR_NOT_FOUND, path, NULL, -1, "no such model file or directory");
     dsq_lm *lm = calloc(1, sizeof *lm);
     if (!lm) return dsq_fail(d, DSQ_ERR_NOMEM, path, NULL, -1, "out of memory");
-    int rc = o.tokenizer ? dsq_tokenizer_load(&lm->tok, o.tokenizer, d) : own_tokenizer(path, &lm->tok, d);
+    int rc = find_tokenizer(path, o.tokenizer, &lm->tok, d);
     dsq_model_opts mo;
     dsq_model_opts_default(&mo);
     mo.threads = o.threads;

@@ -7,6 +7,7 @@
 #include "smooth.h"
 #include "stats.h"
 #include "stats_file.h"
+#include "model_tokenizer.h"
 #include "tokenizer.h"
 
 #include <cblas.h>
@@ -1632,25 +1633,10 @@ static int get_data(run *c, const char *model_path, dsq_calib_data *cd)
     const dsq_calib_opts *o = c->o;
     if (o->tokens) return dsq_calib_data_from_ids(cd, o->tokens, o->n_tokens, &o->data, c->d);
     report(c, -1, -1, "data");
-    char *dir = NULL;
-    const char *tp = o->tokenizer;
-    if (!tp) {
-        if (dsq_path_is_dir(model_path)) {
-            tp = model_path;
-        } else {
-            dir = strdup(model_path);
-            if (!dir) return dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-            char *sl = strrchr(dir, '/');
-            if (sl) *sl = 0;
-            else strcpy(dir, ".");
-            tp = dir;
-        }
-    }
     dsq_tokenizer *tok = NULL;
-    int rc = dsq_tokenizer_load(&tok, tp, c->d);
+    int rc = dsq_tokenizer_for_model(&tok, model_path, o->tokenizer, NULL, NULL, 0, c->d);
     if (rc == DSQ_OK) rc = dsq_calib_data_load(cd, o->calib, tok, &o->data, c->d);
     dsq_tokenizer_free(tok);
-    free(dir);
     return rc;
 }
 

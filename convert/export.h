@@ -104,4 +104,24 @@ void dsq_export_free(dsq_export *ex, int keep);
 /* The summary so far (valid after open). */
 void dsq_export_get_summary(const dsq_export *ex, dsq_export_summary *s);
 
+/* ---- a .dsq to an export directory (ds-export) ---- */
+
+typedef struct dsq_export_hooks {
+    volatile int *cancel;        /* set (by a signal handler): stop, keep the partial output */
+    void (*progress)(void *ctx, size_t done, size_t total); /* tensors, after each */
+    void *progress_ctx;
+} dsq_export_hooks;
+
+/* Export in (a .dsq file, a sharded directory or its model.dsq.index.json)
+ * as o->format into o->output (o->shard_bytes, overwrite, resume and tool
+ * apply; the fingerprint and metadata come from the .dsq). The output is
+ * checked before anything is read; every tensor is read with its SHA-256
+ * checked and written in the .dsq's order, so the result is byte-identical
+ * to a conversion with --format. resume continues an interrupted export of
+ * the same .dsq and options. hooks may be NULL. Errors: DSQ_ERR_UNSUPPORTED
+ * (a combination the format cannot hold), DSQ_ERR_INTERRUPTED (the partial
+ * directory is kept for resume), and those of dsq_export_open / finish. */
+int dsq_export_from_dsq(const char *in, const dsq_export_opts *o, const dsq_export_hooks *hooks,
+                        dsq_export_summary *s, dsq_diag *d);
+
 #endif

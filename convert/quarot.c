@@ -380,3 +380,58 @@ done:
     dsq_model_config_release(&cfg);
     return rc;
 }
+
+static int rotation_meta(const char *dir, char *out, size_t n)
+{
+    dsq_st_model *st = NULL;
+    if (dsq_st_open(&st, dir, NULL) != DSQ_OK) return 0;
+    const char *v = dsq_st_meta_get(st, "dsq.rotation");
+    int ok = v && snprintf(out, n, "%s", v) < (int)n;
+    dsq_st_close(st);
+    return ok;
+}
+
+int dsq_quarot_is_ours(const char *dir, uint64_t seed)
+{
+    char v[128], want[128];
+    snprintf(want, sizeof want, "quarot seed=%llu", (unsigned long long)seed);
+    char cfg[4096];
+    if ((size_t)snprintf(cfg, sizeof cfg, "%s/config.json", dir) >= sizeof cfg || !dsq_path_exists(cfg)) return 0;
+    return rotation_meta(dir, v, sizeof v) && !strcmp(v, want);
+}
+
+int dsq_quarot_remove(const char *dir, const char *src, dsq_diag *d)
+{
+    char v[128];
+    if (!rotation_meta(dir, v, sizeof v) || strncmp(v, "quarot seed=", 12) != 0)
+        return dsq_fail(d, DSQ_ERR_STATE, dir, NULL, -1, "not a rotated model dsq wrote: left as it is");
+    dsq_st_model *st = NULL;
+    DSQ_TRY(dsq_st_open(&st, dir, d));
+    int n = dsq_st_shard_count(st);
+    char **paths = calloc((size_t)n + 1, sizeof *paths);
+    for (int i = 0; paths && i < n; i++) paths[i] = strdup(dsq_st_shard_path(st, i));
+    dsq_st_close(st);
+    if (!paths) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    for (int i = 0; i < n; i++) {
+        if (paths[i]) unlink(paths[i]);
+        free(paths[i]);
+    }
+    free(paths);
+    static const char *const own[] = { "model.safetensors.index.json", "config.json" };
+    char p[4096];
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, own[i]) < sizeof p) unlink(p);
+    /* the side files copied from src, by name */
+    DIR *dp = src ? opendir(src) : NULL;
+    struct dirent *e;
+    while (dp && (e = readdir(dp))) {
+        if (e->d_name[0] == '.' || is_weight_file(e->d_name)) continue;
+        struct stat sb;
+        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p && lstat(p, &sb) == 0 &&
+            S_ISREG(sb.st_mode))
+            unlink(p);
+    }
+    if (dp) closedir(dp);
+    rmdir(dir);   /* fails, leaving it, when anything else is inside */
+    return DSQ_OK;
+}

@@ -80,4 +80,13 @@ void dsq_quarot_opts_init(dsq_quarot_opts *o);
  * files written there are removed. One tensor is in memory at a time. */
 int dsq_quarot_write(const char *src, const char *out, const dsq_quarot_opts *o, dsq_diag *d);
 
+/* 1 when dir is a finished dsq_quarot_write output made with seed (its
+ * shards carry the metadata "dsq.rotation" = "quarot seed=N"), else 0. */
+int dsq_quarot_is_ours(const char *dir, uint64_t seed);
+/* Remove a dsq_quarot_write output: only when dsq_quarot_is_ours says it is
+ * one (any seed), and only the files it writes (shards, index, config.json,
+ * the files copied from src); the directory goes when that empties it.
+ * DSQ_ERR_STATE when dir is not such an output (nothing is touched). */
+int dsq_quarot_remove(const char *dir, const char *src, dsq_diag *d);
+
 #endif

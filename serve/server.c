@@ -24,27 +24,6 @@ void dsq_server_opts_default(dsq_server_opts *o)
     o->lim.default_max_tokens = 16;
 }
 
-static int load_tokenizer(const dsq_server_opts *o, dsq_tokenizer **tok, dsq_diag *d)
-{
-    if (o->tokenizer_path) return dsq_tokenizer_load(tok, o->tokenizer_path, d);
-    if (dsq_ctr_set_is_dsq(o->model_path)) {
-        int rc = dsq_tokenizer_from_dsq(o->model_path, tok, d);
-        if (rc != 0) return rc < 0 ? rc : DSQ_OK;
-    }
-    char *dir;
-    if (dsq_path_is_dir(o->model_path)) dir = strdup(o->model_path);
-    else {
-        dir = strdup(o->model_path);
-        char *sl = dir ? strrchr(dir, '/') : NULL;
-        if (dir && !sl) { free(dir); dir = strdup("."); }
-        else if (sl) { if (sl == dir) sl[1] = 0; else *sl = 0; }
-    }
-    if (!dir) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    int rc = dsq_tokenizer_load(tok, dir, d);
-    free(dir);
-    return rc;
-}
-
 /* The model path's last component ("tiny-dsv3" for samples/tiny-dsv3/). */
 static char *default_name(const char *path)
 {
@@ -72,7 +51,7 @@ int dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d)
     s->served_name = o->served_name ? strdup(o->served_name) : default_name(o->model_path);
     s->api_key = o->api_key ? strdup(o->api_key) : NULL;
     int rc = !s->served_name || (o->api_key && !s->api_key) ? dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory") : DSQ_OK;
-    if (rc == DSQ_OK) rc = load_tokenizer(o, &s->tok, d);
+    if (rc == DSQ_OK) rc = dsq_tokenizer_for_model(&s->tok, o->model_path, o->tokenizer_path, NULL, NULL, 0, d);
     dsq_model_opts mo;
     dsq_model_opts_default(&mo);
     mo.threads = o->threads;

@@ -9,6 +9,7 @@
  *     rounding in dsq's engine (BF16 and FP8 sources), with unit norms. */
 #include "dsq_test.h"
 
+#include "dsq_file.h"
 #include "hadamard.h"
 #include "model.h"
 #include "model_config.h"
@@ -250,6 +251,10 @@ static void check_invariance(const char *src, enum dsq_dtype dt, double tol)
     dsq_diag_clear(&d);
     if (dsq_quarot_write(src, out, &o, &d)) fail_msg("quarot %s: %s (%s)", src, d.msg, d.tensor);
     assert_int_equal(dsq_quarot_write(src, out, &o, NULL), DSQ_ERR_EXISTS);   /* never over an existing output */
+    assert_true(dsq_quarot_is_ours(out, 99));
+    assert_false(dsq_quarot_is_ours(out, 98));
+    assert_false(dsq_quarot_is_ours(src, 99));
+    assert_int_equal(dsq_quarot_remove(src, NULL, NULL), DSQ_ERR_STATE);   /* a source is never removed */
     /* unit norms, rotated embedding */
     dsq_st_model *a = NULL, *b = NULL;
     assert_int_equal(dsq_st_open(&a, src, NULL), 0);
@@ -293,6 +298,14 @@ static void check_invariance(const char *src, enum dsq_dtype dt, double tol)
     assert_true(maxd < tol * maxa);
     free(la);
     free(lb);
+    /* removal takes the files it wrote and the directory, nothing else */
+    char extra[1100];
+    snprintf(extra, sizeof extra, "%s/notes.txt", out);
+    dsq_test_write(extra, "x", 1);
+    assert_int_equal(dsq_quarot_remove(out, src, NULL), DSQ_OK);
+    assert_true(dsq_path_exists(extra));
+    assert_int_equal(remove(extra), 0);
+    assert_int_equal(dsq_quarot_remove(out, src, NULL), DSQ_ERR_STATE);   /* the shards are gone */
     dsq_test_rmtree(tmp);
 }
 

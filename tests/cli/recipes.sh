@@ -9,7 +9,9 @@
 #     with weight_scale / weight_offset, router, norms, embeddings and
 #     lm_head FLOAT), model_quant_type W8A8;
 #   - ds-eval reads the export back (perplexity within 2% of the source's);
-#   - without calibration the recipe is refused and nothing is written.
+#   - without calibration the recipe is refused and nothing is written;
+#   - --rotate quarot gives a model within 2% of the source's perplexity and
+#     removes its OUT.rot; a foreign OUT.rot is refused and left alone.
 set -u
 Q=${DSQ_QUANT:-./bin/ds-quant}
 E=${DSQ_EVAL:-./bin/ds-eval}
@@ -51,6 +53,22 @@ if [ -f "$desc" ]; then
     echo "recipes.sh: deepseek-w8a8 -> ascend: ppl $p1 (source $p0)"
     awk -v a="$p0" -v b="$p1" 'BEGIN { exit !(b > 0 && b < a * 1.02) }' || fail "ppl $p1 not within 2% of $p0"
 fi
+
+# --rotate quarot: a plain model of the scheme, OUT.rot gone after success;
+# anything in the way of OUT.rot is refused and left alone
+$Q -q -T 2 --scheme w8a8-dynamic --rotate quarot $M "$T/r.dsq" || fail "ds-quant --rotate quarot"
+[ -e "$T/r.dsq.rot" ] && fail "OUT.rot left after a successful run"
+if [ -f "$T/r.dsq" ]; then
+    p0=${p0:-$($E ppl -q -T 2 --json -m $M --data $D/heldout.txt | jq -r .ppl)}
+    pr=$($E ppl -q -T 2 --json -m "$T/r.dsq" --data $D/heldout.txt | jq -r .ppl)
+    echo "recipes.sh: w8a8-dynamic --rotate quarot: ppl $pr (source $p0)"
+    awk -v a="$p0" -v b="$pr" 'BEGIN { exit !(b > 0 && b < a * 1.02) }' || fail "rotated ppl $pr not within 2% of $p0"
+fi
+mkdir "$T/s.dsq.rot" && echo mine > "$T/s.dsq.rot/notes.txt"
+$Q -q --scheme w8a8-dynamic --rotate quarot $M "$T/s.dsq" 2> "$T/err" && fail "--rotate over a foreign OUT.rot exited 0"
+grep -q "in the way" "$T/err" || fail "foreign OUT.rot: message was: $(cat "$T/err")"
+[ -f "$T/s.dsq.rot/notes.txt" ] || fail "a file in a foreign OUT.rot was removed"
+$Q -q --scheme w8a8-dynamic --rotate-seed 5 $M "$T/u.dsq" 2> "$T/err" && fail "--rotate-seed without --rotate exited 0"
 
 # without calibration: refused, nothing written
 $Q -q --recipe deepseek-w8a8 --format ascend $M "$T/y" 2> "$T/err"

@@ -290,4 +290,26 @@ $EVAL ppl -q -T 1 -m $T/fewer --data samples/data/heldout.txt --ctx 64 --limit-t
     && fail "eval with num_hidden_layers below the weights' exited 0"
 grep -q "num_hidden_layers = 2" $T/err || fail "fewer layers: message was: $(cat $T/err)"
 
+# ---- a FIFO inside a model (config.json, tokenizer.json, a shard, the
+# index, SHA256SUMS) never blocks a tool; the tools that read it refuse it ----
+for f in config.json tokenizer.json model-00001-of-00002.safetensors model.safetensors.index.json; do
+    rm -rf $T/ff && mkdir $T/ff && cp samples/tiny-dsv3/* $T/ff/ && rm $T/ff/$f && mkfifo $T/ff/$f
+    for tool in "$BIN/ds-inspect $T/ff" "$EVAL ppl -q -m $T/ff --data samples/data/heldout.txt --ctx 64 --limit-tokens 256" \
+                "$Q -q --scheme w8a8-dynamic $T/ff $T/ff.dsq"; do
+        timeout 60 $tool > /dev/null 2> $T/err; rc=$?
+        [ $rc = 124 ] && fail "FIFO $f: '$tool' blocked"
+        case "$tool:$f" in
+            *ds-inspect*|*ds-quant*:tokenizer.json) ;;   # they do not read it
+            *) [ $rc = 0 ] && fail "FIFO $f: '$tool' exited 0"
+               grep -q "not a regular file" $T/err || fail "FIFO $f: '$tool' said: $(head -c 300 $T/err)" ;;
+        esac
+    done
+    rm -f $T/ff.dsq
+done
+rm -rf $T/fx && mkdir $T/fx
+$Q -q --scheme w8a8-dynamic --format ascend samples/tiny-dsv3 $T/fx/x || fail "ascend export for the FIFO check"
+rm $T/fx/x/SHA256SUMS && mkfifo $T/fx/x/SHA256SUMS
+timeout 60 $EVAL ppl -q -m $T/fx/x --data samples/data/heldout.txt --limit-tokens 64 > /dev/null 2> $T/err; rc=$?
+[ $rc = 124 ] && fail "FIFO SHA256SUMS: ds-eval blocked"
+
 [ $fails = 0 ] || exit 1

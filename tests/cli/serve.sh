@@ -11,6 +11,9 @@
 #     base equals the in-process KLD from that base (rel 1e-6), same top-1
 #     too; against a u16 base it is at most the in-process (full) KLD; PPL
 #     equals the in-process one
+#   - every kind of model ds-eval takes, ds-serve serves: a safetensors
+#     directory and index, a .dsq, a serving export directory, a llama2.c
+#     .bin (from ../shared, when present) with its tokenizer found beside it
 #   - bad requests get 4xx error objects and the server stays up; API key;
 #     a full queue answers 503; a client that disconnects frees its slot;
 #     a burst of concurrent clients is answered in full
@@ -42,7 +45,7 @@ fail() { echo "serve.sh: FAIL: $*"; fails=$((fails+1)); }
 # start_server ARGS...: start ds-serve on $PORT (0: any), wait for its port file
 start_server() {
   rm -f "$T/port"
-  $SERVE -m $M -T 1 -q --port "${PORT:-0}" --port-file "$T/port" "$@" >"$T/server.log" 2>&1 &
+  $SERVE -m "${SM:-$M}" -T 1 -q --port "${PORT:-0}" --port-file "$T/port" "$@" >"$T/server.log" 2>&1 &
   SP=$!
   i=0
   while [ ! -s "$T/port" ] && [ $i -lt 200 ]; do
@@ -296,6 +299,28 @@ if [ -f $M8/config.json ]; then
   tk=$(num kld_mean "$T/etk.json")
   awk -v l="$lk" -v e="$tk" 'BEGIN { exit !(l > 0 && e > 0 && e <= l * 1.0001) }' || fail "kld --endpoint topk $tk is above the full KLD $lk"
 fi
+
+# ---- every model ds-eval takes, ds-serve serves ----------------------------------
+QUANT=./bin/ds-quant
+kinds="$M $M/model.safetensors.index.json"
+if [ -x $QUANT ]; then
+  $QUANT -q -T 1 --scheme w8a8-dynamic $M "$T/kind.dsq" 2>"$T/err" && kinds="$kinds $T/kind.dsq" ||
+    fail "ds-quant for the .dsq kind: $(head -c 300 "$T/err")"
+  $QUANT -q -T 1 --scheme w8a8-dynamic --format ascend $M "$T/kind-ascend" 2>"$T/err" && kinds="$kinds $T/kind-ascend" ||
+    fail "ds-quant for the export kind: $(head -c 300 "$T/err")"
+fi
+for s in ../shared/data/stories260K ../../shared/data/stories260K; do
+  [ -f $s/stories260K.bin ] && [ -f $s/tok512.bin ] && { kinds="$kinds $s/stories260K.bin"; break; }
+done
+case "$kinds" in *stories260K*) ;; *) echo "serve.sh: note: no ../shared/data/stories260K: the llama2.c kind is not checked";; esac
+for k in $kinds; do
+  $EVAL ppl -m "$k" --data $TEXT --ctx 128 --limit-tokens 512 -T 1 -q >/dev/null 2>"$T/err" ||
+    { fail "ds-eval does not take $k: $(head -c 300 "$T/err")"; continue; }
+  SM=$k start_server --slots 1 || continue
+  expect_code 200 POST /v1/completions '{"prompt":"Once upon a time","max_tokens":4,"temperature":0}'
+  grep -q '"choices"' "$T/resp" || fail "ds-serve -m $k: no completion: $(head -c 200 "$T/resp")"
+  stop_server
+done
 
 [ $fails = 0 ] && echo "serve.sh: ok"
 exit $((fails > 0))

@@ -1,4 +1,4 @@
-/* inspect_main.c - ds-inspect: list (and with --verify, check) a .dsq file,
+/* ds_inspect.c - ds-inspect: list (and with --verify, check) a .dsq file,
  * a .safetensors file, or a safetensors model directory.
  *
  *   ds-inspect [--verify] [--json] [-q|-v] [-T N] [-h] [-V] [--] PATH
@@ -7,6 +7,7 @@
  * 2 usage. Text goes to stdout; --json prints one object on stdout instead
  * (also on failure, with an "error" member). */
 #include "cli.h"
+#include "cli_opt.h"
 #include "container.h"
 #include "container_set.h"
 #include "dsq_file.h"
@@ -25,26 +26,34 @@ typedef struct inspect_opts {
     const char *path;
 } inspect_opts;
 
-static void usage(void)
-{
-    printf("Usage: ds-inspect [OPTIONS] PATH\n"
-           "\n"
-           "List the tensors of a .dsq file, a .safetensors file, a\n"
-           "*.safetensors.index.json or a model directory: name, dtype or scheme,\n"
-           "shape, raw and stored bytes, totals, and for .dsq the recipe.\n"
-           "\n"
-           "Options:\n"
-           "  --verify     check every checksum (.dsq: SHA-256 of every payload and\n"
-           "               zero padding; safetensors: full validation including FP8\n"
-           "               scale finiteness)\n"
-           "  --json       print one JSON object on stdout\n"
-           "  -q, -v       less / more output (repeatable)\n"
-           "  -T N         threads for --verify (0 = all cores, default)\n"
-           "  -h, --help   show this help\n"
-           "  -V, --version\n"
-           "\n"
-           "Exit status: 0 ok, 1 bad or unreadable input, 2 usage error.\n");
-}
+enum { O_VERIFY = DSQ_OPT_FIRST };
+
+static const dsq_opt opts[] = {
+    { .type = DSQ_OPT_TEXT, .help =
+"Usage: ds-inspect [OPTIONS] PATH\n"
+"\n"
+"List the tensors of a .dsq file, a .safetensors file, a\n"
+"*.safetensors.index.json or a model directory: name, dtype or scheme,\n"
+"shape, raw and stored bytes, totals, and for .dsq the recipe.\n"
+"\n"
+"Options:\n" },
+    { O_VERIFY, DSQ_OPT_FLAG, "verify", .help = "check every checksum (.dsq: SHA-256 of every payload and\n"
+                                               "zero padding; safetensors: full validation including FP8\n"
+                                               "scale finiteness)" },
+    { DSQ_OPT_JSON, DSQ_OPT_FLAG, "json", .help = "print one JSON object on stdout" },
+    { DSQ_OPT_QUIET, DSQ_OPT_FLAG, "quiet", 'q', .left = "-q, -v", .help = "less / more output (repeatable)" },
+    { DSQ_OPT_VERBOSE, DSQ_OPT_FLAG, "verbose", 'v' },
+    { DSQ_OPT_THREADS, DSQ_OPT_INT, "threads", 'T', "N", 0, DSQ_OPT_THREADS_MAX, "0..4096 (0 = all cores)", .left = "-T N",
+      .help = "threads for --verify (0 = all cores, default)" },
+    { DSQ_OPT_NO_PROGRESS, DSQ_OPT_FLAG, "no-progress" },
+    { DSQ_OPT_HELP, DSQ_OPT_FLAG, "help", 'h', .help = "show this help" },
+    { DSQ_OPT_VERSION, DSQ_OPT_FLAG, "version", 'V' },
+    { .type = DSQ_OPT_TEXT, .help =
+"  -V, --version\n"
+"\n"
+"Exit status: 0 ok, 1 bad or unreadable input, 2 usage error.\n" },
+};
+static const dsq_opt_spec spec = { opts, sizeof opts / sizeof opts[0], 12, 0, NULL };
 
 /* ---- small formatting helpers ---- */
 
@@ -80,12 +89,6 @@ static json_object *json_shape(uint32_t ndim, const int64_t *shape)
     return a;
 }
 
-static void json_print(json_object *o)
-{
-    puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
-    json_object_put(o);
-}
-
 static json_object *json_error(int status, const dsq_diag *d)
 {
     json_object *e = json_object_new_object();
@@ -107,7 +110,7 @@ static int fail(const dsq_cli *c, json_object *root, int status, const dsq_diag 
         if (!root) root = json_object_new_object();
         json_object_object_add(root, "ok", json_object_new_boolean(0));
         json_object_object_add(root, "error", json_error(status, d));
-        json_print(root);
+        dsq_cli_json_print(root, 1);
         dsq_cli_fail(c, status, d);
         return DSQ_EXIT_ERROR;
     }
@@ -293,7 +296,7 @@ static int inspect_dsq(const dsq_cli *c, const inspect_opts *o)
     if (rc < 0) return fail(c, root, rc, &d);
     if (c->json) {
         json_object_object_add(root, "ok", json_object_new_boolean(1));
-        json_print(root);
+        dsq_cli_json_print(root, 1);
     }
     return DSQ_EXIT_OK;
 }
@@ -308,19 +311,30 @@ typedef struct export_info {
     json_object *cfg;
 } export_info;
 
+/* A JSON file's object, or NULL; special files are refused unopened. */
+static json_object *read_json(const char *path)
+{
+    char *txt = NULL;
+    size_t len = 0;
+    if (dsq_read_file(path, (size_t)64 << 20, &txt, &len, NULL) != DSQ_OK) return NULL;
+    json_object *o = json_tokener_parse(txt);
+    free(txt);
+    return o;
+}
+
 static void export_probe(const char *path, export_info *x)
 {
     memset(x, 0, sizeof *x);
     if (!dsq_path_is_dir(path)) return;
     char *p = dsq_path_join(path, "quant_model_description.json");
     if (p && dsq_path_exists(p)) {
-        x->desc = json_object_from_file(p);
+        x->desc = read_json(p);
         if (x->desc && json_object_is_type(x->desc, json_type_object)) x->format = "ascend";
     }
     free(p);
     p = dsq_path_join(path, "config.json");
     json_object *q, *m;
-    if (!x->format && p && dsq_path_exists(p) && (x->cfg = json_object_from_file(p)) &&
+    if (!x->format && p && dsq_path_exists(p) && (x->cfg = read_json(p)) &&
         json_object_is_type(x->cfg, json_type_object) &&
         json_object_object_get_ex(x->cfg, "quantization_config", &q) && json_object_is_type(q, json_type_object) &&
         json_object_object_get_ex(q, "quant_method", &m) && json_object_is_type(m, json_type_string)) {
@@ -453,7 +467,7 @@ static int inspect_st(const dsq_cli *c, const inspect_opts *o)
             json_object_object_add(root, "verify", v);
         }
         json_object_object_add(root, "ok", json_object_new_boolean(1));
-        json_print(root);
+        dsq_cli_json_print(root, 1);
     } else if (c->level >= 1) {
         char b[32];
         fmt_bytes(b, sizeof b, total);
@@ -486,43 +500,14 @@ int main(int argc, char **argv)
     dsq_cli c;
     dsq_cli_init(&c, "ds-inspect");
     inspect_opts o = { 0 };
-    int only_paths = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (only_paths || a[0] != '-' || !a[1]) {
-            if (o.path) return dsq_cli_usage_error(&c, "only one PATH is accepted");
-            o.path = a;
-        } else if (!strcmp(a, "--")) {
-            only_paths = 1;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return DSQ_EXIT_OK;
-        } else if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
-            dsq_cli_version(&c);
-            return DSQ_EXIT_OK;
-        } else if (!strcmp(a, "--verify")) {
-            o.verify = 1;
-        } else if (!strcmp(a, "--json")) {
-            c.json = 1;
-        } else if (!strcmp(a, "--no-progress")) {
-            c.progress = 0;
-        } else if (a[1] != '-' && strspn(a + 1, "qv") == strlen(a + 1)) {
-            for (const char *p = a + 1; *p; p++) c.level += *p == 'v' ? 1 : -1;
-        } else if (!strncmp(a, "-T", 2) || !strcmp(a, "--threads") || !strncmp(a, "--threads=", 10)) {
-            const char *v = NULL;
-            if (!strncmp(a, "--threads=", 10)) v = a + 10;
-            else if (a[1] == 'T' && a[2]) v = a + 2;
-            else if (i + 1 < argc) v = argv[++i];
-            if (!v || dsq_cli_parse_int(v, 0, 4096, &c.threads) != 0)
-                return dsq_cli_usage_error(&c, "-T needs a thread count (0 = all cores)");
-        } else {
-            return dsq_cli_usage_error(&c, "unknown option '%s'", a);
-        }
-    }
-    if (!o.path) return dsq_cli_usage_error(&c, "missing PATH");
-    if (c.level < 0) c.level = 0;
-    if (c.level > 4) c.level = 4;
-    if (c.level < 2) c.progress = 0;
+    dsq_args a;
+    int rc = dsq_opt_parse(&c, &spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    dsq_args_release(&a);
+    if (a.npos > 1) return dsq_cli_usage_error(&c, "only one PATH is accepted");
+    if (a.npos < 1) return dsq_cli_usage_error(&c, "missing PATH");
+    o.path = a.pos[0];
+    o.verify = dsq_opt_given(&a, O_VERIFY);
 
     if (!dsq_path_exists(o.path)) {
         dsq_diag d;
@@ -530,7 +515,6 @@ int main(int argc, char **argv)
         dsq_fail(&d, DSQ_ERR_NOT_FOUND, o.path, NULL, -1, "no such file or directory");
         return fail(&c, NULL, DSQ_ERR_NOT_FOUND, &d);
     }
-    int rc;
     if (dsq_ctr_file_is_dsq(o.path) || ends_with(o.path, ".dsq") || dsq_ctr_set_is_dsq(o.path)) rc = inspect_dsq(&c, &o);
     else rc = inspect_st(&c, &o);
     if (rc == DSQ_EXIT_OK && dsq_cli_interrupted) rc = DSQ_EXIT_ERROR;

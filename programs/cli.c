@@ -4,6 +4,7 @@
 #include "dsq_version.h"
 
 #include <errno.h>
+#include <json-c/json.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -34,7 +35,7 @@ static void on_signal(int sig)
 /* A CLI's results go to stdout; a write error there (a full disk, a closed
  * pipe reader with SIGPIPE ignored) must not end in exit 0. stdio reports
  * such errors only at flush time, so check once more at exit and turn a
- * successful status into 1 (issue 14.9). */
+ * successful status into 1. */
 static const char *g_prog = "dsq";
 
 static void check_stdout(void)
@@ -63,8 +64,8 @@ void dsq_cli_init(dsq_cli *c, const char *prog)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    /* A closed terminal or ssh session ends the run like SIGTERM: partial
-     * output kept for --resume, temporaries removed (issue 14.14). */
+    /* A closed terminal or ssh connection ends the run like SIGTERM: partial
+     * output kept for --resume, temporaries removed. */
     sigaction(SIGHUP, &sa, NULL);
 }
 
@@ -165,6 +166,27 @@ int dsq_cli_parse_float(const char *s, double min, double max, double *out)
     if (errno || end == s || *end || !isfinite(v) || v < min || v > max) return -1;
     *out = v;
     return 0;
+}
+
+void dsq_cli_json_print(json_object *o, int pretty)
+{
+    puts(json_object_to_json_string_ext(o, (pretty ? JSON_C_TO_STRING_PRETTY : JSON_C_TO_STRING_PLAIN) |
+                                               JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(o);
+}
+
+json_object *dsq_cli_json_tool(const dsq_cli *c, const char *status)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "tool", json_object_new_string(c->prog));
+    json_object_object_add(o, "version", json_object_new_string(DSQ_VERSION_STRING));
+    if (status) json_object_object_add(o, "status", json_object_new_string(status));
+    return o;
+}
+
+json_object *dsq_cli_json_num(double v)
+{
+    return isfinite(v) ? json_object_new_double(v) : json_object_new_null();
 }
 
 double dsq_now(void)

@@ -1,6 +1,6 @@
 /* cli.h - what every ds-* program shares: display levels, messages, progress,
  * signal handling, number parsing and exit codes. Linked into the CLIs only
- * (not libdsq): this is the one place outside *_main.c allowed to print.
+ * (not libdsq): with the programs (programs/ds_*.c), the only code that prints.
  *
  * Exit codes: 0 ok, 1 error (bad input, i/o, interrupted), 2 usage. */
 #ifndef DSQ_CLI_H
@@ -60,6 +60,16 @@ void dsq_progress_begin(dsq_progress *p, const dsq_cli *c, const char *label,
                         const char *unit, uint64_t total);
 void dsq_progress_update(dsq_progress *p, uint64_t done);
 void dsq_progress_end(dsq_progress *p);
+
+/* --json output, the one emitter of every program: o as one line on stdout
+ * (indented over lines when pretty), then freed. dsq_cli_json_num: a
+ * number, or null for NaN / Inf (JSON has no such numbers). */
+struct json_object;
+void dsq_cli_json_print(struct json_object *o, int pretty);
+/* A summary object that opens with {"tool": prog, "version": .., "status": status}
+ * (no status when NULL). */
+struct json_object *dsq_cli_json_tool(const dsq_cli *c, const char *status);
+struct json_object *dsq_cli_json_num(double v);
 
 double dsq_now(void); /* monotonic seconds */
 /* Peak resident set size of this process in bytes (VmHWM), 0 if unknown. */

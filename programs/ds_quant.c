@@ -1,0 +1,660 @@
+/* ds_quant.c - ds-quant: Hugging Face safetensors (BF16/F16/F32 or
+ * DeepSeek FP8-block) -> .dsq with W8A8 / W4A8 / AWQ-w4a16 weights, or a
+ * serving export. The work is dsq_quantize_run (convert/quantize.h); this
+ * file parses options and prints. */
+#include "cli.h"
+#include "cli_opt.h"
+#include "container.h"
+#include "dsq_json.h"
+#include "dsq_version.h"
+#include "export.h"
+#include "quantize.h"
+
+#include <json-c/json.h>
+#include <malloc.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    O_SCHEME = DSQ_OPT_FIRST, O_RECIPE, O_KEEP, O_SCHEME_FOR, O_GROUP, O_DRY, O_ZSTD, O_NONFINITE, O_RESUME,
+    O_CLIP, O_SHARD, O_MEM, O_SAMPLE, O_CHECKPOINT, O_NOJOURNAL, O_CALIB, O_CSAMPLES, O_CSEQLEN, O_SEED,
+    O_ROTATE, O_ROTSEED, O_MOECALIB, O_MINTOK, O_ALPHA, O_NOSMOOTH, O_NOCLIP, O_SAVESTATS, O_STATS, O_FORMAT, O_GPTQ, O_GPTQDAMP,
+    O_CALIBRAM, O_ATTNBLOCK, O_CROWS, O_CEROWS, O_ROLLBACK, O_SEARCH, O_NOSEARCH, O_FORCE
+};
+
+/* What an option needs of the run; options whose needs are not met are
+ * refused (exit 2) instead of ignored. Checked in this order. */
+enum { N_CALIB = 1, N_CALIB_OR_STATS = 2, N_SQ = 4, N_SMOOTH = 8, N_INT4 = 16, N_WRITE = 32, N_GPTQ = 64,
+       N_JOURNAL = 128, N_ROTATE = 256 };
+static const dsq_opt_need needs[] = {
+    { N_CALIB, "%s shapes the calibration data: it needs --calib" },
+    { N_CALIB_OR_STATS, "%s is a calibration option: it needs --calib (or --stats)" },
+    { N_SQ, "%s is for SmoothQuant (w8a8, w4a8); awq-w4a16 searches AWQ scales" },
+    { N_SMOOTH, "%s is for SmoothQuant (w8a8, w4a8); awq-w4a16 searches AWQ scales" },
+    { N_INT4, "%s is for int4 schemes (the clip search); w8a8 and w8a8-dynamic have none" },
+    { N_ROTATE, "%s seeds the rotation: it needs --rotate quarot" },
+    { N_WRITE, "%s has nothing to do in a --dry-run (nothing is written)" },
+    { N_GPTQ, "%s sets GPTQ's dampening: it needs --gptq" },
+    { N_JOURNAL, "%s sets the resume journal's interval: not with --no-journal" },
+};
+
+enum { HELP_SCHEMES = 1 };
+
+static const dsq_opt opt_table[] = {
+    { .type = DSQ_OPT_TEXT, .help =
+"Usage: ds-quant --scheme SCHEME [options] IN OUT\n"
+"       ds-quant --recipe NAME [options] IN OUT\n"
+"       ds-quant --dry-run --scheme SCHEME [options] IN\n"
+"\n"
+"Convert a Hugging Face checkpoint to a .dsq file in one streaming pass.\n"
+"IN is a .safetensors file, a *.safetensors.index.json, or a model directory\n"
+"(BF16, F16, F32, or DeepSeek FP8 with 128x128 block scales, dequantized on\n"
+"the fly). OUT is a .dsq file, or with --shard-size a directory of .dsq shards\n"
+"plus model.dsq.index.json. config.json, tokenizer files and\n"
+"generation_config.json are carried into the output metadata.\n"
+"\n"
+"Schemes:\n" },
+    { HELP_SCHEMES, DSQ_OPT_TEXT },
+    { .type = DSQ_OPT_TEXT, .help =
+"\n"
+"Recipe (first matching rule wins; then the recipe's role table):\n" },
+    { O_SCHEME, DSQ_OPT_STR, "scheme", 0, "S", .help = "scheme for attention, MLP, expert and shared-expert\n"
+      "linears; embeddings, norms, router, router bias,\nlm_head, biases and MTP eh_proj are kept" },
+    { O_RECIPE, DSQ_OPT_STR, "recipe", 0, "NAME", .help = "preset instead of --scheme (msModelSlim's DeepSeek recipes):\n"
+      "deepseek-w4a8: attention/dense/shared MLP w8a8-dynamic,\nrouted experts w4a8, MTP experts w8a8-dynamic, kv_b_proj kept;\n"
+      "deepseek-w8a8 (needs --calib): attention w8a8 static,\nevery MLP w8a8-dynamic, kv_b_proj and router kept" },
+    { O_KEEP, DSQ_OPT_STR, "keep", 0, "REGEX", .help = "keep matching tensors in their float type (repeatable)" },
+    { O_SCHEME_FOR, DSQ_OPT_STR, "scheme-for", 0, "REGEX=S", .help = "use scheme S for matching tensors (repeatable)" },
+    { O_GROUP, DSQ_OPT_INT, "group-size", 0, "G", 0, 1 << 24, .help = "int4 group size: 0 = per output channel, or a\n"
+      "multiple of 64 (default: w4a8 0, awq-w4a16 128)" },
+    { O_CLIP, DSQ_OPT_FLAG, "clip-search", .help = "per-group MSE clip search (AutoAWQ-style, RTN)" },
+    { O_SEARCH, DSQ_OPT_FLAG, "search", .left = "--search, --no-search", .help =
+      "int4 (awq-w4a16, w4a8): search each group's scale\n(and zero) by weighted least squares, or keep the\n"
+      "plain min/max range (RTN, clip and GPTQ steps alike);\ndefault: w4a8 RTN searches (~1.5 CPU-s per GB), the\n"
+      "rest min/max (awq-w4a16, calibrated w4a8, --gptq)" },
+    { O_NOSEARCH, DSQ_OPT_FLAG, "no-search" },
+    { O_NONFINITE, DSQ_OPT_FLAG, "allow-nonfinite", .help = "convert NaN as 0 and saturate Inf instead of failing" },
+    { O_ROTATE, DSQ_OPT_CHOICE, "rotate", 0, "none|quarot", .choices = "none|quarot", .needs = N_WRITE, .help =
+      "quarot: rotate the model first (seeded Hadamard rotations fused\n"
+      "into the weights, norms folded; msModelSlim's QuaRot for DeepSeek),\n"
+      "kept at OUT.rot until the run succeeds; any scheme, recipe, format" },
+    { O_ROTSEED, DSQ_OPT_SIZE, "rotate-seed", 0, "S", 0, .needs = N_ROTATE, .help = "the rotations' random signs (default 1234)" },
+    { .type = DSQ_OPT_TEXT, .help =
+"\n"
+"Calibration (scales from what the model computes; folded into the weights, so\n"
+"the output stays a plain model of its scheme):\n" },
+    { O_CALIB, DSQ_OPT_STR, "calib", 0, "FILE", .help =
+      "calibration text (plain text, paragraphs split at blank\nlines, or JSONL with a \"text\" field). awq-w4a16: AWQ\n"
+      "scale search + clip search; w8a8: SmoothQuant + static\nactivation scale/offset (w8a8 needs --calib or --stats);\n"
+      "w4a8: smoothing (alpha searched) + int4 clip search;\nw8a8-dynamic: smoothing, alpha searched per group on\n"
+      "the simulated int8 output (s = 1 included)" },
+    { O_CSAMPLES, DSQ_OPT_INT, "calib-samples", 0, "N", 1, 1 << 20, .needs = N_CALIB, .help =
+      "samples (default 128; at most: shorter data gives\nfewer, with a warning, down to 4096 tokens)" },
+    { O_CSEQLEN, DSQ_OPT_INT, "calib-seqlen", 0, "L", 2, 1 << 20, .needs = N_CALIB,
+      .help = "tokens per sample (default 512)" },
+    { O_SEED, DSQ_OPT_SIZE, "seed", 0, "S", 0, .needs = N_CALIB, .help = "sampling seed (default 0)" },
+    { O_MOECALIB, DSQ_OPT_CHOICE, "moe-calib", 0, "all|routed", .choices = "all|routed", .needs = N_CALIB_OR_STATS,
+      .help = "all: every token through every expert for statistics\n"
+      "(the output still follows the router); routed (default):\nexperts with fewer than --min-expert-tokens tokens fall\n"
+      "back to round-to-nearest, with a warning naming them" },
+    { O_MINTOK, DSQ_OPT_INT, "min-expert-tokens", 0, "N", 0, 1 << 30, .needs = N_CALIB_OR_STATS, .help = "(default 16)" },
+    { O_ALPHA, DSQ_OPT_FLOAT, "alpha", 0, "A", 0, 1, .needs = N_CALIB_OR_STATS | N_SQ, .help =
+      "SmoothQuant migration strength 0..1 (default 0.5; for\nw4a8 and w8a8-dynamic it fixes alpha instead of\nsearching it)" },
+    { O_NOSMOOTH, DSQ_OPT_FLAG, "no-smooth", .needs = N_CALIB_OR_STATS | N_SMOOTH, .help =
+      "w8a8/w4a8/w8a8-dynamic: static ranges / clipping only,\nno smoothing; with --gptq also awq-w4a16: GPTQ without\n"
+      "AWQ scales" },
+    { O_NOCLIP, DSQ_OPT_FLAG, "no-clip", .needs = N_CALIB_OR_STATS | N_INT4,
+      .help = "calibrated int4: skip the clip search" },
+    { O_ATTNBLOCK, DSQ_OPT_INT, "awq-attn-block", 0, "N", 0, 64, .needs = N_CALIB, .help =
+      "awq-w4a16: score the attention-input scales on the MLA block\noutput over N calibration sequences, 512 tokens each\n"
+      "(default 4; 0: on the q_a / kv_a outputs)" },
+    { O_CROWS, DSQ_OPT_INT, "calib-rows", 0, "N", 1, 1 << 20, .needs = N_CALIB, .help =
+      "rows sampled per non-expert linear input for the scale,\nalpha and clip searches (default 512)" },
+    { O_CEROWS, DSQ_OPT_INT, "calib-expert-rows", 0, "N", 1, 1 << 20, .needs = N_CALIB, .help =
+      "the same per routed expert (default 64: at V3's 256\nexperts each 64 rows hold ~0.6 GB per layer)" },
+    { O_GPTQ, DSQ_OPT_FLAG, "gptq", .needs = N_CALIB_OR_STATS, .help =
+      "GPTQ rounding of every int8/int4 linear (all integer\nschemes, w8a8-dynamic included; the format is unchanged):\n"
+      "error compensation from each input's Hessian X^T X,\non the AWQ/SmoothQuant-scaled weights after the clip\n"
+      "choice; columns in order (no act-order: dsq, AutoAWQ\nGEMM, Ascend and compressed-tensors outputs hold no\n"
+      "permutation); needs --calib (or --stats of a --gptq run)" },
+    { O_GPTQDAMP, DSQ_OPT_FLOAT, "gptq-damp", 0, "D", 1e-6, 10, .needs = N_GPTQ,
+      .help = "GPTQ dampening, fraction of mean diag(H) (default 0.01)" },
+    { O_ROLLBACK, DSQ_OPT_INT, "rollback", 0, "N", 0, 1 << 20, .needs = N_CALIB_OR_STATS, .help =
+      "keep the N most quantization-sensitive modules in their\nfloat type: each quantized linear's relative output\n"
+      "error as converted (scales, clip, GPTQ, the scheme's\nactivation rounding) on its calibration rows, ranked\n"
+      "over the model; gate+up and q_a+kv_a go together,\nrouted experts never; --json and the metadata list them" },
+    { O_CALIBRAM, DSQ_OPT_SIZE, "calib-ram", 0, "SIZE", 1, .needs = N_CALIB, .help =
+      "calibration memory (K/M/G): hidden states kept in RAM\n(beyond it they spill to files) and GPTQ solves run at\n"
+      "once (~0.73 GB each for a V3 expert) (default 2G)" },
+    { O_SAVESTATS, DSQ_OPT_STR, "save-stats", 0, "F", .needs = N_CALIB | N_WRITE, .help =
+      "keep the statistics (and searched scales) in F; F is\nalso the per-layer checkpoint that --resume continues\n"
+      "(default: OUT.calib.dsq, removed after success)" },
+    { O_STATS, DSQ_OPT_STR, "stats", 0, "F", .help = "reuse statistics from --save-stats (no forward pass)" },
+    { .type = DSQ_OPT_TEXT, .help =
+"\n"
+"Output and run:\n" },
+    { O_FORMAT, DSQ_OPT_STR, "format", 0, "F", .help =
+      "dsq (default): the .dsq container. ascend: msModelSlim\nAscendV1 directory (vllm-ascend / MindIE); awq: AutoAWQ\n"
+      "GEMM directory (vLLM); compressed-tensors: vLLM /\nllm-compressor directory. OUT is then a directory of\n"
+      "safetensors shards (--shard-size bounds them), config.json,\ntokenizer files and SHA256SUMS, renamed into place when\n"
+      "complete. Combinations the target cannot load exit 2\n(docs/serving-exports.md)" },
+    { O_FORCE, DSQ_OPT_FLAG, "force", 'f', .help = "overwrite an existing output" },
+    { O_RESUME, DSQ_OPT_FLAG, "resume", .needs = N_WRITE, .help =
+      "continue an interrupted conversion (byte-identical\nto an uninterrupted run). Every run keeps a resume\n"
+      "journal next to OUT until it finishes" },
+    { O_NOJOURNAL, DSQ_OPT_FLAG, "no-journal", .needs = N_WRITE, .help =
+      "no resume journal (~10% less CPU; an interrupted\nrun then starts over)" },
+    { O_CHECKPOINT, DSQ_OPT_FLOAT, "checkpoint-interval", 0, "S", 0, 1e6, .needs = N_WRITE | N_JOURNAL },
+    { O_SHARD, DSQ_OPT_SIZE, "shard-size", 0, "SIZE", 1, .help =
+      "write OUT as a directory of shards of at most SIZE\n(K/M/G suffixes) each" },
+    { O_ZSTD, DSQ_OPT_INT, "zstd-level", 0, "N", 0, DSQ_CTR_LEVEL_MAX, .help = "0 = no compression, 1..22 (default 1: fastest)" },
+    DSQ_OPT_THREADS_ROW("worker threads (default and 0: all cores)"),
+    { O_MEM, DSQ_OPT_SIZE, "mem-budget", 0, "SIZE", 1, .help =
+      "memory for outputs waiting to be written (default\n512M or 64M per thread, whichever is more)" },
+    { O_SAMPLE, DSQ_OPT_INT, "error-sample", 0, "N", 1, 1 << 20, .help =
+      "measure quantization error on 1 row in N (default 16;\n1 = every row)" },
+    { O_DRY, DSQ_OPT_FLAG, "dry-run", .help = "print the plan (tensor -> scheme), estimated output\n"
+                                              "size and peak memory; write nothing (OUT optional)" },
+    { DSQ_OPT_JSON, DSQ_OPT_FLAG, "json", .help = "one JSON object on stdout (summary or plan)" },
+    { DSQ_OPT_NO_PROGRESS, DSQ_OPT_FLAG, "no-progress", .help = "no progress line on stderr" },
+    { DSQ_OPT_QUIET, DSQ_OPT_FLAG, "quiet", 'q', .left = "-q, --quiet / -v, --verbose  ",
+      .help = "less / more output (repeatable)" },
+    { DSQ_OPT_VERBOSE, DSQ_OPT_FLAG, "verbose", 'v' },
+    { DSQ_OPT_HELP, DSQ_OPT_FLAG, "help", 'h', .help = "this help" },
+    { DSQ_OPT_VERSION, DSQ_OPT_FLAG, "version", 'V', .help = "version" },
+    { .type = DSQ_OPT_TEXT, .help =
+"\n"
+"Exit status: 0 ok, 1 error (bad input, i/o, interrupted), 2 usage.\n" },
+};
+
+static void help_schemes(FILE *f, int id)
+{
+    (void)id;
+    for (int i = 0; i < dsq_scheme_count(); i++) {
+        const dsq_scheme *s = dsq_scheme_at(i);
+        if (!s) continue;
+        fprintf(f, "  %-14s %s%s%s%s\n", s->name, s->description ? s->description : "",
+                s->alias ? " (alias " : "", s->alias ? s->alias : "", s->alias ? ")" : "");
+    }
+    fprintf(f, "  %-14s leave in the source float type\n", "keep");
+}
+
+static const dsq_opt_spec spec = { opt_table, sizeof opt_table / sizeof opt_table[0], 24, 0, help_schemes };
+
+/* ---- output helpers ---- */
+
+
+static void fmt_bytes(char *buf, size_t n, double b)
+{
+    const char *u[] = { "B", "KB", "MB", "GB", "TB" };
+    int i = 0;
+    while (b >= 1000 && i < 4) { b /= 1000; i++; }
+    snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+}
+
+static void shape_str(char *buf, size_t n, const dsq_plan_entry *e)
+{
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < e->ndim && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? "," : "", (long long)e->shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static int print_plan(const dsq_cli *cli, const dsq_convert *c, const dsq_recipe *r)
+{
+    const dsq_plan *p = dsq_convert_plan(c);
+    uint64_t peak = dsq_convert_peak_estimate(c);
+    char reason[1200], shp[160];
+    if (cli->json) {
+        json_object *o = dsq_cli_json_tool(cli, NULL), *by = json_object_new_object(), *plan = json_object_new_array();
+        dsq_json_put_bool(o, "dry_run", 1);
+        dsq_json_put_u64(o, "tensors", p->n);
+        dsq_json_put_u64(o, "source_bytes", p->src_bytes);
+        dsq_json_put_u64(o, "estimated_output_bytes", p->est_bytes);
+        dsq_json_put_u64(o, "estimated_peak_rss_bytes", peak);
+        dsq_json_put_int(o, "num_hidden_layers", p->num_hidden_layers);
+        for (int s = 0; s < DSQ_SCHEME_ID_COUNT; s++) {
+            if (!p->count_by_scheme[s]) continue;
+            json_object *k = json_object_new_object();
+            dsq_json_put_u64(k, "tensors", p->count_by_scheme[s]);
+            dsq_json_put_u64(k, "estimated_bytes", p->bytes_by_scheme[s]);
+            json_object_object_add(by, dsq_scheme_by_id((uint32_t)s)->name, k);
+        }
+        json_object_object_add(o, "by_scheme", by);
+        for (size_t i = 0; i < p->n; i++) {
+            const dsq_plan_entry *e = &p->v[i];
+            json_object *t = json_object_new_object(), *shape = json_object_new_array();
+            dsq_plan_reason(r, e, reason, sizeof reason);
+            for (int d = 0; d < e->ndim; d++) json_object_array_add(shape, json_object_new_int64(e->shape[d]));
+            dsq_json_put_str(t, "name", e->name);
+            dsq_json_put_str(t, "role", dsq_role_name(e->role.role));
+            dsq_json_put_bool(t, "mtp", e->role.mtp);
+            dsq_json_put_str(t, "dtype", dsq_dtype_name(e->src_dtype));
+            json_object_object_add(t, "shape", shape);
+            dsq_json_put_str(t, "scheme", e->scheme->name);
+            dsq_json_put_int(t, "group_size", e->qshape.group_size);
+            dsq_json_put_u64(t, "source_bytes", e->src_bytes);
+            dsq_json_put_u64(t, "estimated_bytes", e->est_bytes);
+            dsq_json_put_str(t, "rule", reason);
+            json_object_array_add(plan, t);
+        }
+        json_object_object_add(o, "plan", plan);
+        dsq_cli_json_print(o, 0);
+        return DSQ_EXIT_OK;
+    }
+    if (cli->level >= 2) {
+        printf("%-60s %-20s %-8s %-18s %-13s %5s %12s  %s\n", "tensor", "role", "dtype", "shape",
+               "scheme", "group", "est. bytes", "rule");
+        for (size_t i = 0; i < p->n; i++) {
+            const dsq_plan_entry *e = &p->v[i];
+            dsq_plan_reason(r, e, reason, sizeof reason);
+            shape_str(shp, sizeof shp, e);
+            printf("%-60s %-20s %-8s %-18s %-13s %5d %12llu  %s%s\n", e->name,
+                   dsq_role_name(e->role.role), dsq_dtype_name(e->src_dtype), shp, e->scheme->name,
+                   (int)e->qshape.group_size, (unsigned long long)e->est_bytes, reason,
+                   e->role.mtp ? " [mtp]" : "");
+        }
+        printf("\n");
+    }
+    char a[32], b[32], m[32];
+    fmt_bytes(a, sizeof a, (double)p->src_bytes);
+    fmt_bytes(b, sizeof b, (double)p->est_bytes);
+    fmt_bytes(m, sizeof m, (double)peak);
+    printf("%zu tensors:", p->n);
+    for (int s = 0; s < DSQ_SCHEME_ID_COUNT; s++)
+        if (p->count_by_scheme[s]) printf(" %s %zu", dsq_scheme_by_id((uint32_t)s)->name, p->count_by_scheme[s]);
+    printf("\nsource %s -> estimated output %s before zstd; estimated peak memory %s\n", a, b, m);
+    return DSQ_EXIT_OK;
+}
+
+static int cmp_err(const void *a, const void *b)
+{
+    const dsq_tensor_result *x = *(const dsq_tensor_result *const *)a;
+    const dsq_tensor_result *y = *(const dsq_tensor_result *const *)b;
+    if (x->rel_error != y->rel_error) return x->rel_error > y->rel_error ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static void print_summary(const dsq_cli *cli, const dsq_convert_summary *s, const char *in,
+                          const char *out, int threads, int sample, const char *calib_json)
+{
+    uint64_t peak = dsq_peak_rss();
+    double gbs = s->seconds > 0 ? (double)s->bytes_converted / s->seconds / 1e9 : 0;
+    /* Worst tensors by measured error. */
+    size_t nm = 0;
+    const dsq_tensor_result **m = calloc(s->tensors ? s->tensors : 1, sizeof *m);
+    double sum = 0;
+    for (size_t i = 0; m && i < s->tensors; i++)
+        if (s->results[i].rel_error >= 0) { m[nm++] = &s->results[i]; sum += s->results[i].rel_error; }
+    if (m) qsort(m, nm, sizeof *m, cmp_err);
+    size_t nworst = nm < 10 ? nm : 10;
+
+    if (cli->json) {
+        json_object *o = dsq_cli_json_tool(cli, "ok"), *by = json_object_new_object();
+        dsq_json_put_str(o, "input", in);
+        dsq_json_put_str(o, "output", out);
+        dsq_json_put_int(o, "shards", s->shards);
+        dsq_json_put_u64(o, "tensors", s->tensors);
+        dsq_json_put_u64(o, "resumed", s->resumed);
+        for (int k = 0; k < DSQ_SCHEME_ID_COUNT; k++) {
+            if (!s->count_by_scheme[k]) continue;
+            json_object *e = json_object_new_object();
+            dsq_json_put_u64(e, "tensors", s->count_by_scheme[k]);
+            dsq_json_put_u64(e, "source_bytes", s->src_by_scheme[k]);
+            dsq_json_put_u64(e, "stored_bytes", s->stored_by_scheme[k]);
+            json_object_object_add(by, dsq_scheme_by_id((uint32_t)k)->name, e);
+        }
+        json_object_object_add(o, "by_scheme", by);
+        dsq_json_put_u64(o, "bytes_in", s->bytes_in);
+        dsq_json_put_u64(o, "bytes_converted", s->bytes_converted);
+        dsq_json_put_u64(o, "bytes_raw", s->bytes_raw);
+        dsq_json_put_u64(o, "bytes_stored", s->bytes_stored);
+        dsq_json_put_u64(o, "bytes_out", s->bytes_out);
+        dsq_json_put_num(o, "compression_ratio", s->bytes_out ? (double)s->bytes_in / (double)s->bytes_out : 0.0,
+                         "%.4f");
+        dsq_json_put_num(o, "zstd_ratio", s->bytes_stored ? (double)s->bytes_raw / (double)s->bytes_stored : 0.0,
+                         "%.4f");
+        dsq_json_put_num(o, "seconds", s->seconds, "%.3f");
+        dsq_json_put_num(o, "gb_per_s", gbs, "%.3f");
+        dsq_json_put_u64(o, "peak_rss_bytes", peak);
+        dsq_json_put_int(o, "threads", threads);
+        json_object *err = json_object_new_object(), *worst = json_object_new_array();
+        char rows[32];
+        snprintf(rows, sizeof rows, "1/%d", sample);
+        dsq_json_put_str(err, "metric", "||W - deq(Q(W))|| / ||W||");
+        dsq_json_put_str(err, "sample_rows", rows);
+        dsq_json_put_u64(err, "measured", nm);
+        dsq_json_put_num(err, "mean", nm ? sum / (double)nm : 0.0, "%.6g");
+        dsq_json_put_num(err, "max", nm ? m[0]->rel_error : 0.0, "%.6g");
+        for (size_t i = 0; i < nworst; i++) {
+            json_object *w = json_object_new_object();
+            dsq_json_put_str(w, "name", m[i]->name);
+            dsq_json_put_str(w, "scheme", dsq_scheme_by_id(m[i]->scheme)->name);
+            dsq_json_put_num(w, "rel_error", m[i]->rel_error, "%.6g");
+            json_object_array_add(worst, w);
+        }
+        json_object_object_add(err, "worst", worst);
+        json_object_object_add(o, "error", err);
+        if (cli->level >= 3) {
+            json_object *tr = json_object_new_array();
+            for (size_t i = 0; i < s->tensors; i++) {
+                const dsq_tensor_result *t = &s->results[i];
+                json_object *e = json_object_new_object();
+                dsq_json_put_str(e, "name", t->name);
+                dsq_json_put_str(e, "role", dsq_role_name(t->role));
+                dsq_json_put_str(e, "scheme", dsq_scheme_by_id(t->scheme)->name);
+                dsq_json_put_u64(e, "source_bytes", t->src_bytes);
+                dsq_json_put_u64(e, "raw_bytes", t->raw_bytes);
+                dsq_json_put_u64(e, "stored_bytes", t->stored_bytes);
+                /* negative: not measured (the row sample skipped it) */
+                dsq_json_put_num(e, "rel_error", t->rel_error >= 0 ? t->rel_error : NAN, "%.6g");
+                json_object_array_add(tr, e);
+            }
+            json_object_object_add(o, "tensor_results", tr);
+        }
+        /* the library's calibration summary is JSON text; parsed, so a
+         * broken one is a null here instead of a broken document */
+        if (calib_json) json_object_object_add(o, "calibration", json_tokener_parse(calib_json));
+        if (s->export.format) {
+            json_object *x = json_object_new_object();
+            dsq_json_put_str(x, "format", s->export.format);
+            dsq_json_put_u64(x, "tensors", s->export.out_tensors);
+            dsq_json_put_int(x, "weight_files", s->export.shards);
+            dsq_json_put_u64(x, "weight_bytes", s->export.weight_bytes);
+            dsq_json_put_u64(x, "dequantized_to_float", s->export.dequantized);
+            dsq_json_put_u64(x, "dropped", s->export.dropped);
+            dsq_json_put_u64(x, "resumed", s->export.resumed);
+            dsq_json_put_num(x, "max_scale_rel_rounding", s->export.max_scale_rel_rounding, "%.6g");
+            json_object_object_add(o, "export", x);
+        }
+        dsq_cli_json_print(o, 0);
+    } else if (cli->level >= 2) {
+        char a[32], b[32], r[32];
+        fmt_bytes(a, sizeof a, (double)s->bytes_in);
+        fmt_bytes(b, sizeof b, (double)s->bytes_out);
+        fmt_bytes(r, sizeof r, (double)peak);
+        printf("%s: %zu tensors", out, s->tensors);
+        for (int k = 0; k < DSQ_SCHEME_ID_COUNT; k++)
+            if (s->count_by_scheme[k]) printf(", %s %zu", dsq_scheme_by_id((uint32_t)k)->name, s->count_by_scheme[k]);
+        if (s->resumed) printf(" (%zu from the interrupted run)", s->resumed);
+        printf("\n%s -> %s (%.2fx) in %.1f s, %.2f GB/s, peak RSS %s, %d threads\n", a, b,
+               s->bytes_out ? (double)s->bytes_in / (double)s->bytes_out : 0.0, s->seconds, gbs, r, threads);
+        if (s->export.format) {
+            printf("%s export: %zu tensors in %d file(s)", s->export.format, s->export.out_tensors,
+                   s->export.shards);
+            if (s->export.dequantized)
+                printf(", %zu quantized tensors written as float (the target keeps them unquantized)",
+                       s->export.dequantized);
+            if (s->export.dropped) printf(", %zu MTP-layer tensors dropped (the target has no MTP layer)",
+                                          s->export.dropped);
+            if (s->export.max_scale_rel_rounding > 0)
+                printf(", scales rounded to 16 bits (max relative change %.3g)", s->export.max_scale_rel_rounding);
+            printf("\n");
+        }
+        if (nm) {
+            printf("relative error (1 row in %d): mean %.4g, worst:\n", sample, sum / (double)nm);
+            for (size_t i = 0; i < (nworst < 5 ? nworst : 5); i++)
+                printf("  %.4g  %s (%s)\n", m[i]->rel_error, m[i]->name, dsq_scheme_by_id(m[i]->scheme)->name);
+        }
+    }
+    free(m);
+}
+
+static void json_error(const dsq_cli *cli, int status, const dsq_diag *d)
+{
+    if (!cli->json) return;
+    char buf[2048];
+    if (d && d->status < 0) dsq_diag_format(d, buf, sizeof buf);
+    else snprintf(buf, sizeof buf, "%s", dsq_strerror(status));
+    json_object *o = dsq_cli_json_tool(cli, "error"), *e = json_object_new_object();
+    dsq_json_put_str(e, "code", dsq_status_name(status));
+    dsq_json_put_str(e, "message", buf);
+    json_object_object_add(o, "error", e);
+    dsq_cli_json_print(o, 0);
+}
+
+/* ---- progress and reports (dsq_quantize_run's hooks) ---- */
+
+typedef struct run_ctx {
+    const dsq_cli *cli;
+    const char *calib_path, *input;
+    dsq_progress calib_p, conv_p;
+    int calib_begun, conv_begun;
+} run_ctx;
+
+static void on_progress(void *ctx, const dsq_convert_progress *p)
+{
+    run_ctx *rx = ctx;
+    if (!rx->conv_begun) {
+        dsq_progress_begin(&rx->conv_p, rx->cli, "ds-quant", "B", p->bytes_total);
+        rx->conv_begun = 1;
+    }
+    dsq_progress_update(&rx->conv_p, p->bytes_done);
+}
+
+static void on_calib_progress(void *ctx, const dsq_calib_progress *p)
+{
+    run_ctx *rx = ctx;
+    if (p->layer < 0 || p->sample < 0) return;
+    if (!rx->calib_begun) {
+        dsq_progress_begin(&rx->calib_p, rx->cli, "calibrating", "samples",
+                           (uint64_t)p->n_layers * (uint64_t)p->n_samples);
+        rx->calib_begun = 1;
+    }
+    dsq_progress_update(&rx->calib_p, (uint64_t)p->layer * (uint64_t)p->n_samples + (uint64_t)p->sample + 1);
+}
+
+static void on_note(void *ctx, int level, const char *msg)
+{
+    run_ctx *rx = ctx;
+    if (level == 0) dsq_cli_warn(rx->cli, "%s", msg);
+    else dsq_cli_info(rx->cli, level, "%s", msg);
+}
+
+static void no_config_warning(const dsq_cli *cli, const char *input)
+{
+    /* only a single .safetensors file gets here */
+    dsq_cli_warn(cli, "no config.json next to '%s': a tensor-only conversion (shapes unchecked, the MTP "
+                      "layer found by tensor names only); ds-eval cannot run the output", input);
+}
+
+static void report_calibration(const dsq_cli *cli, const dsq_calib_result *r);
+
+static void on_calibrated(void *ctx, const dsq_calib_result *r)
+{
+    run_ctx *rx = ctx;
+    if (rx->calib_begun) dsq_progress_end(&rx->calib_p);
+    rx->calib_begun = 0;
+    dsq_calib_totals ct;
+    dsq_calib_get_totals(r, &ct);
+    if (ct.samples > 0 && ct.samples < ct.samples_requested)
+        dsq_cli_warn(rx->cli, "%s: the calibration data fills only %d samples of %d tokens: using %d x %d = %llu "
+                              "tokens instead of the %d x %d asked for", rx->calib_path, ct.samples, ct.seqlen,
+                     ct.samples, ct.seqlen, (unsigned long long)ct.tokens, ct.samples_requested, ct.seqlen);
+    if (!rx->cli->json) report_calibration(rx->cli, r);
+}
+
+static void on_planned(void *ctx, const dsq_convert *c)
+{
+    run_ctx *rx = ctx;
+    if (!dsq_convert_have_config(c) && !rx->cli->json) no_config_warning(rx->cli, rx->input);
+    const dsq_plan *pl = dsq_convert_plan(c);
+    dsq_cli_info(rx->cli, 3, "%zu tensors, %.3f GB in, about %.3f GB out before zstd, peak memory about %.0f MB",
+                 pl->n, (double)pl->src_bytes / 1e9, (double)pl->est_bytes / 1e9,
+                 (double)dsq_convert_peak_estimate(c) / 1e6);
+}
+
+static void report_calibration(const dsq_cli *cli, const dsq_calib_result *r)
+{
+    size_t nf = dsq_calib_fallback_count(r);
+    for (size_t i = 0; i < nf && i < 8; i++) {
+        const char *why;
+        const char *name = dsq_calib_fallback(r, i, &why);
+        dsq_cli_warn(cli, "%s: %s", name, why);
+    }
+    if (nf > 8)
+        dsq_cli_warn(cli, "%zu more experts fell back to round-to-nearest (--json lists them; "
+                          "--moe-calib all calibrates every expert)", nf - 8);
+    dsq_calib_totals t;
+    dsq_calib_get_totals(r, &t);
+    for (int l = 0; l < t.layers; l++) {
+        const uint64_t *tok;
+        int n;
+        if (dsq_calib_coverage(r, l, &tok, &n) < 0 || n == 0) continue;
+        uint64_t lo = tok[0], hi = tok[0], zero = 0;
+        for (int e = 0; e < n; e++) {
+            if (tok[e] < lo) lo = tok[e];
+            if (tok[e] > hi) hi = tok[e];
+            zero += tok[e] == 0;
+        }
+        dsq_cli_info(cli, 3, "layer %d: tokens per expert %llu..%llu, %llu experts saw none", l,
+                     (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)zero);
+    }
+    dsq_cli_info(cli, 2, "calibration: %llu tokens, %d groups searched (output MSE %.4g -> %.4g), %d smoothed, "
+                         "%zu experts on RTN fallback, %.1f s",
+                 (unsigned long long)t.tokens, t.groups_searched, t.loss_identity, t.loss_best, t.groups_smoothed,
+                 t.fallback_experts, t.seconds);
+    for (size_t i = 0; i < dsq_calib_rollback_count(r); i++) {
+        double sv;
+        const char *name = dsq_calib_rollback(r, i, &sv);
+        dsq_cli_info(cli, 2, "rollback: %s stays float (relative output error %.3g when quantized)", name, sv);
+    }
+}
+
+/* ---- main ---- */
+
+int main(int argc, char **argv)
+{
+    dsq_cli cli;
+    dsq_cli_init(&cli, "ds-quant");
+    /* Tensor-sized buffers come and go tens of thousands of times: keep them
+     * in the heap instead of fresh mmaps (page faults + zeroing each time).
+     * Memory use is bounded by the pipeline either way. */
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    dsq_args a;
+    int rc = dsq_opt_parse(&cli, &spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    dsq_convert_opts o;
+    dsq_convert_opts_init(&o);
+    dsq_calib_opts co;
+    dsq_calib_opts_init(&co);
+    co.data.take_available = 1;   /* --calib-samples is a cap, as in AutoAWQ (floor: calib_data.h) */
+    const char *scheme = dsq_opt_str(&a, O_SCHEME, NULL), *preset = dsq_opt_str(&a, O_RECIPE, NULL);
+    int group = dsq_opt_int(&a, O_GROUP, DSQ_GROUP_DEFAULT), dry = dsq_opt_given(&a, O_DRY);
+    o.threads = cli.threads;
+    o.overwrite = dsq_opt_given(&a, O_FORCE);
+    o.zstd_level = dsq_opt_int(&a, O_ZSTD, o.zstd_level);
+    o.allow_nonfinite = dsq_opt_given(&a, O_NONFINITE);
+    o.resume = dsq_opt_given(&a, O_RESUME);
+    o.clip_search = dsq_opt_given(&a, O_CLIP);
+    if (dsq_opt_given(&a, O_SEARCH) || dsq_opt_given(&a, O_NOSEARCH))   /* the last one given wins */
+        o.range_search = co.range_search = a.v[O_SEARCH].pos > a.v[O_NOSEARCH].pos ? 1 : -1;
+    o.shard_bytes = dsq_opt_u64(&a, O_SHARD, o.shard_bytes);
+    o.mem_budget = dsq_opt_u64(&a, O_MEM, o.mem_budget);
+    o.error_sample = dsq_opt_int(&a, O_SAMPLE, o.error_sample);
+    o.no_journal = dsq_opt_given(&a, O_NOJOURNAL);
+    o.checkpoint_seconds = dsq_opt_float(&a, O_CHECKPOINT, o.checkpoint_seconds);
+    o.export_format = dsq_opt_str(&a, O_FORMAT, NULL);
+    co.calib = dsq_opt_str(&a, O_CALIB, NULL);
+    co.data.n_samples = dsq_opt_int(&a, O_CSAMPLES, co.data.n_samples);
+    co.data.seqlen = dsq_opt_int(&a, O_CSEQLEN, co.data.seqlen);
+    co.data.seed = dsq_opt_u64(&a, O_SEED, co.data.seed);
+    if (dsq_opt_given(&a, O_MOECALIB)) co.moe_calib_all = a.v[O_MOECALIB].choice == 0;
+    co.ram_limit = dsq_opt_u64(&a, O_CALIBRAM, co.ram_limit);
+    co.min_expert_tokens = dsq_opt_int(&a, O_MINTOK, co.min_expert_tokens);
+    if (dsq_opt_given(&a, O_ALPHA)) {
+        co.alpha = (float)dsq_opt_float(&a, O_ALPHA, 0);
+        co.alpha_set = 1;
+    }
+    if (dsq_opt_given(&a, O_NOSMOOTH)) co.smooth = 0;
+    if (dsq_opt_given(&a, O_NOCLIP)) co.clip = 0;
+    co.gptq = dsq_opt_given(&a, O_GPTQ);
+    co.awq_attn_seqs = dsq_opt_int(&a, O_ATTNBLOCK, co.awq_attn_seqs);
+    co.awq_tokens = dsq_opt_int(&a, O_CROWS, co.awq_tokens);
+    co.awq_expert_tokens = dsq_opt_int(&a, O_CEROWS, co.awq_expert_tokens);
+    co.rollback = dsq_opt_int(&a, O_ROLLBACK, co.rollback);
+    co.gptq_damp = dsq_opt_float(&a, O_GPTQDAMP, co.gptq_damp);
+    co.save_stats = dsq_opt_str(&a, O_SAVESTATS, NULL);
+    co.load_stats = dsq_opt_str(&a, O_STATS, NULL);
+    /* --keep and --scheme-for in command-line order: the first matching rule wins */
+    dsq_quantize_rule *rules = calloc((size_t)a.nseq + 1, sizeof *rules);
+    size_t nrules = 0;
+    if (!rules) return dsq_args_release(&a), dsq_cli_fail(&cli, DSQ_ERR_NOMEM, NULL);
+    for (int i = 0; i < a.nseq; i++)
+        if (a.seq[i].id == O_KEEP || a.seq[i].id == O_SCHEME_FOR)
+            rules[nrules++] = (dsq_quantize_rule){ a.seq[i].id == O_KEEP, a.seq[i].arg };
+    dsq_args_release(&a);
+    if (dsq_opt_given(&a, O_GROUP) && group % 64 != 0)
+        return free(rules), dsq_cli_usage_error(&cli, "bad group size '%d' (0 or a multiple of 64)", group);
+    if (o.export_format && strcmp(o.export_format, "dsq") != 0 && !dsq_export_format_known(o.export_format))
+        return free(rules), dsq_cli_usage_error(&cli, "unknown --format '%s' (dsq, ascend, awq, "
+                                                "compressed-tensors)", o.export_format);
+    int npos = a.npos;
+    if (npos < 1 || npos > 2 || (npos == 1 && !dry))
+        return free(rules), dsq_cli_usage_error(&cli, dry ? "expected IN [OUT]" : "expected IN and OUT");
+    if (!scheme == !preset)
+        return free(rules), dsq_cli_usage_error(&cli, preset ? "--scheme and --recipe are exclusive"
+                                                : "no scheme given (--scheme S or --recipe NAME)");
+    if (o.resume && o.overwrite)
+        return free(rules), dsq_cli_usage_error(&cli, "--resume and -f are exclusive");
+    if (o.resume && o.no_journal)
+        return free(rules), dsq_cli_usage_error(&cli, "--resume and --no-journal are exclusive");
+    const int calibrating = co.calib || co.load_stats;
+    if (co.calib && co.load_stats) return free(rules), dsq_cli_usage_error(&cli, "--calib and --stats are exclusive");
+    if (co.load_stats && co.save_stats) return free(rules), dsq_cli_usage_error(&cli, "--stats and --save-stats are exclusive");
+    const dsq_scheme *sc = dsq_scheme_by_name(scheme ? scheme : "w4a8"); /* a preset: its routed experts */
+    int awq = sc && sc->id == DSQ_SCHEME_AWQ_W4A16, int8 = sc && (sc->id == DSQ_SCHEME_W8A8 || sc->id == DSQ_SCHEME_W8A8_DYNAMIC);
+    unsigned have = (co.calib ? N_CALIB : 0) | (calibrating ? N_CALIB_OR_STATS : 0) | (awq ? 0 : N_SQ) |
+                    (!awq || co.gptq ? N_SMOOTH : 0) | (int8 ? 0 : N_INT4) | (dry ? 0 : N_WRITE) | (co.gptq ? N_GPTQ : 0) |
+                    (o.no_journal ? 0 : N_JOURNAL) |
+                    (dsq_opt_given(&a, O_ROTATE) && a.v[O_ROTATE].choice == 1 ? N_ROTATE : 0);
+    if ((rc = dsq_opt_check_needs(&cli, &spec, &a, have, needs, sizeof needs / sizeof needs[0])) >= 0)
+        return free(rules), rc;
+    o.input = a.pos[0];
+    o.output = npos == 2 ? a.pos[1] : NULL;
+    cli.progress = cli.progress && !cli.json;
+
+    dsq_quantize_opts q = { .scheme = scheme, .preset = preset, .group_size = group, .rules = rules,
+                            .n_rules = nrules, .dry_run = dry, .conv = o, .calib = co,
+                            .rotate = dsq_opt_given(&a, O_ROTATE) && a.v[O_ROTATE].choice == 1,
+                            .rotate_seed = dsq_opt_u64(&a, O_ROTSEED, 1234) };
+    run_ctx rx = { .cli = &cli, .calib_path = co.calib, .input = o.input };
+    dsq_quantize_hooks h = { .cancel = &dsq_cli_interrupted, .calib_progress = cli.progress ? on_calib_progress : NULL,
+                             .convert_progress = cli.progress ? on_progress : NULL, .note = on_note,
+                             .calibrated = on_calibrated, .planned = on_planned, .ctx = &rx };
+    dsq_quantize_result r;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    rc = dsq_quantize_run(&q, &h, &r, &d);
+    free(rules);
+    if (rx.calib_begun) dsq_progress_end(&rx.calib_p);
+    if (rx.conv_begun) dsq_progress_end(&rx.conv_p);
+    int exit_code = DSQ_EXIT_OK;
+    if (rc < 0) {
+        json_error(&cli, rc, &d);
+        if (r.stage == DSQ_QSTAGE_RECIPE && rc != DSQ_ERR_NOMEM) {
+            exit_code = dsq_cli_usage_error(&cli, "%s", d.msg);
+        } else if (rc == DSQ_ERR_INTERRUPTED && (r.stage == DSQ_QSTAGE_CALIB || r.stage == DSQ_QSTAGE_CONVERT)) {
+            dsq_cli_error(&cli, r.stage == DSQ_QSTAGE_CONVERT && o.no_journal
+                                    ? "interrupted; nothing was kept (--no-journal)"
+                                    : "interrupted; run again with --resume to continue");
+            exit_code = DSQ_EXIT_ERROR;
+        } else {
+            exit_code = dsq_cli_fail(&cli, rc, &d);
+            /* a combination the target cannot load */
+            if (o.export_format && rc == DSQ_ERR_UNSUPPORTED &&
+                (r.stage == DSQ_QSTAGE_PREFLIGHT || r.stage == DSQ_QSTAGE_PREPARE || r.stage == DSQ_QSTAGE_CONVERT))
+                exit_code = DSQ_EXIT_USAGE;
+        }
+    } else if (dry) {
+        if (!dsq_convert_have_config(r.conv) && !cli.json) no_config_warning(&cli, o.input);
+        exit_code = print_plan(&cli, r.conv, &r.recipe);
+    } else {
+        print_summary(&cli, &r.summary, o.input, o.output, r.threads, o.error_sample, r.calib_json);
+    }
+    dsq_quantize_result_release(&r);
+    return exit_code;
+}

@@ -1,0 +1,136 @@
+/* ds_serve.c - ds-serve: an OpenAI-compatible server over dsq's engine.
+ *
+ *   ds-serve -m MODEL [--port 8000] [--host 127.0.0.1] [--port-file F]
+ *            [--served-model-name NAME] [--api-key-env VAR] [--slots 8]
+ *            [--queue 64] [--ctx N] [--max-body BYTES] [--max-tokens N]
+ *
+ * The work is in libdsq (serve/server.h); this file parses options, starts
+ * the server, waits for SIGINT/SIGTERM and drains. Exit: 0 ok, 1 error,
+ * 2 usage. */
+#include "cli.h"
+#include "cli_opt.h"
+#include "dsq_file.h"
+#include "server.h"
+
+#include <json-c/json.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { O_MODEL = DSQ_OPT_FIRST, O_TOKENIZER, O_NAME, O_HOST, O_PORT, O_PORT_FILE, O_KEY_ENV, O_SLOTS, O_QUEUE, O_CTX,
+       O_MAX_BODY, O_MAX_TOKENS, O_DRAIN, O_BF16_TERMS };
+
+static const dsq_opt opts[] = {
+    { .type = DSQ_OPT_TEXT, .help =
+"usage: ds-serve -m MODEL [options]\n"
+"\n"
+"Serves MODEL (.dsq, safetensors file/index/directory) over an OpenAI-compatible\n"
+"HTTP API: GET /health, GET /v1/models, POST /v1/completions (prompt as text or\n"
+"token ids, one or a list; max_tokens, temperature (0 = greedy), top_p, seed,\n"
+"stop, logprobs, echo, stream, vLLM's prompt_logprobs). Concurrent requests are decoded together.\n"
+"\n" },
+    { O_MODEL, DSQ_OPT_STR, "model", 'm', "PATH", .help = "the model" },
+    { O_TOKENIZER, DSQ_OPT_STR, "tokenizer", 0, "PATH", .help = "tokenizer (default: the .dsq metadata or the\nmodel's directory)" },
+    { O_NAME, DSQ_OPT_STR, "served-model-name", 0, "N", .help = "name in /v1/models and requests (default: the\nmodel path's last component)" },
+    { O_HOST, DSQ_OPT_STR, "host", 0, "ADDR", .help = "IPv4 address to bind (default 127.0.0.1)" },
+    { O_PORT, DSQ_OPT_INT, "port", 'p', "N", 0, 65535, .help = "port (default 8000; 0 = any free port)" },
+    { O_PORT_FILE, DSQ_OPT_STR, "port-file", 0, "F", .help = "write the bound port to F once listening" },
+    { O_KEY_ENV, DSQ_OPT_STR, "api-key-env", 0, "VAR", .help = "require 'Authorization: Bearer <$VAR>'" },
+    { O_SLOTS, DSQ_OPT_INT, "slots", 0, "N", 1, 1024, .help = "sequences decoded together (default 8)" },
+    { O_QUEUE, DSQ_OPT_INT, "queue", 0, "N", 0, 1 << 20, .help = "sequences waiting beyond the slots; more get\n503 (default 64)" },
+    { O_CTX, DSQ_OPT_SIZE, "ctx", 0, "N", 2, INT32_MAX, "2..2^31-1",
+      .help = "context per sequence (default: the model's,\nmin(max positions, 4096))" },
+    { O_MAX_BODY, DSQ_OPT_SIZE, "max-body", 0, "BYTES", 64, 1u << 30, "64..1G", .help = "request body limit (default 8M)" },
+    { O_MAX_TOKENS, DSQ_OPT_SIZE, "max-tokens", 0, "N", 1, 1u << 20, "1..1M", .help = "cap on max_tokens (default 4096)" },
+    { O_DRAIN, DSQ_OPT_FLOAT, "drain-seconds", 0, "S", 0, 86400,
+      .help = "on SIGINT/SIGTERM, let requests in flight\nfinish for up to S seconds (default 30)" },
+    DSQ_OPT_THREADS_ROW("engine threads (default: all cores)"),
+    { O_BF16_TERMS, DSQ_OPT_INT, "bf16-terms", 0, "N", 1, 3,
+      .help = "BF16 weights: bf16 terms per f32 activation in\nthe dot products, 3 (default: f32 accuracy), 2,\n"
+              "or 1 (rounded to bf16 as llama.cpp: faster)" },
+    { DSQ_OPT_JSON, DSQ_OPT_FLAG, "json", .help = "log lines as JSON" },
+    { DSQ_OPT_QUIET, DSQ_OPT_FLAG, "quiet", 'q' },
+    { DSQ_OPT_VERBOSE, DSQ_OPT_FLAG, "verbose", 'v' },
+    { DSQ_OPT_HELP, DSQ_OPT_FLAG, "help", 'h' },
+    { DSQ_OPT_VERSION, DSQ_OPT_FLAG, "version", 'V' },
+    { .type = DSQ_OPT_TEXT, .help =
+"  -q, --quiet / -v, --verbose\n"
+"  -h, --help / -V, --version\n"
+"\n"
+"Exit status: 0 ok (stopped by a signal), 1 error, 2 usage.\n" },
+};
+static const dsq_opt_spec spec = { opts, sizeof opts / sizeof opts[0], 25, 1, NULL };
+
+int main(int argc, char **argv)
+{
+    dsq_cli cli;
+    dsq_cli_init(&cli, "ds-serve");
+    signal(SIGPIPE, SIG_IGN); /* a client that hangs up must not kill the server */
+    dsq_server_opts o;
+    dsq_server_opts_default(&o);
+    o.port = 8000;
+    dsq_args a;
+    int rc = dsq_opt_parse(&cli, &spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    if (a.npos > 0) return dsq_args_release(&a), dsq_cli_usage_error(&cli, "unexpected argument '%s'", a.pos[0]);
+    dsq_args_release(&a);
+    o.model_path = dsq_opt_str(&a, O_MODEL, NULL);
+    o.tokenizer_path = dsq_opt_str(&a, O_TOKENIZER, NULL);
+    o.served_name = dsq_opt_str(&a, O_NAME, NULL);
+    o.host = dsq_opt_str(&a, O_HOST, NULL);
+    o.port = dsq_opt_int(&a, O_PORT, o.port);
+    o.slots = dsq_opt_int(&a, O_SLOTS, o.slots);
+    o.queue = dsq_opt_int(&a, O_QUEUE, o.queue);
+    o.ctx = (int64_t)dsq_opt_u64(&a, O_CTX, (uint64_t)o.ctx);
+    o.lim.max_body = (size_t)dsq_opt_u64(&a, O_MAX_BODY, o.lim.max_body);
+    o.lim.max_tokens = (int64_t)dsq_opt_u64(&a, O_MAX_TOKENS, (uint64_t)o.lim.max_tokens);
+    o.bf16_terms = dsq_opt_int(&a, O_BF16_TERMS, o.bf16_terms);
+    const char *port_file = dsq_opt_str(&a, O_PORT_FILE, NULL), *key_env = dsq_opt_str(&a, O_KEY_ENV, NULL);
+    double drain = dsq_opt_float(&a, O_DRAIN, 30);
+    if (!o.model_path) return dsq_cli_usage_error(&cli, "--model is required");
+    o.threads = cli.threads;
+    if (key_env) {
+        o.api_key = getenv(key_env);
+        if (!o.api_key || !o.api_key[0]) return dsq_cli_usage_error(&cli, "--api-key-env: environment variable %s is unset or empty", key_env);
+    }
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    dsq_server *s = NULL;
+    double t0 = dsq_now();
+    rc = dsq_server_start(&s, &o, &d);
+    if (rc < 0) return dsq_cli_fail(&cli, rc, &d);
+    int port = dsq_server_port(s);
+    if (port_file) {
+        char buf[32];
+        int n = snprintf(buf, sizeof buf, "%d\n", port);
+        rc = dsq_write_file_atomic(port_file, buf, (size_t)n, DSQ_OUT_OVERWRITE, &d);
+        if (rc < 0) { dsq_server_stop(s, 0, NULL); return dsq_cli_fail(&cli, rc, &d); }
+    }
+    if (cli.json) {
+        json_object *j = json_object_new_object();
+        json_object_object_add(j, "event", json_object_new_string("listening"));
+        json_object_object_add(j, "host", json_object_new_string(o.host ? o.host : "127.0.0.1"));
+        json_object_object_add(j, "port", json_object_new_int(port));
+        json_object_object_add(j, "load_seconds", json_object_new_double(dsq_now() - t0));
+        dsq_cli_json_print(j, 0);
+    } else if (cli.level >= 2) {
+        printf("ds-serve: listening on http://%s:%d/v1 (%d slots, queue %d%s)\n", o.host ? o.host : "127.0.0.1", port,
+               o.slots, o.queue, o.api_key ? ", API key required" : "");
+    }
+    fflush(stdout);
+    dsq_cli_info(&cli, 3, "model loaded in %.1f s: %s", dsq_now() - t0, dsq_server_model_info(s));
+    while (!dsq_cli_interrupted) usleep(50000);
+    dsq_cli_info(&cli, 2, "stopping: draining requests in flight (up to %.0f s)", drain);
+    dsq_server_stats st;
+    dsq_server_stop(s, drain, &st);
+    dsq_cli_info(&cli, 3, "%llu requests, %llu completed, %llu busy (503), %llu bad, %llu cancelled; "
+                 "%llu prompt + %llu generated tokens; %llu decode steps, %.2f sequences per step",
+                 (unsigned long long)st.requests, (unsigned long long)st.completed, (unsigned long long)st.rejected_busy,
+                 (unsigned long long)st.bad_requests, (unsigned long long)st.cancelled,
+                 (unsigned long long)st.prompt_tokens, (unsigned long long)st.gen_tokens,
+                 (unsigned long long)st.decode_steps,
+                 st.decode_steps ? (double)st.decode_rows / (double)st.decode_steps : 0.0);
+    return DSQ_EXIT_OK;
+}
