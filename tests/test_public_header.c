@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The internal headers stay out: a type or macro of theirs here would mean
  * the public header reaches them. */
@@ -218,11 +219,89 @@ static void test_perplexity(void **state)
     free(text);
 }
 
+/* A checkpoint with no tokenizer beside it opens, says so, runs, and the
+ * tokenizer functions fail as promised; a tokenizer named in the options
+ * is used. */
+static void test_no_tokenizer(void **state)
+{
+    (void)state;
+    if (!have_sample()) { skip(); return; }
+    char *dir = dsq_test_tmpdir(), src[4096], dst[4096], cwd[2048];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    const char *files[] = { "config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                            "model-00002-of-00002.safetensors" };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(src, sizeof src, "%s/" SAMPLE "/%s", cwd, files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        assert_int_equal(symlink(src, dst), 0);
+    }
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    dsq_lm *lm = NULL;
+    dsq_lm_options o;
+    dsq_lm_options_default(&o);
+    o.context = 16;
+    assert_int_equal(dsq_lm_open(&lm, dir, &o, &d), DSQ_OK);
+    dsq_lm_info info;
+    assert_int_equal(dsq_lm_get_info(lm, &info), DSQ_OK);
+    assert_int_equal(info.has_tokenizer, 0);
+    assert_int_equal(dsq_lm_bos(lm), -1);
+    int32_t *ids = NULL, tok = 1;
+    size_t n = 0;
+    assert_int_equal(dsq_lm_encode(lm, "a", 1, 0, &ids, &n, &d), DSQ_ERR_NOT_FOUND);
+    assert_int_equal(dsq_lm_forward(lm, &tok, 1, NULL, 0, NULL), DSQ_OK);
+    dsq_lm_free(lm);
+    o.tokenizer = SAMPLE;
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_lm_open(&lm, dir, &o, &d), DSQ_OK);
+    assert_int_equal(dsq_lm_get_info(lm, &info), DSQ_OK);
+    assert_int_equal(info.has_tokenizer, 1);
+    dsq_lm_free(lm);
+    o.tokenizer = "no/such/tokenizer.json";
+    assert_int_equal(dsq_lm_open(&lm, dir, &o, &d), DSQ_ERR_NOT_FOUND);
+    assert_null(lm);
+    dsq_test_rmtree(dir);
+    free(dir);
+}
+
+/* A llama2.c checkpoint opens with its tokenizer found beside it, as
+ * ds-eval and ds-serve open it (when ../shared has stories260K). */
+static void test_llama2c(void **state)
+{
+    (void)state;
+    char *bin = dsq_test_shared("stories260K/stories260K.bin");
+    if (!bin) { fprintf(stderr, "skip: ../shared/data/stories260K/stories260K.bin absent\n"); skip(); return; }
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    dsq_lm *lm = NULL;
+    assert_int_equal(dsq_lm_open(&lm, bin, NULL, &d), DSQ_OK);
+    dsq_lm_info info;
+    assert_int_equal(dsq_lm_get_info(lm, &info), DSQ_OK);
+    assert_int_equal(info.has_tokenizer, 1);
+    assert_int_equal(info.vocab_size, 512);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char *back = NULL;
+    assert_int_equal(dsq_lm_encode(lm, "Once upon a time", 16, DSQ_LM_ADD_SPECIAL, &ids, &n, &d), DSQ_OK);
+    assert_int_equal(ids[0], dsq_lm_bos(lm));
+    float *logits = malloc(sizeof(float) * 512);
+    assert_non_null(logits);
+    assert_int_equal(dsq_lm_forward(lm, ids, n, logits, 0, &d), DSQ_OK);
+    assert_int_equal(dsq_lm_decode(lm, ids + 1, n - 1, 0, &back, NULL, &d), DSQ_OK);
+    assert_string_equal(back, "Once upon a time");
+    free(logits);
+    dsq_free(back);
+    dsq_free(ids);
+    dsq_lm_free(lm);
+    free(bin);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_version),     cmocka_unit_test(test_status_and_diag), cmocka_unit_test(test_schemes),
         cmocka_unit_test(test_open_errors), cmocka_unit_test(test_model),           cmocka_unit_test(test_perplexity),
+        cmocka_unit_test(test_no_tokenizer), cmocka_unit_test(test_llama2c),
     };
     return cmocka_run_group_tests_name("public_header", tests, NULL, NULL);
 }
