@@ -29,7 +29,7 @@
  * for the routed experts' up -> down groups the held-out error of scales
  * searched on each expert's rows sampled at dsq's default cap (64), at 512,
  * and on all its routed rows, as AutoAWQ's search takes them.
- * Measurement, not a test (tests/test_calib.c test_sample_clip_cov asserts
+ * Measurement, not a test (tests/test_calib_quality.c test_sample_clip_cov asserts
  * the ordering that matters). */
 #include "awq.h"
 #include "calib.h"

@@ -51,7 +51,7 @@
  * 256 rows on one thread) and the largest difference between the two
  * relative to sqrt(H_ii H_jj). 512 16384 is one sample of o_proj's input;
  * a V3 layer adds 128 such samples for o_proj and for two 7168-wide inputs.
- * Speed only; correctness is tests/test_calib.c and tests/test_gptq.c. */
+ * Speed only; correctness is tests/test_calib_*.c and tests/test_gptq.c. */
 #include "calib.h"
 #include <cblas.h>
 #include "gptq.h"
@@ -148,8 +148,8 @@ static int solve_bench(const char *scheme, int64_t rows, int64_t cols, int32_t g
     return 0;
 }
 
-/* The accumulation before the tiles (gptq.c until 2026-11-25): the
- * reference the tiled one is timed and checked against. */
+/* The accumulation without tiles (one double dsyrk per 256 rows on the
+ * calling thread): the reference the tiled one is timed and checked against. */
 static void hess_double_syrk(double *xtx, int64_t in, const float *x, int64_t T)
 {
     const int64_t C = 256;

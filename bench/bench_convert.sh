@@ -13,7 +13,7 @@
 # (this box is shared; wall-clock numbers suffer from the neighbours' load),
 # and CPU-s per GB of input: run it with a small EXPERTS (2) and a large one
 # (16, 128) to see whether a run has a fixed cost that a big model would not
-# amortise (issue 16).
+# amortise.
 # The output must reach the disk (ds-quant fsyncs before the atomic rename),
 # so on a slow disk the written bytes bound the speed: the script also
 # measures the disk's sequential write speed (1 GB, fdatasync). Set

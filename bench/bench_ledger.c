@@ -1,4 +1,4 @@
-/* bench_ledger.c - throughput of the resume ledger's check (issue 14.8):
+/* bench_ledger.c - throughput of the resume ledger's check:
  * --resume re-hashes the source bytes (weight plus FP8 scale) of every
  * tensor it reuses with dsq_ledger_hash, one tensor after another. This
  * times exactly that over a whole checkpoint, twice (the first pass reads

@@ -1,5 +1,5 @@
 /* bench_pool.c - what the pool's spin before sleeping buys and costs at
- * decode (issue 16): one model, one pool, rounds that alternate the spin
+ * decode: one model, one pool, rounds that alternate the spin
  * settings so that every setting sees the same minutes of a shared machine.
  *
  *   build/bench/bench_pool [-t threads] [-n steps] [-r rounds] [-s US,US,...] MODEL

@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench_qsearch.sh - what the searched int4 group parameters (quant/qsearch.c,
-# README "Searched group parameters") cost in a conversion: CPU seconds of
+# docs/calibration-notes.md "Searched group parameters") cost in a conversion: CPU seconds of
 # `ds-quant -T 1` with --no-search and --search per int4 scheme, on the
 # real-shape one-layer checkpoint of bench/synth_layer.sh (16 experts: 2.1 GB
 # BF16), and the difference per GB of BF16 input.

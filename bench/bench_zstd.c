@@ -1,4 +1,4 @@
-/* bench_zstd.c - what zstd buys on quantized payloads, per setting (issue 16):
+/* bench_zstd.c - what zstd buys on quantized payloads, per setting:
  * the ratio and the CPU cost of compressing every tensor of a .dsq, one
  * frame per tensor as ds-quant writes them, at several levels, negative
  * ("fast") levels and with literal (Huffman) compression forced on or off.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# conv_offcpu.sh - where the wall time of one conversion goes (issue 16):
+# conv_offcpu.sh - where the wall time of one conversion goes:
 # per thread of ds-quant, the seconds on a CPU and the seconds off it, by
 # what it waited for, from every context switch of the run
 # (`perf record -a -e sched:sched_switch` with DWARF stacks).

@@ -59,7 +59,7 @@ if [ -z "$PYTHON" ]; then
 fi
 [ -n "$PYTHON" ] || { echo "vs_llamacpp: needs a python3 with numpy (set PYTHON)" >&2; exit 1; }
 
-# --- kld: llama.cpp's rows of the sample's quality table (issue 15) --------
+# --- kld: llama.cpp's rows of the sample's quality table -----------------
 # samples/tiny-dsv3 (its own BPE vocab) to GGUF BF16, llama-quantize to each
 # type, llama-perplexity --kl-divergence against the BF16 logits on
 # samples/data/heldout.txt (-c 512: 39 chunks, the second half of each scored,

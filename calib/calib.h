@@ -122,6 +122,8 @@ typedef struct dsq_calib_progress {
 
 typedef void (*dsq_calib_progress_fn)(void *ctx, const dsq_calib_progress *p);
 
+enum dsq_smooth_method { DSQ_SMOOTH_SQ = 0, DSQ_SMOOTH_FLEX = 1 };
+
 typedef struct dsq_calib_opts {
     /* data: a file, or pre-tokenized ids */
     const char *calib;            /* --calib FILE (text or JSONL) */
@@ -138,6 +140,9 @@ typedef struct dsq_calib_opts {
     float alpha;                  /* --alpha (SmoothQuant migration strength) */
     int alpha_set;                /* alpha given explicitly: w4a8 / w8a8-dynamic use it instead of searching */
     int smooth;                   /* 0: no smoothing for w8a8/w4a8/w8a8-dynamic; default 1 */
+    int smooth_method;            /* DSQ_SMOOTH_SQ (default) or DSQ_SMOOTH_FLEX: the int8-weight
+                                     groups (w8a8, w8a8-dynamic) search flex smoothing's alpha and
+                                     beta (awq.h DSQ_SEARCH_FLEX); w4a8 groups keep their search */
     int clip;                     /* clip search for awq-w4a16 / w4a8; default 1 */
     int range_search;             /* int4 searched group parameters (dsq_qparams.range_search:
                                      0 default, > 0 on, < 0 off) in the clip and GPTQ steps */

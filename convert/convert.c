@@ -703,7 +703,7 @@ int dsq_conv_run_items(dsq_convert *c, size_t from, dsq_conv_item_fn fn, void *c
 
 /* A full disk is not the input's fault: the partial file, its journal, the
  * ledger and the committed shards are what --resume continues from once
- * space is freed (issue 14.12), so keep them and say so. */
+ * space is freed, so keep them and say so. */
 static int keep_for_resume(dsq_conv_sink *k, int rc, dsq_diag *d)
 {
     if (k->w) dsq_ctr_writer_detach(k->w, NULL);

@@ -1,6 +1,6 @@
 /* convert_meta.c - metadata JSON, fingerprint, shard index (see convert_meta.h). */
 #include "convert_meta.h"
-#include "convert_check.h"
+#include "convert_preflight.h"
 #include "dsq_file.h"
 #include "dsq_sbuf.h"
 #include "dsq_sha256.h"

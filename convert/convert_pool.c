@@ -159,231 +159,298 @@ static void zero_tails(const dsq_qlayout *L, uint8_t *blob, int64_t rows)
     if (L->r_size) memset(blob + L->r_off + (size_t)rows * 4, 0, L->r_size - (size_t)rows * 4);
 }
 
-int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8_t *bbuf,
-                     dsq_conv_scratch *ws, dsq_conv_result *r)
-{
-    memset(r, 0, sizeof *r);
-    const dsq_plan_entry *e = &c->plan.v[it->tensor];
-    const dsq_conv_tensor *ct = &c->ct[it->tensor];
-    const dsq_scheme *sc = e->scheme;
-    dsq_diag *d = &r->diag;
-    dsq_diag_clear(d);
-    int64_t cols = e->qshape.cols;
-
+/* One item on its way through dsq_conv_process: what its steps share. */
+typedef struct item_job {
+    dsq_convert *c;
+    const dsq_conv_item *it;
+    const dsq_plan_entry *e;
+    const dsq_conv_tensor *ct;
+    const dsq_scheme *sc;
+    dsq_diag *d;
+    int64_t cols;
     dsq_qparams qp;
-    dsq_qparams_init(&qp);
-    qp.allow_nonfinite = c->o.allow_nonfinite;
-    qp.clip_search = c->o.clip_search;
-    qp.range_search = c->o.range_search;
-    /* Calibration: scales are folded into the float rows below; importance,
-     * clip search and static activation parameters go to the quantizer. */
-    const dsq_calib_tensor *cal = c->o.calib ? dsq_calib_lookup(c->o.calib, e->name) : NULL;
-    dsq_calib_qparams(cal, &qp);
-    /* GPTQ: calibration already holds this tensor's blob. Its rows are
-     * dequantized and packed again with its own scales/zeros, which gives
-     * back exactly its codes (given-scale packing, quant/scheme.h), so the
-     * streaming, measuring and export paths below stay as they are. */
+    const dsq_calib_tensor *cal;   /* calibration entry, or NULL */
+    int gptq;                      /* cal holds the tensor's GPTQ blob (viewed by gq) */
     dsq_qview gq;
-    const int gptq = cal && cal->gptq_blob;
-    if (gptq) {
-        int grc = cal->gptq_scheme != sc->id || cal->gptq_group != e->qshape.group_size
-                      ? DSQ_ERR_STATE
-                      : dsq_qview_init(&gq, sc, &e->qshape, cal->gptq_blob, cal->gptq_blob_size, d);
-        if (grc < 0)
-            return r->status = dsq_fail(d, DSQ_ERR_STATE, NULL, e->name, -1,
-                                        "the GPTQ result was made for another scheme or group size");
-        qp.clip_search = 0;
-        qp.importance = NULL;
-    }
-
-    /* Output of this item: the whole blob, or a blob of the piece's rows. */
-    dsq_qshape oshape = e->qshape;
-    oshape.rows = it->nrows;
-    dsq_qlayout ol;
-    int rc = dsq_qlayout_get(sc, ct->stream ? &oshape : &e->qshape, &ol);
-    if (rc < 0) return r->status = dsq_fail(d, rc, NULL, e->name, -1, "layout: %s", dsq_strerror(rc));
-    /* Whole tensors are built in the worker's reusable buffer (encode copies
-     * them out); streamed pieces go to the writer, so each gets its own. */
+    dsq_qshape oshape;             /* a streamed piece's shape: its rows */
+    dsq_qlayout ol;                /* of this item's output */
     uint8_t *out;
-    size_t out_cap = 0;
-    /* An export takes whole raw blobs (no hash, no copy): own buffer too. */
-    const int own = ct->stream || c->xformat;
-    if (own) {
-        out = dsq_conv_buf_get(ws->bufs, ol.total, &out_cap);
-    } else {
-        if (ws->cap < ol.total) {
-            free(ws->buf);
-            ws->buf = big_alloc(ol.total, &ws->cap);
-            if (!ws->buf) ws->cap = 0;
-        }
-        out = ws->buf;
-    }
-    if (!out)
-        return r->status = dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1,
-                                    "out of memory (%zu bytes)", ol.total);
-    zero_tails(&ol, out, ct->stream ? it->nrows : e->qshape.rows);
-    if (it->piece == 0) dsq_st_advise(c->m, e->t, DSQ_ST_WILLNEED);
-    int64_t base = ct->stream ? it->row0 : 0;
-    const dsq_qshape *os = ct->stream ? &oshape : &e->qshape;
-    int sample = c->o.error_sample > 0 ? c->o.error_sample : 16;
+    size_t out_cap;
+    int own;                       /* out is a buffer of its own, handed on with the result */
+    int64_t base;                  /* first row of out (a piece's row0, else 0) */
+    const dsq_qshape *os;          /* the shape out is quantized as */
+    int sample;                    /* error measured on 1 row in sample */
+    int use_pread;                 /* source rows by pread (else through the mapping) */
+    int direct;                    /* BF16 source rows straight to the quantizer */
+    dsq_sha256 lh;                 /* the resume ledger's digest of the source rows */
     /* Source pages are unmapped in runs of DSQ_CONV_DROP_BYTES, not per
      * block: each madvise costs a TLB shootdown on every core running a
      * worker, which on a many-core host outweighs the pages it frees. */
-    const uint64_t src_row_bytes = (uint64_t)cols * dsq_dtype_bits(e->t->dtype) / 8;
-    int64_t drop_from = it->row0;
+    uint64_t src_row_bytes;
+    int64_t drop_from;
     /* Rows mapped ahead by populate_rows, in runs of the same size. */
-    int64_t pop_to = it->row0;
-    int64_t pop_rows = (int64_t)(DSQ_CONV_DROP_BYTES / (src_row_bytes ? src_row_bytes : 1));
-    if (pop_rows < 1) pop_rows = 1;
+    int64_t pop_to, pop_rows;
+} item_job;
+
+/* Quantizer parameters: the options, then calibration's. Calibration's
+ * scales are folded into the float rows (block_quantize); importance, clip
+ * search and static activation parameters go to the quantizer. GPTQ:
+ * calibration already holds this tensor's blob. Its rows are dequantized
+ * and packed again with its own scales/zeros, which gives back exactly its
+ * codes (given-scale packing, quant/scheme.h), so the streaming, measuring
+ * and export paths stay as they are. */
+static int item_params(item_job *j)
+{
+    const dsq_convert *c = j->c;
+    dsq_qparams_init(&j->qp);
+    j->qp.allow_nonfinite = c->o.allow_nonfinite;
+    j->qp.clip_search = c->o.clip_search;
+    j->qp.range_search = c->o.range_search;
+    j->cal = c->o.calib ? dsq_calib_lookup(c->o.calib, j->e->name) : NULL;
+    dsq_calib_qparams(j->cal, &j->qp);
+    j->gptq = j->cal && j->cal->gptq_blob;
+    if (j->gptq) {
+        const dsq_calib_tensor *cal = j->cal;
+        int grc = cal->gptq_scheme != j->sc->id || cal->gptq_group != j->e->qshape.group_size
+                      ? DSQ_ERR_STATE
+                      : dsq_qview_init(&j->gq, j->sc, &j->e->qshape, cal->gptq_blob, cal->gptq_blob_size, j->d);
+        if (grc < 0)
+            return dsq_fail(j->d, DSQ_ERR_STATE, NULL, j->e->name, -1,
+                            "the GPTQ result was made for another scheme or group size");
+        j->qp.clip_search = 0;
+        j->qp.importance = NULL;
+    }
+    return DSQ_OK;
+}
+
+/* The output of this item: the whole blob, or a blob of the piece's rows,
+ * its bytes that no row owns zeroed. Whole tensors are built in the
+ * worker's reusable buffer (encode copies them out); streamed pieces go to
+ * the writer, so each gets its own, and so does an export, which takes
+ * whole raw blobs (no hash, no copy). */
+static int item_output(item_job *j, dsq_conv_scratch *ws)
+{
+    const dsq_plan_entry *e = j->e;
+    const dsq_conv_tensor *ct = j->ct;
+    j->oshape = e->qshape;
+    j->oshape.rows = j->it->nrows;
+    int rc = dsq_qlayout_get(j->sc, ct->stream ? &j->oshape : &e->qshape, &j->ol);
+    if (rc < 0) return dsq_fail(j->d, rc, NULL, e->name, -1, "layout: %s", dsq_strerror(rc));
+    j->own = ct->stream || j->c->xformat;
+    if (j->own) {
+        j->out = dsq_conv_buf_get(ws->bufs, j->ol.total, &j->out_cap);
+    } else {
+        if (ws->cap < j->ol.total) {
+            free(ws->buf);
+            ws->buf = big_alloc(j->ol.total, &ws->cap);
+            if (!ws->buf) ws->cap = 0;
+        }
+        j->out = ws->buf;
+    }
+    if (!j->out) return dsq_fail(j->d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory (%zu bytes)", j->ol.total);
+    zero_tails(&j->ol, j->out, ct->stream ? j->it->nrows : e->qshape.rows);
+    return DSQ_OK;
+}
+
+/* The source bytes of rows [s, s+n) (*sp, *sl: the ledger's): read by
+ * pread into the worker's buffer, or from the mapping (mapped ahead). */
+static int block_source(item_job *j, dsq_conv_scratch *ws, int64_t s, int64_t n, const uint8_t **sp, size_t *sl)
+{
+    const dsq_plan_entry *e = j->e;
+    const int64_t end = j->it->row0 + j->it->nrows;
+    dsq_ledger_rows(e->t, e->qshape.rows, s, n, sp, sl);
+    if (j->use_pread) {
+        if (ws->src_cap < *sl) {
+            free(ws->src);
+            ws->src = malloc(*sl);
+            ws->src_cap = ws->src ? *sl : 0;
+            if (!ws->src) return dsq_fail(j->d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory (%zu bytes)", *sl);
+        }
+        int rc = dsq_st_pread_rows(j->c->m, e->t, s, n, ws->src, j->d);
+        if (rc == DSQ_ERR_UNSUPPORTED) j->use_pread = 0;
+        else if (rc < 0) return rc;
+        else *sp = ws->src;
+    }
+    if (!j->use_pread && s + n > j->pop_to) {
+        int64_t to = s + n > j->pop_to + j->pop_rows ? s + n : j->pop_to + j->pop_rows;
+        if (to > end) to = end;
+        populate_rows(e->t, j->cols, j->pop_to, to - j->pop_to);
+        j->pop_to = to;
+    }
+    return DSQ_OK;
+}
+
+/* Rows [s, s+n) as float32 in fbuf: GPTQ's blob dequantized (its scales
+ * given to the quantizer), or the source rows; BF16 rows on the direct path
+ * are quantized here (and widened only to be measured). */
+static int block_read(item_job *j, float *fbuf, const uint8_t *sp, int64_t s, int64_t n)
+{
+    dsq_convert *c = j->c;
+    const dsq_plan_entry *e = j->e;
+    int rc = DSQ_OK;
+    if (j->gptq) {
+        j->sc->dequantize(&j->gq, s, n, fbuf);
+        j->qp.given_scale = j->gq.scales + (size_t)j->base * (size_t)j->gq.layout.ngroups;
+        j->qp.given_zero = j->gq.zeros ? j->gq.zeros + (size_t)j->base * (size_t)j->gq.layout.ngroups : NULL;
+    } else if (j->direct) {
+        /* BF16 rows go to the quantizer as they are (quant/bf16src.h):
+         * it widens only where the scheme has no direct path. */
+        int widened = 0;
+        rc = dsq_quantize_bf16src(j->sc, sp, s - j->base, n, j->os, &j->qp, j->out, fbuf, &widened, j->d);
+        if (rc == DSQ_OK && j->ct->measure && !widened) rc = dsq_st_rows_f32_from(c->m, e->t, sp, s, n, fbuf, j->d);
+        if (rc == DSQ_ERR_NONFINITE) rc = nonfinite_error(e, fbuf, s, n, j->cols, j->d);
+    } else if (j->use_pread) {
+        rc = dsq_st_rows_f32_from(c->m, e->t, sp, s, n, fbuf, j->d);
+    } else {
+        rc = dsq_st_read_rows_f32(c->m, e->t, s, n, fbuf, j->d);
+    }
+    return rc;
+}
+
+/* Calibration folded into the float rows, then the rows quantized straight
+ * into the output blob; the block starting at its row 0 also writes the
+ * header. */
+static int block_quantize(item_job *j, float *fbuf, int64_t s, int64_t n)
+{
+    const dsq_plan_entry *e = j->e;
+    const dsq_calib_tensor *cal = j->cal;
+    int rc;
+    if (cal && !j->gptq && (rc = dsq_calib_apply_rows(cal, s, n, j->cols, fbuf)) < 0)
+        return dsq_fail(j->d, rc, NULL, e->name, -1, "calibration entry [%lld, %lld] does not fit the tensor",
+                        (long long)cal->rows, (long long)cal->cols);
+    if (!j->direct) {
+        rc = j->sc->quantize(fbuf, s - j->base, n, j->os, &j->qp, j->out, j->d);
+        if (rc == DSQ_ERR_NONFINITE) rc = nonfinite_error(e, fbuf, s, n, j->cols, j->d);
+        if (rc < 0) return rc;
+    }
+    return DSQ_OK;
+}
+
+/* Error on the block's first rows, quantized again on their own into a
+ * small blob (rows are independent: same codes). */
+static int block_measure(item_job *j, float *fbuf, uint8_t *bbuf, int64_t s, int64_t n, dsq_conv_result *r)
+{
+    const dsq_plan_entry *e = j->e;
+    dsq_qshape ks = e->qshape;
+    ks.rows = (n + j->sample - 1) / j->sample;
+    dsq_qlayout kl;
+    dsq_qview v;
+    int rc = dsq_qlayout_get(j->sc, &ks, &kl);
+    dsq_qparams kp = j->qp;   /* given scales are indexed by row: this piece starts at s */
+    if (j->gptq) {
+        kp.given_scale = j->gq.scales + (size_t)s * (size_t)j->gq.layout.ngroups;
+        kp.given_zero = j->gq.zeros ? j->gq.zeros + (size_t)s * (size_t)j->gq.layout.ngroups : NULL;
+    }
+    if (rc == DSQ_OK) rc = j->sc->quantize(fbuf, 0, ks.rows, &ks, &kp, bbuf, j->d);
+    if (rc == DSQ_OK) rc = dsq_qview_init(&v, j->sc, &ks, bbuf, kl.total, j->d);
+    if (rc == DSQ_OK && j->gptq) { /* GPTQ's error is against the source weights */
+        rc = dsq_st_read_rows_f32(j->c->m, e->t, s, ks.rows, fbuf, j->d);
+        if (rc == DSQ_OK) rc = dsq_calib_apply_rows(j->cal, s, ks.rows, j->cols, fbuf);
+    }
+    if (rc == DSQ_OK) rc = dsq_qrel_error(&v, fbuf, 0, ks.rows, NULL, &r->err2, &r->ref2);
+    if (rc < 0) return dsq_fail(j->d, rc, NULL, e->name, -1, "error measurement failed");
+    return DSQ_OK;
+}
+
+/* Every row block of the item: source, float rows, resume ledger digest,
+ * quantization, error measurement, and the source pages dropped behind. */
+static int item_rows(item_job *j, float *fbuf, uint8_t *bbuf, dsq_conv_scratch *ws, dsq_conv_result *r)
+{
+    dsq_convert *c = j->c;
+    const dsq_conv_item *it = j->it;
+    const dsq_plan_entry *e = j->e;
+    const dsq_conv_tensor *ct = j->ct;
+    if (it->piece == 0) dsq_st_advise(c->m, e->t, DSQ_ST_WILLNEED);
+    j->base = ct->stream ? it->row0 : 0;
+    j->os = ct->stream ? &j->oshape : &e->qshape;
+    j->sample = c->o.error_sample > 0 ? c->o.error_sample : 16;
+    j->src_row_bytes = (uint64_t)j->cols * dsq_dtype_bits(e->t->dtype) / 8;
+    j->drop_from = it->row0;
+    j->pop_to = it->row0;
+    j->pop_rows = (int64_t)(DSQ_CONV_DROP_BYTES / (j->src_row_bytes ? j->src_row_bytes : 1));
+    if (j->pop_rows < 1) j->pop_rows = 1;
     /* The resume ledger's digest of this item's source rows, taken block by
      * block while the bytes are in cache (convert_ledger.h). */
-    dsq_sha256 lh = { 0 };
-    if (c->ledger_on && dsq_sha256_init(&lh) < 0) {
-        rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
-        goto fail;
-    }
-
+    if (c->ledger_on && dsq_sha256_init(&j->lh) < 0) return dsq_fail(j->d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
     /* Source rows come in by pread into a per-worker buffer, not through
      * the mapping (dsq_st_pread_rows says why); GPTQ dequantizes its own
      * blob, and a model over a buffer has no descriptor: the mapping then. */
-    int use_pread = !gptq;
+    j->use_pread = !j->gptq;
     /* BF16 source rows straight to the quantizer: not where calibration
      * rewrites the float rows first, nor for GPTQ's own blob. */
-    const int direct = !gptq && !cal && e->t->dtype == DSQ_DTYPE_BF16 &&
-                       dsq_st_cols(e->t) == cols && !dsq_st_scale_of(c->m, e->t);
-    for (int64_t s = it->row0; s < it->row0 + it->nrows; s += ct->block_rows) {
-        int64_t n = it->row0 + it->nrows - s;
+    j->direct = !j->gptq && !j->cal && e->t->dtype == DSQ_DTYPE_BF16 && dsq_st_cols(e->t) == j->cols &&
+                !dsq_st_scale_of(c->m, e->t);
+    const int64_t end = it->row0 + it->nrows;
+    for (int64_t s = it->row0; s < end; s += ct->block_rows) {
+        int64_t n = end - s;
         if (n > ct->block_rows) n = ct->block_rows;
         const uint8_t *sp;   /* the block's source bytes (the ledger's) */
         size_t sl;
-        dsq_ledger_rows(e->t, e->qshape.rows, s, n, &sp, &sl);
-        if (use_pread) {
-            if (ws->src_cap < sl) {
-                free(ws->src);
-                ws->src = malloc(sl);
-                ws->src_cap = ws->src ? sl : 0;
-                if (!ws->src) {
-                    rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory (%zu bytes)", sl);
-                    goto fail;
-                }
-            }
-            rc = dsq_st_pread_rows(c->m, e->t, s, n, ws->src, d);
-            if (rc == DSQ_ERR_UNSUPPORTED) {
-                use_pread = 0;
-                rc = DSQ_OK;
-            } else if (rc < 0) {
-                goto fail;
-            } else {
-                sp = ws->src;
-            }
-        }
-        if (!use_pread && s + n > pop_to) {
-            int64_t to = s + n > pop_to + pop_rows ? s + n : pop_to + pop_rows;
-            if (to > it->row0 + it->nrows) to = it->row0 + it->nrows;
-            populate_rows(e->t, cols, pop_to, to - pop_to);
-            pop_to = to;
-        }
-        if (gptq) {
-            sc->dequantize(&gq, s, n, fbuf);
-            qp.given_scale = gq.scales + (size_t)base * (size_t)gq.layout.ngroups;
-            qp.given_zero = gq.zeros ? gq.zeros + (size_t)base * (size_t)gq.layout.ngroups : NULL;
-        } else if (direct) {
-            /* BF16 rows go to the quantizer as they are (quant/bf16src.h):
-             * it widens only where the scheme has no direct path. */
-            int widened = 0;
-            rc = dsq_quantize_bf16src(sc, sp, s - base, n, os, &qp, out, fbuf, &widened, d);
-            if (rc == DSQ_OK && ct->measure && !widened)
-                rc = dsq_st_rows_f32_from(c->m, e->t, sp, s, n, fbuf, d);
-            if (rc == DSQ_ERR_NONFINITE) rc = nonfinite_error(e, fbuf, s, n, cols, d);
-        } else if (use_pread) {
-            rc = dsq_st_rows_f32_from(c->m, e->t, sp, s, n, fbuf, d);
-        } else {
-            rc = dsq_st_read_rows_f32(c->m, e->t, s, n, fbuf, d);
-        }
-        if (rc < 0) goto fail;
+        int rc = block_source(j, ws, s, n, &sp, &sl);
+        if (rc == DSQ_OK) rc = block_read(j, fbuf, sp, s, n);
+        if (rc < 0) return rc;
         if (c->ledger_on) {   /* the ledger covers the source rows, GPTQ or not */
             uint8_t brec[DSQ_CRC32C_X4_LEN];
             dsq_ledger_block(sp, sl, brec);
-            dsq_sha256_update(&lh, brec, sizeof brec);
+            dsq_sha256_update(&j->lh, brec, sizeof brec);
         }
-        if (cal && !gptq && (rc = dsq_calib_apply_rows(cal, s, n, cols, fbuf)) < 0) {
-            dsq_fail(d, rc, NULL, e->name, -1, "calibration entry [%lld, %lld] does not fit the tensor",
-                     (long long)cal->rows, (long long)cal->cols);
-            goto fail;
-        }
-        /* Rows go straight into the output blob; the block starting at its
-         * row 0 also writes the header. */
-        if (!direct) {
-            rc = sc->quantize(fbuf, s - base, n, os, &qp, out, d);
-            if (rc == DSQ_ERR_NONFINITE) rc = nonfinite_error(e, fbuf, s, n, cols, d);
-            if (rc < 0) goto fail;
-        }
-        if (ct->measure) {
-            /* Error on the block's first rows, quantized again on their own
-             * into a small blob (rows are independent: same codes). */
-            dsq_qshape ks = e->qshape;
-            ks.rows = (n + sample - 1) / sample;
-            dsq_qlayout kl;
-            dsq_qview v;
-            rc = dsq_qlayout_get(sc, &ks, &kl);
-            dsq_qparams kp = qp;   /* given scales are indexed by row: this piece starts at s */
-            if (gptq) {
-                kp.given_scale = gq.scales + (size_t)s * (size_t)gq.layout.ngroups;
-                kp.given_zero = gq.zeros ? gq.zeros + (size_t)s * (size_t)gq.layout.ngroups : NULL;
-            }
-            if (rc == DSQ_OK) rc = sc->quantize(fbuf, 0, ks.rows, &ks, &kp, bbuf, d);
-            if (rc == DSQ_OK) rc = dsq_qview_init(&v, sc, &ks, bbuf, kl.total, d);
-            if (rc == DSQ_OK && gptq) { /* GPTQ's error is against the source weights */
-                rc = dsq_st_read_rows_f32(c->m, e->t, s, ks.rows, fbuf, d);
-                if (rc == DSQ_OK) rc = dsq_calib_apply_rows(cal, s, ks.rows, cols, fbuf);
-            }
-            if (rc == DSQ_OK) rc = dsq_qrel_error(&v, fbuf, 0, ks.rows, NULL, &r->err2, &r->ref2);
-            if (rc < 0) { dsq_fail(d, rc, NULL, e->name, -1, "error measurement failed"); goto fail; }
-        }
-        if (!use_pread && (uint64_t)(s + n - drop_from) * src_row_bytes >= DSQ_CONV_DROP_BYTES) {
-            drop_rows(e->t, cols, drop_from, s + n - drop_from);
-            drop_from = s + n;
+        rc = block_quantize(j, fbuf, s, n);
+        if (rc == DSQ_OK && ct->measure) rc = block_measure(j, fbuf, bbuf, s, n, r);
+        if (rc < 0) return rc;
+        if (!j->use_pread && (uint64_t)(s + n - j->drop_from) * j->src_row_bytes >= DSQ_CONV_DROP_BYTES) {
+            drop_rows(e->t, j->cols, j->drop_from, s + n - j->drop_from);
+            j->drop_from = s + n;
         }
     }
-    if (!use_pread && drop_from < it->row0 + it->nrows) drop_rows(e->t, cols, drop_from, it->row0 + it->nrows - drop_from);
-    if (c->ledger_on) dsq_sha256_final(&lh, r->src_sha);
+    if (!j->use_pread && j->drop_from < end) drop_rows(e->t, j->cols, j->drop_from, end - j->drop_from);
+    if (c->ledger_on) dsq_sha256_final(&j->lh, r->src_sha);
+    return DSQ_OK;
+}
 
-    if (own) {
-        r->piece = out;
-        r->piece_size = ol.total;
-        r->piece_cap = out_cap;
-        /* A streamed piece's W rows are compressed here, on the worker, as
-         * a frame of their own (dsq_ctr_writer_frame): one zstd stream per
-         * tensor ran on the writer thread alone while the workers waited
-         * for their window (perf, w8a8-dynamic -T 2: ~23% of the CPU on the
-         * writer and its hash thread, for the ~30% of the output that is
-         * streamed). The writer only hashes and writes. */
-        if (ct->stream && !c->xformat && c->o.zstd_level > 0) {
-            const uint8_t *wr = out + ol.w_off;
-            size_t wn = (size_t)it->nrows * ol.row_bytes;
-            r->zframe = dsq_conv_buf_get(ws->bufs, dsq_ctr_encode_bound(wn), &r->zframe_cap);
-            if (!r->zframe)
-                rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory (%zu bytes)",
-                              dsq_ctr_encode_bound(wn));
-            else
-                rc = dsq_ctr_zstd_frame(wr, wn, c->o.zstd_level, r->zframe, r->zframe_cap,
-                                        &r->zframe_size, d);
-            if (rc < 0) {
-                dsq_conv_buf_put(ws->bufs, r->zframe, r->zframe_cap);
-                r->zframe = NULL;
-                r->piece = NULL;
-                dsq_conv_buf_put(ws->bufs, out, out_cap);
-                return r->status = rc;
-            }
+/* An output buffer of its own goes with the result as it is. A streamed
+ * piece's W rows are compressed here, on the worker, as a frame of their
+ * own (dsq_ctr_writer_frame): one zstd stream per tensor ran on the writer
+ * thread alone while the workers waited for their window (perf,
+ * w8a8-dynamic -T 2: ~23% of the CPU on the writer and its hash thread, for
+ * the ~30% of the output that is streamed). The writer only hashes and
+ * writes. */
+static int item_hand_on(item_job *j, dsq_conv_scratch *ws, dsq_conv_result *r)
+{
+    const dsq_convert *c = j->c;
+    r->piece = j->out;
+    r->piece_size = j->ol.total;
+    r->piece_cap = j->out_cap;
+    if (j->ct->stream && !c->xformat && c->o.zstd_level > 0) {
+        const uint8_t *wr = j->out + j->ol.w_off;
+        size_t wn = (size_t)j->it->nrows * j->ol.row_bytes;
+        int rc;
+        r->zframe = dsq_conv_buf_get(ws->bufs, dsq_ctr_encode_bound(wn), &r->zframe_cap);
+        if (!r->zframe)
+            rc = dsq_fail(j->d, DSQ_ERR_NOMEM, NULL, j->e->name, -1, "out of memory (%zu bytes)",
+                          dsq_ctr_encode_bound(wn));
+        else
+            rc = dsq_ctr_zstd_frame(wr, wn, c->o.zstd_level, r->zframe, r->zframe_cap, &r->zframe_size, j->d);
+        if (rc < 0) {
+            dsq_conv_buf_put(ws->bufs, r->zframe, r->zframe_cap);
+            r->zframe = NULL;
+            r->piece = NULL;
+            dsq_conv_buf_put(ws->bufs, j->out, j->out_cap);
+            return r->status = rc;
         }
-        return DSQ_OK;
     }
+    return DSQ_OK;
+}
+
+/* A whole tensor built in the worker's buffer: encoded into a buffer that
+ * goes with the result. */
+static int item_encode(item_job *j, dsq_conv_scratch *ws, dsq_conv_result *r)
+{
     size_t bcap;
-    uint8_t *bb = dsq_conv_buf_get(ws->bufs, dsq_ctr_encode_bound(ol.total), &bcap);
+    uint8_t *bb = dsq_conv_buf_get(ws->bufs, dsq_ctr_encode_bound(j->ol.total), &bcap);
     if (!bb)
-        return r->status = dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory (%zu bytes)",
-                                    dsq_ctr_encode_bound(ol.total));
-    rc = dsq_ctr_encode_into(out, ol.total, c->o.zstd_level, bb, bcap, &r->blob, d);
+        return r->status = dsq_fail(j->d, DSQ_ERR_NOMEM, NULL, j->e->name, -1, "out of memory (%zu bytes)",
+                                    dsq_ctr_encode_bound(j->ol.total));
+    int rc = dsq_ctr_encode_into(j->out, j->ol.total, j->c->o.zstd_level, bb, bcap, &r->blob, j->d);
     if (rc < 0) {
         dsq_conv_buf_put(ws->bufs, bb, bcap);
         return r->status = rc;
@@ -391,12 +458,40 @@ int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8
     r->blob_buf = bb;
     r->blob_cap = bcap;
     return DSQ_OK;
-fail:
-    if (lh.md_ctx) dsq_sha256_release(&lh);
-    if (own) dsq_conv_buf_put(ws->bufs, out, out_cap);
-    if (!d->tensor[0]) snprintf(d->tensor, sizeof d->tensor, "%s", e->name);
-    if (!d->path[0]) snprintf(d->path, sizeof d->path, "%s", dsq_st_shard_path(c->m, e->t->shard));
+}
+
+/* A row block failed: release what the item holds and name the tensor and
+ * its file where the failing step did not. */
+static int item_fail(item_job *j, dsq_conv_scratch *ws, dsq_conv_result *r, int rc)
+{
+    dsq_diag *d = j->d;
+    if (j->lh.md_ctx) dsq_sha256_release(&j->lh);
+    if (j->own) dsq_conv_buf_put(ws->bufs, j->out, j->out_cap);
+    if (!d->tensor[0]) snprintf(d->tensor, sizeof d->tensor, "%s", j->e->name);
+    if (!d->path[0]) snprintf(d->path, sizeof d->path, "%s", dsq_st_shard_path(j->c->m, j->e->t->shard));
     return r->status = rc;
+}
+
+int dsq_conv_process(dsq_convert *c, const dsq_conv_item *it, float *fbuf, uint8_t *bbuf,
+                     dsq_conv_scratch *ws, dsq_conv_result *r)
+{
+    memset(r, 0, sizeof *r);
+    item_job j;
+    memset(&j, 0, sizeof j);
+    j.c = c;
+    j.it = it;
+    j.e = &c->plan.v[it->tensor];
+    j.ct = &c->ct[it->tensor];
+    j.sc = j.e->scheme;
+    j.d = &r->diag;
+    dsq_diag_clear(j.d);
+    j.cols = j.e->qshape.cols;
+    int rc = item_params(&j);
+    if (rc == DSQ_OK) rc = item_output(&j, ws);
+    if (rc < 0) return r->status = rc;
+    rc = item_rows(&j, fbuf, bbuf, ws, r);
+    if (rc < 0) return item_fail(&j, ws, r, rc);
+    return j.own ? item_hand_on(&j, ws, r) : item_encode(&j, ws, r);
 }
 
 /* ================= ordered pipeline ================= */

@@ -102,15 +102,18 @@ static char *dup_mem(const char *s, size_t n)
     return p;
 }
 
-/* Fetch a required string field. */
+/* Fetch a required string field (numbers too, as their JSON text, when
+ * numbers is set). */
 static int get_str(json_object *o, const char *key, const char *name, size_t lineno,
-                   char **out, size_t *out_len, dsq_diag *d)
+                   char **out, size_t *out_len, int numbers, dsq_diag *d)
 {
     json_object *v;
     if (!json_object_object_get_ex(o, key, &v) || !v)
         return dsq_fail(d, DSQ_ERR_DATA, name, NULL, -1, "line %zu: missing \"%s\" field", lineno, key);
-    if (!json_object_is_type(v, json_type_string))
-        return dsq_fail(d, DSQ_ERR_DATA, name, NULL, -1, "line %zu: \"%s\" is not a string", lineno, key);
+    if (!json_object_is_type(v, json_type_string) &&
+        !(numbers && (json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double))))
+        return dsq_fail(d, DSQ_ERR_DATA, name, NULL, -1, "line %zu: \"%s\" is not a string%s", lineno, key,
+                        numbers ? " or a number" : "");
     size_t n = (size_t)json_object_get_string_len(v);
     *out = dup_mem(json_object_get_string(v), n);
     if (!*out) return dsq_fail(d, DSQ_ERR_NOMEM, name, NULL, -1, "out of memory");
@@ -123,6 +126,8 @@ typedef struct {
     size_t cap;
     json_tokener *tok;
     const char *name;
+    const char *qkey, *akey;  /* field names */
+    int numbers;              /* numeric answers accepted */
     dsq_diag *d;
 } load_ctx;
 
@@ -143,8 +148,8 @@ static int load_line(void *vctx, const char *line, size_t n, size_t lineno)
     int rc = parse_line(c->tok, line, n, c->name, lineno, &o, c->d);
     if (rc < 0) return rc;
     dsq_gsm8k_item it = { .line = lineno };
-    rc = get_str(o, "question", c->name, lineno, &it.question, &it.question_len, c->d);
-    if (rc == DSQ_OK) rc = get_str(o, "answer", c->name, lineno, &it.answer, &it.answer_len, c->d);
+    rc = get_str(o, c->qkey, c->name, lineno, &it.question, &it.question_len, 0, c->d);
+    if (rc == DSQ_OK) rc = get_str(o, c->akey, c->name, lineno, &it.answer, &it.answer_len, c->numbers, c->d);
     json_object_put(o);
     if (rc < 0) { free(it.question); free(it.answer); return rc; }
     if (c->s->n == c->cap) {
@@ -161,13 +166,14 @@ static int load_line(void *vctx, const char *line, size_t n, size_t lineno)
     return DSQ_OK;
 }
 
-int dsq_gsm8k_parse(dsq_gsm8k_set *s, const char *text, size_t len, const char *name, dsq_diag *d)
+static int parse_fields(dsq_gsm8k_set *s, const char *text, size_t len, const char *name,
+                        const char *qkey, const char *akey, int numbers, dsq_diag *d)
 {
     memset(s, 0, sizeof *s);
     json_tokener *tok = json_tokener_new();
     if (!tok) return dsq_fail(d, DSQ_ERR_NOMEM, name, NULL, -1, "out of memory");
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-    load_ctx c = { .s = s, .tok = tok, .name = name, .d = d };
+    load_ctx c = { .s = s, .tok = tok, .name = name, .qkey = qkey, .akey = akey, .numbers = numbers, .d = d };
     int rc = for_each_line(text, len, load_line, &c);
     json_tokener_free(tok);
     if (rc == DSQ_OK && s->n == 0)
@@ -176,16 +182,28 @@ int dsq_gsm8k_parse(dsq_gsm8k_set *s, const char *text, size_t len, const char *
     return rc;
 }
 
-int dsq_gsm8k_load(dsq_gsm8k_set *s, const char *path, dsq_diag *d)
+int dsq_gsm8k_parse(dsq_gsm8k_set *s, const char *text, size_t len, const char *name, dsq_diag *d)
+{
+    return parse_fields(s, text, len, name, "question", "answer", 0, d);
+}
+
+int dsq_gsm8k_load_fields(dsq_gsm8k_set *s, const char *path, const char *qfield, const char *afield,
+                          dsq_diag *d)
 {
     memset(s, 0, sizeof *s);
     char *buf;
     size_t len;
     int rc = dsq_read_file_or_pipe(path, GSM8K_MAX_FILE, &buf, &len, d);
     if (rc < 0) return rc;
-    rc = dsq_gsm8k_parse(s, buf, len, path, d);
+    int std = !strcmp(qfield, "question") && !strcmp(afield, "answer");
+    rc = parse_fields(s, buf, len, path, qfield, afield, !std, d);
     free(buf);
     return rc;
+}
+
+int dsq_gsm8k_load(dsq_gsm8k_set *s, const char *path, dsq_diag *d)
+{
+    return dsq_gsm8k_load_fields(s, path, "question", "answer", d);
 }
 
 void dsq_gsm8k_set_release(dsq_gsm8k_set *s)

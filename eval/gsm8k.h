@@ -69,6 +69,10 @@ typedef struct dsq_gsm8k_set {
  *   "empty dataset: no items". I/O errors are DSQ_ERR_IO / DSQ_ERR_NOT_FOUND.
  * On failure s is left empty. */
 int  dsq_gsm8k_load(dsq_gsm8k_set *s, const char *path, dsq_diag *d);
+/* Any numeric-answer set: the question and answer under other field names
+ * (the answer may then be a JSON number, kept as its text). */
+int  dsq_gsm8k_load_fields(dsq_gsm8k_set *s, const char *path, const char *qfield,
+                           const char *afield, dsq_diag *d);
 /* Same from memory; name is used in messages. */
 int  dsq_gsm8k_parse(dsq_gsm8k_set *s, const char *text, size_t len,
                      const char *name, dsq_diag *d);

@@ -68,6 +68,27 @@ static int gen_detok(void *u, const int32_t *ids, size_t n, char **text, size_t 
     return rc;
 }
 
+void dsq_eval_gen_ops(dsq_eval_model *r, int n_slots, dsq_gen_ops *ops)
+{
+    dsq_gen_ops g = { .user = r, .vocab = r->vocab, .n_slots = n_slots, .prefill = gen_prefill,
+                      .decode = gen_decode, .detok = gen_detok };
+    *ops = g;
+}
+
+size_t dsq_eval_eos_ids(const dsq_eval_model *r, int32_t *eos, size_t cap)
+{
+    size_t n_eos = 0;
+    int32_t te = dsq_tokenizer_eos(r->tok);
+    if (te >= 0 && n_eos < cap) eos[n_eos++] = te;
+    const dsq_model_config *cfg = dsq_model_get_config(r->m);
+    for (int i = 0; i < cfg->n_eos && n_eos < cap; i++) {
+        int dup = 0;
+        for (size_t k = 0; k < n_eos; k++) dup |= eos[k] == (int32_t)cfg->eos_token_ids[i];
+        if (!dup) eos[n_eos++] = (int32_t)cfg->eos_token_ids[i];
+    }
+    return n_eos;
+}
+
 static void note(const dsq_gsm8k_local_opts *o, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void note(const dsq_gsm8k_local_opts *o, int level, const char *fmt, ...)
 {
@@ -98,20 +119,11 @@ static int generate(dsq_eval_model *r, const dsq_gsm8k_local_opts *o, int32_t **
     size_t n_stops = 3;
     char *eos_text = NULL;
     int32_t eos[1 + DSQ_CFG_MAX_EOS];
-    size_t n_eos = 0, el;
+    size_t n_eos = dsq_eval_eos_ids(r, eos, sizeof eos / sizeof eos[0]), el;
     int32_t te = dsq_tokenizer_eos(r->tok);
-    if (te >= 0) {
-        eos[n_eos++] = te;
-        if (dsq_tokenizer_decode(r->tok, &te, 1, 0, &eos_text, &el) == 0 && el) stops[n_stops++] = eos_text;
-    }
-    const dsq_model_config *cfg = dsq_model_get_config(r->m);
-    for (int i = 0; i < cfg->n_eos; i++) {
-        int dup = 0;
-        for (size_t k = 0; k < n_eos; k++) dup |= eos[k] == (int32_t)cfg->eos_token_ids[i];
-        if (!dup) eos[n_eos++] = (int32_t)cfg->eos_token_ids[i];
-    }
-    dsq_gen_ops ops = { .user = r, .vocab = r->vocab, .n_slots = o->model.max_batch, .prefill = gen_prefill,
-                        .decode = gen_decode, .detok = gen_detok };
+    if (te >= 0 && dsq_tokenizer_decode(r->tok, &te, 1, 0, &eos_text, &el) == 0 && el) stops[n_stops++] = eos_text;
+    dsq_gen_ops ops;
+    dsq_eval_gen_ops(r, o->model.max_batch, &ops);
     dsq_gen_opts go = { .max_new_tokens = o->max_new, .max_ctx = max_ctx, .stops = stops, .n_stops = n_stops,
                         .eos = eos, .n_eos = n_eos, .cancel = o->cancel };
     if (o->generating) o->generating(o->ctx, n, max_ctx);

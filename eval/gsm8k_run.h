@@ -18,6 +18,14 @@ char *dsq_gsm8k_default_train(const char *data);
 int dsq_gsm8k_prompts(const dsq_gsm8k_set *test, size_t n, const char *train_path, int shots, uint64_t seed,
                       char **prompts, size_t *lens, dsq_diag *d);
 
+/* dsq_gsm8k_generate's callbacks over an open model (user: r): prefill
+ * and batched decode on its KV cache, the text with special tokens skipped
+ * (and ids without a token dropped). */
+void dsq_eval_gen_ops(dsq_eval_model *r, int n_slots, dsq_gen_ops *ops);
+/* The ids that end a sequence: the tokenizer's EOS, then the model
+ * config's eos_token_id(s) not already there; returns how many (<= cap). */
+size_t dsq_eval_eos_ids(const dsq_eval_model *r, int32_t *eos, size_t cap);
+
 typedef struct dsq_gsm8k_local_opts {
     dsq_eval_model_opts model;  /* max_batch: sequences decoded together; ctx 0: the model's */
     const char *tokenizer;      /* NULL: the model's own */

@@ -7,6 +7,9 @@
  *                 [--limit N] [--seed 1234] [--batch B] [--max-new-tokens 256]
  *                 [--out items.jsonl]
  *   ds-eval gsm8k --score completions.jsonl --data test.jsonl [--out items.jsonl]
+ *   ds-eval gsm8k --chat [--prompt aisbench-0shot-cot|lm-eval-cot-llama] --data F
+ *                 (--endpoint URL | --model M) [--chat-template-kwargs JSON]
+ *                 [--samples N] [--temperature T] [--max-tokens N] [--out F]
  *   ds-eval gsm8k|ppl --endpoint URL [--served-model NAME] [--api-key-env VAR]
  *                 [--concurrency N] ... (the model behind an OpenAI-compatible server)
  *
@@ -21,21 +24,31 @@
 #include "eval_model.h"
 #include "gsm8k.h"
 #include "gsm8k_run.h"
+#include "chat_eval.h"
+#include "chat_reasoning.h"
+#include "chat_run.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 
-/* the commands, as option-table bits ("gsm8k --score" is one of its own) */
-enum { CMD_PPL = 1, CMD_KLD = 2, CMD_GSM = 4, CMD_SCORE = 8 };
+/* the commands, as option-table bits ("gsm8k --score" and "gsm8k --chat" are
+ * commands of their own) */
+enum { CMD_PPL = 1, CMD_KLD = 2, CMD_GSM = 4, CMD_SCORE = 8, CMD_CHAT = 16 };
 
 enum {
     O_MODEL = DSQ_OPT_FIRST, O_TOKENIZER, O_CTX, O_DATA, O_LIMIT_TOKENS, O_SAVE_LOGITS, O_LOGITS_FORMAT,
     O_LOGITS_TOPK, O_BASE, O_TRAIN, O_SHOTS, O_SEED, O_LIMIT, O_BATCH, O_MAX_NEW, O_BOS,
     O_SCORE, O_OUT, O_ENDPOINT, O_SERVED_MODEL, O_API_KEY_ENV, O_CONCURRENCY,
-    O_TIMEOUT, O_RETRIES, O_NO_VERIFY, O_BF16_TERMS, O_FORCE
+    O_TIMEOUT, O_RETRIES, O_NO_VERIFY, O_BF16_TERMS, O_FORCE,
+    O_CHAT, O_PROMPT, O_CHAT_TEMPLATE, O_REASONING, O_CHAT_KWARGS, O_GEN_KWARGS, O_MAX_TOKENS, O_TEMPERATURE,
+    O_TOP_P, O_SAMPLES, O_THINK_END, O_QFIELD, O_AFIELD
 };
 
 static const dsq_opt opt_table[] = {
@@ -49,14 +62,15 @@ static const dsq_opt opt_table[] = {
 "  kld     KL divergence of a model against base log-probs saved by\n"
 "          'ppl --save-logits' (mean/median/p99/max KLD, same top-1, PPL ratio)\n"
 "  gsm8k   lm-eval gsm8k v3.0: 5-shot, greedy, strict-match and flexible-extract\n"
-"          exact_match; or --score completions made elsewhere\n"
+"          exact_match; or --score completions made elsewhere; or --chat:\n"
+"          through chat completions as AISBench / lm-eval's chat tasks do\n"
 "\n"
 "Model and tokenizer:\n" },
     { O_MODEL, DSQ_OPT_STR, "model", 'm', "PATH", .help = "safetensors file/index/directory or .dsq file" },
-    { O_TOKENIZER, DSQ_OPT_STR, "tokenizer", 0, "PATH", .cmds = CMD_PPL | CMD_KLD | CMD_GSM,
+    { O_TOKENIZER, DSQ_OPT_STR, "tokenizer", 0, "PATH", .cmds = CMD_PPL | CMD_KLD | CMD_GSM | CMD_CHAT,
       .help = "tokenizer.json, its directory, or a llama2.c .bin\n(default: for a .dsq the tokenizer its metadata\n"
               "carries, else the model's directory)" },
-    { O_CTX, DSQ_OPT_SIZE, "ctx", 0, "N", 3, INT32_MAX, "3..2^31-1", .cmds = CMD_PPL | CMD_GSM,
+    { O_CTX, DSQ_OPT_SIZE, "ctx", 0, "N", 3, INT32_MAX, "3..2^31-1", .cmds = CMD_PPL | CMD_GSM | CMD_CHAT,
       .help = "ppl/kld window (default 512); gsm8k: KV cache length\n(default: the model's, min(max positions, 4096))" },
     { O_NO_VERIFY, DSQ_OPT_FLAG, "no-verify", .help = "skip the SHA-256 check of .dsq payloads stored\n"
                                                       "uncompressed (a damaged file then gives wrong numbers)" },
@@ -90,9 +104,9 @@ static const dsq_opt opt_table[] = {
     { O_DATA, DSQ_OPT_STR, "data", 0, "FILE", .help = "test split, JSONL {\"question\",\"answer\"}" },
     { O_TRAIN, DSQ_OPT_STR, "train", 0, "FILE", .cmds = CMD_GSM, .help = "few-shot pool (default: train.jsonl beside --data)" },
     { O_SHOTS, DSQ_OPT_INT, "shots", 0, "N", 0, 64, .cmds = CMD_GSM, .help = "few-shot examples (default 5)" },
-    { O_SEED, DSQ_OPT_SIZE, "seed", 0, "N", 0, .cmds = CMD_GSM, .help = "few-shot seed (default 1234, lm-eval's)" },
-    { O_LIMIT, DSQ_OPT_SIZE, "limit", 0, "N", 1, .cmds = CMD_GSM | CMD_SCORE, .help = "first N test items only" },
-    { O_BATCH, DSQ_OPT_INT, "batch", 0, "B", 1, 4096, .cmds = CMD_GSM, .help = "sequences decoded together (default 8)" },
+    { O_SEED, DSQ_OPT_SIZE, "seed", 0, "N", 0, .cmds = CMD_GSM | CMD_CHAT, .help = "few-shot seed (default 1234, lm-eval's)" },
+    { O_LIMIT, DSQ_OPT_SIZE, "limit", 0, "N", 1, .cmds = CMD_GSM | CMD_SCORE | CMD_CHAT, .help = "first N test items only" },
+    { O_BATCH, DSQ_OPT_INT, "batch", 0, "B", 1, 4096, .cmds = CMD_GSM | CMD_CHAT, .help = "sequences decoded together (default 8)" },
     { O_MAX_NEW, DSQ_OPT_SIZE, "max-new-tokens", 0, "N", 1, 1 << 20, "1..1M", .cmds = CMD_GSM,
       .help = "generation cap (default 256, lm-eval's max_gen_toks)" },
     { O_BOS, DSQ_OPT_STR, "bos", 0, "auto|yes|no", .help = "BOS before each prompt (default auto: as the\n"
@@ -100,9 +114,43 @@ static const dsq_opt opt_table[] = {
     { O_SCORE, DSQ_OPT_STR, "score", 0, "FILE", .cmds = CMD_SCORE,
       .help = "score completions from another engine instead of\ngenerating: JSONL with \"completion\", \"response\" or\n"
               "\"resps\" (lm-eval samples), matched by \"doc_id\" or\nline order; no --model needed" },
-    { O_OUT, DSQ_OPT_STR, "out", 0, "FILE", .cmds = CMD_GSM | CMD_SCORE,
+    { O_OUT, DSQ_OPT_STR, "out", 0, "FILE", .cmds = CMD_GSM | CMD_SCORE | CMD_CHAT,
       .help = "per-item JSONL: doc_id, question, completion, strict,\nflexible, gold, correct_strict, correct_flexible\n"
               "(with --endpoint also written as items arrive; a\nrerun with the same --out continues, -f restarts)" },
+    { .type = DSQ_OPT_TEXT, .help =
+"\n"
+"gsm8k --chat (GSM8K or any numeric-answer JSONL through /v1/chat/completions,\n"
+"or in process through the model's chat template, as ds-serve renders it):\n" },
+    { O_CHAT, DSQ_OPT_FLAG, "chat", .cmds = CMD_CHAT, .help = "chat completions, scored as --prompt's harness" },
+    { O_PROMPT, DSQ_OPT_STR, "prompt", 0, "NAME", .cmds = CMD_CHAT | CMD_GSM,
+      .help = "aisbench-0shot-cot (default: AISBench's 0-shot CoT\nchat prompt and scoring, its \"1,234\" -> 234 quirk\n"
+              "kept), aisbench-0shot-cot-nocomma (later AISBench:\ncommas dropped first), lm-eval-cot-llama\n"
+              "(gsm8k_cot_llama, 8 shots as turns, strict and\nflexible); without --chat: lm-eval-gsm8k (above)" },
+    { O_CHAT_KWARGS, DSQ_OPT_STR, "chat-template-kwargs", 0, "JSON", .cmds = CMD_CHAT,
+      .left = "    --chat-template-kwargs JSON  ", .help = "e.g. '{\"thinking\": true}'" },
+    { O_MAX_TOKENS, DSQ_OPT_SIZE, "max-tokens", 0, "N", 1, 1 << 20, "1..1M", .cmds = CMD_CHAT,
+      .help = "reply cap (default: the harness's, 512 / 256)" },
+    { O_TEMPERATURE, DSQ_OPT_FLOAT, "temperature", 0, "T", 0, 2, .cmds = CMD_CHAT,
+      .help = "(default: the harness's, 0.01 / 0; in process: 0 only)" },
+    { O_TOP_P, DSQ_OPT_FLOAT, "top-p", 0, "P", 1e-9, 1, "(0, 1]", .cmds = CMD_CHAT, .help = "nucleus sampling (default: not sent)" },
+    { O_SAMPLES, DSQ_OPT_INT, "samples", 0, "N", 1, 1 << 16, .cmds = CMD_CHAT,
+      .help = "replies per item: mean accuracy, stderr, pass@N;\nwith --seed S, sample s is sent seed S + s" },
+    { O_GEN_KWARGS, DSQ_OPT_STR, "generation-kwargs", 0, "JSON", .cmds = CMD_CHAT,
+      .left = "    --generation-kwargs JSON  ",
+      .help = "further request fields, as AISBench's\ngeneration_kwargs (e.g. '{\"top_k\": 10,\n"
+              "\"repetition_penalty\": 1.03}'); with --endpoint" },
+    { O_THINK_END, DSQ_OPT_STR, "think-end", 0, "S", .cmds = CMD_CHAT,
+      .help = "lm-eval's think_end_token: score the content after\nthe last S" },
+    { O_QFIELD, DSQ_OPT_STR, "question-field", 0, "Q", .cmds = CMD_CHAT, .help = "field names of another data set" },
+    { O_AFIELD, DSQ_OPT_STR, "answer-field", 0, "A", .cmds = CMD_CHAT, .help = "(the answer may be a number)" },
+    { O_CHAT_TEMPLATE, DSQ_OPT_STR, "chat-template", 0, "T", .cmds = CMD_CHAT,
+      .help = "in process: a known template id or file (default:\nthe model's own, recognised by sha256)" },
+    { O_REASONING, DSQ_OPT_CHOICE, "reasoning-parser", 0, "P", .choices = "deepseek_r1|deepseek_v3", .cmds = CMD_CHAT,
+      .help = "in process: split reasoning_content as ds-serve\n/ vLLM would (deepseek_r1 or deepseek_v3)" },
+    { .type = DSQ_OPT_TEXT, .help =
+"      --out FILE (chat): per-reply JSONL (raw content, reasoning_content,\n"
+"      reasoning_chars, finish, answer, correct); written as replies arrive, a\n"
+"      rerun continues it, -f restarts\n" },
     { .type = DSQ_OPT_TEXT, .help =
 "\n"
 "Served model (gsm8k, ppl, kld): instead of --model, an OpenAI-compatible server\n"
@@ -155,6 +203,13 @@ typedef struct opts {
     double timeout;
     int no_verify;
     int bf16_terms;        /* 0: the engine's default */
+    /* gsm8k --chat */
+    int chat;
+    const char *prompt, *chat_template, *chat_kwargs, *gen_kwargs, *think_end, *qfield, *afield;
+    int reasoning_parser, samples;
+    int64_t max_tokens;    /* 0: the suite's */
+    double temperature, top_p;
+    int has_seed, has_temperature;
 } opts;
 
 /* Options a command does not use are an error (exit 2), never silently
@@ -163,9 +218,17 @@ typedef struct opts {
 static int check_used(dsq_cli *cli, const opts *o, int ppl, int kld, int gsm)
 {
     const dsq_args *a = o->args;
-    int rc = dsq_opt_check_cmd(cli, &spec, a, ppl ? CMD_PPL : kld ? CMD_KLD : o->score ? CMD_SCORE : CMD_GSM,
-                               gsm && o->score ? "gsm8k --score" : o->cmd);
+    int rc = dsq_opt_check_cmd(cli, &spec, a,
+                               ppl ? CMD_PPL : kld ? CMD_KLD : o->score ? CMD_SCORE : o->chat ? CMD_CHAT : CMD_GSM,
+                               gsm && o->score ? "gsm8k --score" : gsm && o->chat ? "gsm8k --chat" : o->cmd);
     if (rc >= 0) return rc;
+    if (gsm && !o->chat && o->prompt && strcmp(o->prompt, "lm-eval-gsm8k"))
+        return dsq_cli_usage_error(cli, "--prompt %s is a chat suite: give --chat (without it: lm-eval-gsm8k)", o->prompt);
+    if (o->chat && o->endpoint &&
+        (dsq_opt_given(a, O_CHAT_TEMPLATE) || dsq_opt_given(a, O_REASONING) || dsq_opt_given(a, O_TOKENIZER) ||
+         dsq_opt_given(a, O_CTX) || dsq_opt_given(a, O_BATCH)))
+        return dsq_cli_usage_error(cli, "--chat-template, --reasoning-parser, --tokenizer, --ctx and --batch are the "
+                                        "server's with --endpoint (ds-serve takes the first two)");
     if (ppl && !o->save_logits && (dsq_opt_given(a, O_LOGITS_FORMAT) || dsq_opt_given(a, O_LOGITS_TOPK)))
         return dsq_cli_usage_error(cli, "--logits-format and --logits-topk describe --save-logits: give it too");
     if (kld && o->bos_arg && !o->data)
@@ -208,6 +271,30 @@ static int parse(dsq_cli *cli, opts *o, dsq_args *a, int argc, char **argv, int 
     o->retries = dsq_opt_int(a, O_RETRIES, 8);
     o->timeout = dsq_opt_float(a, O_TIMEOUT, 600);
     o->force = dsq_opt_given(a, O_FORCE);
+    o->chat = dsq_opt_given(a, O_CHAT);
+    o->prompt = dsq_opt_str(a, O_PROMPT, NULL);
+    o->chat_template = dsq_opt_str(a, O_CHAT_TEMPLATE, NULL);
+    o->chat_kwargs = dsq_opt_str(a, O_CHAT_KWARGS, NULL);
+    o->gen_kwargs = dsq_opt_str(a, O_GEN_KWARGS, NULL);
+    o->think_end = dsq_opt_str(a, O_THINK_END, NULL);
+    o->qfield = dsq_opt_str(a, O_QFIELD, NULL);
+    o->afield = dsq_opt_str(a, O_AFIELD, NULL);
+    o->reasoning_parser = dsq_opt_given(a, O_REASONING) ? dsq_reasoning_parser_from_name(dsq_opt_str(a, O_REASONING, NULL)) : 0;
+    o->samples = dsq_opt_int(a, O_SAMPLES, 1);
+    o->has_seed = dsq_opt_given(a, O_SEED);
+    o->has_temperature = dsq_opt_given(a, O_TEMPERATURE);
+    o->max_tokens = (int64_t)dsq_opt_u64(a, O_MAX_TOKENS, 0);
+    o->temperature = dsq_opt_float(a, O_TEMPERATURE, 0);
+    o->top_p = dsq_opt_float(a, O_TOP_P, 0);
+    for (int k = 0; k < 2; k++) {
+        const char *js = k ? o->gen_kwargs : o->chat_kwargs;
+        if (!js) continue;
+        json_object *kw = json_tokener_parse(js);
+        int isobj = kw && json_object_is_type(kw, json_type_object);
+        if (kw) json_object_put(kw);
+        if (!isobj) return dsq_cli_usage_error(cli, "%s: expected a JSON object, got '%s'",
+                                               k ? "--generation-kwargs" : "--chat-template-kwargs", js);
+    }
     if (a->npos < 1) return dsq_cli_usage_error(cli, "no command (ppl, kld or gsm8k)");
     o->cmd = a->pos[0];
     if (a->npos > 1) return dsq_cli_usage_error(cli, "unexpected argument '%s'", a->pos[1]);
@@ -233,6 +320,13 @@ static int parse(dsq_cli *cli, opts *o, dsq_args *a, int argc, char **argv, int 
     if (kld && o->ctx) return dsq_cli_usage_error(cli, "kld takes its context from the base file");
     if (!gsm && (o->score || o->train || o->out || o->limit)) return dsq_cli_usage_error(cli, "--score, --train, --out and --limit are for gsm8k");
     if (gsm && o->score && o->model) return dsq_cli_usage_error(cli, "--score scores existing completions: drop --model");
+    if (!gsm && o->chat) return dsq_cli_usage_error(cli, "--chat is for gsm8k");
+    if (o->chat && o->score) return dsq_cli_usage_error(cli, "--chat generates replies: drop --score");
+    if (o->chat && !o->prompt) o->prompt = "aisbench-0shot-cot";
+    if (o->chat && !dsq_chat_suite_find(o->prompt))
+        return dsq_cli_usage_error(cli, "--prompt: expected one of %s, got '%s'", dsq_chat_suite_names(), o->prompt);
+    if (o->think_end && o->chat && dsq_chat_suite_find(o->prompt)->kind != DSQ_SUITE_LMEVAL_COT_LLAMA)
+        return dsq_cli_usage_error(cli, "--think-end is lm-eval's think_end_token: AISBench suites read reasoning_content");
     if (o->bos_arg) {
         const char *b = o->bos_arg;
         if (gsm) {
@@ -673,6 +767,167 @@ static int endpoint_all(dsq_cli *cli, const opts *o, const dsq_gsm8k_set *test, 
     return rc;
 }
 
+/* ---- gsm8k --chat ---------------------------------------------------------- */
+
+typedef struct chat_ctx {
+    const dsq_gsm8k_set *set;
+    dsq_chat_reply *replies;
+    int samples;
+    int journal;           /* fd appended to as replies arrive, or -1 */
+    dsq_progress *prog;
+    size_t done;
+} chat_ctx;
+
+static int chat_done(void *u, size_t idx, dsq_chat_reply *r)
+{
+    chat_ctx *c = u;
+    size_t doc = idx / (size_t)c->samples;
+    if (c->journal >= 0) {
+        char *line = dsq_chat_record_json(doc, (int)(idx % (size_t)c->samples), &c->set->items[doc], r, NULL);
+        if (!line) return DSQ_ERR_NOMEM;
+        size_t n = strlen(line);
+        line[n] = '\n'; /* the terminating NUL becomes the newline: one write, one line */
+        ssize_t w = write(c->journal, line, n + 1);
+        free(line);
+        if (w != (ssize_t)(n + 1)) return DSQ_ERR_IO;
+    }
+    c->replies[idx] = *r;
+    memset(r, 0, sizeof *r);
+    dsq_progress_update(c->prog, ++c->done);
+    return 0;
+}
+
+static void print_chat(const dsq_cli *cli, const opts *o, const dsq_chat_run_opts *ro, const char *tmpl_id,
+                       size_t n, const dsq_chat_summary *sm, double secs)
+{
+    int lm = ro->suite->kind == DSQ_SUITE_LMEVAL_COT_LLAMA;
+    size_t pairs = n * (size_t)o->samples;
+    char k[32];
+    snprintf(k, sizeof k, "pass@%d", o->samples);
+    if (cli->json) {
+        json_object *j = json_object_new_object();
+        json_object_object_add(j, "command", json_object_new_string("gsm8k"));
+        json_object_object_add(j, "chat", json_object_new_boolean(1));
+        json_object_object_add(j, "prompt", json_object_new_string(ro->suite->name));
+        if (tmpl_id) json_object_object_add(j, "chat_template", json_object_new_string(tmpl_id));
+        json_object_object_add(j, "n", json_object_new_int64((int64_t)n));
+        json_object_object_add(j, "samples", json_object_new_int(o->samples));
+        json_object_object_add(j, "missing", json_object_new_int64((int64_t)sm->missing));
+        json_object_object_add(j, "temperature", dsq_cli_json_num(ro->temperature));
+        json_object_object_add(j, "max_tokens", json_object_new_int64(ro->max_tokens));
+        json_object_object_add(j, "gen_tokens", json_object_new_int64((int64_t)sm->gen_tokens));
+        json_object_object_add(j, "reasoning_chars", json_object_new_int64((int64_t)sm->reasoning_chars));
+        json_object_object_add(j, "seconds", dsq_cli_json_num(secs));
+        json_object *a = json_object_new_object();
+        json_object_object_add(a, "accuracy", dsq_cli_json_num(sm->acc));
+        json_object_object_add(a, "stderr", dsq_cli_json_num(sm->acc_se));
+        json_object_object_add(a, "correct", json_object_new_int64((int64_t)sm->correct));
+        json_object_object_add(a, k, dsq_cli_json_num(sm->pass_n));
+        json_object_object_add(j, lm ? "strict-match" : "accuracy", a);
+        if (lm) {
+            json_object *f = json_object_new_object();
+            json_object_object_add(f, "accuracy", dsq_cli_json_num(sm->acc_flex));
+            json_object_object_add(f, "stderr", dsq_cli_json_num(sm->acc_flex_se));
+            json_object_object_add(f, "correct", json_object_new_int64((int64_t)sm->correct_flex));
+            json_object_object_add(f, k, dsq_cli_json_num(sm->pass_n_flex));
+            json_object_object_add(j, "flexible-extract", f);
+        }
+        dsq_cli_json_print(j, 0);
+    } else if (cli->level >= 2) {
+        printf("gsm8k chat (%s%s%s), %zu items x %d sample%s, %llu tokens in %.1f s, reasoning %llu chars\n",
+               ro->suite->name, tmpl_id ? ", template " : "", tmpl_id ? tmpl_id : "", n, o->samples,
+               o->samples > 1 ? "s" : "", (unsigned long long)sm->gen_tokens, secs,
+               (unsigned long long)sm->reasoning_chars);
+        printf("  %-17s %.4f +/- %.4f  (%zu/%zu)", lm ? "strict-match" : "accuracy", sm->acc, sm->acc_se, sm->correct,
+               pairs);
+        if (o->samples > 1) printf("  %s %.4f", k, sm->pass_n);
+        printf("\n");
+        if (lm) {
+            printf("  %-17s %.4f +/- %.4f  (%zu/%zu)", "flexible-extract", sm->acc_flex, sm->acc_flex_se,
+                   sm->correct_flex, pairs);
+            if (o->samples > 1) printf("  %s %.4f", k, sm->pass_n_flex);
+            printf("\n");
+        }
+    }
+}
+
+/* GSM8K (or any numeric-answer set) through chat completions: a suite's
+ * prompts and scoring (chat_eval.h), replies from --endpoint or generated in
+ * process through the model's chat template (chat_run.h). */
+static int cmd_gsm8k_chat(dsq_cli *cli, const opts *o)
+{
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    dsq_gsm8k_set set;
+    int rc = dsq_gsm8k_load_fields(&set, o->data, o->qfield ? o->qfield : "question", o->afield ? o->afield : "answer", &d);
+    if (rc < 0) return dsq_cli_fail(cli, rc, &d);
+    const dsq_chat_suite *suite = dsq_chat_suite_find(o->prompt);
+    dsq_chat_run_opts ro = { .suite = suite, .kwargs_json = o->chat_kwargs,
+                             .max_tokens = o->max_tokens ? o->max_tokens : suite->max_tokens,
+                             .temperature = o->has_temperature ? o->temperature : suite->temperature,
+                             .top_p = o->top_p, .samples = o->samples, .reasoning_parser = o->reasoning_parser,
+                             .extra_json = o->gen_kwargs };
+    if (o->has_seed) { ro.has_seed = 1; ro.seed = o->seed; }
+    else if (suite->has_seed) { ro.has_seed = 1; ro.seed = suite->seed; }
+    size_t n = o->limit && o->limit < set.n ? o->limit : set.n, pairs = n * (size_t)o->samples;
+    dsq_chat_reply *replies = calloc(pairs ? pairs : 1, sizeof *replies);
+    size_t *todo = calloc(pairs ? pairs : 1, sizeof *todo), n_todo = 0, have = 0;
+    if (!replies || !todo) rc = dsq_fail(&d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    /* --out is the journal a rerun continues; a file of something else is kept */
+    if (rc == DSQ_OK && o->out && !o->force) rc = dsq_chat_journal_load(o->out, &set, n, o->samples, replies, &have, &d);
+    struct stat ost;
+    if (rc == DSQ_OK && o->out && !o->force && !have && stat(o->out, &ost) == 0 && ost.st_size > 0)
+        rc = dsq_fail(&d, DSQ_ERR_EXISTS, o->out, NULL, -1,
+                      "exists and holds no reply of this run (another file? -f replaces it)");
+    for (size_t i = 0; i < pairs && rc == DSQ_OK; i++)
+        if (!replies[i].have) todo[n_todo++] = i;
+    if (rc == DSQ_OK && have) dsq_cli_info(cli, 2, "%s: %zu of %zu replies already done, continuing", o->out, have, pairs);
+    int jfd = -1;
+    if (rc == DSQ_OK && o->out && n_todo) {
+        jfd = open(o->out, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (o->force ? O_TRUNC : 0), 0644);
+        if (jfd < 0) rc = dsq_fail_errno(&d, errno, o->out, "cannot open the journal");
+    }
+    runner r = { 0 };
+    chat_ctx cc = { .set = &set, .replies = replies, .samples = o->samples, .journal = jfd, .prog = &r.prog };
+    double t0 = dsq_now();
+    const char *tmpl_id = NULL;
+    if (rc == DSQ_OK && n_todo && o->endpoint) {
+        dsq_endpoint_opts eo;
+        char *model = NULL;
+        if (endpoint_opts(cli, o, &eo) < 0) rc = dsq_fail(&d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no API key");
+        if (rc == DSQ_OK) rc = dsq_ep_resolve_model(&eo, &model, &d);
+        if (rc == DSQ_OK) {
+            dsq_cli_info(cli, 3, "%s: model '%s', %zu requests (%s), %d in flight", o->endpoint, model, n_todo,
+                         suite->name, o->concurrency);
+            dsq_progress_begin(&r.prog, cli, "gsm8k chat", "replies", n_todo);
+            rc = dsq_chat_run_endpoint(&eo, model, &ro, &set, todo, n_todo, chat_done, &cc, &d);
+            dsq_progress_end(&r.prog);
+        }
+        free(model);
+    } else if (rc == DSQ_OK && n_todo) {
+        dsq_chat_model_opts mo = {
+            .model = { .model = o->model, .threads = cli->threads, .no_verify = o->no_verify, .bf16_terms = o->bf16_terms,
+                       .max_batch = o->batch, .ctx = o->ctx },
+            .tokenizer = o->tokenizer, .chat_template = o->chat_template, .cancel = &dsq_cli_interrupted };
+        dsq_progress_begin(&r.prog, cli, "gsm8k chat", "replies", n_todo);
+        rc = dsq_chat_run_model(&r.e, &mo, &ro, &set, todo, n_todo, chat_done, &cc, &tmpl_id, &d);
+        dsq_progress_end(&r.prog);
+    }
+    double secs = dsq_now() - t0;
+    if (jfd >= 0) close(jfd);
+    runner_close(&r);
+    dsq_chat_summary sm;
+    if (rc == DSQ_OK) rc = dsq_chat_score_all(&ro, o->think_end, &set, n, replies, o->out, &sm, &d);
+    if (rc == DSQ_OK && sm.missing)
+        dsq_cli_warn(cli, "%zu of %zu replies are missing; they count as wrong", sm.missing, pairs);
+    if (rc == DSQ_OK) print_chat(cli, o, &ro, tmpl_id, n, &sm, secs);
+    for (size_t i = 0; i < pairs && replies; i++) dsq_chat_reply_release(&replies[i]);
+    free(replies);
+    free(todo);
+    dsq_gsm8k_set_release(&set);
+    return rc < 0 ? dsq_cli_fail(cli, rc, &d) : DSQ_EXIT_OK;
+}
+
 static int cmd_gsm8k(dsq_cli *cli, const opts *o)
 {
     dsq_diag d;
@@ -758,5 +1013,6 @@ int main(int argc, char **argv)
     if (rc >= 0 || done) return rc;
     if (!strcmp(o.cmd, "ppl")) return cmd_ppl(&cli, &o);
     if (!strcmp(o.cmd, "kld")) return cmd_kld(&cli, &o);
+    if (o.chat) return cmd_gsm8k_chat(&cli, &o);
     return cmd_gsm8k(&cli, &o);
 }

@@ -20,7 +20,7 @@
 enum {
     O_SCHEME = DSQ_OPT_FIRST, O_RECIPE, O_KEEP, O_SCHEME_FOR, O_GROUP, O_DRY, O_ZSTD, O_NONFINITE, O_RESUME,
     O_CLIP, O_SHARD, O_MEM, O_SAMPLE, O_CHECKPOINT, O_NOJOURNAL, O_CALIB, O_CSAMPLES, O_CSEQLEN, O_SEED,
-    O_ROTATE, O_ROTSEED, O_MOECALIB, O_MINTOK, O_ALPHA, O_NOSMOOTH, O_NOCLIP, O_SAVESTATS, O_STATS, O_FORMAT, O_GPTQ, O_GPTQDAMP,
+    O_ROTATE, O_ROTSEED, O_SMOOTHM, O_MOECALIB, O_MINTOK, O_ALPHA, O_NOSMOOTH, O_NOCLIP, O_SAVESTATS, O_STATS, O_FORMAT, O_GPTQ, O_GPTQDAMP,
     O_CALIBRAM, O_ATTNBLOCK, O_CROWS, O_CEROWS, O_ROLLBACK, O_SEARCH, O_NOSEARCH, O_FORCE
 };
 
@@ -102,6 +102,10 @@ static const dsq_opt opt_table[] = {
     { O_MINTOK, DSQ_OPT_INT, "min-expert-tokens", 0, "N", 0, 1 << 30, .needs = N_CALIB_OR_STATS, .help = "(default 16)" },
     { O_ALPHA, DSQ_OPT_FLOAT, "alpha", 0, "A", 0, 1, .needs = N_CALIB_OR_STATS | N_SQ, .help =
       "SmoothQuant migration strength 0..1 (default 0.5; for\nw4a8 and w8a8-dynamic it fixes alpha instead of\nsearching it)" },
+    { O_SMOOTHM, DSQ_OPT_CHOICE, "smooth", 0, "sq|flex", .choices = "sq|flex", .needs = N_CALIB_OR_STATS | N_SQ, .help =
+      "smoothing of w8a8 / w8a8-dynamic groups: sq (SmoothQuant alpha,\n"
+      "default) or flex (msModelSlim's flex smoothing: alpha and beta\n"
+      "searched in two stages on each group's quantized output)" },
     { O_NOSMOOTH, DSQ_OPT_FLAG, "no-smooth", .needs = N_CALIB_OR_STATS | N_SMOOTH, .help =
       "w8a8/w4a8/w8a8-dynamic: static ranges / clipping only,\nno smoothing; with --gptq also awq-w4a16: GPTQ without\n"
       "AWQ scales" },
@@ -570,6 +574,7 @@ int main(int argc, char **argv)
         co.alpha_set = 1;
     }
     if (dsq_opt_given(&a, O_NOSMOOTH)) co.smooth = 0;
+    if (dsq_opt_given(&a, O_SMOOTHM)) co.smooth_method = a.v[O_SMOOTHM].choice == 1 ? DSQ_SMOOTH_FLEX : DSQ_SMOOTH_SQ;
     if (dsq_opt_given(&a, O_NOCLIP)) co.clip = 0;
     co.gptq = dsq_opt_given(&a, O_GPTQ);
     co.awq_attn_seqs = dsq_opt_int(&a, O_ATTNBLOCK, co.awq_attn_seqs);

@@ -7,6 +7,7 @@
  * The work is in libdsq (serve/server.h); this file parses options, starts
  * the server, waits for SIGINT/SIGTERM and drains. Exit: 0 ok, 1 error,
  * 2 usage. */
+#include "chat_reasoning.h"
 #include "cli.h"
 #include "cli_opt.h"
 #include "dsq_file.h"
@@ -20,7 +21,7 @@
 #include <unistd.h>
 
 enum { O_MODEL = DSQ_OPT_FIRST, O_TOKENIZER, O_NAME, O_HOST, O_PORT, O_PORT_FILE, O_KEY_ENV, O_SLOTS, O_QUEUE, O_CTX,
-       O_MAX_BODY, O_MAX_TOKENS, O_DRAIN, O_BF16_TERMS };
+       O_MAX_BODY, O_MAX_TOKENS, O_DRAIN, O_BF16_TERMS, O_CHAT_TEMPLATE, O_REASONING };
 
 static const dsq_opt opts[] = {
     { .type = DSQ_OPT_TEXT, .help =
@@ -29,7 +30,10 @@ static const dsq_opt opts[] = {
 "Serves MODEL (.dsq, safetensors file/index/directory) over an OpenAI-compatible\n"
 "HTTP API: GET /health, GET /v1/models, POST /v1/completions (prompt as text or\n"
 "token ids, one or a list; max_tokens, temperature (0 = greedy), top_p, seed,\n"
-"stop, logprobs, echo, stream, vLLM's prompt_logprobs). Concurrent requests are decoded together.\n"
+"stop, logprobs, echo, stream, vLLM's prompt_logprobs), POST\n"
+"/v1/chat/completions (messages rendered exactly by the model's DeepSeek chat\n"
+"template, chat_template_kwargs, stream, reasoning_content), vLLM's POST\n"
+"/tokenize and /detokenize. Concurrent requests are decoded together.\n"
 "\n" },
     { O_MODEL, DSQ_OPT_STR, "model", 'm', "PATH", .help = "the model" },
     { O_TOKENIZER, DSQ_OPT_STR, "tokenizer", 0, "PATH", .help = "tokenizer (default: the .dsq metadata or the\nmodel's directory)" },
@@ -38,6 +42,12 @@ static const dsq_opt opts[] = {
     { O_PORT, DSQ_OPT_INT, "port", 'p', "N", 0, 65535, .help = "port (default 8000; 0 = any free port)" },
     { O_PORT_FILE, DSQ_OPT_STR, "port-file", 0, "F", .help = "write the bound port to F once listening" },
     { O_KEY_ENV, DSQ_OPT_STR, "api-key-env", 0, "VAR", .help = "require 'Authorization: Bearer <$VAR>'" },
+    { O_CHAT_TEMPLATE, DSQ_OPT_STR, "chat-template", 0, "T",
+      .help = "the chat template: a known template's id\n(deepseek-v3, deepseek-v3-0324, deepseek-r1,\n"
+              "deepseek-r1-0528, deepseek-v3.1, deepseek-v3.2-exp,\ndeepseek-v3.2, ...) or a file holding one's text\n"
+              "(default: the model's own, recognised by its\nsha256; unknown templates are refused)" },
+    { O_REASONING, DSQ_OPT_CHOICE, "reasoning-parser", 0, "P", .choices = "deepseek_r1|deepseek_v3",
+      .help = "split reasoning_content from content as vLLM's\ndeepseek_r1 or deepseek_v3 parser (default: none)" },
     { O_SLOTS, DSQ_OPT_INT, "slots", 0, "N", 1, 1024, .help = "sequences decoded together (default 8)" },
     { O_QUEUE, DSQ_OPT_INT, "queue", 0, "N", 0, 1 << 20, .help = "sequences waiting beyond the slots; more get\n503 (default 64)" },
     { O_CTX, DSQ_OPT_SIZE, "ctx", 0, "N", 2, INT32_MAX, "2..2^31-1",
@@ -87,6 +97,9 @@ int main(int argc, char **argv)
     o.lim.max_body = (size_t)dsq_opt_u64(&a, O_MAX_BODY, o.lim.max_body);
     o.lim.max_tokens = (int64_t)dsq_opt_u64(&a, O_MAX_TOKENS, (uint64_t)o.lim.max_tokens);
     o.bf16_terms = dsq_opt_int(&a, O_BF16_TERMS, o.bf16_terms);
+    o.chat_template = dsq_opt_str(&a, O_CHAT_TEMPLATE, NULL);
+    if (dsq_opt_given(&a, O_REASONING))
+        o.reasoning_parser = dsq_reasoning_parser_from_name(dsq_opt_str(&a, O_REASONING, NULL));
     const char *port_file = dsq_opt_str(&a, O_PORT_FILE, NULL), *key_env = dsq_opt_str(&a, O_KEY_ENV, NULL);
     double drain = dsq_opt_float(&a, O_DRAIN, 30);
     if (!o.model_path) return dsq_cli_usage_error(&cli, "--model is required");
@@ -121,6 +134,9 @@ int main(int argc, char **argv)
     }
     fflush(stdout);
     dsq_cli_info(&cli, 3, "model loaded in %.1f s: %s", dsq_now() - t0, dsq_server_model_info(s));
+    const char *why = NULL, *tmpl = dsq_server_chat_template(s, &why);
+    if (tmpl) dsq_cli_info(&cli, 2, "chat template: %s", tmpl);
+    else dsq_cli_info(&cli, 2, "no chat completions: %s", why);
     while (!dsq_cli_interrupted) usleep(50000);
     dsq_cli_info(&cli, 2, "stopping: draining requests in flight (up to %.0f s)", drain);
     dsq_server_stats st;

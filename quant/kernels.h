@@ -1,8 +1,9 @@
 /* kernels.h - quant-internal compute kernels, one table per ISA level.
  *
- * Each ISA file (kernels_ref.c, kernels_avx2.c, kernels_avx512.c,
- * kernels_neon.c) fills one struct dsq_kernels. kernels_ref.c is the
- * specification; the fast levels must give bit-identical results for every
+ * Each ISA level fills one struct dsq_kernels: kernels_ref.c, kernels_neon.c,
+ * and kernels_avx2.c / kernels_avx512.c from their families' files
+ * (kernels_x86.h). kernels_ref.c is the specification; the fast levels
+ * must give bit-identical results for every
  * integer kernel (gemm_w8, gemm_w4, quant_i8, absmax_bits, sum_i8,
  * f32_to_bf16; minmax up to the sign of a zero), the same values for
  * dequant_tile, and agree within float-dot rounding for gemv_f.

@@ -1,6 +1,6 @@
 /* kernels_avx512bf16.c - bf16-weight prefill gemm on the CPU's bf16 dot
  * product (vdpbf16ps, AVX512_BF16); the gemm_bf16 of the "avx512bf16"
- * level (kernels_avx512.c holds the rest of that level).
+ * level (kernels_avx512.c assembles the rest of that level).
  *
  * Numerics (scheme.h, "bf16 prefill"): vdpbf16ps multiplies bf16 pairs
  * exactly and adds in f32 (round to nearest even, subnormals flushed).

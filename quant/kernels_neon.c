@@ -19,6 +19,7 @@
 
 #include "kernels.h"
 #include "dsq_mem.h"
+#include "kernels_scalar.h"
 
 #include <arm_neon.h>
 #include <math.h>
@@ -241,21 +242,6 @@ static void n_gemm_w4(const dsq_qview *v, const dsq_actbuf *a, int64_t n0, int64
 
 /* ---- float schemes ------------------------------------------------------- */
 
-AI float deq_scalar(const dsq_qview *v, const uint8_t *row, int64_t n, int64_t k)
-{
-    switch (v->scheme->id) {
-    case DSQ_SCHEME_F32: { float f; memcpy(&f, row + 4 * k, 4); return f; }
-    case DSQ_SCHEME_BF16: return dsq_bf16_to_f32(dsq_load_u16le(row + 2 * k));
-    case DSQ_SCHEME_W8A8_DYNAMIC:
-    case DSQ_SCHEME_W8A8: return (float)(int8_t)row[k] * v->scales[n];
-    default: {
-        size_t i = (size_t)n * (size_t)v->layout.ngroups + (size_t)(k / v->layout.gsize);
-        int z = v->zeros ? (int)v->zeros[i] : 8;
-        return (float)(dsq_i4_get(row, k) - z) * v->scales[i];
-    }
-    }
-}
-
 /* 16 weights of a row from column k (awq: k..k+15 inside one 64-column half
  * block and one group; f32/bf16: any k), as 4 vectors. */
 AI void load16(const dsq_qview *v, const uint8_t *row, int64_t n, int64_t k, float32x4_t out[4])
@@ -302,7 +288,7 @@ static void n_gemv_f(const dsq_qview *v, const float *x, int64_t T, int64_t n0, 
                 for (int i = 0; i < 4; i++) acc[i] = vfmaq_f32(acc[i], w[i], vld1q_f32(xr + k + 4 * i));
             }
             float s = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
-            for (; k < cols; k++) s += deq_scalar(v, row, n, k) * xr[k];
+            for (; k < cols; k++) s += dsq_deq_scalar(v, row, n, k) * xr[k];
             y[t * rows + n] = s;
         }
     }
@@ -346,7 +332,7 @@ static void n_dequant_tile(const dsq_qview *v, int64_t n0, int64_t n1, int64_t k
                 vst1q_f32(o + k + 8, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), s));
                 vst1q_f32(o + k + 12, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi))), s));
             }
-        for (; k < k1; k++) o[k] = deq_scalar(v, row, n, k);
+        for (; k < k1; k++) o[k] = dsq_deq_scalar(v, row, n, k);
     }
 }
 

@@ -45,7 +45,7 @@
  * they reach a higher share of memory bandwidth than the 4-row tiles
  * (`bench_quant R C 1 9 1` and `bench_engine -P` on q_b_proj's
  * 24576 x 1536 and the experts' 7168 x 2048 show it; short rows go to the
- * tiles in segments, kernels_avx512.c gemv_tiles12). Rows under 1024
+ * tiles in segments, kernels_avx512_float.c gemv_tiles12). Rows under 1024
  * columns (kv_b_proj's 512, in decode read through MLA's absorbed
  * products) keep the dot-product kernel: gemv_f is no faster on W_UV's
  * 512-column rows. */

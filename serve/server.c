@@ -4,6 +4,7 @@
 #include "container.h"
 #include "container_set.h"
 #include "model_tokenizer.h"
+#include "chat_template.h"
 #include "dsq_file.h"
 
 #include <json-c/json.h>
@@ -52,6 +53,19 @@ int dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d)
     s->api_key = o->api_key ? strdup(o->api_key) : NULL;
     int rc = !s->served_name || (o->api_key && !s->api_key) ? dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory") : DSQ_OK;
     if (rc == DSQ_OK) rc = dsq_tokenizer_for_model(&s->tok, o->model_path, o->tokenizer_path, NULL, NULL, 0, d);
+    if (rc == DSQ_OK) {
+        /* the chat template: a chosen one must load; without a choice, a
+         * model with no known template still serves /v1/completions and
+         * chat requests are answered with the reason */
+        dsq_diag cd;
+        dsq_diag_clear(&cd);
+        int crc = dsq_chat_template_for_model(&s->chat, o->model_path, o->tokenizer_path, o->chat_template, &cd);
+        if (crc < 0) {
+            s->chat = NULL;
+            dsq_diag_format(&cd, s->chat_err, sizeof s->chat_err);
+            if (o->chat_template) rc = dsq_fail(d, crc, cd.path[0] ? cd.path : NULL, NULL, -1, "--chat-template: %s", cd.msg);
+        }
+    }
     dsq_model_opts mo;
     dsq_model_opts_default(&mo);
     mo.threads = o->threads;
@@ -88,6 +102,12 @@ int dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d)
 int dsq_server_port(const dsq_server *s) { return s->port; }
 const char *dsq_server_model_info(const dsq_server *s) { return s->info; }
 
+const char *dsq_server_chat_template(const dsq_server *s, const char **why)
+{
+    if (why) *why = s->chat ? NULL : s->chat_err;
+    return s->chat ? dsq_chat_template_id(s->chat) : NULL;
+}
+
 void dsq_server_get_stats(dsq_server *s, dsq_server_stats *st)
 {
     pthread_mutex_lock(&s->mu);
@@ -117,6 +137,7 @@ void dsq_server_stop(dsq_server *s, double drain_s, dsq_server_stats *final)
     dsq_state_free(s->st);
     dsq_model_free(s->m);
     dsq_tokenizer_free(s->tok);
+    dsq_chat_template_free(s->chat);
     free(s->queue);
     free(s->slot_job);
     free(s->served_name);

@@ -64,6 +64,10 @@ typedef struct dsq_srv_params {
     int stream;
     int include_usage;     /* stream_options.include_usage */
     int ignore_eos;        /* vLLM's extension: EOS ids do not end the sequence */
+    /* /v1/chat/completions */
+    int chat;              /* prompts[0] is the conversation as the chat template renders it */
+    int reasoning;         /* enum dsq_reasoning_parser in force for this request */
+    int max_tokens_auto;   /* no max_tokens given: what the context leaves, up to the limit */
 } dsq_srv_params;
 
 /* Parse and type-check a body. On error returns DSQ_ERR_JSON (or
@@ -73,6 +77,35 @@ int  dsq_srv_parse_completion(const char *body, size_t len, const dsq_srv_limits
                               dsq_srv_params *p, char *err, size_t errn,
                               char *param, size_t paramn);
 void dsq_srv_params_release(dsq_srv_params *p);
+
+/* A POST /v1/chat/completions body: the completion fields (logprobs only
+ * false, no echo), "messages" rendered by the chat template t (NULL: every
+ * request refused) with "add_generation_prompt" (default true) and
+ * "chat_template_kwargs"; tools, function calls, response formats other
+ * than text, a request-level template and continue_final_message are
+ * refused. reasoning_parser: the server's enum dsq_reasoning_parser. */
+struct dsq_chat_template;
+int  dsq_srv_parse_chat(const char *body, size_t len, const dsq_srv_limits *lim,
+                        const struct dsq_chat_template *t, int reasoning_parser, dsq_srv_params *p,
+                        char *err, size_t errn, char *param, size_t paramn);
+
+/* vLLM's POST /tokenize: {"prompt"} or {"messages", "add_generation_prompt",
+ * "chat_template_kwargs"}, "add_special_tokens" (default: true for a prompt,
+ * false for messages), "return_token_strs". */
+typedef struct dsq_srv_tokenize {
+    char *model;
+    char *text;            /* the prompt, or the rendered conversation */
+    size_t len;
+    int add_special;
+    int return_token_strs;
+} dsq_srv_tokenize;
+int  dsq_srv_parse_tokenize(const char *body, size_t len, const dsq_srv_limits *lim,
+                            const struct dsq_chat_template *t, dsq_srv_tokenize *q,
+                            char *err, size_t errn, char *param, size_t paramn);
+void dsq_srv_tokenize_release(dsq_srv_tokenize *q);
+/* vLLM's POST /detokenize: {"tokens": [ids]}. */
+int  dsq_srv_parse_detokenize(const char *body, size_t len, const dsq_srv_limits *lim, char **model,
+                              int32_t **ids, size_t *n, char *err, size_t errn, char *param, size_t paramn);
 
 /* {"error": {"message", "type", "param", "code"}} as malloc'd JSON text. */
 char *dsq_srv_error_json(const char *message, const char *type, const char *param, int code);
@@ -94,6 +127,8 @@ typedef struct dsq_server_opts {
     int queue;                  /* sequences waiting beyond the slots; more -> 503 */
     int64_t ctx;                /* context per slot, 0: the model's default */
     int max_connections;
+    const char *chat_template;  /* NULL: the model's own; else a template id or file (chat_template.h) */
+    int reasoning_parser;       /* enum dsq_reasoning_parser for /v1/chat/completions */
     dsq_srv_limits lim;
 } dsq_server_opts;
 
@@ -103,6 +138,9 @@ void dsq_server_opts_default(dsq_server_opts *o);
  * daemon. */
 int  dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d);
 int  dsq_server_port(const dsq_server *s);
+/* The chat template's id, or NULL with *why saying why chat completions
+ * are refused (the model has no known template). */
+const char *dsq_server_chat_template(const dsq_server *s, const char **why);
 /* One line about the loaded model (for the log). */
 const char *dsq_server_model_info(const dsq_server *s);
 /* Stop taking requests (new ones get 503), let those in flight finish for

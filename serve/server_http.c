@@ -6,11 +6,15 @@
  * not, cancels the request so the engine frees its slot at the next step.
  * The request-completed callback cancels too (a stream whose write failed).
  *
- * Routes: GET /health, GET /v1/models, POST /v1/completions. Errors are
+ * Routes: GET /health, GET /v1/models, POST /v1/completions,
+ * POST /v1/chat/completions, and vLLM's POST /tokenize and /detokenize. Errors are
  * OpenAI error objects: 400 bad JSON / types / values, 401 missing or wrong
  * bearer token, 404 unknown route or model, 405 wrong method, 413 body over
  * the limit, 503 queue full or shutting down, 500 engine failure. */
 #include "server_internal.h"
+#include "chat_reasoning.h"
+#include "chat_template.h"
+#include "dsq_sbuf.h"
 
 #include <json-c/json.h>
 #include <microhttpd.h>
@@ -38,6 +42,8 @@ typedef struct stream_ctx {
     size_t *sent;              /* bytes of text sent per job */
     int *final_sent;
     int usage_sent, done_sent;
+    int role_sent;             /* chat: the first chunk (delta.role) went out */
+    dsq_reasoning_stream *rs;  /* chat: per job */
     char *out;                 /* pending bytes */
     size_t out_len, out_off;
 } stream_ctx;
@@ -212,13 +218,14 @@ static json_object *prompt_logprobs_obj(const dsq_server *s, const srv_job *j)
     return a;
 }
 
-static json_object *head_obj(const dsq_server *s, const srv_request *r)
+static json_object *head_obj(const dsq_server *s, const srv_request *r, int chunk)
 {
     json_object *j = json_object_new_object();
     char id[64];
-    snprintf(id, sizeof id, "cmpl-dsq-%llu", (unsigned long long)r->id);
+    snprintf(id, sizeof id, "%s-dsq-%llu", r->p.chat ? "chatcmpl" : "cmpl", (unsigned long long)r->id);
     json_object_object_add(j, "id", json_object_new_string(id));
-    json_object_object_add(j, "object", json_object_new_string("text_completion"));
+    json_object_object_add(j, "object", json_object_new_string(!r->p.chat ? "text_completion"
+                                                               : chunk ? "chat.completion.chunk" : "chat.completion"));
     json_object_object_add(j, "created", json_object_new_int64(r->created));
     json_object_object_add(j, "model", json_object_new_string(s->served_name));
     return j;
@@ -255,9 +262,39 @@ static void add_echo(const dsq_server *s, const srv_job *j, json_object **text)
     free(all);
 }
 
+/* The chat message of one choice: content and reasoning_content split as
+ * the request's reasoning parser says (null where vLLM answers null). */
+static json_object *chat_message(const srv_request *r, const srv_job *jb)
+{
+    const char *rs, *cs;
+    size_t rn, cn;
+    int hr, hc;
+    dsq_reasoning_split(r->p.reasoning, jb->text ? jb->text : "", jb->len, &rs, &rn, &hr, &cs, &cn, &hc);
+    json_object *m = json_object_new_object();
+    json_object_object_add(m, "role", json_object_new_string("assistant"));
+    json_object_object_add(m, "content", hc ? json_object_new_string_len(cs, (int)cn) : NULL);
+    json_object_object_add(m, "reasoning_content", hr ? json_object_new_string_len(rs, (int)rn) : NULL);
+    json_object_object_add(m, "tool_calls", json_object_new_array());
+    return m;
+}
+
 static json_object *completion_obj(const dsq_server *s, const srv_request *r)
 {
-    json_object *j = head_obj(s, r), *ch = json_object_new_array();
+    json_object *j = head_obj(s, r, 0), *ch = json_object_new_array();
+    if (r->p.chat) {
+        for (int i = 0; i < r->n_jobs; i++) {
+            const srv_job *jb = &r->jobs[i];
+            json_object *c = json_object_new_object();
+            json_object_object_add(c, "index", json_object_new_int(i));
+            json_object_object_add(c, "message", chat_message(r, jb));
+            json_object_object_add(c, "logprobs", NULL);
+            json_object_object_add(c, "finish_reason", json_object_new_string(finish_name(jb->finished)));
+            json_object_array_add(ch, c);
+        }
+        json_object_object_add(j, "choices", ch);
+        json_object_object_add(j, "usage", usage_obj(r));
+        return j;
+    }
     for (int i = 0; i < r->n_jobs; i++) {
         const srv_job *jb = &r->jobs[i];
         json_object *c = json_object_new_object(), *text = NULL;
@@ -292,9 +329,55 @@ static int sse_append(stream_ctx *sc, json_object *j)
     return 0;
 }
 
+/* A chat chunk: delta with the role (first), reasoning and / or content. */
+static json_object *chat_chunk(const dsq_server *s, const srv_request *r, int idx, int role,
+                               const dsq_sbuf *rb, const dsq_sbuf *cb, int fin)
+{
+    json_object *j = head_obj(s, r, 1), *ch = json_object_new_array(), *c = json_object_new_object();
+    json_object *delta = json_object_new_object();
+    if (role) {
+        json_object_object_add(delta, "role", json_object_new_string("assistant"));
+        json_object_object_add(delta, "content", json_object_new_string(""));
+    }
+    if (rb && rb->n) json_object_object_add(delta, "reasoning_content", json_object_new_string_len(rb->p, (int)rb->n));
+    if (cb && cb->n) json_object_object_add(delta, "content", json_object_new_string_len(cb->p, (int)cb->n));
+    json_object_object_add(c, "index", json_object_new_int(idx));
+    json_object_object_add(c, "delta", delta);
+    json_object_object_add(c, "logprobs", NULL);
+    json_object_object_add(c, "finish_reason", fin ? json_object_new_string(finish_name(fin)) : NULL);
+    json_object_array_add(ch, c);
+    json_object_object_add(j, "choices", ch);
+    return j;
+}
+
+/* The next chat events of job i: new reasoning / content, then the end. */
+static int chat_fill(stream_ctx *sc, int i, int *any)
+{
+    srv_request *r = sc->req;
+    srv_job *j = &r->jobs[i];
+    const char *t = j->finished ? j->text : j->pub_text;
+    size_t n = j->finished ? j->len : j->pub_len;
+    dsq_sbuf rb = { 0 }, cb = { 0 };
+    dsq_reasoning_stream_next(&sc->rs[i], t ? t : "", t ? n : 0, j->finished != 0, &rb, &cb);
+    int rc = 0;
+    if (rb.oom || cb.oom) rc = -1;
+    else if (rb.n || cb.n) {
+        rc = sse_append(sc, chat_chunk(sc->s, r, i, 0, &rb, &cb, 0));
+        *any = 1;
+    }
+    if (rc == 0 && j->finished) {
+        rc = sse_append(sc, chat_chunk(sc->s, r, i, 0, NULL, NULL, j->finished));
+        sc->final_sent[i] = 1;
+        *any = 1;
+    }
+    free(rb.p);
+    free(cb.p);
+    return rc;
+}
+
 static json_object *chunk(const dsq_server *s, const srv_request *r, int idx, const char *text, size_t n, int fin)
 {
-    json_object *j = head_obj(s, r), *ch = json_object_new_array(), *c = json_object_new_object();
+    json_object *j = head_obj(s, r, 1), *ch = json_object_new_array(), *c = json_object_new_object();
     json_object_object_add(c, "index", json_object_new_int(idx));
     json_object_object_add(c, "text", json_object_new_string_len(text, (int)n));
     json_object_object_add(c, "logprobs", NULL);
@@ -311,10 +394,21 @@ static int stream_fill(stream_ctx *sc)
     dsq_server *s = sc->s;
     srv_request *r = sc->req;
     int any = 0, all = 1;
+    if (r->p.chat && !sc->role_sent) {
+        for (int i = 0; i < r->n_jobs; i++)
+            if (sse_append(sc, chat_chunk(s, r, i, 1, NULL, NULL, 0)) < 0) return -1;
+        sc->role_sent = 1;
+        any = 1;
+    }
     for (int i = 0; i < r->n_jobs; i++) {
         srv_job *j = &r->jobs[i];
         if (sc->final_sent[i]) continue;
         if (j->finished == SRV_FIN_ERROR) return -1;
+        if (r->p.chat) {
+            if (!j->finished) all = 0;
+            if (chat_fill(sc, i, &any) < 0) return -1;
+            continue;
+        }
         if (j->finished) {
             size_t from = sc->sent[i] < j->len ? sc->sent[i] : j->len;
             if (sse_append(sc, chunk(s, r, i, j->text ? j->text + from : "", j->len - from, j->finished)) < 0) return -1;
@@ -331,7 +425,7 @@ static int stream_fill(stream_ctx *sc)
     }
     if (all && !sc->done_sent) {
         if (r->p.include_usage && !sc->usage_sent) {
-            json_object *u = head_obj(s, r);
+            json_object *u = head_obj(s, r, 1);
             json_object_object_add(u, "choices", json_object_new_array());
             json_object_object_add(u, "usage", usage_obj(r));
             if (sse_append(sc, u) < 0) return -1;
@@ -391,6 +485,7 @@ static void stream_free(void *cls)
     pthread_mutex_unlock(&sc->s->mu);
     free(sc->sent);
     free(sc->final_sent);
+    free(sc->rs);
     free(sc->out);
     free(sc);
 }
@@ -412,13 +507,17 @@ static enum MHD_Result do_models(dsq_server *s, struct MHD_Connection *c)
     return send_json(c, 200, j);
 }
 
-static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, conn_ctx *cc)
+static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, conn_ctx *cc, int chat)
 {
     if (cc->too_big)
         return send_error(s, c, 413, "invalid_request_error", NULL, "request body over the limit of %zu bytes", s->o.lim.max_body);
+    if (chat && !s->chat)
+        return send_error(s, c, 400, "invalid_request_error", "messages", "chat completions are not available: %s", s->chat_err);
     dsq_srv_params p;
-    char err[400], param[64];
-    int rc = dsq_srv_parse_completion(cc->body ? cc->body : "", cc->len, &s->o.lim, &p, err, sizeof err, param, sizeof param);
+    char err[600], param[64];
+    int rc = chat ? dsq_srv_parse_chat(cc->body ? cc->body : "", cc->len, &s->o.lim, s->chat, s->o.reasoning_parser, &p,
+                                       err, sizeof err, param, sizeof param)
+                  : dsq_srv_parse_completion(cc->body ? cc->body : "", cc->len, &s->o.lim, &p, err, sizeof err, param, sizeof param);
     if (rc == DSQ_ERR_NOMEM) return send_error(s, c, 500, "server_error", NULL, "out of memory");
     if (rc < 0) return send_error(s, c, 400, "invalid_request_error", param, "%s", err);
     if (p.model && strcmp(p.model, s->served_name)) {
@@ -438,7 +537,9 @@ static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, c
     r->refs = 1;
     r->created = (int64_t)time(NULL);
     /* text prompts are tokenized as HF / vLLM do: specials parsed, BOS added
-     * when the tokenizer adds one (ds-eval's --bos auto) */
+     * when the tokenizer adds one (ds-eval's --bos auto); a rendered
+     * conversation carries its own BOS, so nothing is added to it (vLLM's
+     * add_special_tokens=false for chat) */
     const char *msg = NULL;
     char mbuf[300];
     for (int i = 0; i < r->n_jobs && !msg; i++) {
@@ -452,11 +553,14 @@ static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, c
             if (j->prompt) memcpy(j->prompt, pr->ids, pr->n_ids * sizeof *j->prompt);
             j->n_prompt = pr->n_ids;
             if (!j->prompt) msg = "out of memory";
-        } else if (dsq_tokenizer_encode_ex(s->tok, pr->text, pr->len, DSQ_TOK_PARSE_SPECIAL | DSQ_TOK_ADD_SPECIAL,
+        } else if (dsq_tokenizer_encode_ex(s->tok, pr->text, pr->len,
+                                           DSQ_TOK_PARSE_SPECIAL | (r->p.chat ? 0 : DSQ_TOK_ADD_SPECIAL),
                                            &j->prompt, &j->n_prompt, NULL) < 0) {
             msg = "cannot tokenize the prompt";
         }
         if (!msg && j->n_prompt == 0) msg = "the prompt is empty (no tokens)";
+        if (!msg && r->p.max_tokens_auto && (int64_t)j->n_prompt < s->ctx && s->ctx - (int64_t)j->n_prompt < r->p.max_tokens)
+            r->p.max_tokens = s->ctx - (int64_t)j->n_prompt;
         for (size_t k = 0; !msg && k < j->n_prompt; k++)
             if (j->prompt[k] < 0 || (size_t)j->prompt[k] >= s->vocab) msg = "the prompt has a token id beyond the model's vocabulary";
         if (!msg && (int64_t)j->n_prompt + r->p.max_tokens > s->ctx) {
@@ -473,7 +577,7 @@ static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, c
         pthread_mutex_lock(&s->mu);
         srv_request_unref_locked(r);
         pthread_mutex_unlock(&s->mu);
-        return send_error(s, c, 400, "invalid_request_error", "prompt", "%s", msg);
+        return send_error(s, c, 400, "invalid_request_error", r->p.chat ? "messages" : "prompt", "%s", msg);
     }
     rc = srv_submit(s, r);
     if (rc < 0) {
@@ -489,11 +593,13 @@ static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, c
         if (sc) {
             sc->sent = calloc((size_t)r->n_jobs, sizeof *sc->sent);
             sc->final_sent = calloc((size_t)r->n_jobs, sizeof *sc->final_sent);
+            sc->rs = calloc((size_t)r->n_jobs, sizeof *sc->rs);
         }
-        if (!sc || !sc->sent || !sc->final_sent) {
-            if (sc) { free(sc->sent); free(sc->final_sent); free(sc); }
+        if (!sc || !sc->sent || !sc->final_sent || !sc->rs) {
+            if (sc) { free(sc->sent); free(sc->final_sent); free(sc->rs); free(sc); }
             return MHD_NO;
         }
+        for (int i = 0; i < r->n_jobs; i++) dsq_reasoning_stream_init(&sc->rs[i], r->p.reasoning);
         sc->s = s;
         sc->c = c;
         sc->req = r;
@@ -523,6 +629,91 @@ static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, c
         if (r->jobs[i].finished == SRV_FIN_ERROR)
             return send_error(s, c, 500, "server_error", NULL, "generation failed: %s", r->jobs[i].err);
     return send_json(c, 200, completion_obj(s, r));
+}
+
+/* vLLM's /tokenize: {"count", "max_model_len", "tokens", "token_strs"}. */
+static enum MHD_Result do_tokenize(dsq_server *s, struct MHD_Connection *c, conn_ctx *cc)
+{
+    if (cc->too_big)
+        return send_error(s, c, 413, "invalid_request_error", NULL, "request body over the limit of %zu bytes", s->o.lim.max_body);
+    dsq_srv_tokenize q;
+    char err[600], param[64];
+    int rc = dsq_srv_parse_tokenize(cc->body ? cc->body : "", cc->len, &s->o.lim, s->chat, &q, err, sizeof err, param, sizeof param);
+    if (rc == DSQ_ERR_NOMEM) return send_error(s, c, 500, "server_error", NULL, "out of memory");
+    if (rc < 0 && !s->chat && !strcmp(param, "messages"))
+        return send_error(s, c, 400, "invalid_request_error", "messages", "chat templates are not available: %s", s->chat_err);
+    if (rc < 0) return send_error(s, c, 400, "invalid_request_error", param, "%s", err);
+    if (q.model && strcmp(q.model, s->served_name)) {
+        enum MHD_Result ret = send_error(s, c, 404, "invalid_request_error", "model", "the model '%s' does not exist (this server serves '%s')",
+                                         q.model, s->served_name);
+        dsq_srv_tokenize_release(&q);
+        return ret;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    rc = dsq_tokenizer_encode_ex(s->tok, q.text, q.len, DSQ_TOK_PARSE_SPECIAL | (q.add_special ? DSQ_TOK_ADD_SPECIAL : 0),
+                                 &ids, &n, NULL);
+    if (rc < 0) {
+        dsq_srv_tokenize_release(&q);
+        return send_error(s, c, 500, "server_error", NULL, "cannot tokenize the prompt");
+    }
+    json_object *j = json_object_new_object(), *t = json_object_new_array();
+    json_object *strs = q.return_token_strs ? json_object_new_array() : NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_object_array_add(t, json_object_new_int(ids[i]));
+        if (strs) {
+            const char *pc = dsq_tokenizer_piece(s->tok, ids[i]);
+            json_object_array_add(strs, json_object_new_string(pc ? pc : ""));
+        }
+    }
+    json_object_object_add(j, "count", json_object_new_int64((int64_t)n));
+    json_object_object_add(j, "max_model_len", json_object_new_int64(s->ctx));
+    json_object_object_add(j, "tokens", t);
+    json_object_object_add(j, "token_strs", strs);
+    free(ids);
+    dsq_srv_tokenize_release(&q);
+    return send_json(c, 200, j);
+}
+
+/* vLLM's /detokenize: {"prompt"} (special tokens kept, as vLLM decodes). */
+static enum MHD_Result do_detokenize(dsq_server *s, struct MHD_Connection *c, conn_ctx *cc)
+{
+    if (cc->too_big)
+        return send_error(s, c, 413, "invalid_request_error", NULL, "request body over the limit of %zu bytes", s->o.lim.max_body);
+    char err[600], param[64], *model = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = dsq_srv_parse_detokenize(cc->body ? cc->body : "", cc->len, &s->o.lim, &model, &ids, &n, err, sizeof err,
+                                      param, sizeof param);
+    if (rc == DSQ_ERR_NOMEM) return send_error(s, c, 500, "server_error", NULL, "out of memory");
+    if (rc < 0) return send_error(s, c, 400, "invalid_request_error", param, "%s", err);
+    if (model && strcmp(model, s->served_name)) {
+        enum MHD_Result ret = send_error(s, c, 404, "invalid_request_error", "model", "the model '%s' does not exist (this server serves '%s')",
+                                         model, s->served_name);
+        free(model);
+        free(ids);
+        return ret;
+    }
+    free(model);
+    char *text = NULL;
+    size_t tl = 0;
+    /* ids below the model's vocabulary may still have no token (padding rows) */
+    for (size_t i = 0; i < n; i++)
+        if (!dsq_tokenizer_piece(s->tok, ids[i])) {
+            int32_t bad_id = ids[i];
+            free(ids);
+            return send_error(s, c, 400, "invalid_request_error", "tokens", "token id %d has no token in the tokenizer", bad_id);
+        }
+    rc = dsq_tokenizer_decode(s->tok, ids, n, 0, &text, &tl);
+    free(ids);
+    if (rc < 0) {
+        free(text);
+        return send_error(s, c, 500, "server_error", NULL, "cannot decode the tokens");
+    }
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "prompt", json_object_new_string_len(text, (int)tl));
+    free(text);
+    return send_json(c, 200, j);
 }
 
 static int authorized(dsq_server *s, struct MHD_Connection *c)
@@ -576,7 +767,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return send_json(c, 200, j);
     }
     int models = !strcmp(url, "/v1/models"), comp = !strcmp(url, "/v1/completions");
-    if (!models && !comp) return send_error(s, c, 404, "invalid_request_error", NULL, "no route %s %s", method, url);
+    int chat = !strcmp(url, "/v1/chat/completions"), tok = !strcmp(url, "/tokenize"), detok = !strcmp(url, "/detokenize");
+    if (!models && !comp && !chat && !tok && !detok)
+        return send_error(s, c, 404, "invalid_request_error", NULL, "no route %s %s", method, url);
     if (!authorized(s, c))
         return send_error(s, c, 401, "invalid_request_error", NULL, "missing or incorrect API key (send 'Authorization: Bearer KEY')");
     if (models) {
@@ -584,7 +777,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return do_models(s, c);
     }
     if (!is_post) return send_error(s, c, 405, "invalid_request_error", NULL, "use POST for %s", url);
-    return do_completions(s, c, cc);
+    if (tok) return do_tokenize(s, c, cc);
+    if (detok) return do_detokenize(s, c, cc);
+    return do_completions(s, c, cc, chat);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode tc)

@@ -66,6 +66,8 @@ struct dsq_server {
     dsq_model *m;
     dsq_state *st;
     dsq_tokenizer *tok;
+    struct dsq_chat_template *chat; /* NULL: chat requests get chat_err */
+    char chat_err[600];
     size_t vocab;
     int64_t ctx;
     int32_t eos[17];

@@ -6,6 +6,11 @@
 #include "dsq_test.h"
 #include "endpoint.h"
 #include "server.h"
+#include "chat_reasoning.h"
+#include "chat_template.h"
+#include "chat_run.h"
+
+#include <json-c/json.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -365,6 +370,104 @@ static void test_journal(void **st)
     free(dir);
 }
 
+/* /v1/chat/completions bodies: messages rendered by the template, the
+ * thinking switch choosing the reasoning parser, refusals naming the field. */
+static void test_chat_request(void **st)
+{
+    (void)st;
+    dsq_chat_template *t;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_chat_template_by_id(&t, "deepseek-v3.1", "<B>", &d), DSQ_OK);
+    dsq_srv_params p;
+    char err[600], param[64];
+    const char *b = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_completion_tokens\": 7,"
+                    " \"chat_template_kwargs\": {\"thinking\": true}}";
+    assert_int_equal(dsq_srv_parse_chat(b, strlen(b), &lim, t, DSQ_REASONING_DEEPSEEK_V3, &p, err, sizeof err, param, 64), DSQ_OK);
+    assert_int_equal(p.chat, 1);
+    assert_int_equal(p.n_prompts, 1);
+    assert_string_equal(p.prompts[0].text, "<B><\xef\xbd\x9cUser\xef\xbd\x9c>hi<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>");
+    assert_int_equal(p.max_tokens, 7);
+    assert_int_equal(p.reasoning, DSQ_REASONING_DEEPSEEK_R1); /* deepseek_v3 + thinking */
+    dsq_srv_params_release(&p);
+    b = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"add_generation_prompt\": false}";
+    assert_int_equal(dsq_srv_parse_chat(b, strlen(b), &lim, t, DSQ_REASONING_DEEPSEEK_V3, &p, err, sizeof err, param, 64), DSQ_OK);
+    assert_string_equal(p.prompts[0].text, "<B><\xef\xbd\x9cUser\xef\xbd\x9c>hi");
+    assert_int_equal(p.reasoning, DSQ_REASONING_NONE);
+    assert_int_equal(p.max_tokens_auto, 1);
+    dsq_srv_params_release(&p);
+    static const struct { const char *body, *param; } bad[] = {
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}", "tools" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"auto\"}", "tool_choice" },
+        { "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", "messages" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true}", "logprobs" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_object\"}}", "response_format" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": 3}", "chat_template_kwargs" },
+        { "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"echo\": true}", "echo" },
+        { "{\"prompt\": \"x\"}", "messages" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = dsq_srv_parse_chat(bad[i].body, strlen(bad[i].body), &lim, t, 0, &p, err, sizeof err, param, 64);
+        assert_true(rc < 0);
+        if (strcmp(param, bad[i].param)) fail_msg("%s: param '%s' (%s)", bad[i].body, param, err);
+    }
+    /* /tokenize: a prompt (special tokens added by default) or messages (not) */
+    dsq_srv_tokenize q;
+    b = "{\"prompt\": \"hi\", \"return_token_strs\": true}";
+    assert_int_equal(dsq_srv_parse_tokenize(b, strlen(b), &lim, t, &q, err, sizeof err, param, 64), DSQ_OK);
+    assert_string_equal(q.text, "hi");
+    assert_true(q.add_special && q.return_token_strs);
+    dsq_srv_tokenize_release(&q);
+    b = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"add_generation_prompt\": false}";
+    assert_int_equal(dsq_srv_parse_tokenize(b, strlen(b), &lim, t, &q, err, sizeof err, param, 64), DSQ_OK);
+    assert_string_equal(q.text, "<B><\xef\xbd\x9cUser\xef\xbd\x9c>hi");
+    assert_false(q.add_special);
+    dsq_srv_tokenize_release(&q);
+    b = "{\"prompt\": \"hi\", \"messages\": []}";
+    assert_true(dsq_srv_parse_tokenize(b, strlen(b), &lim, t, &q, err, sizeof err, param, 64) < 0);
+    char *model;
+    int32_t *ids;
+    size_t n;
+    b = "{\"tokens\": [1, 2, 49]}";
+    assert_int_equal(dsq_srv_parse_detokenize(b, strlen(b), &lim, &model, &ids, &n, err, sizeof err, param, 64), DSQ_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[2], 49);
+    free(ids);
+    b = "{\"tokens\": [1, 50]}"; /* beyond the vocabulary */
+    assert_true(dsq_srv_parse_detokenize(b, strlen(b), &lim, &model, &ids, &n, err, sizeof err, param, 64) < 0);
+    assert_string_equal(param, "tokens");
+    b = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_k\": 10}";
+    assert_true(dsq_srv_parse_chat(b, strlen(b), &lim, t, 0, &p, err, sizeof err, param, 64) < 0);
+    assert_string_equal(param, "top_k");
+    b = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_k\": -1, \"repetition_penalty\": 1.0}";
+    assert_int_equal(dsq_srv_parse_chat(b, strlen(b), &lim, t, 0, &p, err, sizeof err, param, 64), DSQ_OK);
+    dsq_srv_params_release(&p);
+    dsq_chat_template_free(t);
+
+    /* ds-eval's request: the suite's fields, then --generation-kwargs over them */
+    dsq_chat_run_opts ro = { .suite = dsq_chat_suite_find("lm-eval-cot-llama"), .max_tokens = 9, .temperature = 0,
+                             .has_seed = 1, .seed = 1234, .samples = 2, .kwargs_json = "{\"thinking\":true}",
+                             .extra_json = "{\"top_k\":10,\"max_tokens\":7}" };
+    char *rq = dsq_chat_request_json(&ro, "m", "[{\"role\":\"user\",\"content\":\"q\"}]", 1);
+    json_object *rj = json_tokener_parse(rq), *v;
+    assert_true(json_object_object_get_ex(rj, "seed", &v) && json_object_get_int64(v) == 1235);
+    assert_true(json_object_object_get_ex(rj, "max_tokens", &v) && json_object_get_int64(v) == 7);
+    assert_true(json_object_object_get_ex(rj, "top_k", &v) && json_object_get_int64(v) == 10);
+    assert_true(json_object_object_get_ex(rj, "stop", &v) && json_object_array_length(v) == 4);
+    assert_true(json_object_object_get_ex(rj, "chat_template_kwargs", &v));
+    json_object_put(rj);
+    free(rq);
+    dsq_chat_reply cr;
+    b = "{\"choices\":[{\"message\":{\"content\":null,\"reasoning\":\"r\"},\"finish_reason\":\"length\"}],"
+        "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5}}";
+    assert_int_equal(dsq_chat_parse_reply(b, strlen(b), &cr, NULL), DSQ_OK);
+    assert_null(cr.content);
+    assert_string_equal(cr.reasoning, "r");
+    assert_string_equal(cr.finish, "length");
+    assert_int_equal(cr.completion_tokens, 5);
+    dsq_chat_reply_release(&cr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -374,6 +477,7 @@ int main(void)
         cmocka_unit_test(test_prompt_topk),
         cmocka_unit_test(test_text_topk),
         cmocka_unit_test(test_journal),
+        cmocka_unit_test(test_chat_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,7 @@
 # samples/tiny-dsv3 is absent): determinism across thread counts, --save-stats
 # / --stats reuse giving the same bytes, w8a8 refused without calibration,
 # fallback experts named, bad data refused. Resume after a crash and the KLD
-# ordering are asserted by tests/test_calib.c.
+# ordering are asserted by tests/test_calib_quality.c.
 set -eu
 M=samples/tiny-dsv3
 if [ ! -f "$M/config.json" ] || [ ! -f samples/data/calib.txt ]; then

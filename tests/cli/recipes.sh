@@ -10,6 +10,8 @@
 #     lm_head FLOAT), model_quant_type W8A8;
 #   - ds-eval reads the export back (perplexity within 2% of the source's);
 #   - without calibration the recipe is refused and nothing is written;
+#   - --smooth flex searches flex smoothing (a different output from the
+#     default --smooth sq, which is byte for byte the default);
 #   - --rotate quarot gives a model within 2% of the source's perplexity and
 #     removes its OUT.rot; a foreign OUT.rot is refused and left alone.
 set -u
@@ -69,6 +71,16 @@ $Q -q --scheme w8a8-dynamic --rotate quarot $M "$T/s.dsq" 2> "$T/err" && fail "-
 grep -q "in the way" "$T/err" || fail "foreign OUT.rot: message was: $(cat "$T/err")"
 [ -f "$T/s.dsq.rot/notes.txt" ] || fail "a file in a foreign OUT.rot was removed"
 $Q -q --scheme w8a8-dynamic --rotate-seed 5 $M "$T/u.dsq" 2> "$T/err" && fail "--rotate-seed without --rotate exited 0"
+
+# --smooth flex: the int8 groups search flex smoothing (the summary says so,
+# and the output differs from SmoothQuant's); --smooth sq is the default
+C8="--calib $D/calib.txt --calib-samples 8 --calib-seqlen 128"
+$Q -q -T 2 --json --scheme w8a8-dynamic --smooth flex $C8 $M "$T/f.dsq" > "$T/f.json" || fail "--smooth flex"
+[ "$(jq -r .calibration.method "$T/f.json")" = flex-smooth-search ] || fail "--smooth flex: method $(jq -c .calibration.method "$T/f.json")"
+$Q -q -T 2 --scheme w8a8-dynamic $C8 $M "$T/g.dsq" || fail "w8a8-dynamic calibrated"
+$Q -q -T 2 --scheme w8a8-dynamic --smooth sq $C8 $M "$T/h.dsq" || fail "--smooth sq"
+cmp -s "$T/g.dsq" "$T/h.dsq" || fail "--smooth sq is not the default"
+cmp -s "$T/f.dsq" "$T/g.dsq" && fail "--smooth flex gave SmoothQuant's output"
 
 # without calibration: refused, nothing written
 $Q -q --recipe deepseek-w8a8 --format ascend $M "$T/y" 2> "$T/err"

@@ -3,10 +3,19 @@
  *   - ds-serve's request-body parser (POST /v1/completions), with small
  *     limits so the range checks are reached; what it accepts must respect
  *     them;
- *   - ds-eval's response parsers: completions, /models, prompt log-probs
- *     (OpenAI echo form and vLLM's prompt_logprobs) and error objects.
+ *   - ds-serve's chat bodies (POST /v1/chat/completions, rendered by the
+ *     V3.1 template and by V3.2's encoder), /tokenize and /detokenize;
+ *   - the reasoning split, whole and streamed (the pieces must concatenate
+ *     to the whole split for any text);
+ *   - ds-eval's response parsers: completions, chat completions, /models,
+ *     prompt log-probs (OpenAI echo form and vLLM's prompt_logprobs) and
+ *     error objects.
  * Must never crash, leak or read out of bounds; checked invariants abort.
  * Seeds: corpus/serve/. */
+#include "chat_reasoning.h"
+#include "chat_run.h"
+#include "chat_template.h"
+#include "dsq_sbuf.h"
 #include "endpoint.h"
 #include "server.h"
 
@@ -40,6 +49,59 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         dsq_srv_params_release(&p);
     } else {
         CHECK(err[0]);
+    }
+
+    static const char *const ids_[] = { "deepseek-v3.1", "deepseek-v3.2" };
+    for (int t = 0; t < 2; t++) {
+        dsq_chat_template *tm = NULL;
+        if (dsq_chat_template_by_id(&tm, ids_[t], "<B>", NULL) != DSQ_OK) abort();
+        if (dsq_srv_parse_chat(body, size, &lim, tm, DSQ_REASONING_DEEPSEEK_V3, &p, err, sizeof err, param, sizeof param) == DSQ_OK) {
+            CHECK(p.chat && p.n_prompts == 1 && p.prompts[0].text && strlen(p.prompts[0].text) <= p.prompts[0].len);
+            CHECK(p.reasoning == DSQ_REASONING_NONE || p.reasoning == DSQ_REASONING_DEEPSEEK_R1);
+            dsq_srv_params_release(&p);
+        } else {
+            CHECK(err[0]);
+        }
+        dsq_srv_tokenize q;
+        if (dsq_srv_parse_tokenize(body, size, &lim, tm, &q, err, sizeof err, param, sizeof param) == DSQ_OK) {
+            CHECK(q.text);
+            dsq_srv_tokenize_release(&q);
+        }
+        dsq_chat_template_free(tm);
+    }
+    char *model = NULL;
+    int32_t *tids = NULL;
+    size_t ntid = 0;
+    if (dsq_srv_parse_detokenize(body, size, &lim, &model, &tids, &ntid, err, sizeof err, param, sizeof param) == DSQ_OK) {
+        for (size_t i = 0; i < ntid; i++) CHECK(tids[i] >= 0 && (size_t)tids[i] < lim.vocab);
+        free(model);
+        free(tids);
+    }
+    dsq_chat_reply cr;
+    if (dsq_chat_parse_reply(body, size, &cr, NULL) == DSQ_OK) {
+        CHECK(cr.have);
+        dsq_chat_reply_release(&cr);
+    }
+    /* the reasoning split: streamed pieces concatenate to the whole split
+     * when "<think>" occurs only at the start or not at all */
+    if (!memmem(body, size, "<think>", 7) || (size >= 7 && !memcmp(body, "<think>", 7) && !memmem(body + 1, size - 1, "<think>", 7))) {
+        const char *wr, *wc;
+        size_t wrn, wcn;
+        int hr, hc;
+        dsq_reasoning_split(DSQ_REASONING_DEEPSEEK_R1, body, size, &wr, &wrn, &hr, &wc, &wcn, &hc);
+        dsq_reasoning_stream rs;
+        dsq_reasoning_stream_init(&rs, DSQ_REASONING_DEEPSEEK_R1);
+        dsq_sbuf r = { 0 }, cc = { 0 };
+        size_t step = size % 7 + 1;
+        for (size_t at = 0;;) {
+            at = at + step < size ? at + step : size;
+            dsq_reasoning_stream_next(&rs, body, at, at == size, &r, &cc);
+            if (at == size) break;
+        }
+        CHECK(r.n == (hr ? wrn : 0) && (!r.n || !memcmp(r.p, wr, r.n)));
+        CHECK(cc.n == (hc ? wcn : 0) && (!cc.n || !memcmp(cc.p, wc, cc.n)));
+        free(r.p);
+        free(cc.p);
     }
 
     dsq_ep_completion c;
