@@ -111,14 +111,15 @@ test: all $(TEST_BIN) $(FUZZ_REPLAY)
 # make check: the loop to run while working (under two minutes on two cores).
 # Left out, and run by make test: the quality suites (tests/test_*_quality.c:
 # model quality on the samples, minutes of CPU), the CLI scripts in SLOW_CLI
-# (each over about 20 s) and the cmocka cases matching CHECK_SKIP_CASES (a
-# name pattern, handed to the tests as DSQ_TEST_SKIP: tests/dsq_test.c).
+# (each over about 20 s) and any cmocka cases matching CHECK_SKIP_CASES (a
+# name pattern, none by default, handed to the tests as DSQ_TEST_SKIP:
+# tests/dsq_test.c).
 QUALITY_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*_quality.c))
 CHECK_BIN   := $(filter-out $(QUALITY_BIN),$(TEST_BIN))
 SLOW_CLI    ?= calib.sh export.sh export_read.sh readme.sh samples.sh serve.sh \
                recipes.sh tokenizer_parity.sh
 CHECK_CLI   := $(filter-out $(addprefix tests/cli/,$(SLOW_CLI)),$(wildcard tests/cli/*.sh))
-CHECK_SKIP_CASES ?= $(if $(wildcard tests/test_calib.c),test_sample_*)
+CHECK_SKIP_CASES ?=
 
 check: all $(CHECK_BIN) $(FUZZ_REPLAY)
 	@BUILD=$(BUILD) BIN=$(OUTBIN) V=$(V) DSQ_TEST_SKIP='$(CHECK_SKIP_CASES)' sh tests/run_all.sh \
