@@ -18,6 +18,7 @@
 #   make check-deps enforce the layering common -> formats -> quant -> tokenizer -> engine ->
 #                   calib -> convert / eval
 #   make format-check  clang-format (.clang-format) over the lines changed since FORMAT_BASE
+#                   (default: the merge base with main)
 #   make neon-check the quant tests cross-built for aarch64 under qemu (NEON kernels; slow)
 #   V=1 shows commands and every test's output; WERROR=1 turns warnings into errors (CI).
 
@@ -175,7 +176,8 @@ check-deps:
 # clang-format cannot keep: several statements in a one-line block
 # ("if (rc < 0) { free(p); return rc; }"), which the code uses often; its
 # suggestion to split such a block may be ignored.
-FORMAT_BASE ?= main
+# the default base: where this branch left main
+FORMAT_BASE ?= $(shell git merge-base HEAD main 2>/dev/null || echo HEAD)
 format-check:
 	@command -v git-clang-format >/dev/null 2>&1 || { echo "format-check: git-clang-format not installed (clang-format)"; exit 1; }
 	@out=$$(git clang-format --quiet --diff --extensions c,h $(FORMAT_BASE) -- 2>&1); \
