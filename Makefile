@@ -29,7 +29,7 @@ OUTBIN  ?= bin
 OPT     ?= -O2
 FUZZ_TIME ?= 20
 
-MODULES := common formats quant tokenizer engine calib convert eval serve
+MODULES := common formats quant xfmt tokenizer engine calib convert eval serve
 INCS    := $(addprefix -I,$(MODULES)) -Iinclude -Iprograms
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral \
            -Wmissing-prototypes -Wno-missing-field-initializers \

@@ -36,7 +36,8 @@
 # QFLAGS to every row, RTN ones included (e.g. --search / --no-search: the
 # int4 rows' group parameters searched or plain min/max, quant/qsearch.c);
 # EXTRA_ROWS=0 drops the rows that are not RTN/calibrated pairs, RECIPE_ROWS=0
-# the recipe rows (deepseek-w8a8 with SmoothQuant / flex, QuaRot, GPTQ); ROWS=REGEX
+# the recipe rows (deepseek-w8a8 with SmoothQuant / flex, QuaRot, GPTQ), KV_ROWS=0
+# the KV cache table (--kv-cache: KLD and bytes per position); ROWS=REGEX
 # runs only the rows whose label matches (grep -E), e.g. ROWS=w8a8-dynamic.
 # bpw is over the quantized linears; "bpw, all linears" also counts the
 # projection weights a --keep recipe left in BF16 (16 bits), so a row that
@@ -46,7 +47,7 @@
 set -e
 cd "$(dirname "$0")/.."
 . bench/doc_page.sh
-doc_init bench/calib_quality.sh QUICK DSQ_DATA TEXTS LIMIT_TOKENS CALIB EXTRA_FLAGS QFLAGS EXTRA_ROWS RECIPE_ROWS ROWS OUT -- "$@"
+doc_init bench/calib_quality.sh QUICK DSQ_DATA TEXTS LIMIT_TOKENS CALIB EXTRA_FLAGS QFLAGS EXTRA_ROWS RECIPE_ROWS KV_ROWS ROWS OUT -- "$@"
 MODEL=${1:-samples/tiny-dsv3}
 if [ "${QUICK:-0}" = 1 ]; then
     TEXTS=${TEXTS:-heldout}
@@ -216,6 +217,26 @@ if [ "${RECIPE_ROWS:-1}" != 0 ]; then
     else
         say '\n%s\n' "Outside the noise band on this sample:$VERDICT_HELPS."
     fi
+    say '\n'
+fi
+# MLA's KV cache in 16 / 8 bits (--kv-cache): the float model's KLD against
+# its own float32 cache, and what a position costs; the 671B column is
+# DeepSeek-V3's shape (61 layers, 512 + 64 values; V3.2 adds its indexer's
+# 128 e4m3 keys and a scale, 132 bytes, per layer)
+if [ "${KV_ROWS:-1}" != 0 ] && [ "$(jq -r '.kv_lora_rank // 0' $MODEL/config.json 2>/dev/null)" != 0 ]; then
+    R=$(jq -r .kv_lora_rank $MODEL/config.json); P=$(jq -r .qk_rope_head_dim $MODEL/config.json)
+    NL=$(jq -r .num_hidden_layers $MODEL/config.json)
+    say '%s\n\n' "MLA's KV cache (\`ds-eval --kv-cache\`), the float model against its own float32 cache; bytes per position over all layers, and a 128K-token context of DeepSeek-V3 (61 layers, V3.2 adds 132 bytes of indexer keys per layer):"
+    t1=${TEXTS%% *}
+    say '%s\n%s\n' "| cache | $t1: KLD mean [95% band] | median | p99 | same top-1 | bytes / position ($(basename $MODEL)) | 128K context, 671B (V3 / V3.2) |" "|---|---|---|---|---|---|---|"
+    for kv in bf16 int8 fp8 f32; do
+        case $kv in f32) b=4; x=0 ;; bf16) b=2; x=0 ;; *) b=1; x=8 ;; esac
+        bin/ds-eval kld -q --kv-cache $kv -m "$MODEL" --base $OUT/base_$t1.logp --json > $OUT/kv_$kv.json
+        per=$(( NL * ((R + P) * b + x) ))
+        big=$(awk -v b=$b -v x=$x 'BEGIN { v3 = 61 * (576 * b + x) * 131072 / 2^30; v32 = v3 + 61 * 132 * 131072 / 2^30;
+                                           printf "%.2f / %.2f GiB", v3, v32 }')
+        say '%s\n' "| $kv | $(kld $OUT/kv_$kv.json) | $per | $big |"
+    done
     say '\n'
 fi
 # mean KLD against bits per weight, every row (gnuplot, when installed)

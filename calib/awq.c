@@ -188,9 +188,15 @@ int dsq_groups_build(const dsq_model *m, int layer, int flavor, dsq_group_list *
             g->attn_model = m;
             g->layer = layer;
         }
+        /* V3.2's indexer reads the same normed inputs: its float linears
+         * absorb the scales with the quantized ones (msModelSlim's flex
+         * smoothing puts wk, weights_proj with q_a / kv_a and wq_b with q_b) */
+        if (rc == DSQ_OK && g && ly->idx_wk.name) rc = add_passive(g, &ly->idx_wk);
+        if (rc == DSQ_OK && g && ly->idx_wp.name) rc = add_passive(g, &ly->idx_wp);
         if (rc == DSQ_OK && q_lora) {
             const dsq_linear *c2[1] = { &ly->q_b };
             rc = norm_group(out, prefix, "self_attn.q_a_layernorm.weight", c2, 1, q_lora, &g);
+            if (rc == DSQ_OK && g && ly->idx_wq_b.name) rc = add_passive(g, &ly->idx_wq_b);
         }
         if (rc == DSQ_OK) {
             const dsq_linear *c3[1] = { &ly->kv_b };

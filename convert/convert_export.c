@@ -2,10 +2,14 @@
  * conversion pipeline's finished items go to the export writer (export.h)
  * instead of the container writer. Same plan, same workers, same blobs as a
  * .dsq conversion, so ds-quant --format F and ds-quant + ds-export give the
- * same files. Streamed tensors (blob > stream_bytes) are gathered into one
+ * same files, but for one thing: where the target stores the scales in 16
+ * bits (AutoAWQ F16, compressed-tensors in the model dtype), the codes are
+ * rounded against the scale as stored (dsq_qparams.scale_dtype), which a
+ * .dsq's f32-scale codes cannot be afterwards. Streamed tensors (blob > stream_bytes) are gathered into one
  * blob before they are handed over: the export's layouts (AWQ transposes,
  * ascend pairs rows) need whole tensors. */
 #include "convert_internal.h"
+#include "calib.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -58,6 +62,8 @@ int dsq_conv_export_prepare(dsq_convert *c, dsq_diag *d)
     xo.plan_only = 1;
     dsq_export *ex = NULL;
     DSQ_TRY(dsq_export_open(&ex, &xo, c->xsrc, c->plan.n, d));
+    /* codes are rounded against the scales as the target stores them */
+    for (size_t i = 0; i < c->plan.n; i++) c->plan.v[i].scale_dtype = dsq_export_scale_dtype(ex, i);
     dsq_export_free(ex, 1);
     return DSQ_OK;
 }
@@ -94,6 +100,32 @@ static int put_tensor(xsink *k, size_t i, const uint8_t *blob, size_t size, dsq_
     return DSQ_OK;
 }
 
+/* A tensor the target holds in float although the plan quantizes it
+ * (dsq_export_from_source): its source rows, with calibration's row scaling
+ * applied as to every converted row, in chunks. */
+static int put_source(xsink *k, size_t i, dsq_diag *d)
+{
+    dsq_convert *c = k->c;
+    const dsq_plan_entry *e = &c->plan.v[i];
+    const int64_t rows = e->qshape.rows, cols = e->qshape.cols;
+    int64_t chunk = (int64_t)((4u << 20) / (uint64_t)cols);
+    if (chunk < 1) chunk = 1;
+    if (chunk > rows) chunk = rows;
+    float *w = malloc((size_t)chunk * (size_t)cols * sizeof *w);
+    if (!w) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, e->name, -1, "out of memory");
+    const dsq_calib_tensor *cal = c->o.calib ? dsq_calib_lookup(c->o.calib, e->name) : NULL;
+    int rc = DSQ_OK;
+    for (int64_t r0 = 0; rc == DSQ_OK && r0 < rows; r0 += chunk) {
+        int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+        rc = dsq_st_read_rows_f32(c->m, e->t, r0, n, w, d);
+        if (rc == DSQ_OK && cal && (rc = dsq_calib_apply_rows(cal, r0, n, cols, w)) < 0)
+            rc = dsq_fail(d, rc, NULL, e->name, -1, "calibration entry does not fit the tensor");
+        if (rc == DSQ_OK) rc = dsq_export_put_float_rows(k->ex, i, r0, n, w, d);
+    }
+    free(w);
+    return rc;
+}
+
 static int xsink_item(void *ctx, const dsq_conv_item *it, dsq_conv_result *r, dsq_diag *d)
 {
     xsink *k = ctx;
@@ -104,7 +136,13 @@ static int xsink_item(void *ctx, const dsq_conv_item *it, dsq_conv_result *r, ds
     k->err2 += r->err2;
     k->ref2 += r->ref2;
     int rc = DSQ_OK;
-    if (!ct->stream) {
+    if (dsq_export_from_source(k->ex, it->tensor)) {
+        /* held in float by the target: the source weight, not the codes */
+        if (it->piece + 1 == ct->npieces) {
+            rc = put_source(k, it->tensor, d);
+            if (rc == DSQ_OK) rc = put_tensor(k, it->tensor, NULL, ct->layout.total, d);
+        }
+    } else if (!ct->stream) {
         rc = put_tensor(k, it->tensor, r->piece, r->piece_size, d);   /* raw, whole */
     } else if (dsq_export_rowwise(k->ex, it->tensor)) {
         /* Row-local targets: written piece by piece, never held whole. */

@@ -206,6 +206,7 @@ static int item_params(item_job *j)
     j->qp.allow_nonfinite = c->o.allow_nonfinite;
     j->qp.clip_search = c->o.clip_search;
     j->qp.range_search = c->o.range_search;
+    j->qp.scale_dtype = j->e->scale_dtype;   /* codes against the scale as an export stores it */
     j->cal = c->o.calib ? dsq_calib_lookup(c->o.calib, j->e->name) : NULL;
     dsq_calib_qparams(j->cal, &j->qp);
     j->gptq = j->cal && j->cal->gptq_blob;

@@ -236,6 +236,15 @@ static int deepseek_layer(const ck *k, int64_t L)
                  "num_attention_heads x (qk_nope_head_dim + v_head_dim)", c->kv_lora_rank, "kv_lora_rank"));
     DSQ_TRY(want(k, NM("self_attn.o_proj.weight"), 1, H, "hidden_size", nh * c->v_head_dim,
                  "num_attention_heads x v_head_dim"));
+    if (dsq_arch_get(c->arch)->dsa) {
+        const int64_t Hi = c->index_n_heads, Di = c->index_head_dim;
+        DSQ_TRY(want(k, NM("self_attn.indexer.wq_b.weight"), 1, Hi * Di, "index_n_heads x index_head_dim",
+                     c->q_lora_rank, "q_lora_rank"));
+        DSQ_TRY(want(k, NM("self_attn.indexer.wk.weight"), 1, Di, "index_head_dim", H, "hidden_size"));
+        DSQ_TRY(want(k, NM("self_attn.indexer.k_norm.weight"), 1, Di, "index_head_dim", -1, NULL));
+        DSQ_TRY(want(k, NM("self_attn.indexer.k_norm.bias"), 1, Di, "index_head_dim", -1, NULL));
+        DSQ_TRY(want(k, NM("self_attn.indexer.weights_proj.weight"), 1, Hi, "index_n_heads", H, "hidden_size"));
+    }
     if (dsq_model_config_is_moe_layer(c, L)) {
         DSQ_TRY(want(k, NM("mlp.gate.weight"), 1, c->n_routed_experts, "n_routed_experts", H, "hidden_size"));
         int64_t E = c->n_routed_experts;

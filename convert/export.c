@@ -1,5 +1,6 @@
-/* export.c - the export format table, planning, shard layout, resume and the
- * finished directory (see export.h). Tensor bytes: export_fill.c. */
+/* export.c - an export directory from a format's plan (xfmt/xfmt.h): shard
+ * layout, tensor bytes at their offsets, resume, the side files and
+ * SHA256SUMS, and the finished directory renamed into place (see export.h). */
 #include "export_internal.h"
 #include "st_writer.h"
 #include "dsq_file.h"
@@ -8,157 +9,33 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-int dsq_x_fill(dsq_export *ex, const dsq_xtensor *x, const dsq_qview *v, uint8_t *dst, dsq_diag *d);
-
-static const dsq_export_format *const g_formats[] = { &dsq_xfmt_ascend, &dsq_xfmt_awq, &dsq_xfmt_ct };
-static const char *const g_names[] = { "ascend", "awq", "compressed-tensors", NULL };
-#define NFMT (sizeof g_formats / sizeof g_formats[0])
 #define STATE_NAME ".dsq-export-state"
 
-const char *const *dsq_export_formats(void) { return g_names; }
+static const char *g_names[8];
+static pthread_once_t g_names_once = PTHREAD_ONCE_INIT;
 
-static const dsq_export_format *find_format(const char *name)
+static void names_init(void)
 {
-    for (size_t i = 0; name && i < NFMT; i++)
-        if (!strcmp(g_formats[i]->name, name)) return g_formats[i];
-    return NULL;
+    const dsq_xfmt *const *t = dsq_xfmt_table();
+    for (size_t i = 0; t[i] && i + 1 < sizeof g_names / sizeof *g_names; i++) g_names[i] = t[i]->name;
 }
 
-int dsq_export_format_known(const char *name) { return find_format(name) != NULL; }
-
-/* ================= helpers for the format files ================= */
-
-int dsq_x_add(dsq_export *ex, size_t i, const char *base, const char *suffix, enum dsq_dtype dt,
-              int ndim, const int64_t *shape, enum dsq_xkind kind, const char *desc, dsq_diag *d)
+const char *const *dsq_export_formats(void)
 {
-    if (ex->nxt == ex->capxt) {
-        size_t nc = ex->capxt ? ex->capxt * 2 : 256;
-        dsq_xtensor *nv = realloc(ex->xt, nc * sizeof *nv);
-        if (!nv) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-        ex->xt = nv;
-        ex->capxt = nc;
-    }
-    dsq_xtensor *x = &ex->xt[ex->nxt];
-    memset(x, 0, sizeof *x);
-    size_t n = strlen(base) + strlen(suffix) + 1;
-    x->name = malloc(n);
-    if (!x->name) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    snprintf(x->name, n, "%s%s", base, suffix);
-    x->dtype = dt;
-    x->ndim = ndim;
-    uint64_t numel = 1;
-    for (int k = 0; k < ndim; k++) {
-        x->shape[k] = shape[k];
-        numel *= (uint64_t)shape[k];
-    }
-    x->nbytes = numel * dsq_dtype_bits(dt) / 8;
-    x->kind = kind;
-    x->desc = desc;
-    x->src = i;
-    if (!ex->xs[i].count) ex->xs[i].first = ex->nxt;
-    ex->xs[i].count++;
-    ex->nxt++;
-    return DSQ_OK;
+    pthread_once(&g_names_once, names_init);
+    return g_names;
 }
 
-enum dsq_dtype dsq_x_keep_dtype(const dsq_export_src *s)
-{
-    switch (s->src_dtype) {
-    case DSQ_DTYPE_F16: case DSQ_DTYPE_BF16: case DSQ_DTYPE_F32: return s->src_dtype;
-    case DSQ_DTYPE_F64: return DSQ_DTYPE_F32;
-    default: break;
-    }
-    /* FP8 (and unknown) sources: what the blob holds (bf16 for FP8). */
-    return s->scheme->id == DSQ_SCHEME_F32 ? DSQ_DTYPE_F32 : DSQ_DTYPE_BF16;
-}
+int dsq_export_format_known(const char *name) { return dsq_xfmt_find(name) != NULL; }
 
-int dsq_x_add_float(dsq_export *ex, size_t i, enum dsq_dtype dt, dsq_diag *d)
-{
-    const dsq_export_src *s = &ex->src[i];
-    ex->xs[i].type = "FLOAT";
-    if (s->scheme->weight_bits <= 8) {
-        ex->xs[i].dequant = 1;
-        ex->sum.dequantized++;
-    }
-    return dsq_x_add(ex, i, s->name, "", dt, s->ndim, s->shape, XK_FLOAT, "FLOAT", d);
-}
-
-char *dsq_x_module(const char *name)
-{
-    size_t n = strlen(name);
-    if (n < 8 || strcmp(name + n - 7, ".weight") != 0) return NULL;
-    return strndup(name, n - 7);
-}
-
-int dsq_x_is_linear(const dsq_export_src *s)
-{
-    uint32_t r = s->role.role;
-    return s->ndim == 2 && (r == DSQ_ROLE_ATTN_LINEAR || r == DSQ_ROLE_MLP_LINEAR ||
-                            r == DSQ_ROLE_EXPERT_LINEAR || r == DSQ_ROLE_SHARED_EXPERT_LINEAR);
-}
-
-static int ends_with(const char *s, const char *suf)
-{
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
-long dsq_x_partner(const dsq_export *ex, size_t i)
-{
-    static const char *const pairs[][2] = {
-        { ".q_a_proj.weight", ".kv_a_proj_with_mqa.weight" },
-        { ".gate_proj.weight", ".up_proj.weight" },
-    };
-    const char *name = ex->src[i].name;
-    for (size_t p = 0; p < 2; p++)
-        for (int side = 0; side < 2; side++) {
-            const char *a = pairs[p][side], *b = pairs[p][!side];
-            if (!ends_with(name, a)) continue;
-            size_t stem = strlen(name) - strlen(a);
-            char buf[1200];
-            if (stem + strlen(b) + 1 > sizeof buf) return -1;
-            memcpy(buf, name, stem);
-            strcpy(buf + stem, b);
-            for (size_t j = 0; j < ex->nsrc; j++)
-                if (!strcmp(ex->src[j].name, buf)) return (long)j;
-            return -1;
-        }
-    return -1;
-}
-
-int dsq_x_check_experts(const dsq_export *ex, const char *engine, dsq_diag *d)
-{
-    for (size_t i = 0; i < ex->nsrc; i++) {
-        const dsq_export_src *s = &ex->src[i];
-        if (s->role.role != DSQ_ROLE_EXPERT_LINEAR || s->role.mtp || ex->xs[i].drop) continue;
-        for (size_t k = 0; k < i; k++) {
-            const dsq_export_src *t = &ex->src[k];
-            if (t->role.role != DSQ_ROLE_EXPERT_LINEAR || t->role.mtp || ex->xs[k].drop ||
-                t->role.layer != s->role.layer)
-                continue;
-            const char *a = ex->xs[k].quantized ? (ex->xs[k].type ? ex->xs[k].type : "quantized") : "float";
-            const char *b = ex->xs[i].quantized ? (ex->xs[i].type ? ex->xs[i].type : "quantized") : "float";
-            int ga = ex->xs[k].quantized ? t->qshape.group_size : 0;
-            int gb = ex->xs[i].quantized ? s->qshape.group_size : 0;
-            if (strcmp(a, b) != 0 || ga != gb)
-                return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, s->name, -1,
-                                "routed experts of layer %lld differ (%s is %s, group %d; %s is %s, group %d): "
-                                "%s loads a layer's experts as one fused MoE with one scheme; convert or "
-                                "--keep all of them alike", (long long)s->role.layer, t->name, a, ga, s->name, b,
-                                gb, engine);
-            break;
-        }
-    }
-    return DSQ_OK;
-}
-
-int dsq_x_write_json(dsq_export *ex, const char *name, json_object *o, int pretty, dsq_diag *d)
+static int write_json(dsq_export *ex, const char *name, json_object *o, int pretty, dsq_diag *d)
 {
     int fl = JSON_C_TO_STRING_NOSLASHESCAPE | (pretty ? JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED
                                                       : JSON_C_TO_STRING_PLAIN);
@@ -189,9 +66,9 @@ static char *shard_name(const dsq_export *ex, int s)
 {
     char buf[128];
     if (ex->nshards <= 1)
-        snprintf(buf, sizeof buf, "%s.safetensors", ex->f->weights_base);
+        snprintf(buf, sizeof buf, "%s.safetensors", ex->p.f->weights_base);
     else
-        snprintf(buf, sizeof buf, "%s-%05d-of-%05d.safetensors", ex->f->weights_base, s + 1, ex->nshards);
+        snprintf(buf, sizeof buf, "%s-%05d-of-%05d.safetensors", ex->p.f->weights_base, s + 1, ex->nshards);
     return strdup(buf);
 }
 
@@ -208,21 +85,21 @@ static int no_fill(void *ctx, const char *name, void *dst, uint64_t nbytes, dsq_
 static int shard_header(dsq_export *ex, int s, char **out, size_t *len, dsq_diag *d)
 {
     size_t n = 0;
-    for (size_t i = 0; i < ex->nxt; i++) n += ex->xt[i].shard == s;
+    for (size_t i = 0; i < ex->p.nxt; i++) n += ex->p.xt[i].shard == s;
     dsq_st_writer *w = dsq_st_writer_create();
     size_t *idx = malloc((n ? n : 1) * sizeof *idx);
     uint64_t *begin = malloc((n ? n : 1) * sizeof *begin);
     int rc = w && idx && begin ? dsq_st_writer_set_meta(w, "format", "pt") : DSQ_ERR_NOMEM;
     size_t k = 0;
-    for (size_t i = 0; i < ex->nxt && rc == DSQ_OK; i++) {
-        dsq_xtensor *x = &ex->xt[i];
+    for (size_t i = 0; i < ex->p.nxt && rc == DSQ_OK; i++) {
+        dsq_xtensor *x = &ex->p.xt[i];
         if (x->shard != s) continue;
         idx[k++] = i;
         rc = dsq_st_writer_add_lazy(w, x->name, x->dtype, x->ndim, x->shape, no_fill, NULL);
     }
     if (rc == DSQ_OK) rc = dsq_st_writer_layout(w, out, len, begin, d);
     else rc = dsq_fail(d, rc, NULL, NULL, -1, "cannot lay out shard %d", s + 1);
-    for (size_t j = 0; rc == DSQ_OK && j < k; j++) ex->xt[idx[j]].off = begin[j];
+    for (size_t j = 0; rc == DSQ_OK && j < k; j++) ex->p.xt[idx[j]].off = begin[j];
     dsq_st_writer_free(w);
     free(idx);
     free(begin);
@@ -275,9 +152,9 @@ static int shard_commit(dsq_export *ex, dsq_diag *d)
     if (!p || !fin) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     /* Extend to the full size (a shard whose last tensors are empty). */
     uint64_t total = ex->data_start;
-    for (size_t i = 0; i < ex->nxt; i++)
-        if (ex->xt[i].shard == ex->cur && ex->data_start + ex->xt[i].off + ex->xt[i].nbytes > total)
-            total = ex->data_start + ex->xt[i].off + ex->xt[i].nbytes;
+    for (size_t i = 0; i < ex->p.nxt; i++)
+        if (ex->p.xt[i].shard == ex->cur && ex->data_start + ex->p.xt[i].off + ex->p.xt[i].nbytes > total)
+            total = ex->data_start + ex->p.xt[i].off + ex->p.xt[i].nbytes;
     if (rc == DSQ_OK && ftruncate(ex->fd, (off_t)total) != 0) rc = dsq_fail_errno(d, errno, p, "truncate failed");
     if (rc == DSQ_OK) rc = dsq_dpw_sync(&ex->dpw, d);
     dsq_dpw_close(&ex->dpw);
@@ -356,36 +233,35 @@ static char *sibling(const char *path, const char *suffix)
 
 /* ================= open ================= */
 
+static void sync_sum(dsq_export *ex)
+{
+    ex->sum.dequantized = ex->p.dequantized;
+    ex->sum.dropped = ex->p.dropped;
+    ex->sum.max_scale_rel_rounding = ex->p.max_scale_rel_rounding;
+}
+
 static int parse_meta(dsq_export *ex, dsq_diag *d)
 {
     const char *m = ex->o.meta_json ? ex->o.meta_json : "{}";
     ex->meta = json_tokener_parse(m);
     if (!ex->meta || !json_object_is_type(ex->meta, json_type_object))
         return dsq_fail(d, DSQ_ERR_JSON, NULL, NULL, -1, "model metadata is not a JSON object");
-    ex->model_dtype = DSQ_DTYPE_BF16;
-    json_object *cfg, *td;
-    if (json_object_object_get_ex(ex->meta, "config", &cfg) && json_object_is_type(cfg, json_type_object) &&
-        json_object_object_get_ex(cfg, "torch_dtype", &td) && json_object_is_type(td, json_type_string)) {
-        const char *s = json_object_get_string(td);
-        if (!strcmp(s, "float16")) ex->model_dtype = DSQ_DTYPE_F16;
-        else if (!strcmp(s, "float32")) ex->model_dtype = DSQ_DTYPE_F32;
-    }
     return DSQ_OK;
 }
 
 static int assign_shards(dsq_export *ex)
 {
-    uint64_t lim = ex->o.shard_bytes ? ex->o.shard_bytes : ex->f->default_shard, acc = 0;
+    uint64_t lim = ex->o.shard_bytes ? ex->o.shard_bytes : ex->p.f->default_shard, acc = 0;
     int s = 0;
-    for (size_t i = 0; i < ex->nsrc; i++) {
+    for (size_t i = 0; i < ex->p.nsrc; i++) {
         uint64_t b = 0;
-        for (size_t k = 0; k < ex->xs[i].count; k++) b += ex->xt[ex->xs[i].first + k].nbytes;
+        for (size_t k = 0; k < ex->p.xs[i].count; k++) b += ex->p.xt[ex->p.xs[i].first + k].nbytes;
         if (acc > 0 && b > 0 && acc + b > lim) {
             s++;
             acc = 0;
         }
         acc += b;
-        for (size_t k = 0; k < ex->xs[i].count; k++) ex->xt[ex->xs[i].first + k].shard = s;
+        for (size_t k = 0; k < ex->p.xs[i].count; k++) ex->p.xt[ex->p.xs[i].first + k].shard = s;
     }
     return s + 1;
 }
@@ -394,43 +270,35 @@ static int assign_shards(dsq_export *ex)
  * before them). */
 static size_t shard_first_src(const dsq_export *ex, int s)
 {
-    for (size_t i = 0; i < ex->nsrc; i++)
-        if (ex->xs[i].count && ex->xt[ex->xs[i].first].shard >= s) return i;
-    return ex->nsrc;
+    for (size_t i = 0; i < ex->p.nsrc; i++)
+        if (ex->p.xs[i].count && ex->p.xt[ex->p.xs[i].first].shard >= s) return i;
+    return ex->p.nsrc;
 }
 
 int dsq_export_open(dsq_export **out, const dsq_export_opts *o, const dsq_export_src *src, size_t n,
                     dsq_diag *d)
 {
     *out = NULL;
-    const dsq_export_format *f = find_format(o->format);
+    const dsq_xfmt *f = dsq_xfmt_find(o->format);
     if (!f) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
                             "unknown export format '%s' (known: dsq, ascend, awq, compressed-tensors)",
                             o->format ? o->format : "");
     if (!o->output || !*o->output) return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "no output directory");
     dsq_export *ex = calloc(1, sizeof *ex);
     if (!ex) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    ex->f = f;
     ex->o = *o;
     if (!ex->o.fingerprint) ex->o.fingerprint = "-";
-    ex->src = src;
-    ex->nsrc = n;
     ex->fd = -1;
     ex->cur = -1;
-    ex->awq_group = -2;
     ex->sum.format = f->name;
     ex->sum.src_tensors = n;
-    ex->xs = calloc(n ? n : 1, sizeof *ex->xs);
-    int rc = ex->xs ? parse_meta(ex, d) : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-    for (size_t i = 0; rc == DSQ_OK && i < n; i++) {
-        rc = f->plan(ex, i, d);
-        if (ex->xs[i].drop) ex->sum.dropped++;
-    }
-    if (rc == DSQ_OK) rc = f->check(ex, d);
+    int rc = parse_meta(ex, d);
+    if (rc == DSQ_OK) rc = dsq_xplan_make(&ex->p, f, src, n, ex->meta, d);
+    sync_sum(ex);
     if (rc == DSQ_OK) {
         ex->nshards = assign_shards(ex);
         ex->sum.shards = ex->nshards;
-        ex->sum.out_tensors = ex->nxt;
+        ex->sum.out_tensors = ex->p.nxt;
         for (int s = 0; rc == DSQ_OK && s < ex->nshards; s++) {
             char *h = NULL;
             size_t hl;
@@ -464,7 +332,7 @@ int dsq_export_open(dsq_export **out, const dsq_export_opts *o, const dsq_export
             ex->committed = done;
             ex->resume_from = shard_first_src(ex, done);
             ex->next = ex->resume_from;
-            for (size_t i = 0; i < ex->resume_from; i++) ex->sum.resumed += !ex->xs[i].drop;
+            for (size_t i = 0; i < ex->resume_from; i++) ex->sum.resumed += !ex->p.xs[i].drop;
         }
     }
     if (rc < 0) {
@@ -477,30 +345,83 @@ int dsq_export_open(dsq_export **out, const dsq_export_opts *o, const dsq_export
 
 size_t dsq_export_resume_from(const dsq_export *ex) { return ex->resume_from; }
 
-void dsq_export_get_summary(const dsq_export *ex, dsq_export_summary *s) { *s = ex->sum; }
+int dsq_export_from_source(const dsq_export *ex, size_t i)
+{
+    return i < ex->p.nsrc && ex->p.xs[i].from_source && ex->p.xs[i].count == 1 &&
+           ex->p.xt[ex->p.xs[i].first].kind == XK_FLOAT;
+}
+
+int dsq_export_put_float_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, const float *w,
+                              dsq_diag *d)
+{
+    if (i != ex->next || !dsq_export_from_source(ex, i))
+        return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "export: float rows of tensor %zu out of order", i);
+    const dsq_export_src *s = &ex->p.src[i];
+    const dsq_xtensor *x = &ex->p.xt[ex->p.xs[i].first];
+    const int64_t N = s->qshape.rows, K = s->qshape.cols;
+    if (row0 < 0 || nrows < 1 || row0 + nrows > N)
+        return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, s->name, -1, "export: bad row piece");
+    if (ex->cur != x->shard) {
+        if (ex->cur >= 0) DSQ_TRY(shard_commit(ex, d));
+        DSQ_TRY(shard_open(ex, x->shard, d));
+    }
+    uint64_t rb = x->nbytes / (uint64_t)N, nb = rb * (uint64_t)nrows;
+    uint8_t *buf = malloc(nb ? nb : 1);
+    if (!buf) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, x->name, -1, "out of memory");
+    int rc = DSQ_OK;
+    for (size_t e = 0; rc == DSQ_OK && e < (size_t)nrows * (size_t)K; e++)
+        if (dsq_x_put_float(&ex->p, x->dtype, buf, e, w[e], 0) < 0)
+            rc = dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, x->name, -1,
+                          "value %g at row %lld is outside float16's range (the target stores float tensors "
+                          "as F16)", (double)w[e], (long long)(row0 + (int64_t)e / K));
+    if (rc == DSQ_OK) rc = dsq_dpw_pwrite(&ex->dpw, buf, (size_t)nb, ex->data_start + x->off + rb * (uint64_t)row0, d);
+    free(buf);
+    if (rc < 0) return rc;
+    ex->sum.weight_bytes += nb;
+    if (row0 + nrows == N) {
+        ex->next++;
+        ex->p.dequantized--;   /* planned as dequantized; the source it is */
+        ex->sum.from_source++;
+        if (shard_first_src(ex, x->shard + 1) <= ex->next) DSQ_TRY(shard_commit(ex, d));
+    }
+    return DSQ_OK;
+}
+
+enum dsq_dtype dsq_export_scale_dtype(const dsq_export *ex, size_t i)
+{
+    return i < ex->p.nsrc && ex->p.xs[i].quantized ? ex->p.xs[i].scale_dtype : DSQ_DTYPE_INVALID;
+}
+
+void dsq_export_get_summary(const dsq_export *ex, dsq_export_summary *s)
+{
+    *s = ex->sum;
+    s->dequantized = ex->p.dequantized;
+    s->dropped = ex->p.dropped;
+    s->max_scale_rel_rounding = ex->p.max_scale_rel_rounding;
+}
 
 /* ================= put ================= */
 
 int dsq_export_put(dsq_export *ex, size_t i, const void *blob, size_t size, dsq_diag *d)
 {
-    if (i != ex->next || i >= ex->nsrc)
+    if (i != ex->next || i >= ex->p.nsrc)
         return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "export: tensor %zu out of order", i);
-    const dsq_export_src *s = &ex->src[i];
-    dsq_xsrc *xs = &ex->xs[i];
+    const dsq_export_src *s = &ex->p.src[i];
+    dsq_xsrc *xs = &ex->p.xs[i];
     ex->next++;
     if (!xs->count) return DSQ_OK;
     dsq_qview v;
     DSQ_TRY(dsq_qview_init(&v, s->scheme, &s->qshape, blob, size, d));
-    int shard = ex->xt[xs->first].shard;
+    int shard = ex->p.xt[xs->first].shard;
     if (ex->cur != shard) {
         if (ex->cur >= 0) DSQ_TRY(shard_commit(ex, d));
         DSQ_TRY(shard_open(ex, shard, d));
     }
     for (size_t k = 0; k < xs->count; k++) {
-        const dsq_xtensor *x = &ex->xt[xs->first + k];
+        const dsq_xtensor *x = &ex->p.xt[xs->first + k];
         uint8_t *buf = malloc(x->nbytes ? x->nbytes : 1);
         if (!buf) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, x->name, -1, "out of memory");
-        int rc = dsq_x_fill(ex, x, &v, buf, d);
+        int rc = dsq_xplan_pack(&ex->p, x, &v, buf, d);
         if (rc < 0) {
             if (d && !d->tensor[0]) snprintf(d->tensor, sizeof d->tensor, "%s", x->name);
             free(buf);
@@ -516,26 +437,15 @@ int dsq_export_put(dsq_export *ex, size_t i, const void *blob, size_t size, dsq_
     return DSQ_OK;
 }
 
-int dsq_export_rowwise(const dsq_export *ex, size_t i)
-{
-    const dsq_xsrc *xs = &ex->xs[i];
-    for (size_t k = 0; k < xs->count; k++) {
-        const dsq_xtensor *x = &ex->xt[xs->first + k];
-        if (x->kind != XK_FLOAT && x->kind != XK_I8 && x->kind != XK_SCALE && x->kind != XK_ZEROS_F32 &&
-            x->kind != XK_I8_FROM_I4 && x->kind != XK_CT_PACKED)
-            return 0;
-        if (x->ndim < 1 || x->shape[0] != ex->src[i].qshape.rows) return 0;
-    }
-    return 1;
-}
+int dsq_export_rowwise(const dsq_export *ex, size_t i) { return dsq_xplan_rowwise(&ex->p, i); }
 
 int dsq_export_put_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, const void *blob, size_t size,
                         dsq_diag *d)
 {
-    if (i != ex->next || i >= ex->nsrc || !dsq_export_rowwise(ex, i))
+    if (i != ex->next || i >= ex->p.nsrc || !dsq_export_rowwise(ex, i))
         return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "export: row piece of tensor %zu out of order", i);
-    const dsq_export_src *s = &ex->src[i];
-    const dsq_xsrc *xs = &ex->xs[i];
+    const dsq_export_src *s = &ex->p.src[i];
+    const dsq_xsrc *xs = &ex->p.xs[i];
     const int64_t N = s->qshape.rows;
     if (row0 < 0 || nrows < 1 || row0 + nrows > N)
         return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, s->name, -1, "export: bad row piece");
@@ -548,17 +458,17 @@ int dsq_export_put_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, c
     ps.rows = nrows;
     dsq_qview v;
     DSQ_TRY(dsq_qview_init(&v, s->scheme, &ps, blob, size, d));
-    int shard = ex->xt[xs->first].shard;
+    int shard = ex->p.xt[xs->first].shard;
     if (ex->cur != shard) {
         if (ex->cur >= 0) DSQ_TRY(shard_commit(ex, d));
         DSQ_TRY(shard_open(ex, shard, d));
     }
     for (size_t k = 0; k < xs->count; k++) {
-        const dsq_xtensor *x = &ex->xt[xs->first + k];
+        const dsq_xtensor *x = &ex->p.xt[xs->first + k];
         uint64_t rb = x->nbytes / (uint64_t)N, nb = rb * (uint64_t)nrows;
         uint8_t *buf = malloc(nb ? nb : 1);
         if (!buf) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, x->name, -1, "out of memory");
-        int rc = dsq_x_fill(ex, x, &v, buf, d);
+        int rc = dsq_xplan_pack(&ex->p, x, &v, buf, d);
         uint64_t at = ex->data_start + x->off + rb * (uint64_t)row0;
         if (rc == DSQ_OK) rc = dsq_dpw_pwrite(&ex->dpw, buf, (size_t)nb, at, d);
         free(buf);
@@ -582,19 +492,19 @@ static int write_index(dsq_export *ex, dsq_diag *d)
     json_object *root = json_object_new_object(), *meta = json_object_new_object(),
                 *wm = json_object_new_object();
     uint64_t total = 0;
-    for (size_t i = 0; i < ex->nxt; i++) {
-        char *sn = shard_name(ex, ex->xt[i].shard);
+    for (size_t i = 0; i < ex->p.nxt; i++) {
+        char *sn = shard_name(ex, ex->p.xt[i].shard);
         if (!sn) continue;
-        json_object_object_add(wm, ex->xt[i].name, json_object_new_string(sn));
+        json_object_object_add(wm, ex->p.xt[i].name, json_object_new_string(sn));
         free(sn);
-        total += ex->xt[i].nbytes;
+        total += ex->p.xt[i].nbytes;
     }
     json_object_object_add(meta, "total_size", json_object_new_int64((int64_t)total));
     json_object_object_add(root, "metadata", meta);
     json_object_object_add(root, "weight_map", wm);
     char name[128];
-    snprintf(name, sizeof name, "%s.safetensors.index.json", ex->f->weights_base);
-    int rc = dsq_x_write_json(ex, name, root, 1, d);
+    snprintf(name, sizeof name, "%s.safetensors.index.json", ex->p.f->weights_base);
+    int rc = write_json(ex, name, root, 1, d);
     json_object_put(root);
     return rc;
 }
@@ -606,20 +516,20 @@ static int write_side_files(dsq_export *ex, dsq_diag *d)
         json_object *copy = NULL;
         if (json_object_deep_copy(cfg, &copy, NULL) != 0 || !copy)
             return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
-        int rc = ex->f->config(ex, copy, d);
-        if (rc == DSQ_OK) rc = dsq_x_write_json(ex, "config.json", copy, 1, d);
+        int rc = ex->p.f->config(&ex->p, copy, d);
+        if (rc == DSQ_OK) rc = write_json(ex, "config.json", copy, 1, d);
         json_object_put(copy);
         DSQ_TRY(rc);
     }
     if (json_object_object_get_ex(ex->meta, "tokenizer", &tok) && json_object_is_type(tok, json_type_object)) {
         json_object_object_foreach(tok, k, val) {
             if (strchr(k, '/') || k[0] == '.' || !json_object_is_type(val, json_type_object)) continue;
-            DSQ_TRY(dsq_x_write_json(ex, k, val, !strcmp(k, "tokenizer_config.json") ||
+            DSQ_TRY(write_json(ex, k, val, !strcmp(k, "tokenizer_config.json") ||
                                                  !strcmp(k, "special_tokens_map.json"), d));
         }
     }
     if (json_object_object_get_ex(ex->meta, "generation_config", &gen) && json_object_is_type(gen, json_type_object))
-        DSQ_TRY(dsq_x_write_json(ex, "generation_config.json", gen, 1, d));
+        DSQ_TRY(write_json(ex, "generation_config.json", gen, 1, d));
     return DSQ_OK;
 }
 
@@ -714,9 +624,9 @@ static int write_sums(dsq_export *ex, dsq_diag *d)
 
 int dsq_export_finish(dsq_export *ex, dsq_export_summary *s, dsq_diag *d)
 {
-    if (ex->next != ex->nsrc)
+    if (ex->next != ex->p.nsrc)
         return dsq_fail(d, DSQ_ERR_INTERNAL, NULL, NULL, -1, "export: %zu of %zu tensors written",
-                        ex->next, ex->nsrc);
+                        ex->next, ex->p.nsrc);
     if (ex->cur >= 0) DSQ_TRY(shard_commit(ex, d));
     while (ex->committed < ex->nshards) {   /* shards without data (empty model) */
         DSQ_TRY(shard_open(ex, ex->committed, d));
@@ -724,7 +634,16 @@ int dsq_export_finish(dsq_export *ex, dsq_export_summary *s, dsq_diag *d)
     }
     if (ex->nshards > 1) DSQ_TRY(write_index(ex, d));
     DSQ_TRY(write_side_files(ex, d));
-    if (ex->f->extra) DSQ_TRY(ex->f->extra(ex, d));
+    if (ex->p.f->describe) {
+        const char *name = NULL;
+        json_object *desc = NULL;
+        DSQ_TRY(ex->p.f->describe(&ex->p, &name, &desc, d));
+        if (desc) {
+            int rc = write_json(ex, name, desc, 1, d);
+            json_object_put(desc);
+            DSQ_TRY(rc);
+        }
+    }
     char *sp = dsq_path_join(ex->tmpdir, STATE_NAME);
     if (sp) unlink(sp);
     free(sp);
@@ -754,6 +673,7 @@ int dsq_export_finish(dsq_export *ex, dsq_export_summary *s, dsq_diag *d)
     free(old);
     free(ex->tmpdir);
     ex->tmpdir = NULL;
+    sync_sum(ex);
     *s = ex->sum;
     return DSQ_OK;
 }
@@ -764,14 +684,7 @@ void dsq_export_free(dsq_export *ex, int keep)
     dsq_dpw_close(&ex->dpw);
     if (ex->fd >= 0) close(ex->fd);
     if (ex->tmpdir && !keep) remove_flat_dir(ex->tmpdir);
-    for (size_t i = 0; i < ex->nxt; i++) free(ex->xt[i].name);
-    free(ex->xt);
-    free(ex->xs);
-    for (size_t i = 0; i < ex->npair; i++) free(ex->pair_key[i]);
-    free(ex->pair_key);
-    free(ex->pair_scale);
-    free(ex->pair_off);
-    free(ex->fbuf);
+    dsq_xplan_free(&ex->p);
     if (ex->meta) json_object_put(ex->meta);
     free(ex->dir);
     free(ex->tmpdir);

@@ -1,8 +1,9 @@
 /* export.h - write a converted model as a directory a serving engine loads:
  * msModelSlim "AscendV1" (vllm-ascend / MindIE), AutoAWQ GEMM or
- * compressed-tensors (vLLM). ../shared/docs/formats.md sections 3-5 are the
- * contracts; each format is one row of a table (export.c) whose functions
- * live in export_ascend.c, export_awq.c and export_ct.c.
+ * compressed-tensors (vLLM). Each format is one module of xfmt/ (one row of
+ * its table: plan, pack, config); the contracts are docs/serving-exports.md.
+ * This file owns what every format shares: shards, resume, side files and
+ * SHA256SUMS.
  *
  * The writer consumes the dsq scheme blobs (quant/scheme.h) of the source
  * tensors, one at a time in a fixed order (the conversion plan's, which is
@@ -24,8 +25,9 @@
  * records "<fingerprint> <committed shards>"; --resume continues from the
  * first uncommitted shard (dsq_export_resume_from). finish writes
  * config.json, the tokenizer / generation files (from the model metadata),
- * the safetensors index when sharded, quant_model_description.json (ascend)
- * and SHA256SUMS (sha256sum -c format, every other file, sorted by name). */
+ * the safetensors index when sharded, the format's description file
+ * (quant_model_description.json for ascend) and SHA256SUMS (sha256sum -c
+ * format, every other file, sorted by name). */
 #ifndef DSQ_EXPORT_H
 #define DSQ_EXPORT_H
 
@@ -33,20 +35,12 @@
 #include "dtype.h"
 #include "recipe.h"
 #include "scheme.h"
+#include "xfmt.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* One source tensor (as planned / as stored in a .dsq). */
-typedef struct dsq_export_src {
-    const char *name;           /* borrowed */
-    dsq_role_info role;
-    const dsq_scheme *scheme;
-    enum dsq_dtype src_dtype;   /* source float type (DSQ_DTYPE_INVALID: unknown) */
-    int ndim;
-    int64_t shape[8];
-    dsq_qshape qshape;          /* rows x cols view + group size of the blob */
-} dsq_export_src;
+/* dsq_export_src, one source tensor: xfmt/xfmt.h. */
 
 typedef struct dsq_export_opts {
     const char *format;         /* "ascend", "awq", "compressed-tensors" */
@@ -62,6 +56,7 @@ typedef struct dsq_export_opts {
 typedef struct dsq_export_summary {
     const char *format;
     size_t src_tensors, out_tensors, dequantized, dropped, resumed;
+    size_t from_source;         /* quantized in the input, written from the source weight */
     int shards;                 /* weight files */
     uint64_t weight_bytes;      /* tensor data bytes written */
     uint64_t bytes_out;         /* all files */
@@ -97,6 +92,22 @@ int dsq_export_rowwise(const dsq_export *ex, size_t i);
  * ends the tensor completes it, like dsq_export_put. Same bytes as put. */
 int dsq_export_put_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, const void *blob, size_t size,
                         dsq_diag *d);
+/* 1 when the target holds source tensor i in float although its blob is
+ * quantized (a module its loader runs unquantized, e.g. AscendV1's
+ * kv_b_proj): a writer that has the source weight gives it with
+ * dsq_export_put_float_rows instead of the blob, so the export holds the
+ * source's weight rather than its dequantized codes. */
+int dsq_export_from_source(const dsq_export *ex, size_t i);
+/* Rows [row0, row0 + nrows) of source tensor i (one with from_source) as
+ * float32 values, in row order; the piece that ends the tensor completes it,
+ * like dsq_export_put. */
+int dsq_export_put_float_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nrows, const float *w,
+                              dsq_diag *d);
+/* The dtype the scales of source tensor i are stored in (F32, BF16, F16), or
+ * DSQ_DTYPE_INVALID when it is not exported as a quantized linear. A
+ * conversion for this export rounds the codes against scales of that dtype
+ * (dsq_qparams.scale_dtype). */
+enum dsq_dtype dsq_export_scale_dtype(const dsq_export *ex, size_t i);
 /* Write the remaining files and rename the directory into place. */
 int dsq_export_finish(dsq_export *ex, dsq_export_summary *s, dsq_diag *d);
 /* keep != 0: leave the partial directory for --resume; else remove it. */

@@ -124,6 +124,12 @@ void dsq_role_classify(const char *name, int64_t num_hidden_layers, dsq_role_inf
         out->role = DSQ_ROLE_ROUTER;
         return;
     }
+    /* DeepSeek-V3.2's lightning indexer (self_attn.indexer.*): its own role,
+     * kept float by default as msModelSlim's recipes exclude it */
+    if (find(&s, "indexer", 0) >= 0) {
+        out->role = DSQ_ROLE_INDEXER_LINEAR;
+        return;
+    }
     if (find(&s, "self_attn", 0) >= 0 || find(&s, "attn", 0) >= 0 || find(&s, "attention", 0) >= 0) {
         out->role = DSQ_ROLE_ATTN_LINEAR;
         return;

@@ -7,8 +7,10 @@
  * Default recipe (--scheme S):
  *   attn_linear, mlp_linear, expert_linear, shared_expert_linear   -> S
  *   embed, norm (all), router (mlp.gate.weight), router_bias
- *   (e_score_correction_bias), lm_head, linear_bias, mtp (eh_proj), other
- *                                                                  -> keep
+ *   (e_score_correction_bias), lm_head, linear_bias, mtp (eh_proj),
+ *   indexer_linear (V3.2 self_attn.indexer.wq_b / wk / weights_proj: float
+ *   in msModelSlim's W8A8 / W4A8 recipes and in vllm-ascend's bf16 indexer;
+ *   --scheme-for can still quantize them), other                   -> keep
  * "keep" means: stay in the source float type. F32 -> f32, BF16 -> bf16,
  * F16 -> f32 (lossless; dsq has no f16 scheme), F64 -> f32, FP8-block ->
  * bf16 (what DeepSeek's fp8_cast_bf16.py produces). Integer source tensors
@@ -61,14 +63,7 @@
 
 /* ---- roles ---- */
 
-typedef struct dsq_role_info {
-    uint32_t role;      /* enum dsq_role */
-    int64_t  layer;     /* decoder layer index, -1 if none */
-    int64_t  expert;    /* routed expert index, -1 if none */
-    int      mtp;       /* tensor belongs to an MTP layer */
-    int      fp8_scale; /* name is an FP8 "*_scale_inv" companion */
-} dsq_role_info;
-
+/* dsq_role_info: formats/container.h */
 /* Classify a Hugging Face tensor name. num_hidden_layers (<= 0: unknown)
  * marks layers with index >= it as MTP; names only MTP layers have (eh_proj,
  * enorm, hnorm, shared_head.*) are MTP regardless. Never fails: unknown
@@ -151,6 +146,8 @@ typedef struct dsq_plan_entry {
     dsq_qshape qshape;           /* row view + resolved group size */
     uint64_t src_bytes;
     uint64_t est_bytes;          /* raw blob bytes (output before zstd) */
+    enum dsq_dtype scale_dtype;  /* an export's stored scale dtype (dsq_qparams.scale_dtype),
+                                    DSQ_DTYPE_INVALID for a .dsq */
 } dsq_plan_entry;
 
 /* Decide one tensor. shape has ndim entries. Fails with DSQ_ERR_UNSUPPORTED

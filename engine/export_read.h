@@ -1,29 +1,15 @@
-/* export_read.h - turn a quantized linear of a serving export (AscendV1,
- * AutoAWQ GEMM, compressed-tensors; formats/export_detect.h) into a dsq
- * scheme blob (quant/scheme.h), so the engine runs exports exactly like
- * a .dsq.
- *
- * One reader per storage type, in a table (export_read.c):
- *   Ascend W8A8_DYNAMIC  -> w8a8-dynamic   (w = q * weight_scale)
- *   Ascend W8A8 (static) -> w8a8           act_scale = input_scale,
- *        act_offset = input_offset, s_w = deq_scale / input_scale (the f32
- *        value whose product with input_scale rounds back to deq_scale),
- *        bias = (quant_bias + input_offset * sum_k q) * deq_scale
- *   Ascend W4A8_DYNAMIC  -> w4a8 per channel (int4 pairs along N; scale_bias
- *        must equal 8 * sum q*s, which also catches a wrong nibble order)
- *   AutoAWQ GEMM         -> awq-w4a16 (transposed, AWQ_ORDER nibbles, F16 scales)
- *   CT pack-quantized    -> awq-w4a16 (code u = q + 8; zero = zp + 8, or 8
- *        when symmetric)
- *   CT int-quantized     -> w8a8-dynamic (int8) / w4a8 (int4 in int8, with
- *        int8 activations) / awq-w4a16 with zero 8 (int4 weight only)
- * Every tensor is checked (name, dtype, shape, value ranges) as hostile input;
- * errors name the shard file and the tensor. */
+/* export_read.h - the engine's reader of serving exports (AscendV1, AutoAWQ
+ * GEMM, compressed-tensors): a quantized linear becomes a dsq scheme blob
+ * (quant/scheme.h) by its format's unpacker (xfmt/xfmt.h), so the engine runs
+ * exports exactly like a .dsq. Every tensor is checked (name, dtype, shape,
+ * value ranges) as hostile input; errors name the shard file and the
+ * tensor. */
 #ifndef DSQ_EXPORT_READ_H
 #define DSQ_EXPORT_READ_H
 
 #include "dsq_error.h"
-#include "export_detect.h"
 #include "safetensors.h"
+#include "xfmt.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -108,6 +108,8 @@ static int run_layers(dsq_run *r, dsq_state *s, int out0, dsq_diag *d)
         }
         r->layer = l;
         r->kv.cache = s->kv[l];
+        r->kv.icache = s->icache ? s->icache[l] : NULL;
+        if (s->kvq) dsq_kvq_view(s, l, r);
         r->out0 = l == m->n_layers - 1 ? out0 : 0;
         int rc = dsq_block_forward(r, s->x);
         if (loaded_here && m->opts.lazy) dsq_model_layer_release(m, l);
@@ -125,6 +127,7 @@ static void run_init(dsq_run *r, dsq_model *m, dsq_state *s, int T, int seq, int
     r->positions = s->positions;
     r->kv.ctx = s->max_ctx;
     r->kv.seq_stride = s->max_ctx * m->kv_width;
+    r->kv.iseq_stride = s->max_ctx * (int64_t)m->dsa_row;
     r->kv.seq0 = seq;
     r->mla_absorbed = absorbed;
 }
@@ -163,6 +166,8 @@ static int forward_lazy(dsq_model *m, dsq_state *s, int seq, const int32_t *toke
             run_init(&r, m, s, T, seq, absorbed);
             r.layer = l;
             r.kv.cache = s->kv[l];
+            r.kv.icache = s->icache ? s->icache[l] : NULL;
+            if (s->kvq) dsq_kvq_view(s, l, &r);
             r.out0 = l == m->n_layers - 1 ? last_out0(c0, T, n, logits, flags) : 0;
             rc = dsq_block_forward(&r, xs + (size_t)c0 * (size_t)m->hidden);
             if (rc < 0) rc = dsq_fail(d, rc, m->path, NULL, -1, "forward failed in layer %d", l);
@@ -260,10 +265,11 @@ int dsq_layer_forward(dsq_model *m, int layer, float *hidden, int T, const int32
     dsq_scratch sc;
     int32_t *pos = malloc((size_t)T * sizeof *pos);
     float *cache = malloc((size_t)T * (size_t)m->kv_width * sizeof *cache);
+    uint8_t *icache = m->dsa ? malloc((size_t)T * m->dsa_row) : NULL;
     /* kv_exp must exist for the naive path whatever mla_mode says */
     int saved_mode = m->opts.mla_mode;
     m->opts.mla_mode = DSQ_MLA_NAIVE;
-    int rc = (pos && cache) ? dsq_scratch_alloc(&sc, m, T, T) : DSQ_ERR_NOMEM;
+    int rc = (pos && cache && (icache || !m->dsa)) ? dsq_scratch_alloc(&sc, m, T, T) : DSQ_ERR_NOMEM;
     m->opts.mla_mode = saved_mode;
     if (rc == DSQ_OK) {
         for (int t = 0; t < T; t++) pos[t] = positions ? positions[t] : t;
@@ -279,6 +285,7 @@ int dsq_layer_forward(dsq_model *m, int layer, float *hidden, int T, const int32
         r.kv.ctx = T;
         r.kv.seq_stride = 0;
         r.kv.index_is_t = 1;
+        r.kv.icache = icache;
         r.mla_absorbed = 0;   /* hooks must see kv_b_proj's input */
         r.hook = hook;
         r.hook_ctx = hook_ctx;
@@ -288,6 +295,7 @@ int dsq_layer_forward(dsq_model *m, int layer, float *hidden, int T, const int32
     }
     free(pos);
     free(cache);
+    free(icache);
     if (loaded_here && m->opts.lazy) dsq_model_layer_release(m, layer);
     if (rc < 0) return dsq_fail(d, rc, m->path, NULL, -1, "layer %d forward failed", layer);
     return DSQ_OK;

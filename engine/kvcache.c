@@ -46,7 +46,8 @@ static size_t gemm_scratch_size(const dsq_model *m, int64_t T, int64_t ctx)
     for (int64_t l = 0; l < m->n_layers; l++) {
         const dsq_layer *ly = &m->w.layers[l];
         if (!ly->loaded) continue;
-        const dsq_linear *ls[] = { &ly->q, &ly->k, &ly->v, &ly->o, &ly->q_a, &ly->q_b, &ly->kv_a, &ly->router };
+        const dsq_linear *ls[] = { &ly->q, &ly->k, &ly->v, &ly->o, &ly->q_a, &ly->q_b, &ly->kv_a, &ly->router,
+                                   &ly->idx_wq_b, &ly->idx_wk, &ly->idx_wp };
         for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) gemm_need(ls[i], T, nt, tm, &mx);
         gemm_need(&ly->kv_b_run, ctx > T ? ctx : T, nt, tm, &mx);
         mlp_need(&ly->mlp, T, nt, tm, &mx);
@@ -100,6 +101,21 @@ int dsq_scratch_alloc(dsq_scratch *sc, const dsq_model *m, int64_t T, int64_t ct
             ok = ok && sc->kv_exp;
         }
     }
+    if (m->dsa) {
+        const int64_t Hi = c->index_n_heads, Di = c->index_head_dim;
+        sc->cap_sel = c->index_topk < ctx ? c->index_topk : ctx;
+        sc->iq = falloc(T * Hi * Di);
+        sc->ik = falloc(T * Di);
+        sc->iw = falloc(T * Hi);
+        sc->sel = malloc((size_t)(T * sc->cap_sel) * sizeof(int32_t));
+        sc->nsel = malloc((size_t)T * sizeof(int32_t));
+        sc->iscore = falloc(nt * 2 * ctx);
+        sc->itile = falloc(nt * 64 * (Di + Hi));
+        sc->keep = malloc((size_t)(T * ctx));
+        sc->gather = falloc(sc->cap_sel * m->kv_width);
+        ok = ok && sc->iq && sc->ik && sc->iw && sc->sel && sc->nsel && sc->iscore && sc->itile && sc->keep &&
+             sc->gather;
+    }
     sc->gemm_size = gemm_scratch_size(m, T, ctx);
     if (sc->gemm_size) {
         sc->gemm_buf = dsq_aligned_alloc(sc->gemm_size);
@@ -116,7 +132,8 @@ void dsq_scratch_free(dsq_scratch *sc)
 {
     void *ps[] = { sc->xb, sc->q, sc->qa, sc->kva, sc->att, sc->proj, sc->g, sc->u, sc->moe_x, sc->moe_y,
                    sc->moe_acc, sc->logits_r, sc->route_w, sc->route_idx, sc->tok_list, sc->tok_w,
-                   sc->route_tmp, sc->scores, sc->vis, sc->qabs, sc->kv_exp, sc->cs, sc->gemm_buf };
+                   sc->route_tmp, sc->scores, sc->vis, sc->qabs, sc->kv_exp, sc->cs, sc->gemm_buf,
+                   sc->iq, sc->ik, sc->iw, sc->sel, sc->nsel, sc->iscore, sc->itile, sc->keep, sc->gather };
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
     memset(sc, 0, sizeof *sc);
 }
@@ -142,9 +159,35 @@ dsq_state *dsq_state_create(const dsq_model *m, int max_batch, int64_t max_ctx)
     if (ok && (dsq_mul_size((size_t)max_batch, (size_t)max_ctx, &per_layer) < 0 ||
                dsq_mul_size(per_layer, (size_t)m->kv_width, &per_layer) < 0))
         ok = 0;
-    for (int64_t l = 0; ok && l < m->n_layers; l++) {
+    if (ok && m->is_mla && m->opts.kv_cache != DSQ_KV_F32) {
+        /* quantized rows per layer, one float view for the layer being run (kvq.c) */
+        s->kvq = calloc((size_t)m->n_layers, sizeof *s->kvq);
+        size_t qb;
+        ok = s->kvq && dsq_mul_size((size_t)max_batch, (size_t)max_ctx, &qb) == 0 &&
+             dsq_mul_size(qb, dsq_kvq_row_bytes(m->opts.kv_cache, m->cfg.kv_lora_rank, m->cfg.qk_rope_head_dim),
+                          &qb) == 0;
+        for (int64_t l = 0; ok && l < m->n_layers; l++) {
+            s->kvq[l] = dsq_aligned_alloc(qb ? qb : 1);
+            ok = s->kvq[l] != NULL;
+        }
+        if (ok) ok = (s->kvf = falloc((int64_t)per_layer)) != NULL;
+    }
+    for (int64_t l = 0; ok && !s->kvq && l < m->n_layers; l++) {
         s->kv[l] = falloc((int64_t)per_layer);
         ok = s->kv[l] != NULL;
+    }
+    if (ok && m->dsa) {
+        /* the indexer's keys: dsa_row bytes per token and layer (dsa.h) */
+        s->icache = calloc((size_t)m->n_layers, sizeof *s->icache);
+        ok = s->icache != NULL;
+        size_t ib;
+        if (ok && (dsq_mul_size((size_t)max_batch, (size_t)max_ctx, &ib) < 0 ||
+                   dsq_mul_size(ib, m->dsa_row, &ib) < 0))
+            ok = 0;
+        for (int64_t l = 0; ok && l < m->n_layers; l++) {
+            s->icache[l] = dsq_aligned_alloc(ib ? ib : 1);
+            ok = s->icache[l] != NULL;
+        }
     }
     if (ok) ok = dsq_scratch_alloc(&s->sc, m, T, max_ctx) == DSQ_OK;
     if (!ok) {
@@ -160,6 +203,13 @@ void dsq_state_free(dsq_state *s)
     if (s->kv)
         for (int64_t l = 0; l < s->m->n_layers; l++) free(s->kv[l]);
     free(s->kv);
+    if (s->icache)
+        for (int64_t l = 0; l < s->m->n_layers; l++) free(s->icache[l]);
+    free(s->icache);
+    if (s->kvq)
+        for (int64_t l = 0; l < s->m->n_layers; l++) free(s->kvq[l]);
+    free(s->kvq);
+    free(s->kvf);
     free(s->pos);
     free(s->x);
     free(s->positions);

@@ -16,7 +16,14 @@
  *   score = (q' . latent_j + q_pe . k_pe_j) * softmax_scale
  *   ctx   = sum_j p_j latent_j;  out_h = W_UV[h] ctx
  * which is the same function reassociated (agrees with naive to float
- * rounding). softmax_scale = qk_head^-0.5 * mscale^2 under YaRN. */
+ * rounding). softmax_scale = qk_head^-0.5 * mscale^2 under YaRN.
+ *
+ * DSA (V3.2, dsa.h): the indexer's keys join its cache with the latent's;
+ * rows that can see more than index_topk keys attend only to the keys the
+ * indexer selected: the naive path masks the expanded scores, the absorbed
+ * path gathers just the selected latent and k_pe rows (index_topk rows read
+ * per token, whatever the context). In fp8 mode the normed latent is
+ * rounded through e4m3 before it is cached. */
 #include "model.h"
 #include "dsq_mem.h"
 #include "kernels.h"
@@ -186,6 +193,7 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
 typedef struct abs_attn_job {
     const mla_job *j;
     int t, n, qdim;
+    const float *lat, *pe;      /* keys: latent rows [n][R] and k_pe rows [n][rope] */
 } abs_attn_job;
 
 static void abs_attn_task(void *ctx, size_t item, int tid)
@@ -197,7 +205,7 @@ static void abs_attn_task(void *ctx, size_t item, int tid)
     dsq_scratch *sc = r->sc;
     const int64_t R = j->R, qk = j->nope + j->rope, h0 = (int64_t)item * ABS_HB;
     const int hb = (int)(j->H - h0 < ABS_HB ? j->H - h0 : ABS_HB);
-    const float *lat = dsq_kv_base(r, a->t), *pe = lat + r->kv.ctx * R;
+    const float *lat = a->lat, *pe = a->pe;
     float *qp = sc->qabs + ((size_t)a->t * (size_t)j->H + (size_t)h0) * (size_t)R;
     const float *qpe = sc->q + (size_t)a->t * (size_t)a->qdim + (size_t)(h0 * qk + j->nope);
     dsq_attend_block(hb, a->n, qp, (int)R, lat, (int)R, (int)R, qpe, (int)qk, pe, (int)j->rope, (int)j->rope, lat,
@@ -212,6 +220,7 @@ typedef struct naive_job {
     const float *lat, *pe;
     int64_t P;
     float *S;   /* per thread [T, P] scores; NULL: serial heads on sc->scores */
+    const uint8_t *keep;   /* DSA: [T, P] selected keys, NULL: all visible */
 } naive_job;
 
 static void naive_head(const naive_job *nj, int64_t h, float *S, dsq_pool *pool)
@@ -223,9 +232,10 @@ static void naive_head(const naive_job *nj, int64_t h, float *S, dsq_pool *pool)
     const int64_t qk = j->nope + j->rope, hw = j->nope + j->vd, row = j->H * hw;
     const int qdim = (int)m->q_dim;
     const float *kx = sc->kv_exp + h * hw;
-    dsq_attend_block(r->T, (int)nj->P, sc->q + h * qk, qdim, kx, (int)row, (int)j->nope, sc->q + h * qk + j->nope,
-                     qdim, nj->pe, (int)j->rope, (int)j->rope, kx + j->nope, (int)row, (int)j->vd, sc->vis,
-                     m->attn_scale, S, sc->att + h * j->vd, (int)m->attn_out_dim, pool);
+    dsq_attend_block_keep(r->T, (int)nj->P, sc->q + h * qk, qdim, kx, (int)row, (int)j->nope,
+                          sc->q + h * qk + j->nope, qdim, nj->pe, (int)j->rope, (int)j->rope, kx + j->nope, (int)row,
+                          (int)j->vd, sc->vis, nj->keep, (int)nj->P, m->attn_scale, S, sc->att + h * j->vd,
+                          (int)m->attn_out_dim, pool);
 }
 
 /* Heads are independent and each runs the same calls as on one thread (the
@@ -251,10 +261,19 @@ static void prep_token_task(void *ctx, size_t item, int tid)
     const float *cs = sc->cs + (size_t)t * m->rope.dim, *sn = cs + half;
     float *kv = sc->kva + (size_t)t * m->kv_width;
     dsq_rmsnorm(kv, kv, j->ly->kv_a_norm, (int)R, m->eps);
+    if (m->dsa && m->opts.dsa_mode == DSQ_DSA_FP8) dsq_fp8_roundtrip(kv, (int)R, DSQ_DSA_LATENT_BLOCK);
     dsq_rope_apply(&m->rope, kv + R, cs, sn);
     for (int64_t h = 0; h < j->H; h++) dsq_rope_apply(&m->rope, sc->q + (size_t)t * m->q_dim + h * qk + j->nope, cs, sn);
     float *base = dsq_kv_base(r, t);
     int64_t idx = dsq_kv_index(r, t);
+    if (r->kv.qcache) {
+        /* the codes to the store, the values they give back to the view */
+        int seq = r->kv.seq_of ? r->kv.seq_of[t] : r->kv.seq0;
+        uint8_t *row = r->kv.qcache + (size_t)seq * (size_t)r->kv.qseq_stride +
+                       (size_t)idx * dsq_kvq_row_bytes(m->opts.kv_cache, R, j->rope);
+        dsq_kvq_put(m->opts.kv_cache, kv, R, kv + R, j->rope, row, base + idx * R, base + r->kv.ctx * R + idx * j->rope);
+        return;
+    }
     memcpy(base + idx * R, kv, (size_t)R * sizeof(float));
     memcpy(base + r->kv.ctx * R + idx * j->rope, kv + R, (size_t)j->rope * sizeof(float));
 }
@@ -298,6 +317,7 @@ int dsq_mla_forward(dsq_run *r, const float *x)
         DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_a, x, T, NULL));
         DSQ_TRY(dsq_linear_gemm(r, &ly->kv_a, x, T, sc->kva));
     }
+    if (m->dsa) DSQ_TRY(dsq_dsa_forward(r, x, sc->qa));
 
     dsq_prof_mark mk;
     dsq_prof_begin(m->prof, &mk);
@@ -308,6 +328,7 @@ int dsq_mla_forward(dsq_run *r, const float *x)
      * from a few tokens on, the same bits wherever each runs */
     dsq_pool_run(T < 4 ? NULL : m->pool, (size_t)T, prep_token_task, &j);
     dsq_prof_end(m->prof, &mk, "mla: norms, rope, cache writes", 0.0);
+    const int sparse = m->dsa ? dsq_dsa_select(r) : 0;
 
     /* the naive path expands one sequence's latents; several sequences
      * (batched decode) always take the absorbed path */
@@ -325,8 +346,21 @@ int dsq_mla_forward(dsq_run *r, const float *x)
         dsq_prof_begin(m->prof, &mk);
         for (int t = 0; t < T; t++) {
             int n = (int)dsq_kv_index(r, t) + 1;
+            const float *lat = dsq_kv_base(r, t), *pe = lat + r->kv.ctx * R;
+            if (sparse && sc->nsel[t] >= 0) {
+                /* only the selected rows: [n][R] latents, then [n][rope] k_pe */
+                const int32_t *sel = sc->sel + (size_t)t * (size_t)sc->cap_sel;
+                n = sc->nsel[t];
+                float *gl = sc->gather, *gp = sc->gather + (size_t)n * (size_t)R;
+                for (int i = 0; i < n; i++) {
+                    memcpy(gl + (size_t)i * R, lat + (size_t)sel[i] * R, (size_t)R * sizeof(float));
+                    memcpy(gp + (size_t)i * j.rope, pe + (size_t)sel[i] * j.rope, (size_t)j.rope * sizeof(float));
+                }
+                lat = gl;
+                pe = gp;
+            }
             for (int64_t h = 0; h < j.H; h++) sc->vis[h] = n;
-            abs_attn_job aj = { &j, t, n, qdim };
+            abs_attn_job aj = { &j, t, n, qdim, lat, pe };
             const double macs = (double)j.H * (double)n * (double)(2 * R + j.rope);
             dsq_pool_run(pool_for(m->pool, macs), (size_t)((j.H + ABS_HB - 1) / ABS_HB), abs_attn_task, &aj);
         }
@@ -341,8 +375,23 @@ int dsq_mla_forward(dsq_run *r, const float *x)
         DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_b, lat, (int)P, NULL));
         DSQ_TRY(dsq_linear_gemm(r, &ly->kv_b_run, lat, (int)P, sc->kv_exp));
         for (int t = 0; t < T; t++) sc->vis[t] = (int32_t)dsq_kv_index(r, t) + 1;
+        const uint8_t *keep = NULL;
+        if (sparse) {
+            /* the rows' selected keys as a mask over the P expanded keys */
+            for (int t = 0; t < T; t++) {
+                uint8_t *k = sc->keep + (size_t)t * (size_t)P;
+                if (sc->nsel[t] < 0) {
+                    memset(k, 1, (size_t)P);
+                    continue;
+                }
+                memset(k, 0, (size_t)P);
+                const int32_t *sel = sc->sel + (size_t)t * (size_t)sc->cap_sel;
+                for (int i = 0; i < sc->nsel[t]; i++) k[sel[i]] = 1;
+            }
+            keep = sc->keep;
+        }
         dsq_prof_begin(m->prof, &mk);
-        naive_job nj = { r, &j, lat, pe, P, NULL };
+        naive_job nj = { r, &j, lat, pe, P, NULL, keep };
         /* heads in parallel, each thread with its own score block; without
          * that memory, one head at a time (its softmax rows on the pool) */
         const int nth = dsq_pool_size(m->pool);

@@ -43,7 +43,7 @@ void dsq_router_from_config(const dsq_model_config *c, dsq_router *r)
     r->norm_topk_prob = c->norm_topk_prob;
     /* V3 (HF and inference/model.py) scales after normalising; V2 scales
      * only the unnormalised weights. */
-    r->scale_always = c->arch == DSQ_ARCH_DEEPSEEK_V3;
+    r->scale_always = dsq_arch_get(c->arch)->v3_moe;
     r->routed_scaling_factor = (float)c->routed_scaling_factor;
 }
 
@@ -502,6 +502,19 @@ static int load_layer(dsq_model *m, int li, dsq_diag *d)
         DSQ_TRY(setup_kvb(&L, ly));
         snprintf(p, sizeof p, "model.layers.%d.self_attn.o_proj", li);
         DSQ_TRY(load_linear(&L, p, D, H * c->v_head_dim, &ly->o));
+        if (m->dsa) {
+            const int64_t Hi = c->index_n_heads, Di = c->index_head_dim;
+            snprintf(p, sizeof p, "model.layers.%d.self_attn.indexer.wq_b", li);
+            DSQ_TRY(load_linear(&L, p, Hi * Di, c->q_lora_rank, &ly->idx_wq_b));
+            snprintf(p, sizeof p, "model.layers.%d.self_attn.indexer.wk", li);
+            DSQ_TRY(load_linear(&L, p, Di, D, &ly->idx_wk));
+            snprintf(p, sizeof p, "model.layers.%d.self_attn.indexer.weights_proj", li);
+            DSQ_TRY(load_linear(&L, p, Hi, D, &ly->idx_wp));
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.indexer.k_norm.weight", li);
+            DSQ_TRY(load_vec(&L, name, Di, &ly->idx_knorm_w, 0));
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.indexer.k_norm.bias", li);
+            DSQ_TRY(load_vec(&L, name, Di, &ly->idx_knorm_b, 0));
+        }
     } else {
         const int64_t hd = m->head_dim, KVH = m->n_kv_heads;
         snprintf(p, sizeof p, "model.layers.%d.self_attn.q_proj", li);
@@ -585,8 +598,18 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
 {
     const dsq_model_config *c = &m->cfg;
     m->is_mla = dsq_arch_is_deepseek(c->arch);
+    m->dsa = dsq_arch_get(c->arch)->dsa && c->index_topk > 0;
+    if (m->opts.dsa_mode != DSQ_DSA_FP8 && m->opts.dsa_mode != DSQ_DSA_FLOAT)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, m->path, NULL, -1, "dsa mode %d: expected fp8 or float",
+                        m->opts.dsa_mode);
     if (c->arch == DSQ_ARCH_UNKNOWN)
         return dsq_fail(d, DSQ_ERR_UNSUPPORTED, m->path, NULL, -1, "unsupported architecture");
+    if (m->opts.kv_cache < DSQ_KV_F32 || m->opts.kv_cache > DSQ_KV_FP8)
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, m->path, NULL, -1, "kv cache mode %d: expected f32, bf16, int8 or fp8",
+                        m->opts.kv_cache);
+    if (m->opts.kv_cache != DSQ_KV_F32 && !m->is_mla)
+        return dsq_fail(d, DSQ_ERR_UNSUPPORTED, m->path, NULL, -1,
+                        "a 16- or 8-bit KV cache is for MLA models (DeepSeek); this one caches K and V in float");
     if (c->hidden_act != DSQ_ACT_SILU)
         return dsq_fail(d, DSQ_ERR_UNSUPPORTED, m->path, NULL, -1, "hidden_act '%s' is not supported (silu only)",
                         c->hidden_act_name);
@@ -644,6 +667,12 @@ static int setup_derived(dsq_model *m, dsq_diag *d)
     }
     if (dsq_rope_init(&m->rope, &rp) < 0)
         return dsq_fail(d, DSQ_ERR_UNSUPPORTED, m->path, NULL, -1, "rope settings not supported (dim %d)", rp.dim);
+    if (m->dsa) {
+        /* the indexer rotates the same frequencies in rotate-half pairs */
+        m->index_rope = m->rope;
+        m->index_rope.style = DSQ_ROPE_HALF;
+        m->dsa_row = dsq_dsa_row_bytes(m);
+    }
 
     double scale = 1.0 / sqrt((double)m->head_dim);
     if (m->is_mla && yarn_on) {
@@ -738,9 +767,11 @@ int dsq_model_open(dsq_model **out, const char *path, const dsq_model_opts *opts
             if (rc == DSQ_OK) rc = dsq_model_config_load(&m->cfg, dsq_st_dir(m->st), d);
             dsq_llama2c_temp_dir_remove(tmp);
         } else {
-            /* a serving export (formats/export_detect.h) is a safetensors
+            /* a serving export (xfmt/xfmt.h) is a safetensors
              * directory plus a description of its quantized linears */
             rc = dsq_st_open(&m->st, path, d);
+            /* an export's SHA256SUMS is checked while the weights load */
+            if (rc == DSQ_OK && !m->opts.no_verify) rc = dsq_model_verify_dir_start(&vj, dsq_st_dir(m->st), d);
             if (rc == DSQ_OK) rc = dsq_export_detect(dsq_st_dir(m->st), &m->exp, d);
             if (rc == DSQ_OK) rc = dsq_model_config_load(&m->cfg, dsq_st_dir(m->st), d);
         }
@@ -809,7 +840,8 @@ static void layer_bytes(const dsq_model *m, const dsq_layer *ly, uint64_t *s, un
 {
     const dsq_linear *ls[] = { &ly->q, &ly->k, &ly->v, &ly->o, &ly->q_a, &ly->q_b, &ly->kv_a, &ly->kv_b,
                                &ly->mlp.gate, &ly->mlp.up, &ly->mlp.down, &ly->router,
-                               &ly->shared.gate, &ly->shared.up, &ly->shared.down };
+                               &ly->shared.gate, &ly->shared.up, &ly->shared.down,
+                               &ly->idx_wq_b, &ly->idx_wk, &ly->idx_wp };
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) lin_bytes(ls[i], s, sch);
     if (ly->kv_b_run.w.blob && ly->kv_b_run.w.blob != ly->kv_b.w.blob) lin_bytes(&ly->kv_b_run, s, sch);
     if (ly->experts)
@@ -849,12 +881,17 @@ int dsq_model_info(const dsq_model *m, char *buf, size_t n)
             snprintf(schemes + k, sizeof schemes - k, "%s%s", k ? "," : "", sc ? sc->name : "?");
         }
     const dsq_model_config *c = &m->cfg;
+    char dsa_desc[160] = "";
+    if (m->dsa)
+        snprintf(dsa_desc, sizeof dsa_desc, " + DSA (indexer %lld heads x %lld, top %lld keys, %s)",
+                 (long long)c->index_n_heads, (long long)c->index_head_dim, (long long)c->index_topk,
+                 dsq_dsa_mode_name(m->opts.dsa_mode));
     return snprintf(buf, n,
-                    "%s: %lld layers (%d loaded%s), hidden %lld, heads %lld/%lld, vocab %lld, %s%s; "
+                    "%s: %lld layers (%d loaded%s), hidden %lld, heads %lld/%lld, vocab %lld, %s%s%s; "
                     "weights %s, %.1f MiB in use%s%s%s",
                     dsq_arch_name(c->arch), (long long)m->n_layers, loaded, m->opts.lazy ? ", lazy" : "",
                     (long long)m->hidden, (long long)m->n_heads, (long long)m->n_kv_heads, (long long)m->vocab,
-                    m->is_mla ? "MLA" : "GQA",
+                    m->is_mla ? "MLA" : "GQA", m->dsa ? dsa_desc : "",
                     c->n_routed_experts > 0 ? " + MoE" : "", schemes, (double)s / (1024.0 * 1024.0),
                     c->num_nextn_predict_layers > 0 ? "; MTP layer skipped (not used for evaluation)" : "",
                     m->exp ? "; read from a serving export: " : "",

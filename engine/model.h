@@ -45,11 +45,17 @@
 #include "scheme.h"
 #include "ops.h"
 #include "prof.h"
+#include "dsa.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
 /* ---- options ---------------------------------------------------------- */
+
+/* The MLA cache's storage per position and layer (kvq.c): f32 as computed;
+ * bf16; int8 or fp8 (e4m3) codes with one float scale for the latent and
+ * one for k_pe (per token, amax / 127 or amax / 448). */
+enum dsq_kv_cache { DSQ_KV_F32 = 0, DSQ_KV_BF16 = 1, DSQ_KV_INT8 = 2, DSQ_KV_FP8 = 3 };
 
 enum dsq_mla_mode {
     DSQ_MLA_AUTO     = 0, /* naive (expanded K/V) for n > 1 tokens, absorbed for n == 1 */
@@ -70,13 +76,20 @@ typedef struct dsq_model_opts {
                              (exact fp8 * scale; twice the memory). Default BF16,
                              as DeepSeek's fp8_cast_bf16.py. */
     int no_verify;        /* skip the SHA-256 check of .dsq payloads stored raw
-                             (model_verify.h); compressed ones are always checked */
+                             and of an export directory's files against its
+                             SHA256SUMS (model_verify.h); compressed .dsq
+                             payloads are always checked */
     int bf16_terms;       /* BF16 weights on a CPU with a bf16 dot product: split
                              each f32 activation in 1, 2 or 3 bf16 terms (3: f32
                              accuracy, the KLD baseline; 1: activations rounded to
                              bf16 as llama.cpp does, about 2.5x faster prefill;
                              quant/scheme.h "bf16 prefill"). 0: DSQ_BF16_TERMS
                              from the environment, else 3 */
+    int dsa_mode;         /* enum dsq_dsa_mode (dsa.h): V3.2's indexer and latent
+                             with DeepSeek's e4m3 round trips (0, the default) or
+                             in float */
+    int kv_cache;         /* enum dsq_kv_cache: how MLA's cache stores each position's
+                             latent and k_pe (kvq.c); 0: float32 (the reference) */
     int moe_unbatched;    /* 1: decode runs every expert's gemms as pool jobs of their
                              own, as calibration and large batches do (moe.c); the
                              same values; for tests and bench_engine's A/B */
@@ -131,6 +144,13 @@ typedef struct dsq_layer {
     const uint8_t *kvb_rows;
     size_t kvb_stride;
     int kvb_bf16;         /* 1: BF16 rows, 0: F32 rows */
+
+    /* DSA lightning indexer (V3.2, dsa.h): self_attn.indexer.* */
+    dsq_linear idx_wq_b;  /* [Hi*D, q_lora] */
+    dsq_linear idx_wk;    /* [D, hidden] */
+    dsq_linear idx_wp;    /* [Hi, hidden] weights_proj */
+    float *idx_knorm_w;   /* [D] k_norm (LayerNorm) weight */
+    float *idx_knorm_b;   /* [D] k_norm bias */
 
     /* FFN: dense layers */
     dsq_mlp mlp;
@@ -289,6 +309,9 @@ struct dsq_model {
     float eps;
     dsq_rope rope;
     dsq_router router;    /* bias filled per layer */
+    int dsa;              /* the architecture has the DSA indexer (V3.2) */
+    dsq_rope index_rope;  /* MLA's frequencies, rotate-half pairs (dsa.h) */
+    size_t dsa_row;       /* bytes per token in the indexer cache */
 
     void **owned;         /* global buffers (embed / head / final norm copies) */
     int n_owned, cap_owned;
@@ -321,6 +344,17 @@ typedef struct dsq_scratch {
     float *qabs;          /* [T, H, kv_lora] MLA absorbed q', then the attention context */
     float *kv_exp;        /* [cap_ctx, H * (nope + v)] MLA naive expanded k_nope|v */
     float *cs;            /* [T, rope_dim] cos (first half) | sin per token */
+    /* DSA (dsa.h) */
+    float *iq;            /* [T, Hi, D] indexer queries (fp8: e4m3 code values) */
+    float *ik;            /* [T, D] indexer keys before the cache */
+    float *iw;            /* [T, Hi] per-head weights */
+    int64_t cap_sel;      /* min(index_topk, cap_ctx): columns of sel */
+    int32_t *sel;         /* [T, cap_sel] selected keys, ascending */
+    int32_t *nsel;        /* [T] their count; -1: every visible key */
+    float *iscore;        /* [nthreads, 2 * cap_ctx] scores and top-k scratch */
+    float *itile;         /* [nthreads, 64 * (D + Hi)] decoded keys and products */
+    uint8_t *keep;        /* [T, cap_ctx] prefill mask of selected keys */
+    float *gather;        /* [cap_sel, kv_lora + rope] selected latent rows (decode) */
     void *gemm_buf;       /* gemm scratch */
     size_t gemm_size;
 } dsq_scratch;
@@ -331,6 +365,10 @@ struct dsq_state {
     int64_t max_ctx;
     int64_t *pos;         /* [max_batch] tokens cached per sequence */
     float **kv;           /* [layer] -> [max_batch][max_ctx][kv_width] */
+    uint8_t **icache;     /* DSA: [layer] -> [max_batch][max_ctx][dsa_row], else NULL */
+    uint8_t **kvq;        /* opts.kv_cache != f32: [layer] -> [max_batch][max_ctx][kvq_row]
+                             (kv is NULL then), else NULL */
+    float *kvf;           /* with kvq: one layer's float view [max_batch][max_ctx][kv_width] */
     float *x;             /* [chunk, hidden] residual stream */
     int32_t *positions;   /* [chunk] */
     int *seq_of;          /* [chunk] sequence of each row (batch decode) */
@@ -349,6 +387,10 @@ typedef struct dsq_kv_view {
     const int *seq_of;    /* [T] sequence of each token, NULL = all seq0 */
     int seq0;
     int index_is_t;       /* 1: token t sits at index t (no cache); 0: at positions[t] */
+    uint8_t *icache;      /* DSA indexer cache of the layer (NULL without DSA) */
+    uint8_t *qcache;      /* quantized MLA cache of the layer (kvq.c), NULL: cache is the store */
+    int64_t qseq_stride;  /* its bytes between sequences */
+    int64_t iseq_stride;  /* its bytes between sequences (ctx * dsa_row) */
 } dsq_kv_view;
 
 /* Per-call context handed down the layer functions. */
@@ -378,6 +420,18 @@ int  dsq_linear_hook_call(dsq_run *r, const dsq_linear *l, const float *x, int T
 #define DSQ_LINEAR_MANY_MAX 64
 int  dsq_linear_gemm_many(dsq_run *r, const dsq_linear *const *l, const float *const *x, const int *T,
                           float *const *y, int n, const char *prof);
+/* kvq.c: the quantized MLA cache */
+size_t dsq_kvq_row_bytes(int mode, int64_t R, int64_t rope);
+/* Quantize one position (lat [R], pe [rope]) into row; lat_out / pe_out get
+ * the values a read of the row gives back (may alias lat / pe). */
+void dsq_kvq_put(int mode, const float *lat, int64_t R, const float *pe, int64_t rope, uint8_t *row,
+                 float *lat_out, float *pe_out);
+void dsq_kvq_get(int mode, const uint8_t *row, int64_t R, int64_t rope, float *lat, float *pe);
+/* Point r at layer l's quantized cache and fill the float view with every
+ * cached row of the sequences r's tokens belong to, before those tokens. */
+void dsq_kvq_view(dsq_state *s, int l, dsq_run *r);
+/* Cache bytes per token (all layers; the DSA indexer's keys included). */
+int64_t dsq_model_kv_bytes_per_token(const dsq_model *m);
 /* kvcache.c */
 int  dsq_scratch_alloc(dsq_scratch *sc, const dsq_model *m, int64_t T, int64_t ctx);
 void dsq_scratch_free(dsq_scratch *sc);
@@ -402,5 +456,17 @@ static inline int64_t dsq_kv_index(const dsq_run *r, int t)
     return r->kv.index_is_t ? t : r->positions[t];
 }
 void dsq_rope_rows(const dsq_model *m, const int32_t *positions, int T, float *cs);
+/* dsa.c: indexer q / k / weights of the T tokens, their keys into the
+ * indexer cache (x: normed hidden, qr: normed q-LoRA latent) */
+int  dsq_dsa_forward(dsq_run *r, const float *x, const float *qr);
+/* dsa.c: after the cache holds every key of the T tokens: sc->sel / nsel;
+ * returns 1 if some row is sparse (fewer keys than it can see) */
+int  dsq_dsa_select(dsq_run *r);
+size_t dsq_dsa_row_bytes(const dsq_model *m);
+static inline uint8_t *dsq_dsa_base(const dsq_run *r, int t)
+{
+    int seq = r->kv.seq_of ? r->kv.seq_of[t] : r->kv.seq0;
+    return r->kv.icache + (size_t)seq * (size_t)r->kv.iseq_stride;
+}
 
 #endif

@@ -1,10 +1,13 @@
-/* model_verify.c - background SHA-256 check of raw-stored payloads (see
- * model_verify.h). */
+/* model_verify.c - background SHA-256 check of raw-stored payloads and of
+ * export directories (see model_verify.h). */
 #include "model_verify.h"
 #include "container.h"
+#include "dsq_file.h"
 #include "dsq_sha256.h"
+#include "sha256sums.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +18,7 @@
 struct dsq_model_verify {
     pthread_t th;
     const dsq_ctr_set *s;
+    char *dir;                 /* an export directory instead of s */
     const volatile int *cancel;
     int rc;
     dsq_diag diag;
@@ -43,9 +47,27 @@ static int check_one(dsq_model_verify *j, dsq_ctr *r, const char *path, const ds
     return DSQ_OK;
 }
 
+static int check_dir(dsq_model_verify *j)
+{
+    int rc = dsq_sums_verify(j->dir, NULL, &j->diag);
+    if (rc == DSQ_ERR_CHECKSUM) {
+        char file[DSQ_DIAG_PATH];
+        snprintf(file, sizeof file, "%s", j->diag.path);
+        dsq_diag_clear(&j->diag);
+        rc = dsq_fail(&j->diag, rc, file, NULL, -1,
+                      "SHA-256 does not match " DSQ_SUMS_NAME ": the file is damaged (use --no-verify only if "
+                      "you accept wrong results)");
+    }
+    return rc;
+}
+
 static void *run(void *arg)
 {
     dsq_model_verify *j = arg;
+    if (j->dir) {
+        j->rc = check_dir(j);
+        return NULL;
+    }
     int rc = DSQ_OK;
     for (size_t i = 0; rc == DSQ_OK && i < dsq_ctr_set_shards(j->s); i++) {
         dsq_ctr *r = dsq_ctr_set_shard(j->s, i);
@@ -57,6 +79,22 @@ static void *run(void *arg)
     return NULL;
 }
 
+static int start(dsq_model_verify *j, dsq_model_verify **out, dsq_diag *d)
+{
+    dsq_diag_clear(&j->diag);
+    if (pthread_create(&j->th, NULL, run, j) != 0) {
+        /* No thread: check on the caller's thread rather than not at all. */
+        run(j);
+        int rc = j->rc;
+        if (rc < 0 && d) *d = j->diag;
+        free(j->dir);
+        free(j);
+        return rc;
+    }
+    *out = j;
+    return DSQ_OK;
+}
+
 int dsq_model_verify_start(dsq_model_verify **out, const dsq_ctr_set *s,
                            const volatile int *cancel, dsq_diag *d)
 {
@@ -65,17 +103,23 @@ int dsq_model_verify_start(dsq_model_verify **out, const dsq_ctr_set *s,
     if (!j) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     j->s = s;
     j->cancel = cancel;
-    dsq_diag_clear(&j->diag);
-    if (pthread_create(&j->th, NULL, run, j) != 0) {
-        /* No thread: check on the caller's thread rather than not at all. */
-        run(j);
-        int rc = j->rc;
-        if (rc < 0 && d) *d = j->diag;
+    return start(j, out, d);
+}
+
+int dsq_model_verify_dir_start(dsq_model_verify **out, const char *dir, dsq_diag *d)
+{
+    *out = NULL;
+    char *m = dsq_path_join(dir, DSQ_SUMS_NAME);
+    if (!m) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    int has = dsq_path_exists(m);
+    free(m);
+    if (!has) return DSQ_OK;
+    dsq_model_verify *j = calloc(1, sizeof *j);
+    if (!j || !(j->dir = strdup(dir))) {
         free(j);
-        return rc;
+        return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     }
-    *out = j;
-    return DSQ_OK;
+    return start(j, out, d);
 }
 
 int dsq_model_verify_join(dsq_model_verify *j, dsq_diag *d)
@@ -84,6 +128,7 @@ int dsq_model_verify_join(dsq_model_verify *j, dsq_diag *d)
     pthread_join(j->th, NULL);
     int rc = j->rc;
     if (rc < 0 && d) *d = j->diag;
+    free(j->dir);
     free(j);
     return rc;
 }

@@ -16,6 +16,8 @@ int dsq_eval_model_open(dsq_eval_model *r, const dsq_eval_model_opts *o, dsq_dia
     mo.threads = o->threads;
     mo.no_verify = o->no_verify;
     mo.bf16_terms = o->bf16_terms;
+    mo.dsa_mode = o->dsa_mode;
+    mo.kv_cache = o->kv_cache;
     DSQ_TRY(dsq_model_open(&r->m, o->model, &mo, d));
     /* Positions past max_position_embeddings were never trained: a window
      * that long gives a number (ppl 481 instead of 7.1) that means nothing. */

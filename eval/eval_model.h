@@ -26,6 +26,8 @@ typedef struct dsq_eval_model_opts {
     int threads;            /* 0: all cores */
     int no_verify;          /* skip the SHA-256 check of uncompressed .dsq payloads */
     int bf16_terms;         /* 0: the engine's default */
+    int dsa_mode;           /* dsq_model_opts.dsa_mode: DeepSeek-V3.2's DSA in fp8 (0) or float */
+    int kv_cache;           /* dsq_model_opts.kv_cache: MLA's cache in f32 (0), bf16, int8 or fp8 */
     int max_batch;          /* sequences in the KV cache (>= 1) */
     size_t ctx;             /* tokens per sequence; 0: the model's, min(max positions, 4096) */
 } dsq_eval_model_opts;

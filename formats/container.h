@@ -72,8 +72,18 @@ enum dsq_role {
     DSQ_ROLE_MTP                  = 11, /* multi-token-prediction-only tensors */
     DSQ_ROLE_QUANT_AUX            = 12, /* separate scale/zero/smoothing tensor */
     DSQ_ROLE_CALIB_STATS          = 13, /* calibration statistics */
-    DSQ_ROLE_COUNT                = 14  /* sentinel: first unassigned value */
+    DSQ_ROLE_INDEXER_LINEAR       = 14, /* DSA indexer wq_b / wk / weights_proj */
+    DSQ_ROLE_COUNT                = 15  /* sentinel: first unassigned value */
 };
+
+/* A tensor's role as its name tells it (convert/recipe.h dsq_role_classify). */
+typedef struct dsq_role_info {
+    uint32_t role;      /* enum dsq_role */
+    int64_t  layer;     /* decoder layer index, -1 if none */
+    int64_t  expert;    /* routed expert index, -1 if none */
+    int      mtp;       /* tensor belongs to an MTP layer */
+    int      fp8_scale; /* name is an FP8 "*_scale_inv" companion */
+} dsq_role_info;
 
 /* "embed", "attn_linear", ...; "other" for unknown values. Never NULL. */
 const char *dsq_role_name(uint32_t role);

@@ -25,6 +25,7 @@ static const char *const g_role_names[DSQ_ROLE_COUNT] = {
     [DSQ_ROLE_MTP]                  = "mtp",
     [DSQ_ROLE_QUANT_AUX]            = "quant_aux",
     [DSQ_ROLE_CALIB_STATS]          = "calib_stats",
+    [DSQ_ROLE_INDEXER_LINEAR]       = "indexer_linear",
 };
 
 const char *dsq_role_name(uint32_t role)

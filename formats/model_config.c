@@ -110,6 +110,8 @@ static int get_str(struct ctx *c, const char *key, const char *def, char *buf, s
 static const struct { const char *name; enum dsq_arch arch; } arch_names[] = {
     { "DeepseekV3ForCausalLM", DSQ_ARCH_DEEPSEEK_V3 },
     { "deepseek_v3",           DSQ_ARCH_DEEPSEEK_V3 },
+    { "DeepseekV32ForCausalLM", DSQ_ARCH_DEEPSEEK_V32 },
+    { "deepseek_v32",          DSQ_ARCH_DEEPSEEK_V32 },
     { "DeepseekV2ForCausalLM", DSQ_ARCH_DEEPSEEK_V2 },
     { "deepseek_v2",           DSQ_ARCH_DEEPSEEK_V2 },
     { "LlamaForCausalLM",      DSQ_ARCH_LLAMA },
@@ -127,20 +129,32 @@ static enum dsq_arch arch_from(const char *s)
     return DSQ_ARCH_UNKNOWN;
 }
 
+/* Every difference between the architectures that is not a config key. */
+static const dsq_arch_info arch_table[] = {
+    /* arch                  name            mla v3_moe dsa */
+    { DSQ_ARCH_UNKNOWN,      "unknown",      0,  0,     0 },
+    { DSQ_ARCH_DEEPSEEK_V3,  "deepseek_v3",  1,  1,     0 },
+    { DSQ_ARCH_DEEPSEEK_V2,  "deepseek_v2",  1,  0,     0 },
+    { DSQ_ARCH_LLAMA,        "llama",        0,  0,     0 },
+    { DSQ_ARCH_QWEN2,        "qwen2",        0,  0,     0 },
+    { DSQ_ARCH_DEEPSEEK_V32, "deepseek_v32", 1,  1,     1 },
+};
+
+const dsq_arch_info *dsq_arch_get(enum dsq_arch a)
+{
+    for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0]; i++)
+        if (arch_table[i].arch == a) return &arch_table[i];
+    return &arch_table[0];
+}
+
 const char *dsq_arch_name(enum dsq_arch a)
 {
-    switch (a) {
-    case DSQ_ARCH_DEEPSEEK_V3: return "deepseek_v3";
-    case DSQ_ARCH_DEEPSEEK_V2: return "deepseek_v2";
-    case DSQ_ARCH_LLAMA:       return "llama";
-    case DSQ_ARCH_QWEN2:       return "qwen2";
-    default:                   return "unknown";
-    }
+    return dsq_arch_get(a)->name;
 }
 
 int dsq_arch_is_deepseek(enum dsq_arch a)
 {
-    return a == DSQ_ARCH_DEEPSEEK_V3 || a == DSQ_ARCH_DEEPSEEK_V2;
+    return dsq_arch_get(a)->mla;
 }
 
 int dsq_model_config_is_moe_layer(const dsq_model_config *cfg, int64_t layer)
@@ -155,6 +169,25 @@ int64_t dsq_model_config_ffn_dim(const dsq_model_config *cfg, int64_t layer)
 {
     return dsq_model_config_is_moe_layer(cfg, layer) ? cfg->moe_intermediate_size
                                                      : cfg->intermediate_size;
+}
+
+int dsq_model_config_summary(const dsq_model_config *c, char *buf, size_t n)
+{
+    char dsa[128] = "", moe[96] = "", mtp[48] = "";
+    if (dsq_arch_get(c->arch)->dsa)
+        snprintf(dsa, sizeof dsa, ", DSA (indexer %lld heads x %lld, index_topk %lld)",
+                 (long long)c->index_n_heads, (long long)c->index_head_dim, (long long)c->index_topk);
+    if (c->n_routed_experts > 0)
+        snprintf(moe, sizeof moe, ", MoE %lld experts (top %lld)", (long long)c->n_routed_experts,
+                 (long long)c->num_experts_per_tok);
+    if (dsq_arch_is_deepseek(c->arch) && c->num_nextn_predict_layers > 0)
+        snprintf(mtp, sizeof mtp, ", %lld MTP layer%s", (long long)c->num_nextn_predict_layers,
+                 c->num_nextn_predict_layers == 1 ? "" : "s");
+    return snprintf(buf, n, "%s: %lld layers, hidden %lld, %lld heads, vocab %lld, %s%s%s%s%s%s",
+                    dsq_arch_name(c->arch), (long long)c->num_hidden_layers, (long long)c->hidden_size,
+                    (long long)c->num_attention_heads, (long long)c->vocab_size,
+                    dsq_arch_is_deepseek(c->arch) ? "MLA" : "GQA", dsa, moe, mtp,
+                    c->quant.scale_fmt[0] ? ", scale_fmt " : "", c->quant.scale_fmt);
 }
 
 void dsq_model_config_release(dsq_model_config *cfg)
@@ -301,7 +334,7 @@ static int parse_tokens(struct ctx *c, dsq_model_config *cfg)
 
 static int parse_deepseek(struct ctx *c, dsq_model_config *cfg)
 {
-    int v3 = cfg->arch == DSQ_ARCH_DEEPSEEK_V3;
+    int v3 = dsq_arch_get(cfg->arch)->v3_moe;
     DSQ_TRY(get_int(c, "q_lora_rank", 0, 0, &cfg->q_lora_rank));   /* null: no q LoRA */
     DSQ_TRY(get_int(c, "kv_lora_rank", 1, 0, &cfg->kv_lora_rank));
     DSQ_TRY(get_int(c, "qk_nope_head_dim", 1, 0, &cfg->qk_nope_head_dim));
@@ -322,6 +355,12 @@ static int parse_deepseek(struct ctx *c, dsq_model_config *cfg)
     DSQ_TRY(get_int(c, "first_k_dense_replace", 0, 0, &cfg->first_k_dense_replace));
     DSQ_TRY(get_int(c, "moe_layer_freq", 0, 1, &cfg->moe_layer_freq));
     DSQ_TRY(get_int(c, "num_nextn_predict_layers", 0, 0, &cfg->num_nextn_predict_layers));
+
+    if (dsq_arch_get(cfg->arch)->dsa) {
+        DSQ_TRY(get_int(c, "index_n_heads", 1, 0, &cfg->index_n_heads));
+        DSQ_TRY(get_int(c, "index_head_dim", 1, 0, &cfg->index_head_dim));
+        DSQ_TRY(get_int(c, "index_topk", 1, 0, &cfg->index_topk));
+    }
 
     char s[DSQ_CFG_STR];
     DSQ_TRY(get_str(c, "topk_method", v3 ? "noaux_tc" : "greedy", s, sizeof s));
@@ -381,6 +420,18 @@ static int validate(const dsq_model_config *cfg, const char *path, dsq_diag *d)
             return BAD("'%s' is %lld, must be positive", mla[i].key, (long long)mla[i].v);
     if (cfg->qk_rope_head_dim % 2)
         return BAD("'qk_rope_head_dim' %lld is odd (rope rotates pairs)", (long long)cfg->qk_rope_head_dim);
+    if (dsq_arch_get(cfg->arch)->dsa) {
+        const int64_t hd = cfg->index_head_dim;
+        if (cfg->index_n_heads <= 0 || cfg->index_n_heads > 4096)
+            return BAD("'index_n_heads' is %lld, must be in [1, 4096]", (long long)cfg->index_n_heads);
+        if (hd < cfg->qk_rope_head_dim || hd > 4096 || (hd & (hd - 1)))
+            return BAD("'index_head_dim' %lld is not a power of two >= qk_rope_head_dim %lld",
+                       (long long)hd, (long long)cfg->qk_rope_head_dim);
+        if (cfg->index_topk <= 0 || cfg->index_topk > (1 << 24))
+            return BAD("'index_topk' is %lld, must be positive", (long long)cfg->index_topk);
+        if (cfg->q_lora_rank <= 0)
+            return BAD("the DSA indexer reads the q-LoRA latent: 'q_lora_rank' must be positive");
+    }
     if (cfg->num_nextn_predict_layers < 0 || cfg->num_nextn_predict_layers > 64)
         return BAD("'num_nextn_predict_layers' is %lld", (long long)cfg->num_nextn_predict_layers);
     if (cfg->n_routed_experts < 0 || cfg->n_routed_experts > (1 << 16))

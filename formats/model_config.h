@@ -2,10 +2,15 @@
  *
  * Supported architectures (from "architectures"[0], else "model_type"):
  *   DeepseekV3ForCausalLM / deepseek_v3   -> DSQ_ARCH_DEEPSEEK_V3 (MLA + MoE)
+ *   DeepseekV32ForCausalLM / deepseek_v32 -> DSQ_ARCH_DEEPSEEK_V32 (MLA with
+ *                                            DSA: a lightning indexer picks
+ *                                            index_topk keys per query; MoE)
  *   DeepseekV2ForCausalLM / deepseek_v2   -> DSQ_ARCH_DEEPSEEK_V2 (MLA + MoE)
  *   LlamaForCausalLM, MistralForCausalLM / llama, mistral -> DSQ_ARCH_LLAMA
  *   Qwen2ForCausalLM / qwen2              -> DSQ_ARCH_QWEN2 (llama + qkv bias)
- * Anything else is DSQ_ERR_UNSUPPORTED naming the value.
+ * Anything else is DSQ_ERR_UNSUPPORTED naming the value. What differs
+ * between the architectures lives in one table (dsq_arch_get): callers ask
+ * for a trait, never compare arch values.
  *
  * Missing optional keys take the transformers defaults of that
  * architecture (e.g. DeepSeek-V3 configuration_deepseek_v3.py); a key present
@@ -31,8 +36,22 @@ enum dsq_arch {              /* pinned values */
     DSQ_ARCH_DEEPSEEK_V3 = 1,
     DSQ_ARCH_DEEPSEEK_V2 = 2,
     DSQ_ARCH_LLAMA       = 3,
-    DSQ_ARCH_QWEN2       = 4
+    DSQ_ARCH_QWEN2       = 4,
+    DSQ_ARCH_DEEPSEEK_V32 = 5
 };
+
+/* The traits of one architecture (one row of model_config.c's table). */
+typedef struct dsq_arch_info {
+    enum dsq_arch arch;
+    const char *name;        /* "deepseek_v3", ... */
+    int mla;                 /* MLA attention + DeepSeek MoE keys */
+    int v3_moe;              /* V3 router defaults (sigmoid, noaux_tc,
+                                norm_topk_prob) and routed_scaling_factor
+                                applied after normalising */
+    int dsa;                 /* DeepSeek sparse attention: the lightning
+                                indexer keys (index_n_heads, index_head_dim,
+                                index_topk) are required */
+} dsq_arch_info;
 
 enum dsq_scoring_func {      /* MoE router score function */
     DSQ_SCORING_SOFTMAX = 0,
@@ -124,6 +143,14 @@ typedef struct dsq_model_config {
     int64_t moe_layer_freq;        /* 1 if absent */
     int64_t num_nextn_predict_layers; /* MTP layers, 0 if absent */
 
+    /* DSA lightning indexer (V3.2; 0 for others): per layer
+     * self_attn.indexer.{wq_b, wk, k_norm, weights_proj}. index_head_dim
+     * is a power of two >= qk_rope_head_dim (its first qk_rope_head_dim
+     * values are rotated); index_topk keys are attended per query. */
+    int64_t index_n_heads;       /* 64 in V3.2 */
+    int64_t index_head_dim;      /* 128 */
+    int64_t index_topk;          /* 2048 */
+
     int64_t bos_token_id;        /* -1 if absent/null */
     int64_t eos_token_ids[DSQ_CFG_MAX_EOS]; /* int or list in config.json */
     int     n_eos;
@@ -144,7 +171,9 @@ int  dsq_model_config_from_json_string(dsq_model_config *cfg, const char *json,
 /* Free raw_json and zero the struct. */
 void dsq_model_config_release(dsq_model_config *cfg);
 
-/* "deepseek_v3", "deepseek_v2", "llama", "qwen2", "unknown". */
+/* The traits of arch (an all-zero "unknown" row for unknown values). */
+const dsq_arch_info *dsq_arch_get(enum dsq_arch a);
+/* "deepseek_v3", "deepseek_v32", "deepseek_v2", "llama", "qwen2", "unknown". */
 const char *dsq_arch_name(enum dsq_arch a);
 /* 1 for the MLA + MoE architectures. */
 int dsq_arch_is_deepseek(enum dsq_arch a);
@@ -153,6 +182,10 @@ int dsq_arch_is_deepseek(enum dsq_arch a);
  * layer % moe_layer_freq == 0. MTP layers (layer >= num_hidden_layers) are
  * MoE in DeepSeek-V3 and answer 1. */
 int dsq_model_config_is_moe_layer(const dsq_model_config *cfg, int64_t layer);
+/* One line for people: architecture, layers, dims, attention (MLA / GQA,
+ * DSA's indexer heads x dim and index_topk), MoE, MTP layers. Returns
+ * snprintf's length. */
+int dsq_model_config_summary(const dsq_model_config *cfg, char *buf, size_t n);
 /* MLP width of a layer: moe_intermediate_size for MoE layers, else
  * intermediate_size. */
 int64_t dsq_model_config_ffn_dim(const dsq_model_config *cfg, int64_t layer);

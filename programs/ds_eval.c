@@ -48,7 +48,7 @@ enum {
     O_SCORE, O_OUT, O_ENDPOINT, O_SERVED_MODEL, O_API_KEY_ENV, O_CONCURRENCY,
     O_TIMEOUT, O_RETRIES, O_NO_VERIFY, O_BF16_TERMS, O_FORCE,
     O_CHAT, O_PROMPT, O_CHAT_TEMPLATE, O_REASONING, O_CHAT_KWARGS, O_GEN_KWARGS, O_MAX_TOKENS, O_TEMPERATURE,
-    O_TOP_P, O_SAMPLES, O_THINK_END, O_QFIELD, O_AFIELD
+    O_TOP_P, O_SAMPLES, O_THINK_END, O_QFIELD, O_AFIELD, O_DSA, O_KVCACHE
 };
 
 static const dsq_opt opt_table[] = {
@@ -77,6 +77,11 @@ static const dsq_opt opt_table[] = {
     { O_BF16_TERMS, DSQ_OPT_INT, "bf16-terms", 0, "N", 1, 3,
       .help = "BF16 weights: bf16 terms per f32 activation in the\ndot products, 3 (default: f32 accuracy, the KLD\n"
               "baseline), 2, or 1 (activations rounded to bf16 as\nllama.cpp does: faster, not a baseline)" },
+    { O_DSA, DSQ_OPT_CHOICE, "dsa", 0, "fp8|float", .choices = "fp8|float",
+      .help = "DeepSeek-V3.2 sparse attention: the indexer and MLA\nlatent with DeepSeek's e4m3 round trips (fp8, the\n"
+              "default) or in float (a bf16 indexer's arithmetic)" },
+    { O_KVCACHE, DSQ_OPT_CHOICE, "kv-cache", 0, "f32|bf16|int8|fp8", .choices = "f32|bf16|int8|fp8",
+      .help = "MLA's KV cache per position: f32 (default), bf16, or\nint8 / fp8 codes with a per-token scale (MindIE's C8)" },
     { .type = DSQ_OPT_TEXT, .help = "\nppl:\n" },
     { O_DATA, DSQ_OPT_STR, "data", 0, "FILE", .help = "text to score (read as bytes)" },
     { O_LIMIT_TOKENS, DSQ_OPT_SIZE, "limit-tokens", 0, "N", 1, .cmds = CMD_PPL, .help = "use only the first N tokens" },
@@ -203,6 +208,8 @@ typedef struct opts {
     double timeout;
     int no_verify;
     int bf16_terms;        /* 0: the engine's default */
+    int dsa_mode;          /* enum dsq_dsa_mode: the --dsa choice index */
+    int kv_cache;          /* enum dsq_kv_cache: the --kv-cache choice index */
     /* gsm8k --chat */
     int chat;
     const char *prompt, *chat_template, *chat_kwargs, *gen_kwargs, *think_end, *qfield, *afield;
@@ -249,6 +256,8 @@ static int parse(dsq_cli *cli, opts *o, dsq_args *a, int argc, char **argv, int 
     o->save_logits = dsq_opt_str(a, O_SAVE_LOGITS, NULL);
     o->no_verify = dsq_opt_given(a, O_NO_VERIFY);
     o->bf16_terms = dsq_opt_int(a, O_BF16_TERMS, 0);
+    o->dsa_mode = dsq_opt_given(a, O_DSA) ? a->v[O_DSA].choice : 0;
+    o->kv_cache = dsq_opt_given(a, O_KVCACHE) ? a->v[O_KVCACHE].choice : 0;
     o->base = dsq_opt_str(a, O_BASE, NULL);
     o->train = dsq_opt_str(a, O_TRAIN, NULL);
     o->score = dsq_opt_str(a, O_SCORE, NULL);
@@ -383,7 +392,8 @@ static void name_model(int rc, const char *model, dsq_diag *d)
 static int open_model(const dsq_cli *cli, const opts *o, runner *r, int max_batch, size_t ctx, dsq_diag *d)
 {
     dsq_eval_model_opts mo = { .model = o->model, .threads = cli->threads, .no_verify = o->no_verify,
-                               .bf16_terms = o->bf16_terms, .max_batch = max_batch, .ctx = ctx };
+                               .bf16_terms = o->bf16_terms, .dsa_mode = o->dsa_mode, .kv_cache = o->kv_cache, .max_batch = max_batch,
+                               .ctx = ctx };
     double t0 = dsq_now();
     DSQ_TRY(dsq_eval_model_open(&r->e, &mo, d));
     if (cli->level >= 3) {
@@ -723,7 +733,7 @@ static int generate_all(dsq_cli *cli, const opts *o, const dsq_gsm8k_set *test, 
     gen_ctx g = { .cli = cli, .o = o, .r = r, .items = items, .t0 = dsq_now() };
     dsq_gsm8k_local_opts lo = {
         .model = { .model = o->model, .threads = cli->threads, .no_verify = o->no_verify, .bf16_terms = o->bf16_terms,
-                   .max_batch = o->batch, .ctx = o->ctx },
+                   .dsa_mode = o->dsa_mode, .kv_cache = o->kv_cache, .max_batch = o->batch, .ctx = o->ctx },
         .tokenizer = o->tokenizer, .data = o->data, .train = o->train, .shots = o->shots, .seed = o->seed,
         .bos = o->bos, .max_new = o->max_new, .cancel = &dsq_cli_interrupted, .note = on_note,
         .generating = on_generating, .ctx = &g };
@@ -907,7 +917,7 @@ static int cmd_gsm8k_chat(dsq_cli *cli, const opts *o)
     } else if (rc == DSQ_OK && n_todo) {
         dsq_chat_model_opts mo = {
             .model = { .model = o->model, .threads = cli->threads, .no_verify = o->no_verify, .bf16_terms = o->bf16_terms,
-                       .max_batch = o->batch, .ctx = o->ctx },
+                       .dsa_mode = o->dsa_mode, .kv_cache = o->kv_cache, .max_batch = o->batch, .ctx = o->ctx },
             .tokenizer = o->tokenizer, .chat_template = o->chat_template, .cancel = &dsq_cli_interrupted };
         dsq_progress_begin(&r.prog, cli, "gsm8k chat", "replies", n_todo);
         rc = dsq_chat_run_model(&r.e, &mo, &ro, &set, todo, n_todo, chat_done, &cc, &tmpl_id, &d);

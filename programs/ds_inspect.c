@@ -12,6 +12,7 @@
 #include "container_set.h"
 #include "dsq_file.h"
 #include "dsq_version.h"
+#include "model_config.h"
 #include "safetensors.h"
 #include "scheme.h"
 #include "sha256sums.h"
@@ -426,6 +427,13 @@ static int inspect_st(const dsq_cli *c, const inspect_opts *o)
         if (c->level >= 2) {
             printf("%s: safetensors, %d shard%s, %zu tensors", o->path, shards, shards == 1 ? "" : "s", n);
             if (xi.format) printf(", %s export", xi.format);
+            dsq_model_config mc;
+            char sum[400];
+            if (dsq_model_config_load(&mc, dsq_st_dir(m), NULL) == DSQ_OK) {
+                dsq_model_config_summary(&mc, sum, sizeof sum);
+                printf("\nmodel: %s", sum);
+                dsq_model_config_release(&mc);
+            }
             printf("\n%-*s  %-8s %-22s %14s%s\n", (int)namew, "name", "dtype", "shape", "bytes",
                    xi.format ? "  type" : "");
         }

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 enum { O_MODEL = DSQ_OPT_FIRST, O_TOKENIZER, O_NAME, O_HOST, O_PORT, O_PORT_FILE, O_KEY_ENV, O_SLOTS, O_QUEUE, O_CTX,
-       O_MAX_BODY, O_MAX_TOKENS, O_DRAIN, O_BF16_TERMS, O_CHAT_TEMPLATE, O_REASONING };
+       O_MAX_BODY, O_MAX_TOKENS, O_DRAIN, O_BF16_TERMS, O_CHAT_TEMPLATE, O_REASONING, O_DSA, O_KVCACHE };
 
 static const dsq_opt opts[] = {
     { .type = DSQ_OPT_TEXT, .help =
@@ -60,6 +60,10 @@ static const dsq_opt opts[] = {
     { O_BF16_TERMS, DSQ_OPT_INT, "bf16-terms", 0, "N", 1, 3,
       .help = "BF16 weights: bf16 terms per f32 activation in\nthe dot products, 3 (default: f32 accuracy), 2,\n"
               "or 1 (rounded to bf16 as llama.cpp: faster)" },
+    { O_DSA, DSQ_OPT_CHOICE, "dsa", 0, "fp8|float", .choices = "fp8|float",
+      .help = "DeepSeek-V3.2 sparse attention: DeepSeek's e4m3\nround trips (fp8, the default) or float" },
+    { O_KVCACHE, DSQ_OPT_CHOICE, "kv-cache", 0, "f32|bf16|int8|fp8", .choices = "f32|bf16|int8|fp8",
+      .help = "MLA's KV cache per position: f32 (default),\nbf16, or int8 / fp8 codes with a per-token scale" },
     { DSQ_OPT_JSON, DSQ_OPT_FLAG, "json", .help = "log lines as JSON" },
     { DSQ_OPT_QUIET, DSQ_OPT_FLAG, "quiet", 'q' },
     { DSQ_OPT_VERBOSE, DSQ_OPT_FLAG, "verbose", 'v' },
@@ -97,6 +101,8 @@ int main(int argc, char **argv)
     o.lim.max_body = (size_t)dsq_opt_u64(&a, O_MAX_BODY, o.lim.max_body);
     o.lim.max_tokens = (int64_t)dsq_opt_u64(&a, O_MAX_TOKENS, (uint64_t)o.lim.max_tokens);
     o.bf16_terms = dsq_opt_int(&a, O_BF16_TERMS, o.bf16_terms);
+    if (dsq_opt_given(&a, O_DSA)) o.dsa_mode = a.v[O_DSA].choice;
+    if (dsq_opt_given(&a, O_KVCACHE)) o.kv_cache = a.v[O_KVCACHE].choice;
     o.chat_template = dsq_opt_str(&a, O_CHAT_TEMPLATE, NULL);
     if (dsq_opt_given(&a, O_REASONING))
         o.reasoning_parser = dsq_reasoning_parser_from_name(dsq_opt_str(&a, O_REASONING, NULL));

@@ -413,11 +413,6 @@ void dsq_actq_token_k(const dsq_kernels *k, const float *x, int64_t T, int64_t c
 void dsq_actq_static_k(const dsq_kernels *k, const float *x, int64_t T, int64_t cols, int8_t *q,
                        int64_t ldq, float act_scale, int32_t act_offset);
 
-/* Write the blob header (rows/cols/group from shape). */
-void dsq_qblob_write_header(uint8_t *blob, const dsq_scheme *sc, const dsq_qshape *shape,
-                            const dsq_qlayout *lay, uint32_t flags, float act_scale,
-                            int32_t act_offset);
-
 /* Common argument checks for quantize; returns 0 or an error (diag filled). */
 int dsq_quantize_check(const dsq_scheme *sc, int64_t row0, int64_t nrows,
                        const dsq_qshape *shape, const dsq_qparams *p, dsq_qlayout *lay,

@@ -5,6 +5,7 @@
 #include "actq.h"
 #include "bf16src.h"
 #include "dsq_mem.h"
+#include "dtype.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -180,6 +181,14 @@ int dsq_qshape_init(dsq_qshape *s, const dsq_scheme *sc, int64_t rows, int64_t c
 void dsq_qparams_init(dsq_qparams *p)
 {
     memset(p, 0, sizeof *p);
+}
+
+float dsq_scale_stored(float s, int dt)
+{
+    float r = s;
+    if (dt == DSQ_DTYPE_BF16) r = dsq_bf16_to_f32(dsq_f32_to_bf16(s));
+    else if (dt == DSQ_DTYPE_F16) r = dsq_f16_to_f32(dsq_f32_to_f16(s));
+    return isfinite(r) && r > 0.0f ? r : s;
 }
 
 void dsq_qblob_write_header(uint8_t *blob, const dsq_scheme *sc, const dsq_qshape *shape,

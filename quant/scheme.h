@@ -300,6 +300,13 @@ typedef struct dsq_qparams {
      * > 0, zeros <= 15 (DSQ_ERR_INVALID_ARG). */
     const float *given_scale;
     const uint8_t *given_zero;
+    /* int schemes: the dtype a serving export stores the scales in
+     * (DSQ_DTYPE_BF16 or DSQ_DTYPE_F16, formats/dtype.h; anything else: f32).
+     * Each computed scale is rounded to it (dsq_scale_stored) and the codes
+     * are rounded against the rounded scale, so that the export's weights,
+     * (q - zero) * stored scale, stay within half a step of w. Given scales
+     * are used as they are. */
+    int scale_dtype;
 
     /* ---- static activation quantization (w8a8 only; one of these) ------ */
     /* (a) explicit per-tensor params (msModelSlim input_scale/input_offset) */
@@ -421,7 +428,15 @@ int dsq_qshape_init(dsq_qshape *s, const dsq_scheme *sc, int64_t rows, int64_t c
                     int32_t group_size);
 /* Section offsets for scheme + shape (validates like blob_size). */
 int dsq_qlayout_get(const dsq_scheme *sc, const dsq_qshape *shape, dsq_qlayout *out);
+/* Write the blob header (rows/cols/group from shape) at blob[0..64). */
+void dsq_qblob_write_header(uint8_t *blob, const dsq_scheme *sc, const dsq_qshape *shape,
+                            const dsq_qlayout *lay, uint32_t flags, float act_scale,
+                            int32_t act_offset);
 void dsq_qparams_init(dsq_qparams *p);
+/* s as a scale stored in dtype dt (dsq_qparams.scale_dtype): rounded to
+ * nearest BF16 / F16; s itself for other dtypes, or when dt cannot hold it
+ * as a positive finite value. */
+float dsq_scale_stored(float s, int dt);
 /* Whether range_search value v searches for scheme id: > 0 on, < 0 off, 0
  * the default: on for w4a8, off for awq-w4a16. For w4a8 the search cuts
  * RTN's KLD by roughly 15-30% on the samples for about 1.5 CPU-s per GB

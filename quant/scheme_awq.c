@@ -162,6 +162,12 @@ int dsq_awq_quantize(const float *w, int64_t row0, int64_t nrows, const dsq_qsha
             } else {
                 dsq_qgroup_awq(k, wg, len, p->clip_search, dsq_qsearch_on(p, DSQ_SCHEME_AWQ_W4A16), imp,
                                codes + k0, &s, &z);
+                /* the codes against the scale as an export stores it */
+                float sr = dsq_scale_stored(s, p->scale_dtype);
+                if (sr != s) {
+                    s = sr;
+                    awq_group(k, wg, len, s, z, NULL, codes + k0, 0);
+                }
             }
             scales[n * ng + g] = s;
             zeros[n * ng + g] = z;

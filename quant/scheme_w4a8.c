@@ -2,6 +2,7 @@
  * W4A8_DYNAMIC "ssz" per channel, or group-wise), int8 per-token activations.
  * Also the int4 block packer shared with awq. */
 #include "scheme.h"
+#include "dtype.h"
 #include "kernels.h"
 #include "actq.h"
 #include "dsq_mem.h"
@@ -68,6 +69,13 @@ int dsq_w4a8_quantize(const float *w, int64_t row0, int64_t nrows, const dsq_qsh
         }
     }
     float *scales = (float *)(blob + L.s_off);
+    float *sr = NULL;
+    if (!p->given_scale && (p->scale_dtype == DSQ_DTYPE_BF16 || p->scale_dtype == DSQ_DTYPE_F16) &&
+        !(sr = malloc((size_t)L.ngroups * sizeof *sr))) {
+        free(tmp);
+        free(codes);
+        return dsq_fail(diag, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+    }
     for (int64_t i = 0; i < nrows && rc == 0; i++) {
         int64_t n = row0 + i, bad = -1;
         const float *row;
@@ -82,8 +90,19 @@ int dsq_w4a8_quantize(const float *w, int64_t row0, int64_t nrows, const dsq_qsh
                      p->importance,
                      p->given_scale ? p->given_scale + n * L.ngroups : NULL, (int8_t *)codes,
                      scales + n * L.ngroups);
+        if (sr) {
+            /* the codes against the scales as an export stores them */
+            int redo = 0;
+            for (int64_t g = 0; g < L.ngroups; g++) {
+                sr[g] = dsq_scale_stored(scales[n * L.ngroups + g], p->scale_dtype);
+                redo |= sr[g] != scales[n * L.ngroups + g];
+            }
+            if (redo)
+                dsq_qrow_sym(k, row, cols, L.gsize, -8, 7, 8, 0, 0, NULL, sr, (int8_t *)codes, scales + n * L.ngroups);
+        }
         dsq_i4_pack_row(codes, cols, blob + L.w_off + (size_t)n * L.row_bytes, L.row_bytes);
     }
+    free(sr);
     free(tmp);
     free(codes);
     return rc;

@@ -112,6 +112,11 @@ static int w8_quantize(const dsq_scheme *sc, const float *w, int64_t row0, int64
         int8_t *q = (int8_t *)(blob + L.w_off + (size_t)n * L.row_bytes);
         dsq_qrow_sym(k, row, cols, cols, -127, 127, 0, p->clip_search, 0, p->importance,
                      p->given_scale ? p->given_scale + n : NULL, q, scales + n);
+        if (!p->given_scale) {
+            /* the codes against the scale as an export stores it */
+            float sr = dsq_scale_stored(scales[n], p->scale_dtype);
+            if (sr != scales[n]) dsq_qrow_sym(k, row, cols, cols, -127, 127, 0, 0, 0, NULL, &sr, q, scales + n);
+        }
         memset(q + cols, 0, L.row_bytes - (size_t)cols);
         rowsum[n] = k->sum_i8(q, cols);
     }

@@ -70,6 +70,8 @@ int dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d)
     dsq_model_opts_default(&mo);
     mo.threads = o->threads;
     mo.bf16_terms = o->bf16_terms;
+    mo.dsa_mode = o->dsa_mode;
+    mo.kv_cache = o->kv_cache;
     if (rc == DSQ_OK) rc = dsq_model_open(&s->m, o->model_path, &mo, d);
     if (rc == DSQ_OK) {
         const dsq_model_config *cfg = dsq_model_get_config(s->m);

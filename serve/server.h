@@ -123,6 +123,8 @@ typedef struct dsq_server_opts {
     const char *api_key;        /* NULL: no authentication */
     int threads;                /* engine threads, 0: all cores */
     int bf16_terms;             /* dsq_model_opts.bf16_terms (0: the default, 3) */
+    int dsa_mode;               /* dsq_model_opts.dsa_mode (DeepSeek-V3.2: fp8 or float) */
+    int kv_cache;               /* dsq_model_opts.kv_cache (MLA: f32, bf16, int8, fp8) */
     int slots;                  /* sequences decoded together (KV-cache slots) */
     int queue;                  /* sequences waiting beyond the slots; more -> 503 */
     int64_t ctx;                /* context per slot, 0: the model's default */

@@ -272,12 +272,15 @@ void fold_copy(const char *model, const dsq_calib_result *r, const char *out)
     }
 }
 
+int g_dsa_mode = DSQ_DSA_FP8;
+
 float *logits_of(const char *model, const int32_t *tok, int n, int64_t *vocab)
 {
     dsq_model *m;
     dsq_model_opts mo;
     dsq_model_opts_default(&mo);
     mo.threads = 1;
+    mo.dsa_mode = g_dsa_mode;
     assert_int_equal(dsq_model_open(&m, model, &mo, NULL), 0);
     *vocab = dsq_model_get_config(m)->vocab_size;
     dsq_state *s = dsq_state_create(m, 1, n);

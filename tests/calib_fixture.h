@@ -42,6 +42,9 @@ void assert_same_result(const dsq_calib_result *a, const dsq_calib_result *b, co
 int check_finite(const dsq_calib_result *r, const char *model);
 /* Fold the result into a float32 copy of model at out (config + tokenizer copied). */
 void fold_copy(const char *model, const dsq_calib_result *r, const char *out);
+/* DSA mode of the models logits_of opens (V3.2 fold checks run the float
+ * indexer: e4m3 round trips turn the fold's float rounding into jumps) */
+extern int g_dsa_mode;
 /* The float logits of tok[0..n) (caller frees; *vocab their width). */
 float *logits_of(const char *model, const int32_t *tok, int n, int64_t *vocab);
 /* Calibration target: the scheme ctx for every linear but the router

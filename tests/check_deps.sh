@@ -1,9 +1,10 @@
 #!/bin/sh
 # Layering: a module may include only headers of modules before it in
-#   common -> formats -> quant -> tokenizer -> engine -> calib -> convert / eval -> serve
+#   common -> formats -> quant -> xfmt -> tokenizer -> engine -> calib -> convert / eval -> serve
 # (convert and eval are siblings: neither includes the other's headers)
-# (quant never sees calib; statistics reach it as plain arrays).
-order="common formats quant tokenizer engine calib convert eval serve"
+# (quant never sees calib; statistics reach it as plain arrays; xfmt holds the
+# serving export formats, one file each, used by engine and convert).
+order="common formats quant xfmt tokenizer engine calib convert eval serve"
 fail=0
 rank() { i=0; for m in $order; do [ "$m" = "$1" ] && { echo $i; return; }; i=$((i+1)); done; echo 99; }
 for m in $order; do

@@ -520,6 +520,38 @@ static void starve_expert0(const char *model)
     free(p);
 }
 
+/* DeepSeek-V3.2: calibration runs the sparse forward (index_topk 8 of 32
+ * tokens); SmoothQuant's norm scales reach the float indexer linears that
+ * read the same norms, so the folded model computes the same function */
+static void test_fold_dsa(void **state)
+{
+    (void)state;
+    dsq_synth_opts so;
+    tiny_v3(&so);
+    so.index_heads = 4;
+    so.index_dim = 32;
+    so.index_topk = 8;
+    char *m = make_model(&so, "v32");
+    int32_t *tok = rand_tokens(8 * 32, 500, 3);
+    dsq_calib_opts o;
+    base_opts(&o, "w8a8", tok, 8, 32);
+    o.min_expert_tokens = 1;
+    dsq_calib_result *r = calibrate(m, &o);
+    static const char *const passive[] = { "model.layers.0.self_attn.indexer.wk.weight",
+                                           "model.layers.1.self_attn.indexer.weights_proj.weight",
+                                           "model.layers.1.self_attn.indexer.wq_b.weight" };
+    for (size_t i = 0; i < sizeof passive / sizeof passive[0]; i++) {
+        const dsq_calib_tensor *e = dsq_calib_lookup(r, passive[i]);
+        if (!e || !e->in_scale) fail_msg("%s does not absorb its norm's smoothing scale", passive[i]);
+    }
+    g_dsa_mode = DSQ_DSA_FLOAT;
+    fold_check(m, r, "fold-v32");
+    g_dsa_mode = DSQ_DSA_FP8;
+    dsq_calib_result_free(r);
+    free(tok);
+    free(m);
+}
+
 static void test_expert_without_tokens(void **state)
 {
     (void)state;
@@ -715,6 +747,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_data, setup, teardown),
         cmocka_unit_test_setup_teardown(test_search_never_worse, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fold_preserves_function, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fold_dsa, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expert_without_tokens, setup, teardown),
         cmocka_unit_test(test_sens_units),
         cmocka_unit_test(test_attn_block_matches_engine),

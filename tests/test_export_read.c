@@ -1,5 +1,6 @@
-/* test_export_read.c - export readers (engine/export_read.c) on hand-built
- * export directories, good and hostile (formats.md 3-5).
+/* test_export_read.c - export readers (the unpackers of xfmt/, through
+ * engine/export_read.c) on hand-built export directories, good and hostile
+ * (docs/serving-exports.md).
  *
  * Also a dump helper for tests/cli/export_read.sh:
  *   test_export_read --dump DIR OUTDIR   writes OUTDIR/index.txt
@@ -10,7 +11,7 @@
 #include "dsq_file.h"
 #include "dsq_mem.h"
 #include "dtype.h"
-#include "export_detect.h"
+#include "xfmt.h"
 #include "export_read.h"
 #include "model.h"
 #include "safetensors.h"
@@ -34,7 +35,7 @@ typedef struct fx {
 } fx;
 
 /* config.json written next to an ascend description (its torch_dtype fixes
- * the deq_scale dtype, formats.md 4.3) */
+ * the deq_scale dtype; serving-exports.md "## AscendV1") */
 static const char *g_ascend_cfg = "{}";
 
 static void fx_init(fx *f)
@@ -578,7 +579,7 @@ static int compare_dsq(const char *exp_dir, const char *dsq, double tol)
             if (!va->scheme || !vb->scheme) continue;
             int qa = va->scheme->id >= DSQ_SCHEME_W8A8_DYNAMIC, qb = vb->scheme->id >= DSQ_SCHEME_W8A8_DYNAMIC;
             /* Ascend has no static W8A8 MoE scheme: w8a8 experts are exported as
-             * W8A8_DYNAMIC with the same int8 codes and scales (formats.md 4.3) */
+             * W8A8_DYNAMIC with the same int8 codes and scales */
             int w8pair = (va->scheme->id == DSQ_SCHEME_W8A8 || va->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC) &&
                          (vb->scheme->id == DSQ_SCHEME_W8A8 || vb->scheme->id == DSQ_SCHEME_W8A8_DYNAMIC);
             if (qa && qb && va->scheme->id != vb->scheme->id && !w8pair) {

@@ -1,5 +1,6 @@
 /* test_model_config.c - config.json parsing: the real DeepSeek-V3 671B
- * config (docs/checkpoints.md, "config.json"), DeepSeek-V2-Lite, Llama 3, Qwen2, and the
+ * config (docs/checkpoints.md, "config.json"), DeepSeek-V3.2's (its indexer keys),
+ * DeepSeek-V2-Lite, Llama 3, Qwen2, and the
  * errors: unknown architecture, inconsistent MoE / head settings, wrong
  * types, invalid JSON. */
 #include "dsq_test.h"
@@ -252,6 +253,90 @@ static void test_deepseek_errors(void **state)
     free(s);
 }
 
+/* ds_v3 turned into DeepSeek-V3.2's config.json (docs/deepseek-v32.md):
+ * the architecture, model_type, the indexer keys and scale_fmt ue8m0;
+ * extra (a "key": value pair) replaces index_topk when not NULL */
+static char *v32_json(const char *topk)
+{
+    char *a = variant("\"DeepseekV3ForCausalLM\"", "\"DeepseekV32ForCausalLM\"");
+    const char *from = "\"model_type\": \"deepseek_v3\",";
+    char to[256];
+    snprintf(to, sizeof to, "\"model_type\": \"deepseek_v32\", \"index_n_heads\": 64, \"index_head_dim\": 128, %s,",
+             topk ? topk : "\"index_topk\": 2048");
+    char *p = strstr(a, from);
+    assert_non_null(p);
+    char *s = malloc(strlen(a) + strlen(to) + 64);
+    memcpy(s, a, (size_t)(p - a));
+    strcpy(s + (p - a), to);
+    strcat(s, p + strlen(from));
+    free(a);
+    char *q = strstr(s, "\"fmt\": \"e4m3\",");
+    assert_non_null(q);
+    char *t = malloc(strlen(s) + 64);
+    memcpy(t, s, (size_t)(q - s));
+    strcpy(t + (q - s), "\"fmt\": \"e4m3\", \"scale_fmt\": \"ue8m0\",");
+    strcat(t, q + strlen("\"fmt\": \"e4m3\","));
+    free(s);
+    return t;
+}
+
+static void test_deepseek_v32(void **state)
+{
+    (void)state;
+    dsq_model_config c;
+    dsq_diag d;
+    char *s = v32_json(NULL);
+    assert_int_equal(parse(s, &c, &d), DSQ_OK);
+    assert_int_equal(c.arch, DSQ_ARCH_DEEPSEEK_V32);
+    assert_string_equal(dsq_arch_name(c.arch), "deepseek_v32");
+    assert_true(dsq_arch_is_deepseek(c.arch));
+    assert_true(dsq_arch_get(c.arch)->dsa);
+    assert_true(dsq_arch_get(c.arch)->v3_moe);
+    assert_false(dsq_arch_get(DSQ_ARCH_DEEPSEEK_V3)->dsa);
+    assert_int_equal(c.index_n_heads, 64);
+    assert_int_equal(c.index_head_dim, 128);
+    assert_int_equal(c.index_topk, 2048);
+    assert_string_equal(c.quant.scale_fmt, "ue8m0");
+    /* V3 router defaults */
+    assert_int_equal(c.topk_method, DSQ_TOPK_NOAUX_TC);
+    assert_int_equal(c.scoring_func, DSQ_SCORING_SIGMOID);
+    assert_int_equal(c.num_nextn_predict_layers, 1);
+    assert_true(dsq_model_config_is_moe_layer(&c, 61));
+    char sum[400];
+    dsq_model_config_summary(&c, sum, sizeof sum);
+    assert_string_equal(sum, "deepseek_v32: 61 layers, hidden 7168, 128 heads, vocab 129280, MLA, DSA (indexer 64 "
+                             "heads x 128, index_topk 2048), MoE 256 experts (top 8), 1 MTP layer, scale_fmt ue8m0");
+    dsq_model_config_release(&c);
+    free(s);
+    /* the indexer keys are required and checked */
+    const char *bad[] = { "\"index_topk\": 0", "\"index_topk\": -5", "\"x_index_topk\": 1",
+                          "\"index_topk\": \"2048\"" };
+    const int want[] = { DSQ_ERR_FORMAT, DSQ_ERR_FORMAT, DSQ_ERR_FORMAT, DSQ_ERR_JSON };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        s = v32_json(bad[i]);
+        assert_int_equal(parse(s, &c, &d), want[i]);
+        assert_non_null(strstr(d.msg, "index_topk"));
+        dsq_model_config_release(&c);
+        free(s);
+    }
+    /* index_head_dim: a power of two no smaller than qk_rope_head_dim */
+    s = v32_json(NULL);
+    char *h = strstr(s, "\"index_head_dim\": 128");
+    memcpy(h, "\"index_head_dim\": 96 ", 21);
+    assert_int_equal(parse(s, &c, &d), DSQ_ERR_FORMAT);
+    assert_non_null(strstr(d.msg, "index_head_dim"));
+    memcpy(h, "\"index_head_dim\": 32 ", 21);
+    assert_int_equal(parse(s, &c, &d), DSQ_ERR_FORMAT);
+    free(s);
+    /* the indexer reads the q-LoRA latent */
+    s = v32_json(NULL);
+    char *ql = strstr(s, "\"q_lora_rank\": 1536");
+    memcpy(ql, "\"q_lora_rank\": null", 19);
+    assert_int_equal(parse(s, &c, &d), DSQ_ERR_FORMAT);
+    assert_non_null(strstr(d.msg, "q_lora_rank"));
+    free(s);
+}
+
 static void test_deepseek_v2_lite(void **state)
 {
     (void)state;
@@ -431,6 +516,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deepseek_v3),
         cmocka_unit_test(test_deepseek_errors),
+        cmocka_unit_test(test_deepseek_v32),
         cmocka_unit_test(test_deepseek_v2_lite),
         cmocka_unit_test(test_llama_qwen2),
         cmocka_unit_test(test_unknown_and_invalid),

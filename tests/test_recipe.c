@@ -58,6 +58,15 @@ static void test_roles_deepseek_v3(void **state)
         { "model.layers.3.mlp.shared_experts.down_proj.weight", DSQ_ROLE_SHARED_EXPERT_LINEAR, 3, -1, 0 },
         { "model.layers.3.mlp.experts.0.down_proj.weight_scale_inv", DSQ_ROLE_QUANT_AUX, 3, -1, 0 },
         { "model.layers.0.self_attn.kv_b_proj.weight_scale_inv", DSQ_ROLE_QUANT_AUX, 0, -1, 0 },
+        /* V3.2's lightning indexer: its linears are a role of their own,
+         * its LayerNorm (weight and bias) a norm */
+        { "model.layers.0.self_attn.indexer.wq_b.weight", DSQ_ROLE_INDEXER_LINEAR, 0, -1, 0 },
+        { "model.layers.0.self_attn.indexer.wk.weight", DSQ_ROLE_INDEXER_LINEAR, 0, -1, 0 },
+        { "model.layers.5.self_attn.indexer.weights_proj.weight", DSQ_ROLE_INDEXER_LINEAR, 5, -1, 0 },
+        { "model.layers.0.self_attn.indexer.k_norm.weight", DSQ_ROLE_NORM, 0, -1, 0 },
+        { "model.layers.0.self_attn.indexer.k_norm.bias", DSQ_ROLE_NORM, 0, -1, 0 },
+        { "model.layers.0.self_attn.indexer.wq_b.weight_scale_inv", DSQ_ROLE_QUANT_AUX, 0, -1, 0 },
+        { "model.layers.61.self_attn.indexer.wk.weight", DSQ_ROLE_INDEXER_LINEAR, 61, -1, 1 },
         /* MTP layer 61 */
         { "model.layers.61.embed_tokens.weight", DSQ_ROLE_EMBED, 61, -1, 1 },
         { "model.layers.61.enorm.weight", DSQ_ROLE_NORM, 61, -1, 1 },
@@ -165,6 +174,18 @@ static void test_default_recipe(void **state)
     /* Qwen2 bias stays float; FP8-kept tensors become bf16. */
     const int64_t qb[1] = { 3584 };
     assert_string_equal(decide(&r, "model.layers.0.self_attn.q_proj.bias", DSQ_DTYPE_BF16, 1, qb, &e), "bf16");
+    /* V3.2's indexer linears stay float (FP8 -> bf16) unless a rule asks */
+    const int64_t iwq[2] = { 8192, 1536 }, iwp[2] = { 64, 7168 };
+    assert_string_equal(decide(&r, "model.layers.3.self_attn.indexer.wq_b.weight", DSQ_DTYPE_F8_E4M3, 2, iwq, &e),
+                        "bf16");
+    assert_int_equal(e.kept, 1);
+    assert_string_equal(decide(&r, "model.layers.3.self_attn.indexer.weights_proj.weight", DSQ_DTYPE_BF16, 2, iwp,
+                               &e), "bf16");
+    assert_int_equal(dsq_recipe_add_rule(&r, "indexer\\.wq_b=w8a8-dynamic", &d), DSQ_OK);
+    assert_string_equal(decide(&r, "model.layers.3.self_attn.indexer.wq_b.weight", DSQ_DTYPE_F8_E4M3, 2, iwq, &e),
+                        "w8a8-dynamic");
+    assert_string_equal(decide(&r, "model.layers.3.self_attn.indexer.wk.weight", DSQ_DTYPE_F8_E4M3, 2, SH_EXPERT,
+                               &e), "bf16");
     dsq_recipe_release(&r);
 
     /* --group-size reaches int4 schemes only; awq defaults to 128. */
@@ -304,6 +325,10 @@ static void test_preset_deepseek(void **state)
     dsq_plan_reason(&r, &e, buf, sizeof buf);
     assert_non_null(strstr(buf, "recipe deepseek-w4a8"));
     assert_string_equal(decide(&r, "model.layers.3.mlp.gate.weight", DSQ_DTYPE_BF16, 2, SH_EXPERT, &e), "bf16");
+    /* msModelSlim's W4A8 recipe leaves the V3.2 indexer float */
+    const int64_t iwq[2] = { 8192, 1536 };
+    assert_string_equal(decide(&r, "model.layers.3.self_attn.indexer.wq_b.weight", DSQ_DTYPE_F8_E4M3, 2, iwq, &e),
+                        "bf16");
     /* User rules come before the preset's rules. */
     assert_int_equal(dsq_recipe_add_rule(&r, "kv_b_proj=w8a8-dynamic", &d), DSQ_OK);
     assert_string_equal(decide(&r, "model.layers.3.self_attn.kv_b_proj.weight", DSQ_DTYPE_F8_E4M3, 2, kvb, &e), "w8a8-dynamic");

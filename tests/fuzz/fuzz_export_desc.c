@@ -1,5 +1,5 @@
 /* fuzz_export_desc.c - libFuzzer target: the export description parser
- * (formats/export_detect.c) on arbitrary bytes.
+ * (xfmt/xfmt_detect.c and the formats' parsers) on arbitrary bytes.
  *
  * Byte 0 picks the file: even = quant_model_description.json (AscendV1),
  * odd = config.json (AutoAWQ / compressed-tensors quantization_config); the
@@ -7,7 +7,7 @@
  * (embeddings, attention, experts, router, lm_head), which exercises the
  * description lookup, AWQ substring and compressed-tensors regex matching.
  * Must never crash, leak or read out of bounds; any status is acceptable. */
-#include "export_detect.h"
+#include "xfmt.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 jobs=${FUZZ_JOBS:-2}
 make -s -j"$jobs" lib BUILD=build-fuzz CC=clang OPT=-O1 \
     XCFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
-mods="common formats quant tokenizer engine calib convert eval serve"
+mods="common formats quant xfmt tokenizer engine calib convert eval serve programs"
 incs=$(for m in $mods; do printf -- '-I%s ' $m; done)
 names=${FUZZ_TARGETS:-$(for f in tests/fuzz/fuzz_*.c; do n=$(basename $f .c); printf '%s ' ${n#fuzz_}; done)}
 for n in $names; do

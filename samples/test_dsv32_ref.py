@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""Tests of the DeepSeek-V3.2 reference (dsv32_ref.py): the e4m3 / ue8m0 emulation
+against known bit patterns and against fp8.py's decode table, the Hadamard
+transform, the indexer's RoPE layout, and the model's sparse == dense rule.
+
+Run: /usr/bin/python3 samples/test_dsv32_ref.py (needs torch; numpy for fp8.py)."""
+import math
+import os
+import sys
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dsv32_ref as R  # noqa: E402
+import fp8  # noqa: E402
+
+
+def tiny_cfg(topk=8):
+    return {
+        "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
+        "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "moe_intermediate_size": 16,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
+        "q_lora_rank": 24, "kv_lora_rank": 160, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+        "v_head_dim": 8, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+        "n_group": 2, "topk_group": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+        "first_k_dense_replace": 1, "moe_layer_freq": 1, "rms_norm_eps": 1e-6, "rope_theta": 10000,
+        "max_position_embeddings": 256, "rope_scaling": None,
+        "index_n_heads": 4, "index_head_dim": 16, "index_topk": topk,
+    }
+
+
+class E4M3(unittest.TestCase):
+    def test_known_bits(self):
+        cases = [(448.0, 0x7E), (1.0, 0x38), (2.0 ** -9, 0x01), (2.0 ** -6, 0x08), (-2.0, 0xC0),
+                 (240.0, 0x77), (0.5 * 2.0 ** -9, 0x00),          # tie 0 | 2^-9 -> even 0
+                 (1.5 * 2.0 ** -9, 0x02),                          # tie 1 | 2 (x 2^-9) -> even 2
+                 (1.0625, 0x38),                                   # tie 1.0 | 1.125 -> 1.0
+                 (1.1875, 0x3A),                                   # tie 1.125 | 1.25 -> 1.25
+                 (500.0, 0x7E), (-1e9, 0xFE), (7 * 2.0 ** -9, 0x07), (0.0, 0x00)]
+        x = torch.tensor([c[0] for c in cases])
+        got = R.e4m3_bits(x).tolist()
+        self.assertEqual(got, [c[1] for c in cases])
+
+    def test_every_code_is_a_fixed_point(self):
+        table = torch.tensor(fp8.decode_table())
+        ok = ~torch.isnan(table)
+        v = table[ok]
+        self.assertTrue(torch.equal(R.e4m3_round(v), v))
+        self.assertEqual(R.e4m3_bits(v).tolist(), [b for b in range(256) if ok[b]])
+
+    def test_rounding_is_nearest(self):
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(20000, generator=g) * torch.pow(2.0, torch.randint(-12, 9, (20000,), generator=g).float())
+        r = R.e4m3_round(x)
+        table = torch.tensor(fp8.decode_table())
+        table = table[~torch.isnan(table)]
+        d = (x.clamp(-448, 448)[:, None] - table[None, :]).abs()
+        best = d.min(1)[0]
+        self.assertTrue(torch.equal((x.clamp(-448, 448) - r).abs(), best))
+
+    def test_ue8m0(self):
+        amax = torch.tensor([448.0, 448.0001, 224.0, 300.0, 0.0, 1.0, 896.0, 897.0])
+        want = [1.0, 2.0, 0.5, 1.0, 2.0 ** -22, 2.0 ** -8, 2.0, 4.0]
+        self.assertEqual(R.ue8m0_scale(amax).tolist(), want)
+
+    def test_act_quant_blocks(self):
+        x = torch.randn(3, 160)
+        codes, s = R.act_quant(x, 128)
+        self.assertEqual(tuple(s.shape), (3, 2))
+        self.assertTrue(((codes.abs() <= 448)).all())
+        m = torch.log2(s)
+        self.assertTrue(torch.equal(m, m.round()))            # powers of two
+        y = R.fp8_roundtrip(x, 128)
+        self.assertLess(((y - x).abs() / x.abs().clamp(min=1e-3)).median().item(), 0.07)
+
+
+class Transforms(unittest.TestCase):
+    def test_hadamard(self):
+        h = R.hadamard_matrix(4)
+        self.assertEqual(h.tolist(), [[1, 1, 1, 1], [1, -1, 1, -1], [1, 1, -1, -1], [1, -1, -1, 1]])
+        x = torch.randn(5, 128)
+        y = R.rotate_activation(x)
+        self.assertTrue(torch.allclose(y.norm(dim=-1), x.norm(dim=-1), rtol=1e-5))
+        self.assertTrue(torch.allclose(R.rotate_activation(y), x, atol=1e-5))
+        e = torch.zeros(1, 8)
+        e[0, 0] = 1
+        self.assertTrue(torch.allclose(R.rotate_activation(e), torch.full((1, 8), 8 ** -0.5)))
+
+    def test_rope_half_pairs(self):
+        freqs = torch.tensor([0.5, 0.25])
+        x = torch.tensor([[[1.0, 2.0, 3.0, 4.0]]])
+        pos = torch.tensor([[3]])
+        y = R.rope_half(x, pos, freqs)[0, 0]
+        a = [1.5, 0.75]
+        want = [1 * math.cos(a[0]) - 3 * math.sin(a[0]), 2 * math.cos(a[1]) - 4 * math.sin(a[1]),
+                1 * math.sin(a[0]) + 3 * math.cos(a[0]), 2 * math.sin(a[1]) + 4 * math.cos(a[1])]
+        self.assertTrue(torch.allclose(y, torch.tensor(want), atol=1e-6))
+
+
+class Model(unittest.TestCase):
+    def make(self, topk, dsa="fp8"):
+        torch.manual_seed(3)
+        m = R.build(tiny_cfg(topk), dsa)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.normal_(0, 0.3)
+        return m.eval()
+
+    def test_sparse_equals_dense_within_topk(self):
+        ids = torch.randint(0, 64, (1, 12))
+        with torch.no_grad():
+            a = self.make(12)(ids)
+            b = self.make(1000)(ids)
+            c = self.make(6)(ids)
+        self.assertTrue(torch.equal(a, b))                 # every key selected either way
+        self.assertTrue(torch.equal(a[:, :6], c[:, :6]))   # rows 0..5 see <= 6 keys
+        self.assertGreater((a[:, 6:] - c[:, 6:]).abs().max().item(), 1e-3)
+
+    def test_decode_matches_prefill(self):
+        ids = torch.randint(0, 64, (1, 14))
+        m = self.make(5)
+        with torch.no_grad():
+            full = m(ids)
+            cache = R.Cache(2)
+            steps = [m(ids[:, :4], cache)] + [m(ids[:, i:i + 1], cache) for i in range(4, 14)]
+        dec = torch.cat(steps, 1)
+        self.assertLess((dec - full).abs().max().item(), 1e-3)
+
+
+if __name__ == "__main__":
+    unittest.main()
