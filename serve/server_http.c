@@ -652,10 +652,11 @@ static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, c
     r->id = ++s->next_id;
     pthread_mutex_unlock(&s->mu);
     if (msg) {
+        const char *bad = r->p.chat ? "messages" : "prompt"; /* r may be freed by the unref */
         pthread_mutex_lock(&s->mu);
         srv_request_unref_locked(r);
         pthread_mutex_unlock(&s->mu);
-        return send_error(s, c, 400, "invalid_request_error", r->p.chat ? "messages" : "prompt", "%s", msg);
+        return send_error(s, c, 400, "invalid_request_error", bad, "%s", msg);
     }
     rc = srv_submit(s, r);
     if (rc < 0) {

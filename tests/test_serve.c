@@ -332,7 +332,7 @@ static void test_journal(void **st)
     size_t have;
     assert_int_equal(dsq_ep_journal_open(&j, path, 0, &test, 3, items, &have, NULL), DSQ_OK);
     assert_int_equal(have, 0);
-    dsq_ep_item a = { .completion = "x #### 2", .len = 8, .prompt_tokens = 5, .gen_tokens = 4, .finish = "stop" };
+    dsq_ep_item a = { .completion = (char[]){ "x #### 2" }, .len = 8, .prompt_tokens = 5, .gen_tokens = 4, .finish = "stop" };
     assert_int_equal(dsq_ep_journal_append(&j, 1, &test.items[1], &a, NULL), DSQ_OK);
     dsq_ep_journal_close(&j);
     /* a second record cut short by a kill is dropped and truncated away */
@@ -346,7 +346,7 @@ static void test_journal(void **st)
     assert_string_equal(items[1].completion, "x #### 2");
     assert_int_equal(items[1].gen_tokens, 4);
     assert_string_equal(items[1].finish, "stop");
-    a.completion = "y";
+    a.completion = (char[]){ "y" };
     a.len = 1;
     assert_int_equal(dsq_ep_journal_append(&j, 0, &test.items[0], &a, NULL), DSQ_OK);
     dsq_ep_journal_close(&j);

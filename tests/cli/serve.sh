@@ -19,8 +19,8 @@
 #     a burst of concurrent clients is answered in full
 # Every server is killed in the trap; every wait is a bounded loop.
 set -u
-SERVE=./bin/ds-serve
-EVAL=./bin/ds-eval
+SERVE=${DSQ_SERVE_BIN:-./bin}/ds-serve   # make tsan: its ThreadSanitizer build
+EVAL=${DSQ_SERVE_BIN:-./bin}/ds-eval
 M=samples/tiny-dsv3
 DATA=samples/data/gsm_test.jsonl
 TRAIN=samples/data/gsm_fewshot.jsonl
