@@ -148,6 +148,8 @@ int dsq_quantize_run(const dsq_quantize_opts *o, const dsq_quantize_hooks *hooks
     }
 
     if (o->rotate && !dry) {
+        r->stage = DSQ_QSTAGE_OUTPUT;   /* before the rotated copy is written */
+        DSQ_TRY(dsq_convert_check_output(&conv, d));
         r->stage = DSQ_QSTAGE_ROTATE;
         DSQ_TRY(rotate_input(o, &conv, h, r, d));
         conv.input = r->rot_dir;
