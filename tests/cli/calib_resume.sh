@@ -8,7 +8,8 @@
 #   - --resume reuses a finished OUT.calib.dsq only when it was made with
 #     this run's calibration data and options: other --calib-samples is
 #     refused before any conversion, the checkpoint is left in place, and
-#     the same options give the bytes of a straight run.
+#     the same options give the bytes of a straight run; a rotated model's
+#     statistics are reused only under the same --rotate-seed.
 set -eu
 M=samples/tiny-dsv3
 if [ ! -f "$M/config.json" ] || [ ! -f samples/data/calib.txt ]; then
@@ -81,5 +82,15 @@ $Q -q --resume --scheme awq-w4a16 $C --calib-samples 8 "$M" "$T/r.dsq" 2> "$T/er
     || fail "--resume with the checkpoint's own options: $(cat "$T/err")"
 cmp "$T/r.dsq" "$T/r8.dsq" || fail "--resume over the finished checkpoint differs from a straight run"
 [ ! -e "$T/r.dsq.calib.dsq" ] || fail "the reused default checkpoint was kept after success"
+# a rotated model's statistics: reused only under the same --rotate-seed,
+# as the rotated model OUT.rot is
+$Q -q --scheme awq-w4a16 $C --calib-samples 4 --rotate quarot --rotate-seed 1 \
+    --save-stats "$T/q.dsq.calib.dsq" "$M" "$T/q1.dsq"
+rc=0
+$Q -q --resume --scheme awq-w4a16 $C --calib-samples 4 --rotate quarot --rotate-seed 2 "$M" "$T/q.dsq" \
+    2> "$T/err" || rc=$?
+[ $rc -ne 0 ] || fail "--resume --rotate-seed 2 reused the statistics of seed 1 (exit 0)"
+grep -q "other calibration data or options" "$T/err" || fail "--resume over another seed said: $(cat "$T/err")"
+[ -f "$T/q.dsq.calib.dsq" ] || fail "the refused --resume removed the checkpoint"
 grep -q '"fingerprint"' "$T/keep.calib.dsq" || fail "the statistics file records no fingerprint"
 echo "calib_resume.sh: ok"
