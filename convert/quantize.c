@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void note(const dsq_quantize_hooks *h, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -82,6 +83,18 @@ static int calibrate(const dsq_quantize_opts *o, const dsq_convert_opts *conv, c
         snprintf(r->ckpt, n, "%s.calib.dsq", conv->output);
         co.save_stats = r->ckpt;
         co.overwrite = 1;
+        /* replaced or reused only when it is a statistics file: never a
+         * file of another kind, a link or a directory under that name */
+        struct stat st;
+        dsq_stats_reader *sr = NULL;
+        if (lstat(r->ckpt, &st) == 0) {
+            int ours = S_ISREG(st.st_mode) && dsq_stats_reader_open(&sr, r->ckpt, NULL) == DSQ_OK;
+            dsq_stats_reader_close(sr);
+            if (!ours)
+                return dsq_fail(d, DSQ_ERR_EXISTS, r->ckpt, NULL, -1,
+                                "in the way of the calibration checkpoint and not a statistics file dsq wrote "
+                                "(move it, or name the checkpoint with --save-stats)");
+        }
     }
     if (conv->resume && co.save_stats && dsq_path_exists(co.save_stats)) {
         co.load_stats = co.save_stats;   /* calibration finished before the interruption */

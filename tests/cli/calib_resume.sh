@@ -4,7 +4,8 @@
 #   - a calibration killed with SIGKILL leaves OUT's partial checkpoint and
 #     its hidden-state spill files; the next run of the same output (one
 #     that does not calibrate, then one that does) removes them and touches
-#     nothing else in the directory;
+#     nothing else in the directory; a file that is not a statistics file
+#     under the checkpoint's name is refused, never replaced;
 #   - --resume reuses a finished OUT.calib.dsq only when it was made with
 #     this run's calibration data and options: other --calib-samples is
 #     refused before any conversion, the checkpoint is left in place, and
@@ -64,6 +65,23 @@ for f in "$P" "$P.journal" "$P.hidden.h0" "$P.hidden.h1"; do echo stale > "$f"; 
 $Q -q --scheme awq-w4a16 $C --calib-samples 4 "$M" "$T/d/x.dsq" 2> "$T/err" \
     || fail "calibrating run after the kill: $(cat "$T/err")"
 [ "$(listing)" = "${before}x.dsq " ] || fail "after a calibrating run the directory holds: $(listing)"
+
+# a file of the user's under the checkpoint's name is neither replaced nor
+# read, with or without --resume; nor is a link there (or its target)
+echo "my notes" > "$T/u.dsq.calib.dsq"
+ln -s notes.txt "$T/d/v.dsq.calib.dsq"
+for o in "" --resume; do
+    for out in "$T/u.dsq" "$T/d/v.dsq"; do
+        rc=0
+        $Q -q $o --scheme awq-w4a16 $C --calib-samples 4 "$M" "$out" 2> "$T/err" || rc=$?
+        [ $rc -ne 0 ] || fail "calibration over a foreign $(basename "$out").calib.dsq ($o) exited 0"
+        grep -q "not a statistics file" "$T/err" || fail "foreign checkpoint ($o) said: $(cat "$T/err")"
+        [ ! -e "$out" ] || fail "calibration over a foreign checkpoint ($o) wrote an output"
+    done
+done
+[ "$(cat "$T/u.dsq.calib.dsq")" = "my notes" ] || fail "the foreign OUT.calib.dsq changed"
+[ -L "$T/d/v.dsq.calib.dsq" ] && [ "$(cat "$T/d/notes.txt")" = mine ] || fail "the linked OUT.calib.dsq changed"
+rm "$T/d/v.dsq.calib.dsq"
 
 # ---- --resume and a finished checkpoint of other options ----
 # the finished checkpoint of an 8-sample calibration, as a run killed in its
