@@ -273,9 +273,9 @@ int dsq_calib_check_own_stats(calib_run *c, const dsq_calib_data *cd)
                       "was made with this run's data and options (remove it, or run without --resume)");
     else if (strcmp(sv, fp) != 0)
         rc = dsq_fail(c->d, DSQ_ERR_STATE, p, NULL, -1,
-                      "finished calibration checkpoint was made with other calibration data or options (the model, "
-                      "--calib, --calib-samples, --calib-seqlen, the seed or the scheme differ); run without "
-                      "--resume to calibrate again");
+                      "finished calibration checkpoint was made with other calibration data or options (another "
+                      "model, --calib, --calib-samples, --calib-seqlen, seed, scheme, rule or search setting); "
+                      "run without --resume to calibrate again");
     json_object_put(root);
     return rc;
 }

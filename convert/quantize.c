@@ -188,7 +188,7 @@ int dsq_quantize_run(const dsq_quantize_opts *o, const dsq_quantize_hooks *hooks
         if (!ck) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
         sprintf(ck, "%s.calib.dsq", conv.output);
         if (dsq_stats_remove_partial(ck) > 0)
-            note(h, 0, "removed the calibration checkpoint of an interrupted run (use --resume to continue it)");
+            note(h, 0, "removed the calibration checkpoint an interrupted run left (--resume continues one instead)");
         free(ck);
     }
     if (calibrating && !dry) {
