@@ -272,6 +272,9 @@ def readme_main(a):
     for k in ("base", "chat", "think"):
         with open(os.path.join(a.work, f"eval_{k}.json")) as f:
             ev[k] = json.load(f)
+    with open(os.path.join(a.work, "think.jsonl"), encoding="utf-8") as f:
+        think = [json.loads(l) for l in f if l.strip()]
+    closed = sum(1 for r in think if r.get("content") is not None)
     rel = lambda p: "samples/" + os.path.relpath(p, HERE)
     cmd = (f"samples/train_chat.py --base {rel(ta['base'])} --out {rel(ta['out'])} --steps {ta['steps']} "
            f"--batch {ta['batch']} --lr {ta['lr']:g} --warmup {ta['warmup']} --problems {ta['problems']} "
@@ -337,6 +340,11 @@ problems:
 | tiny-dsv3-chat | chat, non-thinking | {pct(ev['chat'])} |
 | tiny-dsv3-chat | chat, thinking | {pct(ev['think'])} |
 | tiny-dsv3 | lm-eval gsm8k, 5-shot (no template) | {pct(ev['base'])} |
+
+In the thinking mode {closed} of the {len(think)} replies close the reasoning with `</think>` and
+answer after it; the others write the final `answer: N` line inside the reasoning and end there
+(`content` null, as vLLM's `deepseek_v3` parser reports such a reply), which AISBench scores from
+the reasoning text.
 
 Regenerate: `make samples` (see `samples/README.md`).
 """
