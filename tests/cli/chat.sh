@@ -2,7 +2,9 @@
 # ds-serve's /v1/chat/completions, /tokenize and /detokenize, on loopback,
 # against samples/tiny-dsv3 with the V3.1 template:
 #   - the OpenAI client library (npm openai) drives the chat endpoint,
-#     streaming included (tests/chat_client.mjs; skipped without it)
+#     streaming included (tests/chat_client.mjs; skipped without it), and
+#     /v1/completions' logprobs, text_offset, echo and stop strings, streamed
+#     and not (tests/completions_client.mjs)
 #   - /tokenize of messages, decoded by /detokenize, is byte for byte what
 #     Jinja2 renders from the official template text (skipped without
 #     ../shared/data/chat-templates or python3-jinja2)
@@ -61,6 +63,7 @@ elif [ ! -f .npm-data/node_modules/openai/package.json ]; then
   echo "chat.sh: openai client check skipped: .npm-data lacks openai (sh .ci/deps.sh)"
 else
   node tests/chat_client.mjs "$URL/v1" tiny-dsv3 || fail "openai client"
+  node tests/completions_client.mjs "$URL/v1" tiny-dsv3 || fail "openai client, completions"
 fi
 
 # ---- what the template produced, through /tokenize and /detokenize -------------
