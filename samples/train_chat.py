@@ -205,10 +205,11 @@ def train_main(a):
         opt.load_state_dict(st["opt"])
         step = st["step"]
         print(f"resumed at step {step}", flush=True)
+    args = st["args"] if step else vars(a)     # the arguments the training started with
 
     def save():
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "cfg": cfg,
-                    "args": vars(a)}, ck + ".tmp")
+                    "args": args}, ck + ".tmp")
         os.replace(ck + ".tmp", ck)
 
     stop = {"flag": False}
@@ -276,7 +277,7 @@ def readme_main(a):
         think = [json.loads(l) for l in f if l.strip()]
     closed = sum(1 for r in think if r.get("content") is not None)
     rel = lambda p: "samples/" + os.path.relpath(p, HERE)
-    cmd = (f"samples/train_chat.py --base {rel(ta['base'])} --out {rel(ta['out'])} --steps {ta['steps']} "
+    cmd = (f"samples/train_chat.py --base {rel(ta['base'])} --out {rel(a.out)} --steps {ta['steps']} "
            f"--batch {ta['batch']} --lr {ta['lr']:g} --warmup {ta['warmup']} --problems {ta['problems']} "
            f"--seed {ta['seed']}")
     chat = ("ds-eval gsm8k --chat --prompt aisbench-0shot-cot --temperature 0 --max-tokens 256 "
