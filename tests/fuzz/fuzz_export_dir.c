@@ -58,7 +58,7 @@ static void probe(const dsq_export_info *x, const dsq_st_model *st, const char *
         if (grow) unpack(x, st, module, rows + 1, cols);
     } else if (rc == 0) {
         /* float module: the unpacker checks "<module>.weight" against a shape */
-        char wn[600];
+        char wn[640];
         snprintf(wn, sizeof wn, "%s.weight", module);
         const dsq_st_tensor *w = dsq_st_find(st, wn);
         if (w) unpack(x, st, module, dsq_st_rows(w), dsq_st_cols(w));
