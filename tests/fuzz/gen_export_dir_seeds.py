@@ -9,16 +9,26 @@ OUT_DIR/NAME and OUT_DIR/NAME-grow, each the fuzz input layout of
 fuzz_export_dir.c: a selector byte (bit 0: config.json rather than
 quant_model_description.json; bit 1: also unpack one row too many), the
 little-endian uint32 length of the JSON text, the text, then a safetensors
-file holding only the tensors of MODULES (a routed expert's down_proj and
-the float router). An AscendV1 description is cut to the same tensors and
-its top-level non-tensor keys. Every seed stays under 64 KiB.
+file holding only the tensors of MODULES (two routed experts' down_proj,
+which must be stored alike, and the float router). An AscendV1 description
+is cut to the same tensors and its top-level non-tensor keys. Every seed
+stays under 64 KiB.
+
+The committed corpus/export_dir/ came from samples/tiny-dsv3 converted with
+ds-quant -q --format F and: ascend --scheme w8a8-dynamic
+(ascend-w8a8-dynamic), ascend --recipe deepseek-w4a8 (ascend-w4a8-dynamic),
+compressed-tensors --scheme w8a8-dynamic (ct-int8) and --scheme w4a8
+(ct-w4a8), compressed-tensors --scheme awq-w4a16 --group-size 0
+(ct-pack-channel) and --group-size 64 --keep self_attn (ct-pack-group),
+awq --scheme awq-w4a16 --group-size 64 --keep self_attn (awq-gemm).
 """
 import json
 import os
 import struct
 import sys
 
-MODULES = ("model.layers.1.mlp.experts.0.down_proj", "model.layers.1.mlp.gate")
+MODULES = ("model.layers.1.mlp.experts.0.down_proj", "model.layers.1.mlp.experts.1.down_proj",
+           "model.layers.1.mlp.gate")
 LIMIT = 64 << 10
 
 
