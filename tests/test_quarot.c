@@ -12,6 +12,7 @@
 #include "dsq_file.h"
 #include "hadamard.h"
 #include "model.h"
+#include "dsa.h"
 #include "model_config.h"
 #include "quarot.h"
 #include "safetensors.h"
@@ -214,13 +215,17 @@ static void test_quarot_plan_rules(void **st)
     dsq_model_config_release(&cfg);
 }
 
-static const int32_t PROMPT[16] = { 3, 17, 42, 5, 63, 0, 8, 8, 21, 34, 55, 13, 200, 1000, 7, 99 };
+static int32_t PROMPT[160] = { 3, 17, 42, 5, 63, 0, 8, 8, 21, 34, 55, 13, 200, 1000, 7, 99 };
+static int g_prompt_len = 16;   /* past tiny-dsv32's index_topk (64) for the DSA test */
+
+static int g_dsa_mode = 0;   /* DSQ_DSA_FP8 unless a test asks for float */
 
 static float *logits_of(const char *path, int n, int *vocab)
 {
     dsq_model_opts o;
     dsq_model_opts_default(&o);
     o.threads = 1;
+    o.dsa_mode = g_dsa_mode;
     o.fp8_as_f32 = 1;   /* an FP8 source in exact float, as the rotated copy holds it */
     dsq_model *m = NULL;
     dsq_diag d;
@@ -228,7 +233,7 @@ static float *logits_of(const char *path, int n, int *vocab)
     if (dsq_model_open(&m, path, &o, &d)) fail_msg("open %s: %s", path, d.msg);
     int V = (int)dsq_model_get_config(m)->vocab_size;
     float *lg = malloc((size_t)n * V * sizeof *lg);
-    dsq_state *s = dsq_state_create(m, 1, 64);
+    dsq_state *s = dsq_state_create(m, 1, 192);
     assert_non_null(s);
     assert_int_equal(dsq_forward(m, s, 0, PROMPT, n, lg, 0, NULL), 0);
     dsq_state_free(s);
@@ -283,7 +288,7 @@ static void check_invariance(const char *src, enum dsq_dtype dt, double tol)
     dsq_st_close(a);
     dsq_st_close(b);
 
-    const int n = 16;
+    const int n = g_prompt_len;
     int V = 0, V2 = 0;
     float *la = logits_of(src, n, &V), *lb = logits_of(out, n, &V2);
     assert_int_equal(V, V2);
@@ -321,6 +326,26 @@ static void test_quarot_model_invariance_fp8_source(void **st)
     check_invariance("samples/tiny-dsv3-fp8", DSQ_DTYPE_F32, 1e-4);
 }
 
+/* DeepSeek-V3.2: the indexer's wk / weights_proj (hidden rotation) and
+ * wq_b (q-LoRA rotation) are fused too; in float DSA (no e4m3 rounding to
+ * flip a key selection) the rotated model selects the same keys and gives
+ * the same logits. */
+static void test_quarot_model_invariance_dsa(void **st)
+{
+    (void)st;
+    if (!dsq_path_exists("samples/tiny-dsv32/config.json")) {
+        printf("skipped: samples/tiny-dsv32 absent\n");
+        return;
+    }
+    uint64_t seed = 5;
+    for (int i = 16; i < 160; i++) PROMPT[i] = (int32_t)(dsq_test_xorshift(&seed) % 3000);
+    g_dsa_mode = DSQ_DSA_FLOAT;
+    g_prompt_len = 160;
+    check_invariance("samples/tiny-dsv32", DSQ_DTYPE_F32, 1e-4);
+    g_dsa_mode = 0;
+    g_prompt_len = 16;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -331,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_quarot_plan_rules),
         cmocka_unit_test(test_quarot_model_invariance_bf16_source),
         cmocka_unit_test(test_quarot_model_invariance_fp8_source),
+        cmocka_unit_test(test_quarot_model_invariance_dsa),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

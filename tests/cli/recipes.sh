@@ -1,7 +1,8 @@
 #!/bin/sh
 # recipes.sh - the msModelSlim DeepSeek recipes end to end on the bundled
 # sample (skipped when samples/tiny-dsv3 is absent):
-#   - ds-quant --recipe deepseek-w8a8 --calib ... --format ascend writes a
+#   - ds-quant --recipe deepseek-w8a8 --calib ... --format ascend, on tiny-dsv3
+#     and on tiny-dsv32 (whose indexer must stay FLOAT), writes a
 #     quant_model_description.json whose keys and types equal the set this
 #     script derives from the recipe's rules and the source's tensor names
 #     (attention linears W8A8 static with input_scale / input_offset /
@@ -26,12 +27,15 @@ trap 'rm -rf "$T"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails+1)); }
 
+for RM in $M samples/tiny-dsv32; do
+[ -f $RM/config.json ] || { echo "recipes.sh: $RM absent, its deepseek-w8a8 check skipped"; continue; }
+rm -rf "$T/x"
 $Q -q -T 2 --recipe deepseek-w8a8 --calib $D/calib.txt --calib-samples 8 --calib-seqlen 128 --format ascend \
-    $M "$T/x" || fail "ds-quant --recipe deepseek-w8a8 --format ascend"
+    $RM "$T/x" || fail "ds-quant --recipe deepseek-w8a8 --format ascend"
 desc="$T/x/quant_model_description.json"
 if [ -f "$desc" ]; then
     # the expected description from the source's tensor names and the recipe's rules
-    jq -r '.weight_map | keys[]' $M/model.safetensors.index.json | awk '
+    jq -r '.weight_map | keys[]' $RM/model.safetensors.index.json | awk '
         function w8a8(p)  { print p ".weight W8A8"; print p ".input_scale W8A8"; print p ".input_offset W8A8";
                             print p ".deq_scale W8A8"; print p ".quant_bias W8A8" }
         function dyn(p)   { print p ".weight W8A8_DYNAMIC"; print p ".weight_scale W8A8_DYNAMIC";
@@ -50,18 +54,19 @@ if [ -f "$desc" ]; then
     fi
     [ "$(jq -r .model_quant_type "$desc")" = W8A8 ] || fail "model_quant_type is not W8A8"
     grep -q '"quantization_config"' "$T/x/config.json" && fail "config.json keeps quantization_config"
-    p0=$($E ppl -q -T 2 --json -m $M --data $D/heldout.txt | jq -r .ppl)
+    p0=$($E ppl -q -T 2 --json -m $RM --data $D/heldout.txt | jq -r .ppl)
     p1=$($E ppl -q -T 2 --json -m "$T/x" --data $D/heldout.txt | jq -r .ppl)
-    echo "recipes.sh: deepseek-w8a8 -> ascend: ppl $p1 (source $p0)"
+    echo "recipes.sh: deepseek-w8a8 ($RM) -> ascend: ppl $p1 (source $p0)"
     awk -v a="$p0" -v b="$p1" 'BEGIN { exit !(b > 0 && b < a * 1.02) }' || fail "ppl $p1 not within 2% of $p0"
 fi
+done
 
 # --rotate quarot: a plain model of the scheme, OUT.rot gone after success;
 # anything in the way of OUT.rot is refused and left alone
 $Q -q -T 2 --scheme w8a8-dynamic --rotate quarot $M "$T/r.dsq" || fail "ds-quant --rotate quarot"
 [ -e "$T/r.dsq.rot" ] && fail "OUT.rot left after a successful run"
 if [ -f "$T/r.dsq" ]; then
-    p0=${p0:-$($E ppl -q -T 2 --json -m $M --data $D/heldout.txt | jq -r .ppl)}
+    p0=$($E ppl -q -T 2 --json -m $M --data $D/heldout.txt | jq -r .ppl)
     pr=$($E ppl -q -T 2 --json -m "$T/r.dsq" --data $D/heldout.txt | jq -r .ppl)
     echo "recipes.sh: w8a8-dynamic --rotate quarot: ppl $pr (source $p0)"
     awk -v a="$p0" -v b="$pr" 'BEGIN { exit !(b > 0 && b < a * 1.02) }' || fail "rotated ppl $pr not within 2% of $p0"
