@@ -165,12 +165,20 @@ int dsq_xfmt_linear_shape(const dsq_export_info *x, const dsq_st_model *st, cons
     const dsq_st_tensor *t = dsq_st_find(st, name);
     if (!t || t->ndim != 2)
         return dsq_fail(d, DSQ_ERR_NOT_FOUND, dsq_export_desc_file(x), name, -1, "missing or not a matrix");
+    /* both dimensions positive first: the data then bounds them, so the
+     * packers' 8 * dim cannot overflow */
+    if (t->shape[0] <= 0 || t->shape[1] <= 0)
+        return dsq_fail(d, DSQ_ERR_FORMAT, dsq_st_shard_path(st, t->shard), name, (int64_t)t->file_offset,
+                        "empty matrix [%lld, %lld]", (long long)t->shape[0], (long long)t->shape[1]);
     if (rdr && rdr->shape) {
         rdr->shape(st, module, t, rows, cols);
     } else {
         *rows = t->shape[0];
         *cols = t->shape[1];
     }
+    if (*rows <= 0 || *cols <= 0)
+        return dsq_fail(d, DSQ_ERR_FORMAT, dsq_st_shard_path(st, t->shard), module, (int64_t)t->file_offset,
+                        "stored shape [%lld, %lld] is not a matrix", (long long)*rows, (long long)*cols);
     return 1;
 }
 
