@@ -20,6 +20,9 @@ void dsq_server_opts_default(dsq_server_opts *o)
     o->slots = 8;
     o->queue = 64;
     o->max_connections = 256;
+    o->max_connections_per_client = 32;
+    o->idle_timeout = 15;
+    o->read_timeout = 30;
     o->lim.max_body = 8u << 20;
     o->lim.max_tokens = 4096;
     o->lim.default_max_tokens = 16;
@@ -43,6 +46,8 @@ int dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d)
     *out = NULL;
     if (o->slots < 1 || o->queue < 0 || !o->model_path)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "need a model, >= 1 slot and a queue >= 0");
+    if (o->max_connections < 1 || o->max_connections_per_client < 0 || o->idle_timeout < 1 || !(o->read_timeout > 0))
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "need >= 1 connection and timeouts above 0");
     dsq_server *s = calloc(1, sizeof *s);
     if (!s) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     s->o = *o;
@@ -76,6 +81,15 @@ int dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d)
     if (rc == DSQ_OK) {
         const dsq_model_config *cfg = dsq_model_get_config(s->m);
         s->vocab = (size_t)cfg->vocab_size;
+        /* positions past max_position_embeddings were never trained (ds-eval refuses them too) */
+        if (cfg->max_position_embeddings > 0 && o->ctx > cfg->max_position_embeddings)
+            rc = dsq_fail(d, DSQ_ERR_INVALID_ARG, o->model_path, NULL, -1,
+                          "context %lld exceeds the model's max_position_embeddings (%lld): positions past it were "
+                          "never trained, so completions would be meaningless; use --ctx %lld or less",
+                          (long long)o->ctx, (long long)cfg->max_position_embeddings, (long long)cfg->max_position_embeddings);
+    }
+    if (rc == DSQ_OK) {
+        const dsq_model_config *cfg = dsq_model_get_config(s->m);
         s->st = dsq_state_create(s->m, o->slots, o->ctx);
         if (!s->st) rc = dsq_fail(d, DSQ_ERR_NOMEM, o->model_path, NULL, -1, "cannot allocate the KV cache for %d x %lld tokens",
                                   o->slots, (long long)o->ctx);

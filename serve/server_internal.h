@@ -87,6 +87,7 @@ struct dsq_server {
     dsq_server_stats stats;    /* [mu] */
 
     struct MHD_Daemon *daemon;
+    struct srv_conns *conns;   /* server_conn.c */
     int port;
 };
 
