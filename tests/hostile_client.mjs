@@ -32,8 +32,8 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 function connect(localAddress) {
   return new Promise((resolve) => {
     const s = net.connect({ host: '127.0.0.1', port: P, localAddress });
-    s.closed = false;
-    s.on('close', () => { s.closed = true; });
+    s.gone = false;
+    s.on('close', () => { s.gone = true; });
     s.on('error', () => {});
     s.on('data', () => {});
     s.once('connect', () => resolve(s));
@@ -45,7 +45,7 @@ function trickle(s) {
   const msg = 'POST /v1/completions HTTP/1.1\r\nHost: x\r\n' + 'X-Pad: ' + 'a'.repeat(100000);
   let i = 0;
   const t = setInterval(() => {
-    if (s.closed || i >= msg.length) { clearInterval(t); return; }
+    if (s.gone || i >= msg.length) { clearInterval(t); return; }
     s.write(msg[i++]);
   }, 200);
   t.unref();
@@ -60,7 +60,7 @@ if (mode === 'hold') {
     socks.push(s);
   }
   await sleep(300);
-  const closed = socks.filter((s) => s.closed).length;
+  const closed = socks.filter((s) => s.gone).length;
   console.log(`ready open=${socks.length - closed} closed=${closed}`);
   await sleep(Number(secs) * 1000);
   socks.forEach((s) => s.destroy());
@@ -70,15 +70,15 @@ if (mode === 'hold') {
   const socks = [];
   for (let i = 0; i < Number(n); i++) socks.push(await connect(addr));
   await sleep(2000);
-  console.log(socks.filter((s) => s.closed).length);
+  console.log(socks.filter((s) => s.gone).length);
   socks.forEach((s) => s.destroy());
   process.exit(0);
 } else if (mode === 'trickle') {
   const s = await connect(undefined);
   trickle(s);
   const end = Date.now() + Number(args[0]) * 1000;
-  while (!s.closed && Date.now() < end) await sleep(100);
-  console.log(s.closed ? 'closed' : 'open');
+  while (!s.gone && Date.now() < end) await sleep(100);
+  console.log(s.gone ? 'closed' : 'open');
   s.destroy();
   process.exit(0);
 } else if (mode === 'upload') {
@@ -107,7 +107,7 @@ if (mode === 'hold') {
   s.on('data', (d) => { got += d.toString('latin1'); });
   s.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${args[0]}\r\n\r\n`);
   const end = Date.now() + 10000;
-  while (!got.includes('\r\n') && !s.closed && Date.now() < end) await sleep(50);
+  while (!got.includes('\r\n') && !s.gone && Date.now() < end) await sleep(50);
   console.log(got.includes('\r\n') ? got.split('\r\n')[0] : 'none');
   s.destroy();
   process.exit(0);

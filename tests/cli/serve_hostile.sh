@@ -4,7 +4,8 @@
 #   - 288 idle or trickling connections from nine addresses (the default
 #     limit is 256) do not lock out a new client, with an API key too; one
 #     address gets at most --max-connections-per-client; a client that
-#     trickles its headers is closed after --read-timeout
+#     trickles its headers is closed after --read-timeout; answers longer
+#     than --idle-timeout and --read-timeout are not cut
 #   - unauthenticated uploads are refused on their headers: 40 unfinished
 #     8 MiB bodies leave the server's RSS (/proc/PID/status) near where it
 #     was; a Content-Length over --max-body is answered 413 before any body
@@ -16,7 +17,7 @@
 #     origin echoed, none by default
 # Every server and client is killed in the trap; every wait is bounded.
 set -u
-SERVE=./bin/ds-serve
+SERVE=${BIN:-./bin}/ds-serve
 M=samples/tiny-dsv3
 H=tests/hostile_client.mjs
 [ -x "$SERVE" ] || { echo "serve_hostile.sh: FAIL: $SERVE not built"; exit 1; }
@@ -80,13 +81,13 @@ multi=1
 curl -s -m 5 -o /dev/null --interface 127.0.0.2 http://127.0.0.1:1/ 2>/dev/null; [ $? = 45 ] && multi=0
 
 # ---- connections: idle and trickling clients, per-client limit, read timeout -------------
-DSQ_TEST_KEY=sekrit-123 start_server --api-key-env DSQ_TEST_KEY || exit 1
+DSQ_TEST_KEY=sekrit-123 start_server --api-key-env DSQ_TEST_KEY || :
 if [ $multi = 1 ]; then
   # 288 connections (32 from each of nine addresses, the per-client default), half of them trickling
   node $H hold "$P" 288 40 $ADDRS >"$T/hold" 2>&1 &
   CP=$!
-  i=0; while ! grep -q ready "$T/hold" && kill -0 $CP 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
-  grep -q ready "$T/hold" || fail "the idle clients did not connect: $(head -c 300 "$T/hold")"
+  i=0; while ! grep -q ready "$T/hold" 2>/dev/null && kill -0 $CP 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+  echo "held: $(cat "$T/hold")"; grep -q ready "$T/hold" || fail "the idle clients did not connect: $(head -c 300 "$T/hold")"
   got=$(hcode -H "$KEY" "$URL/v1/models")
   [ "$got" = 200 ] || fail "a new client while 288 connections idle: HTTP $got (want 200), held: $(cat "$T/hold")"
   got=$(hcode -H "$KEY" -H 'Content-Type: application/json' --data-binary '{"prompt": "hi", "max_tokens": 2}' "$URL/v1/completions")
@@ -99,7 +100,16 @@ else
   echo "serve_hostile.sh: note: cannot bind 127.0.0.2: the many-address checks are skipped"
 fi
 stop_server
-start_server --read-timeout 1 --max-connections-per-client 4 || exit 1
+start_server --read-timeout 1 --idle-timeout 1 --max-connections-per-client 4 || :
+# answers that take longer than both limits are not cut: the limits are on the client
+LONG='{"prompt": "Question:", "max_tokens": 2000, "temperature": 0, "ignore_eos": true'
+curl -s -m 120 -o "$T/long1" -w '%{http_code}' --data-binary "$LONG}" "$URL/v1/completions" >"$T/long1.code" &
+L1=$!
+curl -sN -m 120 -o "$T/long2" -w '%{http_code}' --data-binary "$LONG, \"stream\": true}" "$URL/v1/completions" >"$T/long2.code" &
+L2=$!
+wait $L1; wait $L2
+[ "$(cat "$T/long1.code")" = 200 ] && grep -q '"finish_reason":"length"' "$T/long1" || fail "a long answer with --idle-timeout 1: HTTP $(cat "$T/long1.code")"
+[ "$(cat "$T/long2.code")" = 200 ] && tail -n 2 "$T/long2" | grep -q '^data: \[DONE\]' || fail "a long stream with --idle-timeout 1: HTTP $(cat "$T/long2.code")"
 got=$(node $H trickle "$P" 15)
 [ "$got" = closed ] || fail "a client trickling its headers was not closed after --read-timeout 1: $got"
 closed=$(node $H perclient "$P" 10 127.0.0.1)
@@ -109,12 +119,12 @@ got=$(hcode "$URL/health")
 stop_server
 
 # ---- bodies: the API key and Content-Length are checked on the headers ------------------------
-DSQ_TEST_KEY=sekrit-123 start_server --api-key-env DSQ_TEST_KEY || exit 1
+DSQ_TEST_KEY=sekrit-123 start_server --api-key-env DSQ_TEST_KEY || :
 r0=$(rss_kb)
 node $H upload "$P" 40 8388600 30 >"$T/up" 2>&1 &
 CP=$!
-i=0; while ! grep -q ready "$T/up" && kill -0 $CP 2>/dev/null && [ $i -lt 800 ]; do sleep 0.05; i=$((i+1)); done
-r1=$(rss_kb)
+i=0; while ! grep -q ready "$T/up" 2>/dev/null && kill -0 $CP 2>/dev/null && [ $i -lt 800 ]; do sleep 0.05; i=$((i+1)); done
+r1=$(rss_kb); echo "rss $r0 -> $r1 kB"
 grep -q ready "$T/up" || fail "the uploads did not finish: $(head -c 300 "$T/up")"
 # 40 bodies buffered would be 320 MiB; refused on their headers, nothing of them is kept
 [ $((r1 - r0)) -lt 65536 ] || fail "40 unauthenticated unfinished uploads took the server's RSS from $r0 kB to $r1 kB"
@@ -124,7 +134,7 @@ got=$(hcode -H "$KEY" "$URL/v1/models")
 got=$(node $H announce "$P" 100000000)
 case "$got" in *" 413 "*|*" 401 "*) ;; *) fail "a 100 MB Content-Length without a key: '$got' (want 401 or 413 at once)";; esac
 stop_server
-start_server --max-body 4096 || exit 1
+start_server --max-body 4096 || :
 got=$(node $H announce "$P" 100000000)
 case "$got" in *" 413 "*) ;; *) fail "a Content-Length over --max-body: '$got' (want 413 before the body)";; esac
 got=$(hcode -H 'Content-Type: application/json' --data-binary '{"prompt": "hi", "max_tokens": 2}' "$URL/v1/completions")
@@ -132,7 +142,7 @@ got=$(hcode -H 'Content-Type: application/json' --data-binary '{"prompt": "hi", 
 stop_server
 
 # ---- never admitted: 400 ------------------------------------------------------------------
-start_server --slots 1 --queue 0 || exit 1
+start_server --slots 1 --queue 0 || :
 got=$(hcode -H 'Content-Type: application/json' --data-binary '{"prompt": [[0, 5], [0, 6]], "max_tokens": 2}' "$URL/v1/completions")
 [ "$got" = 400 ] || fail "two prompts with --slots 1 --queue 0: HTTP $got (want 400): $(head -c 200 "$T/resp")"
 grep -q "at most 1 at a time" "$T/resp" || fail "never admitted: message: $(head -c 300 "$T/resp")"
@@ -141,7 +151,7 @@ got=$(hcode -H 'Content-Type: application/json' --data-binary '{"prompt": [[0, 5
 stop_server
 
 # ---- /v1/models/{id}, HEAD --------------------------------------------------------------
-DSQ_TEST_KEY=sekrit-123 start_server --api-key-env DSQ_TEST_KEY --served-model-name deepseek-ai/tiny || exit 1
+DSQ_TEST_KEY=sekrit-123 start_server --api-key-env DSQ_TEST_KEY --served-model-name deepseek-ai/tiny || :
 got=$(hcode -H "$KEY" "$URL/v1/models/deepseek-ai/tiny")
 [ "$got" = 200 ] || fail "GET /v1/models/deepseek-ai/tiny: HTTP $got"
 grep -q '"id":"deepseek-ai/tiny"' "$T/resp" && grep -q '"object":"model"' "$T/resp" || fail "the model object: $(head -c 300 "$T/resp")"
@@ -171,7 +181,7 @@ grep -qi '^Access-Control-Allow-Origin' "$T/hdr" && fail "Access-Control-Allow-O
 stop_server
 
 # ---- CORS: --allowed-origins ------------------------------------------------------------
-DSQ_TEST_KEY=sekrit-123 start_server --api-key-env DSQ_TEST_KEY --allowed-origins '["http://app.example", "http://other.example"]' || exit 1
+DSQ_TEST_KEY=sekrit-123 start_server --api-key-env DSQ_TEST_KEY --allowed-origins '["http://app.example", "http://other.example"]' || :
 got=$(hcode -X OPTIONS -H 'Origin: http://app.example' -H 'Access-Control-Request-Method: POST' \
   -H 'Access-Control-Request-Headers: authorization, content-type' "$URL/v1/completions")
 [ "$got" = 200 ] || fail "preflight from an allowed origin: HTTP $got (want 200)"
@@ -195,7 +205,7 @@ grep -qi '^Access-Control-Allow-Origin' "$T/hdr" && fail "another origin got Acc
 got=$(hcode -H 'Origin: http://app.example' "$URL/v1/models")
 [ "$got" = 401 ] && grep -qi '^Access-Control-Allow-Origin: http://app.example' "$T/hdr" || fail "a 401 to an allowed origin: HTTP $got, $(cat "$T/hdr")"
 stop_server
-start_server --allowed-origins '*' || exit 1
+start_server --allowed-origins '*' || :
 got=$(hcode -X OPTIONS -H 'Origin: http://any.example' -H 'Access-Control-Request-Method: GET' "$URL/v1/models")
 [ "$got" = 200 ] && grep -qi '^Access-Control-Allow-Origin: \*' "$T/hdr" || fail "--allowed-origins '*': HTTP $got, $(cat "$T/hdr")"
 got=$(hcode -X OPTIONS "$URL/v1/models")
