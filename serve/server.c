@@ -54,9 +54,16 @@ int dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d)
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->work_cv, NULL);
+    s->o.allowed_origins = NULL;
+    s->o.n_allowed_origins = 0;
+    if (o->n_allowed_origins > 0 && (s->origins = calloc((size_t)o->n_allowed_origins, sizeof *s->origins))) {
+        for (int i = 0; i < o->n_allowed_origins && (s->origins[i] = strdup(o->allowed_origins[i])); i++)
+            s->o.n_allowed_origins++;
+        s->o.allowed_origins = (const char *const *)s->origins;
+    }
     s->served_name = o->served_name ? strdup(o->served_name) : default_name(o->model_path);
     s->api_key = o->api_key ? strdup(o->api_key) : NULL;
-    int rc = !s->served_name || (o->api_key && !s->api_key) ? dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory") : DSQ_OK;
+    int rc = !s->served_name || (o->api_key && !s->api_key) || s->o.n_allowed_origins != (o->n_allowed_origins > 0 ? o->n_allowed_origins : 0) ? dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory") : DSQ_OK;
     if (rc == DSQ_OK) rc = dsq_tokenizer_for_model(&s->tok, o->model_path, o->tokenizer_path, NULL, NULL, 0, d);
     if (rc == DSQ_OK) {
         /* the chat template: a chosen one must load; without a choice, a
@@ -157,6 +164,8 @@ void dsq_server_stop(dsq_server *s, double drain_s, dsq_server_stats *final)
     free(s->queue);
     free(s->slot_job);
     free(s->served_name);
+    for (int i = 0; i < s->o.n_allowed_origins; i++) free(s->origins[i]);
+    free(s->origins);
     if (s->api_key) memset(s->api_key, 0, strlen(s->api_key));
     free(s->api_key);
     pthread_cond_destroy(&s->cv);

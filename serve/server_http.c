@@ -6,11 +6,14 @@
  * not, cancels the request so the engine frees its slot at the next step.
  * The request-completed callback cancels too (a stream whose write failed).
  *
- * Routes: GET /health, GET /v1/models, POST /v1/completions,
- * POST /v1/chat/completions, and vLLM's POST /tokenize and /detokenize. Errors are
- * OpenAI error objects: 400 bad JSON / types / values, 401 missing or wrong
- * bearer token, 404 unknown route or model, 405 wrong method, 413 body over
- * the limit, 503 queue full or shutting down, 500 engine failure. */
+ * Routes: GET (and HEAD) /health, /v1/models, /v1/models/{id}; POST
+ * /v1/completions, POST /v1/chat/completions, and vLLM's POST /tokenize and
+ * /detokenize; CORS preflights (OPTIONS) on any path. Errors are OpenAI error
+ * objects: 400 bad JSON / types / values or a request that can never be
+ * admitted, 401 missing or wrong bearer token, 404 unknown route or model, 405
+ * wrong method, 413 body over the limit, 503 queue full or shutting down, 500
+ * engine failure. Route, method, key and Content-Length are checked on the
+ * headers, before a body byte is read. */
 #include "server_internal.h"
 #include "server_conn.h"
 #include "chat_reasoning.h"

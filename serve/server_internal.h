@@ -88,6 +88,7 @@ struct dsq_server {
 
     struct MHD_Daemon *daemon;
     struct srv_conns *conns;   /* server_conn.c */
+    char **origins;            /* the copy o.allowed_origins points to */
     int port;
 };
 
