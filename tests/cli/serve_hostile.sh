@@ -87,7 +87,7 @@ if [ $multi = 1 ]; then
   node $H hold "$P" 288 40 $ADDRS >"$T/hold" 2>&1 &
   CP=$!
   i=0; while ! grep -q ready "$T/hold" 2>/dev/null && kill -0 $CP 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
-  echo "held: $(cat "$T/hold")"; grep -q ready "$T/hold" || fail "the idle clients did not connect: $(head -c 300 "$T/hold")"
+  echo "serve_hostile.sh: note: idle clients $(cat "$T/hold")"; grep -q ready "$T/hold" || fail "the idle clients did not connect: $(head -c 300 "$T/hold")"
   got=$(hcode -H "$KEY" "$URL/v1/models")
   [ "$got" = 200 ] || fail "a new client while 288 connections idle: HTTP $got (want 200), held: $(cat "$T/hold")"
   got=$(hcode -H "$KEY" -H 'Content-Type: application/json' --data-binary '{"prompt": "hi", "max_tokens": 2}' "$URL/v1/completions")
@@ -124,7 +124,7 @@ r0=$(rss_kb)
 node $H upload "$P" 40 8388600 30 >"$T/up" 2>&1 &
 CP=$!
 i=0; while ! grep -q ready "$T/up" 2>/dev/null && kill -0 $CP 2>/dev/null && [ $i -lt 800 ]; do sleep 0.05; i=$((i+1)); done
-r1=$(rss_kb); echo "rss $r0 -> $r1 kB"
+r1=$(rss_kb); echo "serve_hostile.sh: note: RSS $r0 kB before 40 unauthenticated uploads, $r1 kB during"
 grep -q ready "$T/up" || fail "the uploads did not finish: $(head -c 300 "$T/up")"
 # 40 bodies buffered would be 320 MiB; refused on their headers, nothing of them is kept
 [ $((r1 - r0)) -lt 65536 ] || fail "40 unauthenticated unfinished uploads took the server's RSS from $r0 kB to $r1 kB"
