@@ -23,6 +23,7 @@
 #include <json-c/json.h>
 #include <microhttpd.h>
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -557,11 +558,11 @@ static int same_id(const char *path, const char *id)
 {
     for (;;) {
         int ch = (unsigned char)*path;
-        if (ch == '%' && path[1] && path[2]) {
-            char hex[3] = { path[1], path[2], 0 }, *end;
-            long v = strtol(hex, &end, 16);
-            if (*end || v <= 0) return 0;
-            ch = (int)v;
+        if (ch == '%') {
+            if (!isxdigit((unsigned char)path[1]) || !isxdigit((unsigned char)path[2])) return 0;
+            char hex[3] = { path[1], path[2], 0 };
+            ch = (int)strtol(hex, NULL, 16);
+            if (!ch) return 0;
             path += 3;
         } else if (ch) {
             path++;
@@ -826,12 +827,11 @@ static enum route route_of(const char *url)
 }
 
 /* 405 with the Allow header the status requires. */
-static enum MHD_Result send_405(dsq_server *s, struct MHD_Connection *c, const char *allow, const char *url)
+static enum MHD_Result send_405(struct MHD_Connection *c, const char *allow, const char *url)
 {
     char msg[300];
     snprintf(msg, sizeof msg, "use %s for %.200s", allow, url);
     char *t = dsq_srv_error_json(msg, "invalid_request_error", NULL, 405);
-    (void)s;
     if (!t) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(t), t, MHD_RESPMEM_MUST_FREE);
     if (!r) { free(t); return MHD_NO; }
@@ -886,11 +886,11 @@ static int refuse_on_headers(dsq_server *s, struct MHD_Connection *c, const char
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     int get_route = rt == R_HEALTH || rt == R_MODELS || rt == R_MODEL;
     if (rt == R_NONE) return *ret = send_error(s, c, 404, "invalid_request_error", NULL, "no route %s %s", method, url), 1;
-    if (rt == R_HEALTH && !get) return *ret = send_405(s, c, "GET, HEAD", url), 1;
+    if (rt == R_HEALTH && !get) return *ret = send_405(c, "GET, HEAD", url), 1;
     if (rt != R_HEALTH && !authorized(s, c))
         return *ret = send_error(s, c, 401, "invalid_request_error", NULL, "missing or incorrect API key (send 'Authorization: Bearer KEY')"), 1;
-    if (get_route && !get) return *ret = send_405(s, c, "GET, HEAD", url), 1;
-    if (!get_route && !post) return *ret = send_405(s, c, "POST", url), 1;
+    if (get_route && !get) return *ret = send_405(c, "GET, HEAD", url), 1;
+    if (!get_route && !post) return *ret = send_405(c, "POST", url), 1;
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
         char *end;
