@@ -92,8 +92,13 @@ static const dsq_opt opts[] = {
 };
 static const dsq_opt_spec spec = { opts, sizeof opts / sizeof opts[0], 25, 1, NULL };
 
+static void free_origins(char **out, int *n)
+{
+    while (*n > 0) free(out[--*n]);
+}
+
 /* vLLM's --allowed-origins is a JSON list; a comma-separated one is taken
- * too. The strings live until the program exits. */
+ * too. On failure nothing stays allocated. */
 static int parse_origins(const char *v, char **out, int *n, int max)
 {
     while (*v == ' ') v++;
@@ -106,6 +111,7 @@ static int parse_origins(const char *v, char **out, int *n, int max)
                  (out[(*n)++] = strdup(json_object_get_string(e))) != NULL;
         }
         json_object_put(j);
+        if (!ok) free_origins(out, n);
         return ok ? 0 : -1;
     }
     for (const char *p = v; *p;) {
@@ -114,7 +120,7 @@ static int parse_origins(const char *v, char **out, int *n, int max)
         while (len && p[0] == ' ') { p++; len--; }
         while (len && p[len - 1] == ' ') len--;
         if (len) {
-            if (*n >= max || !(out[*n] = strndup(p, len))) return -1;
+            if (*n >= max || !(out[*n] = strndup(p, len))) return free_origins(out, n), -1;
             (*n)++;
         }
         p = e ? e + 1 : p + strlen(p);
@@ -151,12 +157,6 @@ int main(int argc, char **argv)
     o.idle_timeout = dsq_opt_int(&a, O_IDLE_TIMEOUT, o.idle_timeout);
     o.read_timeout = dsq_opt_float(&a, O_READ_TIMEOUT, o.read_timeout);
     const char *origins = dsq_opt_str(&a, O_ORIGINS, NULL);
-    char *olist[64];
-    int n_olist = 0;
-    if (origins && parse_origins(origins, olist, &n_olist, 64) < 0)
-        return dsq_cli_usage_error(&cli, "--allowed-origins: want a JSON list of strings or comma-separated origins (at most 64)");
-    o.allowed_origins = (const char *const *)olist;
-    o.n_allowed_origins = n_olist;
     if (dsq_opt_given(&a, O_DSA)) o.dsa_mode = a.v[O_DSA].choice;
     if (dsq_opt_given(&a, O_KVCACHE)) o.kv_cache = a.v[O_KVCACHE].choice;
     o.chat_template = dsq_opt_str(&a, O_CHAT_TEMPLATE, NULL);
@@ -170,11 +170,18 @@ int main(int argc, char **argv)
         o.api_key = getenv(key_env);
         if (!o.api_key || !o.api_key[0]) return dsq_cli_usage_error(&cli, "--api-key-env: environment variable %s is unset or empty", key_env);
     }
+    char *olist[64];
+    int n_olist = 0;
+    if (origins && parse_origins(origins, olist, &n_olist, 64) < 0)
+        return dsq_cli_usage_error(&cli, "--allowed-origins: want a JSON list of strings or comma-separated origins (at most 64)");
+    o.allowed_origins = (const char *const *)olist;
+    o.n_allowed_origins = n_olist;
     dsq_diag d;
     dsq_diag_clear(&d);
     dsq_server *s = NULL;
     double t0 = dsq_now();
     rc = dsq_server_start(&s, &o, &d);
+    free_origins(olist, &n_olist); /* the server keeps its own copy */
     if (rc < 0) return dsq_cli_fail(&cli, rc, &d);
     int port = dsq_server_port(s);
     if (port_file) {

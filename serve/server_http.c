@@ -655,10 +655,11 @@ static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, c
         msg = mbuf;
     }
     if (msg) {
+        const char *field = r->p.chat ? "messages" : "prompt"; /* r is freed below */
         pthread_mutex_lock(&s->mu);
         srv_request_unref_locked(r);
         pthread_mutex_unlock(&s->mu);
-        return send_error(s, c, 400, "invalid_request_error", r->p.chat ? "messages" : "prompt", "%s", msg);
+        return send_error(s, c, 400, "invalid_request_error", field, "%s", msg);
     }
     rc = srv_submit(s, r);
     if (rc < 0) {
