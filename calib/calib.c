@@ -183,12 +183,7 @@ static int forward_run(calib_run *c, const char *model_path, int *interrupted)
             rc = dsq_stats_writer_open(&c->w, o->save_stats, fp,
                                        (o->resume ? DSQ_STATS_RESUME : 0) | (o->overwrite ? DSQ_STATS_OVERWRITE : 0),
                                        c->d);
-        char *tmp = rc == DSQ_OK ? dsq_outfile_tmp_name(o->save_stats) : NULL;
-        if (tmp) {
-            spill = malloc(strlen(tmp) + 8);
-            if (spill) snprintf(spill, strlen(tmp) + 8, "%s.hidden", tmp);
-            free(tmp);
-        }
+        if (rc == DSQ_OK) spill = dsq_stats_spill_base(o->save_stats);
         if (rc == DSQ_OK && !spill) rc = dsq_fail(c->d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     }
     /* layers a previous run completed */
@@ -374,6 +369,14 @@ int dsq_calib_run(const char *model_path, const dsq_calib_opts *o, dsq_calib_res
     if (rc == DSQ_OK && o->load_stats) {
         rc = dsq_stats_reader_open(&c.rd, o->load_stats, d);
         if (rc == DSQ_OK) rc = dsq_calib_check_stats_meta(&c);
+        if (rc == DSQ_OK && o->own_stats) {   /* --resume of a finished checkpoint: same data and options */
+            dsq_calib_data cd;
+            rc = get_data(&c, model_path, &cd);
+            if (rc == DSQ_OK) {
+                rc = dsq_calib_check_own_stats(&c, &cd);
+                dsq_calib_data_release(&cd);
+            }
+        }
         for (int l = 0; l < r->n_layers && rc == DSQ_OK; l++) {
             if (cancel && *cancel) rc = dsq_fail(d, DSQ_ERR_INTERRUPTED, NULL, NULL, -1, "calibration interrupted");
             else rc = dsq_calib_layer_from_file(&c, l);

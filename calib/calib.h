@@ -164,6 +164,8 @@ typedef struct dsq_calib_opts {
     /* files */
     const char *save_stats;       /* --save-stats F: statistics + checkpoint */
     const char *load_stats;       /* --stats F: reuse statistics, no forward */
+    int own_stats;                /* load_stats is this run's finished checkpoint (--resume): its
+                                     fingerprint must match the data (calib / tokens) and options */
     int resume;                   /* continue save_stats' checkpoint */
     int overwrite;                /* replace an existing save_stats file */
     uint64_t ram_limit;           /* hidden states in RAM up to this; default 2 GiB */

@@ -181,6 +181,10 @@ char *dsq_calib_stats_meta(calib_run *c, const dsq_calib_data *cd)
     json_object_object_add(se, "group_size", json_object_new_int(c->o->group_size));
     json_object_object_add(se, "grid", json_object_new_int(c->o->n_grid));
     json_object_object_add(root, "search", se);
+    /* what the checkpoint's journal was tied to, kept in the finished file:
+     * --resume reuses that file only for the same data and options */
+    if (dsq_calib_stats_fingerprint(c, cd, hx) == DSQ_OK)
+        json_object_object_add(root, "fingerprint", json_object_new_string(hx));
     char *s = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
     json_object_put(root);
     return s;
@@ -250,6 +254,28 @@ int dsq_calib_check_stats_meta(calib_run *c)
             rc = dsq_fail(c->d, DSQ_ERR_STATE, p, NULL, -1, "statistics were searched for %s, not %s; calibrate again",
                           sv, c->scheme->name);
     }
+    json_object_put(root);
+    return rc;
+}
+
+int dsq_calib_check_own_stats(calib_run *c, const dsq_calib_data *cd)
+{
+    char fp[65];
+    DSQ_TRY(dsq_calib_stats_fingerprint(c, cd, fp));
+    json_object *root = json_tokener_parse(dsq_stats_reader_meta(c->rd));
+    const char *sv = NULL;
+    int t = dsq_json_get_str(root, "fingerprint", &sv), rc = DSQ_OK;
+    const char *p = dsq_stats_reader_path(c->rd);
+    if (t == DSQ_JSON_BADTYPE) rc = meta_type_error(c, "fingerprint", "a string");
+    else if (t != DSQ_JSON_OK)
+        rc = dsq_fail(c->d, DSQ_ERR_STATE, p, NULL, -1,
+                      "finished calibration checkpoint records no fingerprint, so --resume cannot tell whether it "
+                      "was made with this run's data and options (remove it, or run without --resume)");
+    else if (strcmp(sv, fp) != 0)
+        rc = dsq_fail(c->d, DSQ_ERR_STATE, p, NULL, -1,
+                      "finished calibration checkpoint was made with other calibration data or options (another "
+                      "model, --calib, --calib-samples, --calib-seqlen, seed, scheme, rule or search setting); "
+                      "run without --resume to calibrate again");
     json_object_put(root);
     return rc;
 }

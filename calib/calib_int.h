@@ -208,5 +208,9 @@ int   dsq_calib_stats_fingerprint(calib_run *c, const dsq_calib_data *cd, char *
 char *dsq_calib_stats_meta(calib_run *c, const dsq_calib_data *cd);
 /* --stats: the file must describe this model. */
 int   dsq_calib_check_stats_meta(calib_run *c);
+/* The open statistics file (c->rd) is this run's own finished checkpoint:
+ * its recorded fingerprint must equal this run's (data cd and options),
+ * else DSQ_ERR_STATE; a file without one is refused too. */
+int   dsq_calib_check_own_stats(calib_run *c, const dsq_calib_data *cd);
 
 #endif

@@ -440,7 +440,7 @@ int dsq_hstore_open(dsq_hstore **out, int n, int T, int64_t hidden, uint64_t ram
                 return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
             }
             snprintf(h->path[i], len, "%s.h%d", spill_base, i);
-            h->fd[i] = open(h->path[i], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+            h->fd[i] = open(h->path[i], O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);   /* never through a link */
         } else {
             const char *tmp = getenv("TMPDIR");
             char tpl[4096];

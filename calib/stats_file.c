@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void dsq_stats_name(char *buf, size_t n, int layer, const char *kind, const char *what)
@@ -101,19 +102,44 @@ struct dsq_stats_writer {
     int fd;               /* read descriptor on the partial file (recovered reads) */
 };
 
-static void remove_partial(const char *path)
+char *dsq_stats_spill_base(const char *path)
 {
     char *tmp = dsq_outfile_tmp_name(path);
-    if (!tmp) return;
-    size_t n = strlen(tmp) + sizeof ".journal";
-    char *j = malloc(n);
-    if (j) {
-        snprintf(j, n, "%s.journal", tmp);
-        unlink(j);
-        free(j);
-    }
-    unlink(tmp);
+    if (!tmp) return NULL;
+    size_t n = strlen(tmp) + sizeof ".hidden";
+    char *b = malloc(n);
+    if (b) snprintf(b, n, "%s.hidden", tmp);
     free(tmp);
+    return b;
+}
+
+/* base + suffix removed when it is a regular file or a link (unlink never
+ * follows one); 1 when something was removed. */
+static int remove_named(const char *base, const char *suffix)
+{
+    size_t n = strlen(base) + strlen(suffix) + 1;
+    char *p = malloc(n);
+    if (!p) return 0;
+    snprintf(p, n, "%s%s", base, suffix);
+    struct stat st;
+    int gone = lstat(p, &st) == 0 && (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) && unlink(p) == 0;
+    free(p);
+    return gone;
+}
+
+int dsq_stats_remove_partial(const char *path)
+{
+    char *tmp = dsq_outfile_tmp_name(path), *spill = dsq_stats_spill_base(path);
+    int n = 0;
+    if (tmp && spill) {
+        n += remove_named(tmp, ".journal");
+        n += remove_named(tmp, "");
+        n += remove_named(spill, ".h0");
+        n += remove_named(spill, ".h1");
+    }
+    free(tmp);
+    free(spill);
+    return n;
 }
 
 int dsq_stats_writer_open(dsq_stats_writer **out, const char *path, const char *fingerprint, unsigned flags,
@@ -122,7 +148,7 @@ int dsq_stats_writer_open(dsq_stats_writer **out, const char *path, const char *
     *out = NULL;
     if (!(flags & DSQ_STATS_OVERWRITE) && dsq_path_exists(path))
         return dsq_fail(d, DSQ_ERR_EXISTS, path, NULL, -1, "statistics file exists (use -f to overwrite)");
-    if (!(flags & DSQ_STATS_RESUME)) remove_partial(path);
+    if (!(flags & DSQ_STATS_RESUME)) dsq_stats_remove_partial(path);
     dsq_stats_writer *w = calloc(1, sizeof *w);
     if (!w) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     w->fd = -1;

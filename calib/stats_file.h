@@ -70,8 +70,20 @@ enum dsq_stats_writer_flags {
     DSQ_STATS_OVERWRITE = 1u << 1    /* replace an existing final file */
 };
 
+/* The hidden-state spill files of path's checkpoint are "<base>.h0" and
+ * "<base>.h1", base "<dir>/.<name>.partial.hidden" (malloc'd; NULL: out of
+ * memory): beside the partial file, so the run that continues or replaces
+ * the checkpoint finds them. */
+char *dsq_stats_spill_base(const char *path);
+/* Remove what an interrupted writer of path left: the partial file, its
+ * journal and the two spill files, each only under those names and only
+ * when it is a regular file or a link (never followed). Returns how many
+ * were removed. */
+int  dsq_stats_remove_partial(const char *path);
+
 /* Open path for writing (bytes go to a hidden partial file until finish).
- * Without DSQ_STATS_RESUME a stale partial file and journal are removed.
+ * Without DSQ_STATS_RESUME a stale partial file, its journal and the spill
+ * files are removed (dsq_stats_remove_partial).
  * With it, the journal's fingerprint must equal fingerprint (else
  * DSQ_ERR_STATE) and the tensors it lists are recovered. */
 int  dsq_stats_writer_open(dsq_stats_writer **w, const char *path, const char *fingerprint, unsigned flags,

@@ -173,7 +173,9 @@ typedef struct dsq_convert dsq_convert;
 int dsq_convert_check_output(const dsq_convert_opts *o, dsq_diag *d);
 /* The same for a serving export directory (ds-quant --format, ds-export):
  * OUT must not be, or contain, the input; it may exist only as a directory
- * and with -f or --resume. */
+ * and with -f or --resume, and then only as an export dsq wrote; the
+ * leftovers of an interrupted run are recovered or refused
+ * (dsq_export_prepare_output, export.h). */
 int dsq_export_check_output(const char *out, const char *in, int overwrite, int resume, dsq_diag *d);
 
 /* Open the input, read config.json and the tokenizer files, build the plan.

@@ -224,8 +224,8 @@ int dsq_conv_export_run(dsq_convert *c, dsq_convert_summary *s, dsq_diag *d)
     free(k.acc);
     if (rc == DSQ_OK) rc = dsq_export_finish(k.ex, &s->export, d);
     if (rc == DSQ_OK) s->bytes_out = s->export.bytes_out;
-    /* An interruption keeps the committed shards for --resume. */
-    dsq_export_free(k.ex, rc == DSQ_ERR_INTERRUPTED);
+    /* An interruption or a full disk keeps the committed shards for --resume. */
+    rc = dsq_export_end(k.ex, rc, d);
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     s->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;

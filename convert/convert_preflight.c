@@ -12,6 +12,7 @@
 #include "convert_preflight.h"
 #include "convert.h"
 #include "dsq_file.h"
+#include "export.h"
 
 #include <dirent.h>
 #include <inttypes.h>
@@ -127,8 +128,8 @@ static int check_sharded(const dsq_convert_opts *o, dsq_diag *d)
     return rc;
 }
 
-/* An export directory replaced with -f is removed whole: it must not be,
- * or contain, the input (`ds-quant --format F model/ model/`, or OUT a
+/* An export directory replaced with -f loses the files its manifest lists:
+ * it must not be, or contain, the input (`ds-quant --format F model/ model/`, or OUT a
  * parent of IN, would delete the source weights). Compared by real path:
  * names lie through links and "./". */
 int dsq_export_check_output(const char *out, const char *in, int overwrite, int resume, dsq_diag *d)
@@ -146,10 +147,8 @@ int dsq_export_check_output(const char *out, const char *in, int overwrite, int 
     }
     free(ro);
     free(ri);
-    if (rc == DSQ_OK && dsq_path_exists(out) && !dsq_path_is_dir(out))
-        rc = dsq_fail(d, DSQ_ERR_EXISTS, out, NULL, -1, "output exists and is not a directory");
-    else if (rc == DSQ_OK && dsq_path_exists(out) && !overwrite && !resume)
-        rc = dsq_fail(d, DSQ_ERR_EXISTS, out, NULL, -1, "output exists (use -f to overwrite)");
+    /* what may be replaced or continued, and a crash's leftovers (export.h) */
+    if (rc == DSQ_OK) rc = dsq_export_prepare_output(out, overwrite, resume, d);
     return rc;
 }
 

@@ -16,8 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define STATE_NAME ".dsq-export-state"
-
 static const char *g_names[8];
 static pthread_once_t g_names_once = PTHREAD_ONCE_INIT;
 
@@ -174,7 +172,7 @@ static int shard_commit(dsq_export *ex, dsq_diag *d)
 
 static int state_write(dsq_export *ex, dsq_diag *d)
 {
-    char *p = dsq_path_join(ex->tmpdir, STATE_NAME);
+    char *p = dsq_path_join(ex->tmpdir, DSQ_XDIR_STATE);
     if (!p) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     char buf[256];
     int n = snprintf(buf, sizeof buf, "%s %d\n", ex->o.fingerprint, ex->committed);
@@ -183,52 +181,14 @@ static int state_write(dsq_export *ex, dsq_diag *d)
     return rc;
 }
 
-static int state_read(dsq_export *ex)
+/* Shards of dir committed by a run with this fingerprint, or -1. */
+static int state_read(dsq_export *ex, const char *dir)
 {
-    char *p = dsq_path_join(ex->tmpdir, STATE_NAME), *txt = NULL;
-    size_t len;
-    int done = -1;
-    if (p && dsq_read_file(p, 4096, &txt, &len, NULL) == DSQ_OK) {
-        char fp[129];
-        int k;
-        if (sscanf(txt, "%128s %d", fp, &k) == 2 && !strcmp(fp, ex->o.fingerprint) && k >= 0 &&
-            k <= ex->nshards)
-            done = k;
-    }
-    free(txt);
-    free(p);
-    return done;
-}
-
-/* Remove a directory holding only plain files (the ones we write). */
-static void remove_flat_dir(const char *dir)
-{
-    DIR *dh = opendir(dir);
-    struct dirent *de;
-    while (dh && (de = readdir(dh))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        char *p = dsq_path_join(dir, de->d_name);
-        if (p) unlink(p);
-        free(p);
-    }
-    if (dh) closedir(dh);
-    rmdir(dir);
-}
-
-static char *sibling(const char *path, const char *suffix)
-{
-    char *cp = strdup(path);
-    if (!cp) return NULL;
-    size_t n = strlen(cp);
-    while (n > 1 && cp[n - 1] == '/') cp[--n] = 0;
-    char *slash = strrchr(cp, '/');
-    const char *base = slash ? slash + 1 : cp;
-    size_t dl = slash ? (size_t)(slash - cp) + 1 : 0;
-    size_t m = dl + strlen(base) + strlen(suffix) + 2;
-    char *out = malloc(m);
-    if (out) snprintf(out, m, "%.*s.%s%s", (int)dl, cp, base, suffix);
-    free(cp);
-    return out;
+    char fp[130];
+    int k;
+    if (dsq_xdir_state_read(dir, fp, sizeof fp, &k) && !strcmp(fp, ex->o.fingerprint) && k <= ex->nshards)
+        return k;
+    return -1;
 }
 
 /* ================= open ================= */
@@ -312,19 +272,30 @@ int dsq_export_open(dsq_export **out, const dsq_export_opts *o, const dsq_export
     }
     if (rc == DSQ_OK) {
         ex->dir = strdup(o->output);
-        ex->tmpdir = sibling(o->output, ".partial");
+        ex->tmpdir = dsq_xdir_sibling(o->output, ".partial");
         if (!ex->dir || !ex->tmpdir) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     }
-    if (rc == DSQ_OK && dsq_path_exists(ex->dir) && !o->overwrite)
-        rc = dsq_fail(d, DSQ_ERR_EXISTS, ex->dir, NULL, -1, "output exists (use -f to overwrite)");
+    /* OUT, its partial and the leftovers of a crash: what exists must be
+     * dsq's to be replaced or continued (export_dir.c). */
+    if (rc == DSQ_OK) rc = dsq_export_prepare_output(ex->dir, o->overwrite, o->resume, d);
     if (rc == DSQ_OK) {
-        int done = o->resume && dsq_path_is_dir(ex->tmpdir) ? state_read(ex) : -1;
-        if (o->resume && dsq_path_is_dir(ex->tmpdir) && done < 0)
+        int part = dsq_xdir_kind(ex->tmpdir) == XD_DIR;
+        int done = o->resume && part ? state_read(ex, ex->tmpdir) : -1;
+        if (o->resume && part && done < 0)
             rc = dsq_fail(d, DSQ_ERR_STATE, ex->tmpdir, NULL, -1,
                           "partial export does not match this run; rerun without --resume");
+        /* A crash after the finished export was renamed into place left its
+         * resume state in OUT: --resume of the same run writes it again. */
+        if (rc == DSQ_OK && o->resume && !part && !o->overwrite && dsq_xdir_kind(ex->dir) == XD_DIR &&
+            state_read(ex, ex->dir) < 0)
+            rc = dsq_fail(d, DSQ_ERR_STATE, ex->dir, NULL, -1,
+                          "output holds the resume state of another run's finish; use -f to replace it");
         if (rc == DSQ_OK && done < 0) {
-            remove_flat_dir(ex->tmpdir);
-            if (mkdir(ex->tmpdir, 0755) != 0) rc = dsq_fail_errno(d, errno, ex->tmpdir, "cannot create directory");
+            if (part && dsq_xdir_remove_partial(ex->tmpdir) != 0)
+                rc = dsq_fail(d, DSQ_ERR_EXISTS, ex->tmpdir, NULL, -1,
+                              "cannot remove the partial export of an earlier run; move it away");
+            if (rc == DSQ_OK && mkdir(ex->tmpdir, 0755) != 0)
+                rc = dsq_fail_errno(d, errno, ex->tmpdir, "cannot create directory");
             done = 0;
             if (rc == DSQ_OK) rc = state_write(ex, d);
         }
@@ -605,6 +576,7 @@ static int write_sums(dsq_export *ex, dsq_diag *d)
         uint64_t sz = 0;
         rc = p ? hash_file(p, hex, &sz, d) : dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
         if (rc == DSQ_OK) fprintf(f, "%s  %s\n", hex, names[i]);
+        if (i == 0) dsq_xdir_kill_point("sums");
         ex->sum.bytes_out += sz;
         free(p);
     }
@@ -632,8 +604,14 @@ int dsq_export_finish(dsq_export *ex, dsq_export_summary *s, dsq_diag *d)
         DSQ_TRY(shard_open(ex, ex->committed, d));
         DSQ_TRY(shard_commit(ex, d));
     }
+    /* The steps of finish, each a crash point a test kills at
+     * (dsq_xdir_kill_point): until the rename into place the partial
+     * directory keeps its resume state, so --resume redoes what follows. */
+    dsq_xdir_kill_point("shards");
     if (ex->nshards > 1) DSQ_TRY(write_index(ex, d));
+    dsq_xdir_kill_point("index");
     DSQ_TRY(write_side_files(ex, d));
+    dsq_xdir_kill_point("side");
     if (ex->p.f->describe) {
         const char *name = NULL;
         json_object *desc = NULL;
@@ -644,33 +622,58 @@ int dsq_export_finish(dsq_export *ex, dsq_export_summary *s, dsq_diag *d)
             DSQ_TRY(rc);
         }
     }
-    char *sp = dsq_path_join(ex->tmpdir, STATE_NAME);
-    if (sp) unlink(sp);
-    free(sp);
-    DSQ_TRY(write_sums(ex, d));
+    dsq_xdir_kill_point("describe");
+    DSQ_TRY(write_sums(ex, d));   /* kill point "sums": while hashing */
     int dfd = open(ex->tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         fsync(dfd);
         close(dfd);
     }
-    char *old = NULL;
-    if (dsq_path_exists(ex->dir)) {
-        if (!dsq_path_is_dir(ex->dir))
-            return dsq_fail(d, DSQ_ERR_EXISTS, ex->dir, NULL, -1, "output exists and is not a directory");
-        old = sibling(ex->dir, ".old");
-        if (!old || rename(ex->dir, old) != 0) {
+    dsq_xdir_kill_point("summed");
+    /* An OUT that appeared or changed during the run is checked again: only
+     * an export dsq wrote is replaced. Refused, the finished export stays in
+     * the partial directory for --resume. */
+    char *old = NULL, why[320] = "";
+    int k = dsq_xdir_kind(ex->dir);
+    if (k != XD_ABSENT) {
+        const char *no = NULL;
+        int ok = k == XD_DIR ? dsq_xdir_export_ours(ex->dir, why, sizeof why) : 0;
+        if (ok < 0) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        if (k != XD_DIR) no = "it is not a directory";
+        else if (!ok) no = why;
+        else if (!ex->o.overwrite && !ex->o.resume) no = "it appeared during the run and -f was not given";
+        if (no) {
+            ex->keep_partial = 1;
+            return dsq_fail(d, DSQ_ERR_EXISTS, ex->dir, NULL, -1,
+                            "output not replaced: %s; the finished export is kept in %s: move the output away "
+                            "and run again with --resume", no, ex->tmpdir);
+        }
+        old = dsq_xdir_sibling(ex->dir, ".old");
+        if (!old) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        if (rename(ex->dir, old) != 0) {
+            int rc = dsq_fail_errno(d, errno, ex->dir, "cannot move the old output aside");
+            ex->keep_partial = 1;
             free(old);
-            return dsq_fail_errno(d, errno, ex->dir, "cannot move the old output aside");
+            return rc;
         }
     }
+    dsq_xdir_kill_point("moved");
     if (rename(ex->tmpdir, ex->dir) != 0) {
         int e = errno;
         if (old) rename(old, ex->dir);
         free(old);
+        ex->keep_partial = 1;
         return dsq_fail_errno(d, e, ex->dir, "cannot rename the finished export into place");
     }
-    if (old) remove_flat_dir(old);
+    dsq_xdir_kill_point("renamed");
+    /* The replaced export (only the files its manifest lists), then the
+     * resume state: the next run finishes either if a crash stops this. */
+    if (old) (void)dsq_xdir_remove_export(old, NULL);
     free(old);
+    dsq_xdir_kill_point("removed");
+    char *sp = dsq_path_join(ex->dir, DSQ_XDIR_STATE);
+    if (sp) unlink(sp);
+    free(sp);
     free(ex->tmpdir);
     ex->tmpdir = NULL;
     sync_sum(ex);
@@ -683,10 +686,24 @@ void dsq_export_free(dsq_export *ex, int keep)
     if (!ex) return;
     dsq_dpw_close(&ex->dpw);
     if (ex->fd >= 0) close(ex->fd);
-    if (ex->tmpdir && !keep) remove_flat_dir(ex->tmpdir);
+    if (ex->tmpdir && !keep && !ex->keep_partial) (void)dsq_xdir_remove_partial(ex->tmpdir);
     dsq_xplan_free(&ex->p);
     if (ex->meta) json_object_put(ex->meta);
     free(ex->dir);
     free(ex->tmpdir);
     free(ex);
+}
+
+int dsq_export_end(dsq_export *ex, int rc, dsq_diag *d)
+{
+    /* A full disk is not the input's fault: the committed shards and the
+     * resume state are what --resume continues from once space is freed. */
+    int kept = ex && ex->tmpdir && (rc == DSQ_ERR_NOSPC);
+    dsq_export_free(ex, rc == DSQ_ERR_INTERRUPTED || rc == DSQ_ERR_NOSPC);
+    if (kept && d && !strstr(d->msg, "--resume")) {
+        size_t l = strlen(d->msg);
+        snprintf(d->msg + l, sizeof d->msg - l, "; the partial export is kept: "
+                 "free some space and run again with --resume to continue");
+    }
+    return rc;
 }

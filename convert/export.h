@@ -27,7 +27,15 @@
  * config.json, the tokenizer / generation files (from the model metadata),
  * the safetensors index when sharded, the format's description file
  * (quant_model_description.json for ascend) and SHA256SUMS (sha256sum -c
- * format, every other file, sorted by name). */
+ * format, every other file, sorted by name).
+ *
+ * What dsq did not write is never removed: -f (overwrite) replaces only an
+ * export dsq wrote (recognised by its SHA256SUMS, which lists every file of
+ * it) and removes only the files that manifest lists; no link is followed
+ * when removing; a partial directory that dsq did not make is refused
+ * untouched. The resume state stays until the finished export is in place,
+ * and the leftovers of a crash at any step of finish are recovered by the
+ * next run (dsq_export_prepare_output). */
 #ifndef DSQ_EXPORT_H
 #define DSQ_EXPORT_H
 
@@ -108,10 +116,27 @@ int dsq_export_put_float_rows(dsq_export *ex, size_t i, int64_t row0, int64_t nr
  * conversion for this export rounds the codes against scales of that dtype
  * (dsq_qparams.scale_dtype). */
 enum dsq_dtype dsq_export_scale_dtype(const dsq_export *ex, size_t i);
-/* Write the remaining files and rename the directory into place. */
+/* Write the remaining files and rename the directory into place (an OUT
+ * that exists by then is moved aside, checked again to be an export dsq
+ * wrote, and removed after the rename). */
 int dsq_export_finish(dsq_export *ex, dsq_export_summary *s, dsq_diag *d);
 /* keep != 0: leave the partial directory for --resume; else remove it. */
 void dsq_export_free(dsq_export *ex, int keep);
+/* Free after a run that ended with status rc and return rc: the partial
+ * directory is kept for --resume when rc is DSQ_ERR_INTERRUPTED or
+ * DSQ_ERR_NOSPC (the message then says to free some space and resume). */
+int dsq_export_end(dsq_export *ex, int rc, dsq_diag *d);
+
+/* The output checks and crash recovery every export run does before any
+ * work (dsq_export_open does them too). OUT must not be a symbolic link; the
+ * leftovers of an interrupted replacement (".<OUT>.old") are put back (a
+ * crash between its two renames) or removed (after them) when dsq wrote
+ * them; a ".<OUT>.partial" dsq did not make is refused. An existing OUT
+ * needs overwrite or resume and must be an export dsq wrote; resume over it
+ * also needs a partial directory or a finish a crash interrupted.
+ * DSQ_ERR_EXISTS (with overwrite or resume set: OUT or a leftover is not
+ * dsq's, nothing was changed), DSQ_ERR_NOMEM, DSQ_ERR_IO. */
+int dsq_export_prepare_output(const char *out, int overwrite, int resume, dsq_diag *d);
 /* The summary so far (valid after open). */
 void dsq_export_get_summary(const dsq_export *ex, dsq_export_summary *s);
 

@@ -139,7 +139,7 @@ int dsq_export_from_dsq(const char *in, const dsq_export_opts *opts, const dsq_e
     }
     free(buf);
     if (rc == DSQ_OK) rc = dsq_export_finish(ex, s, d);
-    dsq_export_free(ex, rc == DSQ_ERR_INTERRUPTED);
+    rc = dsq_export_end(ex, rc, d);   /* keeps the partial export for --resume when interrupted or full */
     free(src);
     free(inf);
     free(own);

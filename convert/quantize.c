@@ -4,11 +4,13 @@
 #include "dsq_thread.h"
 #include "llama2c.h"
 #include "quarot.h"
+#include "stats_file.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void note(const dsq_quantize_hooks *h, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -62,7 +64,8 @@ static int make_recipe(const dsq_quantize_opts *o, int calibrating, dsq_quantize
 
 /* Calibration before the conversion pass; its checkpoint is the statistics
  * file (default OUT.calib.dsq), so resume continues it, and a finished one
- * is reused as is. */
+ * is reused when its recorded fingerprint is this run's (same data and
+ * options; anything else is refused). */
 static int calibrate(const dsq_quantize_opts *o, const dsq_convert_opts *conv, const dsq_quantize_hooks *h,
                      const char *target_id, dsq_quantize_result *r, dsq_diag *d)
 {
@@ -80,10 +83,23 @@ static int calibrate(const dsq_quantize_opts *o, const dsq_convert_opts *conv, c
         snprintf(r->ckpt, n, "%s.calib.dsq", conv->output);
         co.save_stats = r->ckpt;
         co.overwrite = 1;
+        /* replaced or reused only when it is a statistics file: never a
+         * file of another kind, a link or a directory under that name */
+        struct stat st;
+        dsq_stats_reader *sr = NULL;
+        if (lstat(r->ckpt, &st) == 0) {
+            int ours = S_ISREG(st.st_mode) && dsq_stats_reader_open(&sr, r->ckpt, NULL) == DSQ_OK;
+            dsq_stats_reader_close(sr);
+            if (!ours)
+                return dsq_fail(d, DSQ_ERR_EXISTS, r->ckpt, NULL, -1,
+                                "in the way of the calibration checkpoint and not a statistics file dsq wrote "
+                                "(move it, or name the checkpoint with --save-stats)");
+        }
     }
     if (conv->resume && co.save_stats && dsq_path_exists(co.save_stats)) {
         co.load_stats = co.save_stats;   /* calibration finished before the interruption */
         co.save_stats = NULL;
+        co.own_stats = 1;                /* ... with this run's data and options */
     } else {
         co.resume = conv->resume;
     }
@@ -148,6 +164,8 @@ int dsq_quantize_run(const dsq_quantize_opts *o, const dsq_quantize_hooks *hooks
     }
 
     if (o->rotate && !dry) {
+        r->stage = DSQ_QSTAGE_OUTPUT;   /* before the rotated copy is written */
+        DSQ_TRY(dsq_convert_check_output(&conv, d));
         r->stage = DSQ_QSTAGE_ROTATE;
         DSQ_TRY(rotate_input(o, &conv, h, r, d));
         conv.input = r->rot_dir;
@@ -164,6 +182,17 @@ int dsq_quantize_run(const dsq_quantize_opts *o, const dsq_quantize_hooks *hooks
     r->stage = DSQ_QSTAGE_OUTPUT;   /* every output precondition before the first expensive step */
     if (!dry) DSQ_TRY(dsq_convert_check_output(&conv, d));
 
+    if (!dry && !conv.resume && conv.output) {
+        /* a killed calibration's partial checkpoint and hidden-state spill
+         * files (the size of every calibration token's hidden state): what
+         * --resume would have continued, this run replaces */
+        char *ck = malloc(strlen(conv.output) + sizeof ".calib.dsq");
+        if (!ck) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        sprintf(ck, "%s.calib.dsq", conv.output);
+        if (dsq_stats_remove_partial(ck) > 0)
+            note(h, 0, "removed the calibration checkpoint an interrupted run left (--resume continues one instead)");
+        free(ck);
+    }
     if (calibrating && !dry) {
         /* Open the input and build the plan before calibrating (which can
          * take hours and writes its checkpoint): a config.json that

@@ -102,7 +102,10 @@ int main(int argc, char **argv)
         }
         int code = dsq_cli_fail(&cli, rc, &d);
         if (rc == DSQ_ERR_INTERRUPTED) dsq_cli_error(&cli, "run again with --resume to continue");
-        return rc == DSQ_ERR_UNSUPPORTED ? DSQ_EXIT_USAGE : code;
+        /* a combination the format cannot hold; -f or --resume refused
+         * because OUT (or what is in its way) is not an export dsq wrote */
+        return rc == DSQ_ERR_UNSUPPORTED || (rc == DSQ_ERR_EXISTS && (o.overwrite || o.resume)) ? DSQ_EXIT_USAGE
+                                                                                               : code;
     }
     if (cli.json) {
         json_object *j = dsq_cli_json_tool(&cli, "ok");

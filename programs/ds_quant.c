@@ -653,6 +653,10 @@ int main(int argc, char **argv)
             if (o.export_format && rc == DSQ_ERR_UNSUPPORTED &&
                 (r.stage == DSQ_QSTAGE_PREFLIGHT || r.stage == DSQ_QSTAGE_PREPARE || r.stage == DSQ_QSTAGE_CONVERT))
                 exit_code = DSQ_EXIT_USAGE;
+            /* -f or --resume refused before any work: the output is not an
+             * export dsq wrote (nothing was changed) */
+            if (o.export_format && rc == DSQ_ERR_EXISTS && (o.overwrite || o.resume) && r.stage == DSQ_QSTAGE_OUTPUT)
+                exit_code = DSQ_EXIT_USAGE;
         }
     } else if (dry) {
         if (!dsq_convert_have_config(r.conv) && !cli.json) no_config_warning(&cli, o.input);

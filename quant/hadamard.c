@@ -175,9 +175,9 @@ int dsq_rot_init(dsq_rotation *r, int kind, int64_t n, int64_t block, uint64_t s
 
 /* In-place y = x H_b (unnormalised, no signs) on one block of b values.
  * H_b = Hm (x) S_p: Walsh-Hadamard over each run of p, then the base over m. */
-static void had_block(const dsq_rotation *r, double *x, double *t)
+/* In place: each run of p values times Sylvester's S_p (symmetric). */
+static void fwht_runs(double *x, int64_t m, int64_t p)
 {
-    int64_t m = r->m, p = r->p;
     for (int64_t a = 0; a < m; a++) {
         double *v = x + a * p;
         for (int64_t h = 1; h < p; h *= 2)
@@ -188,15 +188,28 @@ static void had_block(const dsq_rotation *r, double *x, double *t)
                     v[j + h] = u - w;
                 }
     }
+}
+
+/* In place: x (m runs of p) mixed by the base, y[c][e] = sum_a B[a][c] x[a][e]
+ * with B = Hm (transposed: B = Hm^T). */
+static void base_mix(const dsq_rotation *r, double *x, double *t, int transposed)
+{
+    int64_t m = r->m, p = r->p;
     if (m == 1) return;
-    /* y[c][e] = sum_a Hm[a][c] x[a][e] */
     for (int64_t c = 0; c < m; c++)
         for (int64_t e = 0; e < p; e++) {
             double acc = 0;
-            for (int64_t a = 0; a < m; a++) acc += r->hm[a * m + c] * x[a * p + e];
+            for (int64_t a = 0; a < m; a++) acc += (transposed ? r->hm[c * m + a] : r->hm[a * m + c]) * x[a * p + e];
             t[c * p + e] = acc;
         }
     memcpy(x, t, (size_t)(m * p) * sizeof *x);
+}
+
+/* x H_b, or x H_b^T: H_b = Hm (x) S_p */
+static void had_block(const dsq_rotation *r, double *x, double *t, int transposed)
+{
+    fwht_runs(x, r->m, r->p);
+    base_mix(r, x, t, transposed);
 }
 
 /* x <- x B where B = blockdiag(D H / sqrt(b)) (forward) or its transpose
@@ -208,31 +221,11 @@ static void block_apply(const dsq_rotation *r, double *x, double *t, int inverse
         double *v = x + k;
         if (!inverse) {
             for (int64_t i = 0; i < b; i++) v[i] *= r->sign[i];
-            had_block(r, v, t);
+            had_block(r, v, t, 0);
             for (int64_t i = 0; i < b; i++) v[i] *= r->norm;
         } else {
-            /* x (D H)^T = x H^T D: H^T = Hm^T (x) S, applied as the forward
-             * transform of the transposed base */
-            int64_t m = r->m, p = r->p;
-            for (int64_t a = 0; a < m; a++) {
-                double *u = v + a * p;
-                for (int64_t h = 1; h < p; h *= 2)
-                    for (int64_t i = 0; i < p; i += 2 * h)
-                        for (int64_t j = i; j < i + h; j++) {
-                            double y0 = u[j], y1 = u[j + h];
-                            u[j] = y0 + y1;
-                            u[j + h] = y0 - y1;
-                        }
-            }
-            if (m > 1) {
-                for (int64_t c = 0; c < m; c++)
-                    for (int64_t e = 0; e < p; e++) {
-                        double acc = 0;
-                        for (int64_t a = 0; a < m; a++) acc += r->hm[c * m + a] * v[a * p + e];
-                        t[c * p + e] = acc;
-                    }
-                memcpy(v, t, (size_t)b * sizeof *v);
-            }
+            /* x (D H)^T = x H^T D */
+            had_block(r, v, t, 1);
             for (int64_t i = 0; i < b; i++) v[i] *= r->sign[i] * (double)r->norm;
         }
     }

@@ -2,7 +2,8 @@
 # Regenerate everything under samples/ from fixed seeds (`make samples`).
 #
 #   data -> tokenizer -> train tiny-dsv3 -> train tiny-llama -> export (BF16, FP8)
-#   -> evaluate (results in samples/work/eval_*.json) -> golden -> checks
+#   -> evaluate (results in samples/work/eval_*.json) -> chat fine-tune of tiny-dsv3
+#   (tiny-dsv3-chat, evaluated with bin/ds-eval) -> golden -> checks
 #
 # Needs /usr/bin/python3 with torch (CPU) and numpy.  Training is the slow part
 # (about 2.5 h for tiny-dsv3 and 1.5 h for tiny-llama on a busy 2-core machine);
@@ -63,6 +64,24 @@ for m in tiny-dsv3 tiny-dsv3-fp8 tiny-llama; do
 done
 
 $PY write_readmes.py
+
+echo "== chat sample: tiny-dsv3 fine-tuned on chat conversations (DeepSeek-V3.1 template, both modes)"
+# The template is read from the committed tiny-dsv3-chat/tokenizer_config.json (checked by
+# sha256); the evaluation needs bin/ds-eval (make) and writes work/chat/eval_*.json.
+OMP_NUM_THREADS=$T nice -n 5 $PY train_chat.py --base tiny-dsv3 --out tiny-dsv3-chat --steps 300 --batch 16 \
+    --lr 5e-4 --warmup 20 --problems 6000 --seed 1234 --threads "$T"
+if [ -x ../bin/ds-eval ]; then
+    EV="nice -n 5 ../bin/ds-eval gsm8k -q -f -T $T --json --data data/gsm_test.jsonl"
+    $EV -m tiny-dsv3 --train data/gsm_fewshot.jsonl --out work/chat/base.gsm8k.jsonl > work/chat/eval_base.json
+    $EV --chat --prompt aisbench-0shot-cot --temperature 0 --max-tokens 256 -m tiny-dsv3-chat \
+        --out work/chat/chat.jsonl > work/chat/eval_chat.json
+    $EV --chat --prompt aisbench-0shot-cot --temperature 0 --max-tokens 256 -m tiny-dsv3-chat \
+        --chat-template-kwargs '{"thinking": true}' --reasoning-parser deepseek_v3 \
+        --out work/chat/think.jsonl > work/chat/eval_think.json
+    $PY train_chat.py --readme --out tiny-dsv3-chat
+else
+    echo "bin/ds-eval missing (run make): tiny-dsv3-chat/README.md left as it is"
+fi
 
 echo "== golden"
 $PY make_golden.py --threads "$T"

@@ -13,9 +13,12 @@
      the FP8 copy); Llama config has the HF Llama keys;
   5. tokenizer.json carries DeepSeek-V3's exact pre_tokenizer and special ids, and
      re-encoding the golden prompts / tokenizer cases with bpe.py gives the stored ids;
-  6. golden logits files have the sizes golden.json describes.
+  6. golden logits files have the sizes golden.json describes;
+  7. tiny-dsv3-chat: tiny-dsv3's config and tokenizer.json, and DeepSeek-V3.1's
+     chat_template (by sha256) in its tokenizer_config.json.
 Exit status 0 when everything passes.
 """
+import hashlib
 import json
 import math
 import os
@@ -29,6 +32,7 @@ import bpe  # noqa: E402
 import gen_gsm  # noqa: E402
 
 FAILS = []
+V31_SHA256 = "37cabd20b2b62e3efe7fa55533ef0bc6e1eae63b60cf77265b2a09632aa1358d"   # DeepSeek-V3.1's chat_template
 
 DSV3_KEYS = {
     "architectures", "attention_bias", "attention_dropout", "auto_map", "aux_loss_alpha", "bos_token_id",
@@ -270,6 +274,20 @@ def check_tokenizer(d, vocab_size):
           and tc["eos_token"]["content"] == bpe.EOS, f"{d}: tokenizer_config")
 
 
+def check_chat():
+    d, base = os.path.join(HERE, "tiny-dsv3-chat"), os.path.join(HERE, "tiny-dsv3")
+    if not os.path.exists(os.path.join(d, "tokenizer_config.json")):
+        return      # reported by the model directory checks
+    same = lambda f: open(os.path.join(d, f), "rb").read() == open(os.path.join(base, f), "rb").read()
+    check(same("tokenizer.json") and same("config.json"), f"{d}: config.json / tokenizer.json differ from tiny-dsv3's")
+    tc = json.load(open(os.path.join(d, "tokenizer_config.json"), encoding="utf-8"))
+    t = tc.get("chat_template")
+    check(isinstance(t, str) and hashlib.sha256(t.encode("utf-8")).hexdigest() == V31_SHA256,
+          f"{d}: chat_template is not DeepSeek-V3.1's")
+    tb = json.load(open(os.path.join(base, "tokenizer_config.json"), encoding="utf-8"))
+    check({k: v for k, v in tc.items() if k != "chat_template"} == tb, f"{d}: tokenizer_config differs from tiny-dsv3's")
+
+
 def check_golden():
     g = os.path.join(HERE, "golden")
     if not os.path.exists(os.path.join(g, "golden.json")):
@@ -305,20 +323,22 @@ def main():
         for i, r in enumerate(gen_gsm.generate("train", 3000, level=lv)):
             check_answer(r, f"train[{lv}]:{i + 1}")
     check_disjoint(test, fewshot, int(os.environ.get("SAMPLES_N_TRAIN", "150000")))
-    for name, kind in (("tiny-dsv3", "bf16"), ("tiny-dsv3-fp8", "fp8"), ("tiny-llama", "llama")):
+    for name, kind in (("tiny-dsv3", "bf16"), ("tiny-dsv3-fp8", "fp8"), ("tiny-llama", "llama"),
+                       ("tiny-dsv3-chat", "bf16")):
         d = os.path.join(HERE, name)
         if not os.path.exists(os.path.join(d, "config.json")):
             check(False, f"{name}/config.json missing")
             continue
         cfg, _ = check_model_dir(d, kind)
         check_tokenizer(d, cfg["vocab_size"])
+    check_chat()
     check_golden()
     total = 0
     for root, _, files in os.walk(HERE):
         if os.sep + "work" in root[len(HERE):] or "__pycache__" in root:
             continue
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
-    check(total < 40 * 1024 * 1024, f"samples/ is {total} bytes (limit 40 MB)")
+    check(total < 56 * 1024 * 1024, f"samples/ is {total} bytes (limit 56 MB)")
     print(("FAILED %d checks" % len(FAILS)) if FAILS else "samples: all checks passed")
     return 1 if FAILS else 0
 

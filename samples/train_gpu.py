@@ -10,7 +10,7 @@ on more varied text:
   source      share  what
   gsm_syn     0.40   gen_gsm train problems, 60,000 "full" + 60,000 "small" level
   drill       0.10   arithmetic drill lines (train.load_drills, "small" level)
-  gsm_real    0.15   GSM8K train (../shared/data/gsm8k/train.jsonl), 7,473 problems
+  gsm_real    0.15   GSM8K train ($DSQ_DATA/gsm8k/train.jsonl), 7,473 problems
   stories     0.13   TinyStories validation text, all but its last 1/8 of lines
   wiki        0.17   WikiText-2 raw test text, all but its last 1/8 of lines
   prose       0.05   the training licenses (corpus.prose_docs)
@@ -19,7 +19,7 @@ The last 1/8 of the lines of the two text files (heldout_split) is never trained
 on: bench/calib_quality.sh scores quantized models on it.  Real GSM8K test
 problems and samples/data/heldout.txt are held out as well.
 
-Two steps, so that the GPU machine needs no tokenizer and no ../shared:
+Two steps, so that the GPU machine needs no tokenizer and no data directory:
   train_gpu.py prep --out samples/work/mid          (CPU: tokenize, data.npz)
   train_gpu.py train --data samples/work/mid/data.npz --out DIR --minutes 6
 The train step measures its own step time over the first steps and fixes the
@@ -238,7 +238,8 @@ def main():
     p = sub.add_parser("prep")
     p.add_argument("--out", required=True)
     p.add_argument("--tokenizer", default=os.path.join(HERE, "tiny-dsv3", "tokenizer.json"))
-    p.add_argument("--shared", default=os.path.join(HERE, "..", "..", "shared", "data"))
+    p.add_argument("--shared", default=os.environ.get("DSQ_DATA", ""),
+                   help="the sample-training data directory (text/, gsm8k/; default $DSQ_DATA)")
     t = sub.add_parser("train")
     t.add_argument("--data", required=True)
     t.add_argument("--out", required=True)

@@ -110,6 +110,13 @@ void dsq_srv_tokenize_release(dsq_srv_tokenize *q);
 int  dsq_srv_parse_detokenize(const char *body, size_t len, const dsq_srv_limits *lim, char **model,
                               int32_t **ids, size_t *n, char *err, size_t errn, char *param, size_t paramn);
 
+/* How much of a completion's text (UTF-8, len bytes, still growing) a
+ * stream may send: everything but the last hold - 1 bytes (hold: the
+ * longest stop string, which may still complete there), never half a
+ * character, and no trailing U+FFFD (a character whose other bytes are in
+ * the next token). */
+size_t dsq_srv_stream_safe_len(const char *text, size_t len, size_t hold);
+
 /* {"error": {"message", "type", "param", "code"}} as malloc'd JSON text. */
 char *dsq_srv_error_json(const char *message, const char *type, const char *param, int code);
 

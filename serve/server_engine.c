@@ -178,23 +178,35 @@ static void finish(dsq_server *s, srv_job *j, int how, const char *err)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Publish text that can no longer change for streaming: hold back what
- * could still become a stop string, and a trailing U+FFFD (a character
- * whose remaining bytes are in the next token). */
+size_t dsq_srv_stream_safe_len(const char *text, size_t len, size_t hold)
+{
+    size_t n = hold == 0 ? len : len > hold - 1 ? len - (hold - 1) : 0;
+    /* never half a character: the text is UTF-8, so a cut inside one lands
+     * on a continuation byte; back up to the character's first byte */
+    while (n > 0 && n < len && ((unsigned char)text[n] & 0xC0) == 0x80) n--;
+    while (n >= 3 && !memcmp(text + n - 3, "\xef\xbf\xbd", 3)) n -= 3;
+    return n;
+}
+
+/* Publish what can no longer change for streaming: the text up to
+ * dsq_srv_stream_safe_len, and every generated token (its log-probs go out
+ * with the next event even while its text is held back, as vLLM streams
+ * them). */
 static void publish(dsq_server *s, srv_job *j)
 {
-    size_t hold = max_stop_len(&j->req->p), n = j->len > hold ? j->len - (hold ? hold - 1 : 0) : 0;
-    if (hold == 0) n = j->len;
-    while (n >= 3 && !memcmp(j->text + n - 3, "\xef\xbf\xbd", 3)) n -= 3;
-    if (n <= j->pub_len) return;
-    char *c = malloc(n + 1);
-    if (!c) return;
-    memcpy(c, j->text, n);
-    c[n] = 0;
+    size_t n = dsq_srv_stream_safe_len(j->text, j->len, max_stop_len(&j->req->p));
+    char *c = NULL;
+    if (n > j->pub_len && (c = malloc(n + 1))) {
+        memcpy(c, j->text, n);
+        c[n] = 0;
+    }
     pthread_mutex_lock(&s->mu);
-    free(j->pub_text);
-    j->pub_text = c;
-    j->pub_len = n;
+    if (c) {
+        free(j->pub_text);
+        j->pub_text = c;
+        j->pub_len = n;
+    }
+    j->pub_ntok = j->n_gen;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -229,9 +241,8 @@ static int accept(dsq_server *s, srv_job *j, int32_t t, const float *row)
     }
     if (p->logprobs >= 0) {
         j->gen_lp[j->n_gen] = -dsq_token_nll(row, s->vocab, t);
-        if (p->logprobs > 0)
-            top_k(row, s->vocab, p->logprobs, j->gen_top_id + j->n_gen * (size_t)p->logprobs,
-                  j->gen_top_lp + j->n_gen * (size_t)p->logprobs);
+        if (j->gen_k)
+            top_k(row, s->vocab, (int)j->gen_k, j->gen_top_id + j->n_gen * j->gen_k, j->gen_top_lp + j->n_gen * j->gen_k);
     }
     j->gen[j->n_gen++] = t;
     j->next = t;
@@ -257,7 +268,10 @@ static int accept(dsq_server *s, srv_job *j, int32_t t, const float *row)
 static int alloc_job(dsq_server *s, srv_job *j)
 {
     const dsq_srv_params *p = &j->req->p;
+    /* a model has no more alternatives than its vocabulary */
     size_t mt = (size_t)p->max_tokens + 1, k = p->logprobs > 0 ? (size_t)p->logprobs : 0;
+    if (k > s->vocab) k = s->vocab;
+    j->gen_k = k;
     j->gen = malloc(mt * sizeof *j->gen);
     j->gen_lp = malloc(mt * sizeof *j->gen_lp);
     j->gen_top_id = malloc((mt * k + 1) * sizeof *j->gen_top_id);
@@ -265,6 +279,7 @@ static int alloc_job(dsq_server *s, srv_job *j)
     if (srv_scores_prompt(p)) {
         size_t pk = p->echo && p->logprobs > 0 ? (size_t)p->logprobs : 0;
         if (p->prompt_logprobs > 0 && (size_t)p->prompt_logprobs > pk) pk = (size_t)p->prompt_logprobs;
+        if (pk > s->vocab) pk = s->vocab;
         j->prompt_k = pk;
         j->prompt_lp = calloc(j->n_prompt, sizeof *j->prompt_lp);
         j->prompt_rank = calloc(j->n_prompt, sizeof *j->prompt_rank);
@@ -272,7 +287,6 @@ static int alloc_job(dsq_server *s, srv_job *j)
         j->prompt_top_lp = calloc(j->n_prompt * pk + 1, sizeof *j->prompt_top_lp);
         if (!j->prompt_lp || !j->prompt_rank || !j->prompt_top_id || !j->prompt_top_lp) return DSQ_ERR_NOMEM;
     }
-    (void)s;
     return j->gen && j->gen_lp && j->gen_top_id && j->gen_top_lp ? DSQ_OK : DSQ_ERR_NOMEM;
 }
 

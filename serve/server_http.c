@@ -45,6 +45,11 @@ typedef struct stream_ctx {
     struct MHD_Connection *c;
     srv_request *req;          /* holds one reference */
     size_t *sent;              /* bytes of text sent per job */
+    struct stream_pos {        /* per job: */
+        size_t tok;            /* log-prob positions sent (echoed prompt, then generated) */
+        size_t off;            /* their characters (text_offset) */
+        int echoed;            /* the prompt went out (echo) */
+    } *pos;
     int *final_sent;
     int usage_sent, done_sent;
     int role_sent;             /* chat: the first chunk (delta.role) went out */
@@ -168,13 +173,29 @@ static json_object *token_text(const dsq_server *s, int32_t id)
     return j;
 }
 
-static json_object *top_obj(const dsq_server *s, const int32_t *ids, const double *lps, int k)
+/* Characters of UTF-8 text: text_offset counts them, as OpenAI and vLLM
+ * (Python string lengths) do. */
+static size_t utf8_chars(const char *t, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)t[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* A log-prob as JSON: -inf (and NaN) is no JSON number; OpenAI and vLLM
+ * send -9999.0. */
+static json_object *lp_num(double lp) { return json_object_new_double(lp > -9999.0 ? lp : -9999.0); }
+
+/* One position's top_logprobs: the chosen token first, then the k most
+ * likely, keyed by token text (a key once), so up to k + 1 entries as
+ * OpenAI and vLLM (serving_completion.py _create_completion_logprobs) give. */
+static json_object *top_obj(const dsq_server *s, int32_t id, double lp, const int32_t *ids, const double *lps, size_t k)
 {
     json_object *o = json_object_new_object();
-    for (int i = 0; i < k; i++) {
-        json_object *t = token_text(s, ids[i]);
+    for (size_t i = 0; i <= k; i++) {
+        json_object *t = token_text(s, i ? ids[i - 1] : id);
         const char *key = json_object_get_string(t);
-        if (!json_object_object_get_ex(o, key, NULL)) json_object_object_add(o, key, json_object_new_double(lps[i]));
+        if (!json_object_object_get_ex(o, key, NULL)) json_object_object_add(o, key, lp_num(i ? lps[i - 1] : lp));
         json_object_put(t);
     }
     return o;
@@ -182,33 +203,36 @@ static json_object *top_obj(const dsq_server *s, const int32_t *ids, const doubl
 
 /* OpenAI legacy logprobs: tokens, token_logprobs, top_logprobs, text_offset
  * (plus token_ids, which vLLM can also return, so clients need not map
- * strings back to ids). */
-static json_object *logprobs_obj(const dsq_server *s, const srv_job *j)
+ * strings back to ids), for positions [from, to) of the echoed prompt
+ * followed by the generated tokens; *off: the character offset of `from`,
+ * advanced past `to` (a stream continues where its last event ended). */
+static json_object *logprobs_obj(const dsq_server *s, const srv_job *j, size_t from, size_t to, size_t *off)
 {
     const dsq_srv_params *p = &j->req->p;
-    int k = p->logprobs;
+    size_t np = p->echo ? j->n_prompt : 0;
+    size_t pk = (size_t)p->logprobs < j->prompt_k ? (size_t)p->logprobs : j->prompt_k; /* called with logprobs >= 0 */
     json_object *L = json_object_new_object(), *toks = json_object_new_array(), *lps = json_object_new_array(),
                 *tops = json_object_new_array(), *offs = json_object_new_array(), *tids = json_object_new_array();
-    size_t off = 0;
-    size_t total = (p->echo ? j->n_prompt : 0) + j->n_gen;
-    for (size_t i = 0; i < total; i++) {
-        int in_prompt = p->echo && i < j->n_prompt;
-        size_t g = in_prompt ? 0 : i - (p->echo ? j->n_prompt : 0);
+    for (size_t i = from; i < to; i++) {
+        int in_prompt = i < np;
+        size_t g = in_prompt ? 0 : i - np;
         int32_t id = in_prompt ? j->prompt[i] : j->gen[g];
         json_object *t = token_text(s, id);
-        json_object_array_add(offs, json_object_new_int64((int64_t)off));
-        off += (size_t)json_object_get_string_len(t);
+        json_object_array_add(offs, json_object_new_int64((int64_t)*off));
+        *off += utf8_chars(json_object_get_string(t), (size_t)json_object_get_string_len(t));
         json_object_array_add(toks, t);
         json_object_array_add(tids, json_object_new_int(id));
         if (in_prompt && i == 0) {
             json_object_array_add(lps, NULL);
             json_object_array_add(tops, NULL);
         } else if (in_prompt) {
-            json_object_array_add(lps, json_object_new_double(j->prompt_lp[i]));
-            json_object_array_add(tops, k > 0 ? top_obj(s, j->prompt_top_id + i * j->prompt_k, j->prompt_top_lp + i * j->prompt_k, k) : NULL);
+            json_object_array_add(lps, lp_num(j->prompt_lp[i]));
+            json_object_array_add(tops, top_obj(s, id, j->prompt_lp[i], j->prompt_top_id + i * j->prompt_k,
+                                                j->prompt_top_lp + i * j->prompt_k, pk));
         } else {
-            json_object_array_add(lps, json_object_new_double(j->gen_lp[g]));
-            json_object_array_add(tops, k > 0 ? top_obj(s, j->gen_top_id + g * (size_t)k, j->gen_top_lp + g * (size_t)k, k) : NULL);
+            json_object_array_add(lps, lp_num(j->gen_lp[g]));
+            json_object_array_add(tops, top_obj(s, id, j->gen_lp[g], j->gen_top_id + g * j->gen_k,
+                                                j->gen_top_lp + g * j->gen_k, j->gen_k));
         }
     }
     json_object_object_add(L, "tokens", toks);
@@ -228,7 +252,7 @@ static json_object *logprobs_obj(const dsq_server *s, const srv_job *j)
 static json_object *lp_entry(const dsq_server *s, int32_t id, double lp, int64_t rank)
 {
     json_object *e = json_object_new_object();
-    json_object_object_add(e, "logprob", json_object_new_double(lp));
+    json_object_object_add(e, "logprob", lp_num(lp));
     json_object_object_add(e, "rank", json_object_new_int64(rank));
     json_object_object_add(e, "decoded_token", token_text(s, id));
     return e;
@@ -238,6 +262,7 @@ static json_object *prompt_logprobs_obj(const dsq_server *s, const srv_job *j)
 {
     int k = srv_prompt_logprobs_k(&j->req->p);
     if (k < 0) return NULL;
+    if ((size_t)k > j->prompt_k) k = (int)j->prompt_k; /* the vocabulary is smaller */
     json_object *a = json_object_new_array();
     json_object_array_add(a, NULL);
     for (size_t i = 1; i < j->n_prompt; i++) {
@@ -282,22 +307,40 @@ static json_object *usage_obj(const srv_request *r)
 
 static const char *finish_name(int f) { return f == SRV_FIN_LENGTH ? "length" : "stop"; }
 
-/* The echoed prompt text: the request's text, or the ids decoded. */
-static void add_echo(const dsq_server *s, const srv_job *j, json_object **text)
+/* The echoed prompt: the request's text, or the ids decoded (*owned: what
+ * to free). */
+static void echo_text(const dsq_server *s, const srv_job *j, const char **t, size_t *n, char **owned)
 {
     const dsq_srv_prompt *pr = &j->req->p.prompts[j->index];
-    char *pt = NULL;
-    size_t pl = 0;
-    if (pr->text) { pt = pr->text; pl = pr->len; }
-    else if (dsq_tokenizer_decode(s->tok, j->prompt, j->n_prompt, 0, &pt, &pl) < 0) { pt = NULL; pl = 0; }
-    char *all = malloc(pl + j->len + 1);
-    if (all) {
-        if (pl) memcpy(all, pt, pl);
-        if (j->len) memcpy(all + pl, j->text, j->len);
-        *text = json_object_new_string_len(all, (int)(pl + j->len));
+    char *d = NULL;
+    size_t dl = 0;
+    *owned = NULL;
+    if (pr->text) {
+        *t = pr->text;
+        *n = pr->len;
+        return;
     }
-    if (!pr->text) free(pt);
+    if (dsq_tokenizer_decode(s->tok, j->prompt, j->n_prompt, 0, &d, &dl) < 0 || !d) {
+        free(d);
+        d = NULL;
+        dl = 0;
+    }
+    *t = d ? d : "";
+    *n = dl;
+    *owned = d;
+}
+
+/* a + b as a JSON string */
+static json_object *str2(const char *a, size_t an, const char *b, size_t bn)
+{
+    if (!an) return json_object_new_string_len(b, (int)bn);
+    char *all = malloc(an + bn + 1);
+    if (!all) return NULL;
+    memcpy(all, a, an);
+    if (bn) memcpy(all + an, b, bn);
+    json_object *o = json_object_new_string_len(all, (int)(an + bn));
     free(all);
+    return o;
 }
 
 /* The chat message of one choice: content and reasoning_content split as
@@ -335,12 +378,16 @@ static json_object *completion_obj(const dsq_server *s, const srv_request *r)
     }
     for (int i = 0; i < r->n_jobs; i++) {
         const srv_job *jb = &r->jobs[i];
-        json_object *c = json_object_new_object(), *text = NULL;
-        if (r->p.echo) add_echo(s, jb, &text);
-        if (!text) text = json_object_new_string_len(jb->text ? jb->text : "", (int)jb->len);
+        json_object *c = json_object_new_object();
+        const char *pt = "";
+        size_t pl = 0, off = 0;
+        char *owned = NULL;
+        if (r->p.echo) echo_text(s, jb, &pt, &pl, &owned);
         json_object_object_add(c, "index", json_object_new_int(i));
-        json_object_object_add(c, "text", text);
-        json_object_object_add(c, "logprobs", r->p.logprobs >= 0 ? logprobs_obj(s, jb) : NULL);
+        json_object_object_add(c, "text", str2(pt, pl, jb->text ? jb->text : "", jb->len));
+        free(owned);
+        json_object_object_add(c, "logprobs", r->p.logprobs >= 0 ?
+                               logprobs_obj(s, jb, 0, (r->p.echo ? jb->n_prompt : 0) + jb->n_gen, &off) : NULL);
         json_object_object_add(c, "finish_reason", json_object_new_string(finish_name(jb->finished)));
         json_object_object_add(c, "prompt_logprobs", prompt_logprobs_obj(s, jb));
         json_object_array_add(ch, c);
@@ -413,16 +460,38 @@ static int chat_fill(stream_ctx *sc, int i, int *any)
     return rc;
 }
 
-static json_object *chunk(const dsq_server *s, const srv_request *r, int idx, const char *text, size_t n, int fin)
+static json_object *chunk(const dsq_server *s, const srv_request *r, int idx, json_object *text, json_object *lp, int fin)
 {
     json_object *j = head_obj(s, r, 1), *ch = json_object_new_array(), *c = json_object_new_object();
     json_object_object_add(c, "index", json_object_new_int(idx));
-    json_object_object_add(c, "text", json_object_new_string_len(text, (int)n));
-    json_object_object_add(c, "logprobs", NULL);
+    json_object_object_add(c, "text", text);
+    json_object_object_add(c, "logprobs", lp);
     json_object_object_add(c, "finish_reason", fin ? json_object_new_string(finish_name(fin)) : NULL);
     json_object_array_add(ch, c);
     json_object_object_add(j, "choices", ch);
     return j;
+}
+
+/* A completion event of job i: text t[0..n), the prompt before it in the
+ * job's first event (echo, as vLLM streams it), and the log-probs of the
+ * positions not sent yet up to `to`. */
+static int completion_event(stream_ctx *sc, int i, const char *t, size_t n, size_t to, int fin)
+{
+    srv_request *r = sc->req;
+    const srv_job *j = &r->jobs[i];
+    struct stream_pos *ps = &sc->pos[i];
+    const char *pt = "";
+    size_t pl = 0;
+    char *owned = NULL;
+    if (r->p.echo && !ps->echoed) {
+        echo_text(sc->s, j, &pt, &pl, &owned);
+        ps->echoed = 1;
+    }
+    json_object *text = str2(pt, pl, t, n);
+    free(owned);
+    json_object *lp = r->p.logprobs >= 0 ? logprobs_obj(sc->s, j, ps->tok, to, &ps->off) : NULL;
+    ps->tok = to;
+    return sse_append(sc, chunk(sc->s, r, i, text, lp, fin));
 }
 
 /* Build the next events under the lock; 1 produced something, 0 nothing yet,
@@ -447,16 +516,24 @@ static int stream_fill(stream_ctx *sc)
             if (chat_fill(sc, i, &any) < 0) return -1;
             continue;
         }
+        size_t np = r->p.echo ? j->n_prompt : 0;
         if (j->finished) {
             size_t from = sc->sent[i] < j->len ? sc->sent[i] : j->len;
-            if (sse_append(sc, chunk(s, r, i, j->text ? j->text + from : "", j->len - from, j->finished)) < 0) return -1;
+            if (completion_event(sc, i, j->text ? j->text + from : "", j->len - from, np + j->n_gen, j->finished) < 0) return -1;
             sc->final_sent[i] = 1;
             any = 1;
         } else {
             all = 0;
-            if (j->pub_len > sc->sent[i]) {
-                if (sse_append(sc, chunk(s, r, i, j->pub_text + sc->sent[i], j->pub_len - sc->sent[i], 0)) < 0) return -1;
-                sc->sent[i] = j->pub_len;
+            /* new text, or new tokens whose log-probs (or the echoed
+             * prompt) are asked for; tokens are published after the prefill,
+             * so the prompt's scores are there too */
+            int toks = j->pub_ntok > 0 && np + j->pub_ntok > sc->pos[i].tok &&
+                       (r->p.logprobs >= 0 || (r->p.echo && !sc->pos[i].echoed));
+            if (j->pub_len > sc->sent[i] || toks) {
+                size_t from = sc->sent[i] < j->pub_len ? sc->sent[i] : j->pub_len;
+                if (completion_event(sc, i, j->pub_text ? j->pub_text + from : "", j->pub_len - from, np + j->pub_ntok, 0) < 0)
+                    return -1;
+                sc->sent[i] = j->pub_len > sc->sent[i] ? j->pub_len : sc->sent[i];
                 any = 1;
             }
         }
@@ -524,6 +601,7 @@ static void stream_free(void *cls)
     srv_request_unref_locked(sc->req);
     pthread_mutex_unlock(&sc->s->mu);
     free(sc->sent);
+    free(sc->pos);
     free(sc->final_sent);
     free(sc->rs);
     free(sc->out);
@@ -655,11 +733,11 @@ static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, c
         msg = mbuf;
     }
     if (msg) {
-        const char *field = r->p.chat ? "messages" : "prompt"; /* r is freed below */
+        const char *bad = r->p.chat ? "messages" : "prompt"; /* r may be freed by the unref */
         pthread_mutex_lock(&s->mu);
         srv_request_unref_locked(r);
         pthread_mutex_unlock(&s->mu);
-        return send_error(s, c, 400, "invalid_request_error", field, "%s", msg);
+        return send_error(s, c, 400, "invalid_request_error", bad, "%s", msg);
     }
     rc = srv_submit(s, r);
     if (rc < 0) {
@@ -674,11 +752,12 @@ static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, c
         stream_ctx *sc = calloc(1, sizeof *sc);
         if (sc) {
             sc->sent = calloc((size_t)r->n_jobs, sizeof *sc->sent);
+            sc->pos = calloc((size_t)r->n_jobs, sizeof *sc->pos);
             sc->final_sent = calloc((size_t)r->n_jobs, sizeof *sc->final_sent);
             sc->rs = calloc((size_t)r->n_jobs, sizeof *sc->rs);
         }
-        if (!sc || !sc->sent || !sc->final_sent || !sc->rs) {
-            if (sc) { free(sc->sent); free(sc->final_sent); free(sc->rs); free(sc); }
+        if (!sc || !sc->sent || !sc->pos || !sc->final_sent || !sc->rs) {
+            if (sc) { free(sc->sent); free(sc->pos); free(sc->final_sent); free(sc->rs); free(sc); }
             return MHD_NO;
         }
         for (int i = 0; i < r->n_jobs; i++) dsq_reasoning_stream_init(&sc->rs[i], r->p.reasoning);

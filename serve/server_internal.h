@@ -27,14 +27,15 @@ typedef struct srv_job {
     /* [engine] */
     int32_t *gen;              /* generated ids (EOS not included) */
     double *gen_lp;            /* [n_gen] log-prob of each generated id */
-    int32_t *gen_top_id;       /* [n_gen * k] top alternatives (logprobs > 0) */
+    int32_t *gen_top_id;       /* [n_gen * gen_k] top alternatives (logprobs > 0) */
     double *gen_top_lp;
+    size_t gen_k;              /* alternatives kept per generated token: logprobs, at most the vocabulary */
     size_t n_gen;
     double *prompt_lp;         /* [n_prompt] echo + logprobs or prompt_logprobs; [0] unused */
     int64_t *prompt_rank;      /* [n_prompt] 1 + ids with a larger logit (vLLM's rank) */
     int32_t *prompt_top_id;    /* [n_prompt * prompt_k] */
     double *prompt_top_lp;
-    size_t prompt_k;           /* stride of prompt_top_*: the larger of the two asks */
+    size_t prompt_k;           /* stride of prompt_top_*: the larger of the two asks, at most the vocabulary */
     char *text;                /* decoded completion (cut at a stop when finished) */
     size_t len;
     uint64_t rng;
@@ -43,6 +44,7 @@ typedef struct srv_job {
     /* [mu] */
     size_t pub_len;            /* bytes of text safe to stream */
     char *pub_text;            /* copy of text[0..pub_len) for streaming */
+    size_t pub_ntok;           /* generated tokens whose ids and log-probs may be streamed */
     int finished;              /* enum srv_finish */
     char err[256];
 } srv_job;

@@ -137,8 +137,20 @@ static int get_int(json_object *o, const char *key, int64_t lo, int64_t hi, int6
     json_object *v;
     if (present) *present = 0;
     if (!json_object_object_get_ex(o, key, &v) || !v) return DSQ_OK;
-    if (!json_object_is_type(v, json_type_int)) return bad(e, DSQ_ERR_JSON, key, "'%s' must be an integer", key);
-    int64_t x = json_object_get_int64(v);
+    int64_t x;
+    if (json_object_is_type(v, json_type_int)) {
+        x = json_object_get_int64(v);
+    } else if (json_object_is_type(v, json_type_double)) {
+        /* 1.0 is the integer 1, as vLLM's request models (pydantic) take
+         * it; 1.5 is not an integer */
+        double f = json_object_get_double(v);
+        if (!isfinite(f) || f != floor(f)) return bad(e, DSQ_ERR_JSON, key, "'%s' must be an integer", key);
+        if (f < -9223372036854775808.0 || f >= 9223372036854775808.0)
+            return bad(e, DSQ_ERR_INVALID_ARG, key, "'%s' must be in [%lld, %lld]", key, (long long)lo, (long long)hi);
+        x = (int64_t)f;
+    } else {
+        return bad(e, DSQ_ERR_JSON, key, "'%s' must be an integer", key);
+    }
     if (x < lo || x > hi) return bad(e, DSQ_ERR_INVALID_ARG, key, "'%s' must be in [%lld, %lld]", key, (long long)lo, (long long)hi);
     *out = x;
     if (present) *present = 1;

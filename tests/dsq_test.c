@@ -43,3 +43,11 @@ void dsq_test_write(const char *path, const void *data, size_t n)
     assert_int_equal(fwrite(data, 1, n, fp), n);
     assert_int_equal(fclose(fp), 0);
 }
+
+/* DSQ_TEST_SKIP: a cmocka name pattern ('*' and '?') of cases not to run,
+ * read before main (make check leaves out slow quality cases this way). */
+__attribute__((constructor)) static void dsq_test_skip_from_env(void)
+{
+    const char *p = getenv("DSQ_TEST_SKIP");
+    if (p && *p) cmocka_set_skip_filter(p);
+}

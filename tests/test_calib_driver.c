@@ -3,7 +3,8 @@
  *   - the data file path, and determinism across thread counts;
  *   - stats file round trip (reuse == original) and corruption detected;
  *   - resume after a layer checkpoint == a straight run; mismatched resume
- *     refused;
+ *     refused; a finished checkpoint reused as the run's own only with the
+ *     same data and options (and never one without a fingerprint);
  *   - GPTQ through the driver (every integer row): a blob per calibrated
  *     linear, thread-count independent, equal after resume and from --stats,
  *     refused from a file without it, and the converter writes exactly it
@@ -19,6 +20,7 @@
 #include "convert.h"
 #include "dsq_file.h"
 #include "dsq_mem.h"
+#include "dsq_sha256.h"
 #include "eval_metrics.h"
 #include "model.h"
 #include "safetensors.h"
@@ -309,6 +311,72 @@ static void test_resume(void **state)
         r = calibrate(m, &o);
         assert_same_result(straight, r, m);
         dsq_calib_result_free(r);
+        /* the finished checkpoint, reused as this run's own (--resume of a
+         * run killed after calibrating): the same data and options give the
+         * straight result; other data or options are refused */
+        dsq_calib_opts fo = o;
+        fo.save_stats = NULL;
+        fo.resume = 0;
+        fo.load_stats = sp;
+        fo.own_stats = 1;
+        r = calibrate(m, &fo);
+        assert_same_result(straight, r, m);
+        dsq_calib_result_free(r);
+        int32_t *tok2 = rand_tokens(4 * 32, 500, 32);
+        for (int v = 0; v < 4; v++) {
+            dsq_calib_opts bad = fo;
+            if (v == 0) bad.data.n_samples = 3;
+            if (v == 1) bad.tokens = tok2;
+            if (v == 2) bad.n_grid = fo.n_grid + 1;
+            if (v == 3) bad.data.seed = 5;
+            dsq_diag d;
+            dsq_diag_clear(&d);
+            r = NULL;
+            assert_int_equal(dsq_calib_run(m, &bad, &r, NULL, NULL, NULL, &d), DSQ_ERR_STATE);
+            assert_null(r);
+            assert_non_null(strstr(d.msg, "other calibration data or options"));
+            /* as --stats (not the run's own checkpoint) the file is used */
+            if (v == 2) {
+                bad.own_stats = 0;
+                r = calibrate(m, &bad);
+                dsq_calib_result_free(r);
+            }
+        }
+        free(tok2);
+        /* a finished file that records no fingerprint cannot be told apart */
+        char *np = path("nofp.dsq");
+        {
+            char cfgp[4096];
+            snprintf(cfgp, sizeof cfgp, "%s/config.json", m);
+            size_t cn = 0;
+            char *cfg = NULL;
+            FILE *cf = fopen(cfgp, "rb");
+            assert_non_null(cf);
+            fseek(cf, 0, SEEK_END);
+            cn = (size_t)ftell(cf);
+            rewind(cf);
+            cfg = malloc(cn + 1);
+            assert_int_equal(fread(cfg, 1, cn, cf), cn);
+            fclose(cf);
+            uint8_t h[DSQ_SHA256_LEN];
+            char hx[65], meta[512];
+            dsq_sha256_buf(cfg, cn, h);
+            dsq_sha256_hex(h, hx);
+            free(cfg);
+            snprintf(meta, sizeof meta,
+                     "{\"format\":\"" DSQ_STATS_FORMAT "\",\"version\":%d,\"model\":{\"config_sha256\":\"%s\"}}",
+                     DSQ_STATS_VERSION, hx);
+            dsq_stats_writer *w = NULL;
+            assert_int_equal(dsq_stats_writer_open(&w, np, "", DSQ_STATS_OVERWRITE, NULL), DSQ_OK);
+            assert_int_equal(dsq_stats_writer_finish(w, meta, NULL), DSQ_OK);
+        }
+        fo.load_stats = np;
+        dsq_diag d;
+        dsq_diag_clear(&d);
+        r = NULL;
+        assert_int_equal(dsq_calib_run(m, &fo, &r, NULL, NULL, NULL, &d), DSQ_ERR_STATE);
+        assert_non_null(strstr(d.msg, "records no fingerprint"));
+        free(np);
         dsq_calib_result_free(straight);
         free(sp);
     }

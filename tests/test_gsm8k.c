@@ -122,11 +122,11 @@ static void test_prompt_bytes(void **state)
 {
     (void)state;
     dsq_gsm8k_item tr[2] = {
-        { .question = "Q0?", .question_len = 3, .answer = "a0\n#### 1", .answer_len = 9 },
-        { .question = "Two  spaces", .question_len = 11, .answer = "x\n#### 2", .answer_len = 8 },
+        { .question = (char[]){ "Q0?" }, .question_len = 3, .answer = (char[]){ "a0\n#### 1" }, .answer_len = 9 },
+        { .question = (char[]){ "Two  spaces" }, .question_len = 11, .answer = (char[]){ "x\n#### 2" }, .answer_len = 8 },
     };
     dsq_gsm8k_set train = { tr, 2 };
-    dsq_gsm8k_item doc = { .question = "Test?", .question_len = 5 };
+    dsq_gsm8k_item doc = { .question = (char[]){ "Test?" }, .question_len = 5 };
     size_t shots[2] = { 1, 0 };
     char *p;
     size_t n;

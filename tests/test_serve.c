@@ -2,16 +2,25 @@
  * request bodies (defaults, the four prompt forms, type and range errors
  * naming the field), OpenAI error objects, and the client's response
  * parsers (completions, /models, prompt log-probs in the OpenAI echo form
- * and vLLM's prompt_logprobs form), plus the resumable gsm8k journal. */
+ * and vLLM's prompt_logprobs form), plus the resumable gsm8k journal; the
+ * integer fields' integral floats, how much of a growing text a stream may
+ * send, and log-probs asked beyond a (served) model's vocabulary. */
 #include "dsq_test.h"
 #include "endpoint.h"
 #include "server.h"
 #include "chat_reasoning.h"
 #include "chat_template.h"
 #include "chat_run.h"
+#include "calib_fixture.h"
+#include "dsq_file.h"
+#include "synth_ckpt.h"
 
+#include <curl/curl.h>
 #include <json-c/json.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +89,7 @@ static void test_request_errors(void **st)
         { "{\"prompt\": [[1], 2]}", "prompt", DSQ_ERR_JSON },
         { "{\"prompt\": [1.5]}", "prompt", DSQ_ERR_JSON },
         { "{\"prompt\": \"a\", \"max_tokens\": 101}", "max_tokens", DSQ_ERR_INVALID_ARG },
-        { "{\"prompt\": \"a\", \"max_tokens\": 1.0}", "max_tokens", DSQ_ERR_JSON },
+        { "{\"prompt\": \"a\", \"max_tokens\": 1.25}", "max_tokens", DSQ_ERR_JSON },
         { "{\"prompt\": \"a\", \"temperature\": 3}", "temperature", DSQ_ERR_INVALID_ARG },
         { "{\"prompt\": \"a\", \"top_p\": 0}", "top_p", DSQ_ERR_INVALID_ARG },
         { "{\"prompt\": \"a\", \"logprobs\": 21}", "logprobs", DSQ_ERR_INVALID_ARG },
@@ -323,7 +332,7 @@ static void test_journal(void **st)
     size_t have;
     assert_int_equal(dsq_ep_journal_open(&j, path, 0, &test, 3, items, &have, NULL), DSQ_OK);
     assert_int_equal(have, 0);
-    dsq_ep_item a = { .completion = "x #### 2", .len = 8, .prompt_tokens = 5, .gen_tokens = 4, .finish = "stop" };
+    dsq_ep_item a = { .completion = (char[]){ "x #### 2" }, .len = 8, .prompt_tokens = 5, .gen_tokens = 4, .finish = "stop" };
     assert_int_equal(dsq_ep_journal_append(&j, 1, &test.items[1], &a, NULL), DSQ_OK);
     dsq_ep_journal_close(&j);
     /* a second record cut short by a kill is dropped and truncated away */
@@ -337,7 +346,7 @@ static void test_journal(void **st)
     assert_string_equal(items[1].completion, "x #### 2");
     assert_int_equal(items[1].gen_tokens, 4);
     assert_string_equal(items[1].finish, "stop");
-    a.completion = "y";
+    a.completion = (char[]){ "y" };
     a.len = 1;
     assert_int_equal(dsq_ep_journal_append(&j, 0, &test.items[0], &a, NULL), DSQ_OK);
     dsq_ep_journal_close(&j);
@@ -468,6 +477,200 @@ static void test_chat_request(void **st)
     dsq_chat_reply_release(&cr);
 }
 
+/* Integer fields take integral floats (1.0), as vLLM's request models do;
+ * 1.5 and values beyond int64 are refused naming the field. */
+static void test_integral_floats(void **st)
+{
+    (void)st;
+    dsq_srv_params p;
+    char err[256], param[64];
+    assert_int_equal(parse("{\"prompt\": \"hi\", \"max_tokens\": 1.0, \"logprobs\": 2.0, \"seed\": -3.0, \"n\": 1.0,"
+                           " \"prompt_logprobs\": 0e0}", &p, err, param), DSQ_OK);
+    assert_int_equal(p.max_tokens, 1);
+    assert_int_equal(p.logprobs, 2);
+    assert_int_equal(p.prompt_logprobs, 0);
+    assert_true(p.has_seed && p.seed == (uint64_t)-3);
+    dsq_srv_params_release(&p);
+    static const struct { const char *body, *param; int status; } cases[] = {
+        { "{\"prompt\": \"hi\", \"max_tokens\": 1.5}", "max_tokens", DSQ_ERR_JSON },
+        { "{\"prompt\": \"hi\", \"max_tokens\": 101.0}", "max_tokens", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": \"hi\", \"max_tokens\": -1.0}", "max_tokens", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": \"hi\", \"seed\": 1e30}", "seed", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": \"hi\", \"seed\": -1e30}", "seed", DSQ_ERR_INVALID_ARG },
+        { "{\"prompt\": \"hi\", \"logprobs\": 0.5}", "logprobs", DSQ_ERR_JSON },
+        { "{\"prompt\": \"hi\", \"n\": 2.0}", "n", DSQ_ERR_INVALID_ARG },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(parse(cases[i].body, &p, err, param), cases[i].status);
+        assert_string_equal(param, cases[i].param);
+    }
+}
+
+/* What a stream may send of a growing text: whole characters only, the
+ * last hold - 1 bytes kept back (a stop string may still complete there),
+ * no trailing U+FFFD. Every prefix of a text of 1- to 4-byte characters
+ * and U+FFFD, every hold. */
+static void test_stream_safe_len(void **st)
+{
+    (void)st;
+    const char *t = "a\xc3\xa9" "\xe4\xbd\xa0" "\xf0\x9f\x98\x80" "\xef\xbf\xbd" "b\xe5\xa5\xbd" "\xef\xbf\xbd";
+    size_t n = strlen(t);
+    for (size_t len = 0; len <= n; len++) {
+        /* only prefixes that end on a character boundary are decoded texts */
+        if (len < n && ((unsigned char)t[len] & 0xC0) == 0x80) continue;
+        for (size_t hold = 0; hold < 12; hold++) {
+            size_t k = dsq_srv_stream_safe_len(t, len, hold);
+            assert_true(k <= len);
+            if (hold) assert_true(k == 0 || k + hold - 1 <= len);
+            assert_true(k == len || ((unsigned char)t[k] & 0xC0) != 0x80); /* a character boundary */
+            assert_false(k >= 3 && !memcmp(t + k - 3, "\xef\xbf\xbd", 3));
+            /* the most it may send: nothing whole is held back needlessly */
+            size_t want = hold == 0 ? len : len + 1 > hold ? len + 1 - hold : 0;
+            while (want > 0 && want < len && ((unsigned char)t[want] & 0xC0) == 0x80) want--;
+            while (want >= 3 && !memcmp(t + want - 3, "\xef\xbf\xbd", 3)) want -= 3;
+            assert_int_equal(k, want);
+        }
+    }
+    assert_int_equal(dsq_srv_stream_safe_len("ab\xe4\xbd\xa0\xe5\xa5\xbd", 8, 3), 5); /* not 6: inside U+597D */
+    assert_int_equal(dsq_srv_stream_safe_len("x", 1, 0), 1);
+    assert_int_equal(dsq_srv_stream_safe_len("", 0, 4), 0);
+}
+
+static size_t collect(char *p, size_t sz, size_t n, void *user)
+{
+    char **buf = user;
+    size_t have = *buf ? strlen(*buf) : 0;
+    char *b = realloc(*buf, have + sz * n + 1);
+    if (!b) return 0;
+    memcpy(b + have, p, sz * n);
+    b[have + sz * n] = 0;
+    *buf = b;
+    return sz * n;
+}
+
+/* POST body to the server's path; the response body (malloc'd) and status. */
+static char *post(int port, const char *path, const char *body, long *status)
+{
+    char url[128], *out = NULL;
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    CURL *c = curl_easy_init();
+    assert_non_null(c);
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    assert_int_equal(curl_easy_perform(c), CURLE_OK);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    assert_non_null(out);
+    return out;
+}
+
+/* logprobs (and prompt_logprobs) above the vocabulary, served by a model of
+ * 8 tokens: every position lists the 8 tokens once, with log-probs whose
+ * probabilities sum to 1 (nothing read beyond what the model computed). */
+static void test_logprobs_small_vocab(void **st)
+{
+    (void)st;
+    char *dir = dsq_test_tmpdir();
+    dsq_synth_opts so;
+    memset(&so, 0, sizeof so);
+    so.arch = DSQ_SYNTH_LLAMA;
+    so.hidden = 64;
+    so.intermediate = 96;
+    so.vocab = 8;
+    so.heads = 4;
+    so.kv_heads = 4;
+    so.layers = 1;
+    so.dtype = DSQ_DTYPE_F32;
+    so.seed = 5;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_synth_write(&so, dir, DSQ_OUT_OVERWRITE, NULL, &d), DSQ_OK);
+    /* a byte-level tokenizer (every byte a token) whose ids 0..7, the
+     * model's vocabulary, are the bytes 'a'..'h' */
+    char tok[8192], *w = tok;
+    w += sprintf(w, "{\"version\": \"1.0\", \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+                    "\"use_regex\": false}, \"decoder\": {\"type\": \"ByteLevel\"}, \"added_tokens\": [], "
+                    "\"model\": {\"type\": \"BPE\", \"vocab\": {");
+    for (unsigned b = 0; b < 256; b++)
+        w += sprintf(w, "%s\"\\u%04x\": %u", b ? ", " : "", b2u(b), (b - 'a') & 255u);
+    w += sprintf(w, "}, \"merges\": []}}");
+    char *tp = dsq_path_join(dir, "tokenizer.json");
+    dsq_test_write(tp, tok, strlen(tok));
+    free(tp);
+    tp = dsq_path_join(dir, "tokenizer_config.json");
+    dsq_test_write(tp, "{}", 2);
+    free(tp);
+    dsq_server_opts o;
+    dsq_server_opts_default(&o);
+    o.model_path = dir;
+    o.threads = 1;
+    o.slots = 1;
+    o.queue = 2;
+    o.ctx = 64;
+#ifdef __GLIBC__
+    /* fresh heap memory reads as zeros (token id 0, a duplicate key that
+     * would hide a read past what the engine wrote); make it non-zero */
+    mallopt(M_PERTURB, 0x5a);
+#endif
+    dsq_server *srv = NULL;
+    int rc = dsq_server_start(&srv, &o, &d);
+    if (rc) fprintf(stderr, "ds-serve: %s\n", d.msg);
+    assert_int_equal(rc, DSQ_OK);
+    long status = 0;
+    char *r = post(dsq_server_port(srv), "/v1/completions",
+                   "{\"prompt\": [2, 3, 4, 5], \"max_tokens\": 3, \"temperature\": 1, \"seed\": 1, \"ignore_eos\": true,"
+                   " \"logprobs\": 20, \"echo\": true, \"prompt_logprobs\": 20}", &status);
+    assert_int_equal(status, 200);
+    json_object *j = json_tokener_parse(r), *ch, *L, *tops, *toks, *plp;
+    assert_non_null(j);
+    assert_true(json_object_object_get_ex(j, "choices", &ch));
+    ch = json_object_array_get_idx(ch, 0);
+    assert_true(json_object_object_get_ex(ch, "logprobs", &L) && json_object_object_get_ex(L, "top_logprobs", &tops) &&
+                json_object_object_get_ex(L, "tokens", &toks));
+    assert_int_equal(json_object_array_length(tops), 4 + 3);
+    for (size_t i = 1; i < 7; i++) {
+        json_object *t = json_object_array_get_idx(tops, i);
+        assert_true(json_object_is_type(t, json_type_object));
+        assert_int_equal(json_object_object_length(t), 8);
+        assert_true(json_object_object_get_ex(t, json_object_get_string(json_object_array_get_idx(toks, i)), NULL));
+        double sum = 0;
+        json_object_object_foreach(t, key, v) {
+            (void)key;
+            double lp = json_object_get_double(v);
+            assert_true(isfinite(lp) && lp <= 0);
+            sum += exp(lp);
+        }
+        assert_true(fabs(sum - 1) < 1e-4);
+    }
+    assert_true(json_object_object_get_ex(ch, "prompt_logprobs", &plp));
+    for (size_t i = 1; i < 4; i++) {
+        json_object *m = json_object_array_get_idx(plp, i);
+        assert_int_equal(json_object_object_length(m), 8);
+        double sum = 0;
+        json_object_object_foreach(m, key, v) {
+            json_object *lp;
+            assert_true(atoi(key) >= 0 && atoi(key) < 8);
+            assert_true(json_object_object_get_ex(v, "logprob", &lp));
+            sum += exp(json_object_get_double(lp));
+        }
+        assert_true(fabs(sum - 1) < 1e-4);
+    }
+    json_object_put(j);
+    free(r);
+    dsq_server_stop(srv, 0, NULL);
+#ifdef __GLIBC__
+    mallopt(M_PERTURB, 0);
+#endif
+    dsq_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -478,6 +681,9 @@ int main(void)
         cmocka_unit_test(test_text_topk),
         cmocka_unit_test(test_journal),
         cmocka_unit_test(test_chat_request),
+        cmocka_unit_test(test_integral_floats),
+        cmocka_unit_test(test_stream_safe_len),
+        cmocka_unit_test(test_logprobs_small_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,9 @@
 # ds-serve's /v1/chat/completions, /tokenize and /detokenize, on loopback,
 # against samples/tiny-dsv3 with the V3.1 template:
 #   - the OpenAI client library (npm openai) drives the chat endpoint,
-#     streaming included (tests/chat_client.mjs; skipped without it)
+#     streaming included (tests/chat_client.mjs; skipped without it), and
+#     /v1/completions' logprobs, text_offset, echo and stop strings, streamed
+#     and not (tests/completions_client.mjs)
 #   - /tokenize of messages, decoded by /detokenize, is byte for byte what
 #     Jinja2 renders from the official template text (skipped without
 #     ../shared/data/chat-templates or python3-jinja2)
@@ -10,7 +12,9 @@
 #     error; a model without a known template serves completions and
 #     answers chat requests with the reason
 #   - ds-eval gsm8k --chat against the server gives the in-process chat
-#     run's per-item answers
+#     run's per-item answers, on tiny-dsv3 and on the chat sample
+#     (samples/tiny-dsv3-chat), whose thinking replies come with and
+#     without a closing </think>
 set -u
 SERVE=./bin/ds-serve
 EVAL=./bin/ds-eval
@@ -61,6 +65,7 @@ elif [ ! -f .npm-data/node_modules/openai/package.json ]; then
   echo "chat.sh: openai client check skipped: .npm-data lacks openai (sh .ci/deps.sh)"
 else
   node tests/chat_client.mjs "$URL/v1" tiny-dsv3 || fail "openai client"
+  node tests/completions_client.mjs "$URL/v1" tiny-dsv3 || fail "openai client, completions"
 fi
 
 # ---- what the template produced, through /tokenize and /detokenize -------------
@@ -112,6 +117,41 @@ if [ -f "$DATA" ]; then
     [ "$(wc -l < "$T/ep-$1.items")" = 6 ] || fail "$1: $(wc -l < "$T/ep-$1.items") of 6 items"
     cmp -s "$T/ep-$1.items" "$T/local-$1.items" || fail "$1: served and in-process replies differ: $(diff "$T/ep-$1.items" "$T/local-$1.items" | head -4)"
   done
+  # the chat sample (tiny-dsv3-chat, the V3.1 template in its tokenizer_config.json): full
+  # replies served and in process, per item the same; thinking on, the deepseek_v3 parser gives
+  # replies with and without a closing </think> (reasoning_content with content, or reasoning
+  # only), each scored by AISBench's rule; some items right, so the answers are real answers
+  CM=samples/tiny-dsv3-chat
+  if [ -f $CM/config.json ]; then
+    stop_server
+    M0=$M; M=$CM
+    start_server --reasoning-parser deepseek_v3 || exit 1
+    grep -q "chat template: deepseek-v3.1" "$T/server.log" || fail "tiny-dsv3-chat: template not recognised: $(cat "$T/server.log")"
+    for kw in '{"thinking":true}' '{}'; do
+      CC="gsm8k --chat --prompt aisbench-0shot-cot --chat-template-kwargs $kw --data $DATA --limit 8 --max-tokens 160 --temperature 0"
+      $EVAL $CC --endpoint "$URL/v1" --out "$T/cs-ep.jsonl" -f -q >"$T/ep.log" 2>&1 || fail "chat sample --endpoint: $(cat "$T/ep.log")"
+      $EVAL $CC -m $CM -T 1 --reasoning-parser deepseek_v3 --out "$T/cs-local.jsonl" -f -q >"$T/local.log" 2>&1 ||
+        fail "chat sample in process: $(cat "$T/local.log")"
+      for f in ep local; do
+        jq -c '[.doc_id, .content, .reasoning_content, .answer, .correct, .finish]' "$T/cs-$f.jsonl" > "$T/cs-$f.items"
+      done
+      cmp -s "$T/cs-ep.items" "$T/cs-local.items" || fail "chat sample $kw: served and in-process replies differ: $(diff "$T/cs-ep.items" "$T/cs-local.items" | head -4)"
+      [ "$(jq -s 'map(select(.correct)) | length' "$T/cs-ep.jsonl")" -gt 0 ] || fail "chat sample $kw: no item right"
+      if [ "$kw" = '{"thinking":true}' ]; then
+        [ "$(jq -s 'map(select(.reasoning_content != null and .content != null)) | length' "$T/cs-ep.jsonl")" -gt 0 ] ||
+          fail "chat sample: no reply with </think> split into reasoning and content"
+      else
+        [ "$(jq -s 'map(select(.reasoning_content != null)) | length' "$T/cs-ep.jsonl")" = 0 ] ||
+          fail "chat sample, thinking off: reasoning_content where none was asked for"
+      fi
+    done
+    stop_server
+    M=$M0
+    start_server --chat-template deepseek-v3.1 --reasoning-parser deepseek_v3 || exit 1
+    SERVER_URL=$URL
+  else
+    echo "chat.sh: chat-sample checks skipped: $CM absent"
+  fi
   # thinking on: the replies carry reasoning_content (deepseek_v3 parser), and AISBench scores reasoning + content
   [ "$(jq -s 'map(.reasoning_chars) | add' "$T/ep-aisbench-0shot-cot.jsonl")" -gt 0 ] || fail "no reasoning recorded"
   # a journal cut short is continued to the same file

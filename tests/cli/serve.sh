@@ -19,8 +19,8 @@
 #     a burst of concurrent clients is answered in full
 # Every server is killed in the trap; every wait is a bounded loop.
 set -u
-SERVE=./bin/ds-serve
-EVAL=./bin/ds-eval
+SERVE=${DSQ_SERVE_BIN:-./bin}/ds-serve   # make tsan: its ThreadSanitizer build
+EVAL=${DSQ_SERVE_BIN:-./bin}/ds-eval
 M=samples/tiny-dsv3
 DATA=samples/data/gsm_test.jsonl
 TRAIN=samples/data/gsm_fewshot.jsonl
@@ -162,6 +162,9 @@ expect_code 400 POST /v1/completions '{"prompt": [[1, 2], "x", 3]}'
 expect_code 400 POST /v1/completions '{"prompt": "hi", "n": 3}'
 expect_code 400 POST /v1/completions '{"prompt": "hi", "logprobs": 50}'
 expect_code 400 POST /v1/completions '{"prompt": "hi", "echo": "yes"}'
+expect_code 400 POST /v1/completions '{"prompt": "hi", "max_tokens": 1.5}'
+expect_code 200 POST /v1/completions '{"prompt": "hi", "max_tokens": 1.0, "ignore_eos": true}'
+grep -q '"completion_tokens":1,' "$T/resp" || fail "max_tokens 1.0: $(head -c 300 "$T/resp")"
 expect_code 400 POST /v1/completions '{"prompt": "hi", "max_tokens": 2047}'
 grep -q "maximum context length" "$T/resp" || fail "context overflow message: $(head -c 200 "$T/resp")"
 expect_code 404 POST /v1/completions '{"prompt": "hi", "model": "gpt-9"}'
