@@ -3,6 +3,8 @@
  *   ds-serve -m MODEL [--port 8000] [--host 127.0.0.1] [--port-file F]
  *            [--served-model-name NAME] [--api-key-env VAR] [--slots 8]
  *            [--queue 64] [--ctx N] [--max-body BYTES] [--max-tokens N]
+ *            [--max-connections 256] [--max-connections-per-client 32]
+ *            [--idle-timeout 15] [--read-timeout 30] [--allowed-origins LIST]
  *
  * The work is in libdsq (serve/server.h); this file parses options, starts
  * the server, waits for SIGINT/SIGTERM and drains. Exit: 0 ok, 1 error,
@@ -21,7 +23,8 @@
 #include <unistd.h>
 
 enum { O_MODEL = DSQ_OPT_FIRST, O_TOKENIZER, O_NAME, O_HOST, O_PORT, O_PORT_FILE, O_KEY_ENV, O_SLOTS, O_QUEUE, O_CTX,
-       O_MAX_BODY, O_MAX_TOKENS, O_DRAIN, O_BF16_TERMS, O_CHAT_TEMPLATE, O_REASONING, O_DSA, O_KVCACHE };
+       O_MAX_BODY, O_MAX_TOKENS, O_DRAIN, O_BF16_TERMS, O_CHAT_TEMPLATE, O_REASONING, O_DSA, O_KVCACHE,
+       O_MAX_CONN, O_MAX_CONN_CLIENT, O_IDLE_TIMEOUT, O_READ_TIMEOUT, O_ORIGINS };
 
 static const dsq_opt opts[] = {
     { .type = DSQ_OPT_TEXT, .help =
@@ -54,6 +57,18 @@ static const dsq_opt opts[] = {
       .help = "context per sequence (default: the model's,\nmin(max positions, 4096))" },
     { O_MAX_BODY, DSQ_OPT_SIZE, "max-body", 0, "BYTES", 64, 1u << 30, "64..1G", .help = "request body limit (default 8M)" },
     { O_MAX_TOKENS, DSQ_OPT_SIZE, "max-tokens", 0, "N", 1, 1u << 20, "1..1M", .help = "cap on max_tokens (default 4096)" },
+    { O_MAX_CONN, DSQ_OPT_INT, "max-connections", 0, "N", 1, 4096,
+      .help = "open connections (default 256); a new client\nbeyond it closes the one idle or reading longest" },
+    { O_MAX_CONN_CLIENT, DSQ_OPT_INT, "max-connections-per-client", 0, "N", 0, 4096,
+      .help = "open connections per client address (default\n32; 0 = no limit, e.g. behind a proxy)" },
+    { O_IDLE_TIMEOUT, DSQ_OPT_INT, "idle-timeout", 0, "S", 1, 86400,
+      .help = "close a connection whose client sends or takes\nnothing for S seconds (default 15)" },
+    { O_READ_TIMEOUT, DSQ_OPT_FLOAT, "read-timeout", 0, "S", 0.1, 86400,
+      .help = "close a connection whose request (headers and\nbody) has not arrived S seconds after the\n"
+              "connection opened or the previous answer ended\n(default 30)" },
+    { O_ORIGINS, DSQ_OPT_STR, "allowed-origins", 0, "LIST",
+      .help = "CORS: origins browsers may call from, as vLLM's\n--allowed-origins: a JSON list or comma-separated\n"
+              "('[\"http://localhost:3000\"]', '*' = any;\ndefault: none)" },
     { O_DRAIN, DSQ_OPT_FLOAT, "drain-seconds", 0, "S", 0, 86400,
       .help = "on SIGINT/SIGTERM, let requests in flight\nfinish for up to S seconds (default 30)" },
     DSQ_OPT_THREADS_ROW("engine threads (default: all cores)"),
@@ -76,6 +91,42 @@ static const dsq_opt opts[] = {
 "Exit status: 0 ok (stopped by a signal), 1 error, 2 usage.\n" },
 };
 static const dsq_opt_spec spec = { opts, sizeof opts / sizeof opts[0], 25, 1, NULL };
+
+static void free_origins(char **out, int *n)
+{
+    while (*n > 0) free(out[--*n]);
+}
+
+/* vLLM's --allowed-origins is a JSON list; a comma-separated one is taken
+ * too. On failure nothing stays allocated. */
+static int parse_origins(const char *v, char **out, int *n, int max)
+{
+    while (*v == ' ') v++;
+    if (*v == '[') {
+        json_object *j = json_tokener_parse(v);
+        int ok = j && json_object_is_type(j, json_type_array) && (int)json_object_array_length(j) <= max;
+        for (size_t i = 0; ok && i < json_object_array_length(j); i++) {
+            json_object *e = json_object_array_get_idx(j, i);
+            ok = json_object_is_type(e, json_type_string) && json_object_get_string_len(e) > 0 &&
+                 (out[(*n)++] = strdup(json_object_get_string(e))) != NULL;
+        }
+        json_object_put(j);
+        if (!ok) free_origins(out, n);
+        return ok ? 0 : -1;
+    }
+    for (const char *p = v; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        while (len && p[0] == ' ') { p++; len--; }
+        while (len && p[len - 1] == ' ') len--;
+        if (len) {
+            if (*n >= max || !(out[*n] = strndup(p, len))) return free_origins(out, n), -1;
+            (*n)++;
+        }
+        p = e ? e + 1 : p + strlen(p);
+    }
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -101,6 +152,11 @@ int main(int argc, char **argv)
     o.lim.max_body = (size_t)dsq_opt_u64(&a, O_MAX_BODY, o.lim.max_body);
     o.lim.max_tokens = (int64_t)dsq_opt_u64(&a, O_MAX_TOKENS, (uint64_t)o.lim.max_tokens);
     o.bf16_terms = dsq_opt_int(&a, O_BF16_TERMS, o.bf16_terms);
+    o.max_connections = dsq_opt_int(&a, O_MAX_CONN, o.max_connections);
+    o.max_connections_per_client = dsq_opt_int(&a, O_MAX_CONN_CLIENT, o.max_connections_per_client);
+    o.idle_timeout = dsq_opt_int(&a, O_IDLE_TIMEOUT, o.idle_timeout);
+    o.read_timeout = dsq_opt_float(&a, O_READ_TIMEOUT, o.read_timeout);
+    const char *origins = dsq_opt_str(&a, O_ORIGINS, NULL);
     if (dsq_opt_given(&a, O_DSA)) o.dsa_mode = a.v[O_DSA].choice;
     if (dsq_opt_given(&a, O_KVCACHE)) o.kv_cache = a.v[O_KVCACHE].choice;
     o.chat_template = dsq_opt_str(&a, O_CHAT_TEMPLATE, NULL);
@@ -114,11 +170,18 @@ int main(int argc, char **argv)
         o.api_key = getenv(key_env);
         if (!o.api_key || !o.api_key[0]) return dsq_cli_usage_error(&cli, "--api-key-env: environment variable %s is unset or empty", key_env);
     }
+    char *olist[64];
+    int n_olist = 0;
+    if (origins && parse_origins(origins, olist, &n_olist, 64) < 0)
+        return dsq_cli_usage_error(&cli, "--allowed-origins: want a JSON list of strings or comma-separated origins (at most 64)");
+    o.allowed_origins = (const char *const *)olist;
+    o.n_allowed_origins = n_olist;
     dsq_diag d;
     dsq_diag_clear(&d);
     dsq_server *s = NULL;
     double t0 = dsq_now();
     rc = dsq_server_start(&s, &o, &d);
+    free_origins(olist, &n_olist); /* the server keeps its own copy */
     if (rc < 0) return dsq_cli_fail(&cli, rc, &d);
     int port = dsq_server_port(s);
     if (port_file) {

@@ -20,6 +20,9 @@ void dsq_server_opts_default(dsq_server_opts *o)
     o->slots = 8;
     o->queue = 64;
     o->max_connections = 256;
+    o->max_connections_per_client = 32;
+    o->idle_timeout = 15;
+    o->read_timeout = 30;
     o->lim.max_body = 8u << 20;
     o->lim.max_tokens = 4096;
     o->lim.default_max_tokens = 16;
@@ -43,15 +46,24 @@ int dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d)
     *out = NULL;
     if (o->slots < 1 || o->queue < 0 || !o->model_path)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "need a model, >= 1 slot and a queue >= 0");
+    if (o->max_connections < 1 || o->max_connections_per_client < 0 || o->idle_timeout < 1 || !(o->read_timeout > 0))
+        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "need >= 1 connection and timeouts above 0");
     dsq_server *s = calloc(1, sizeof *s);
     if (!s) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
     s->o = *o;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->work_cv, NULL);
+    s->o.allowed_origins = NULL;
+    s->o.n_allowed_origins = 0;
+    if (o->n_allowed_origins > 0 && (s->origins = calloc((size_t)o->n_allowed_origins, sizeof *s->origins))) {
+        for (int i = 0; i < o->n_allowed_origins && (s->origins[i] = strdup(o->allowed_origins[i])); i++)
+            s->o.n_allowed_origins++;
+        s->o.allowed_origins = (const char *const *)s->origins;
+    }
     s->served_name = o->served_name ? strdup(o->served_name) : default_name(o->model_path);
     s->api_key = o->api_key ? strdup(o->api_key) : NULL;
-    int rc = !s->served_name || (o->api_key && !s->api_key) ? dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory") : DSQ_OK;
+    int rc = !s->served_name || (o->api_key && !s->api_key) || s->o.n_allowed_origins != (o->n_allowed_origins > 0 ? o->n_allowed_origins : 0) ? dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory") : DSQ_OK;
     if (rc == DSQ_OK) rc = dsq_tokenizer_for_model(&s->tok, o->model_path, o->tokenizer_path, NULL, NULL, 0, d);
     if (rc == DSQ_OK) {
         /* the chat template: a chosen one must load; without a choice, a
@@ -76,6 +88,15 @@ int dsq_server_start(dsq_server **out, const dsq_server_opts *o, dsq_diag *d)
     if (rc == DSQ_OK) {
         const dsq_model_config *cfg = dsq_model_get_config(s->m);
         s->vocab = (size_t)cfg->vocab_size;
+        /* positions past max_position_embeddings were never trained (ds-eval refuses them too) */
+        if (cfg->max_position_embeddings > 0 && o->ctx > cfg->max_position_embeddings)
+            rc = dsq_fail(d, DSQ_ERR_INVALID_ARG, o->model_path, NULL, -1,
+                          "context %lld exceeds the model's max_position_embeddings (%lld): positions past it were "
+                          "never trained, so completions would be meaningless; use --ctx %lld or less",
+                          (long long)o->ctx, (long long)cfg->max_position_embeddings, (long long)cfg->max_position_embeddings);
+    }
+    if (rc == DSQ_OK) {
+        const dsq_model_config *cfg = dsq_model_get_config(s->m);
         s->st = dsq_state_create(s->m, o->slots, o->ctx);
         if (!s->st) rc = dsq_fail(d, DSQ_ERR_NOMEM, o->model_path, NULL, -1, "cannot allocate the KV cache for %d x %lld tokens",
                                   o->slots, (long long)o->ctx);
@@ -143,6 +164,8 @@ void dsq_server_stop(dsq_server *s, double drain_s, dsq_server_stats *final)
     free(s->queue);
     free(s->slot_job);
     free(s->served_name);
+    for (int i = 0; i < s->o.n_allowed_origins; i++) free(s->origins[i]);
+    free(s->origins);
     if (s->api_key) memset(s->api_key, 0, strlen(s->api_key));
     free(s->api_key);
     pthread_cond_destroy(&s->cv);

@@ -9,7 +9,10 @@
  *                    dsq_forward_batch_decode step for every active sequence
  *                    at a time (concurrent requests share the GEMMs)
  *   server_http.c    libmicrohttpd glue: routes, bearer token, body limit,
- *                    JSON and server-sent-event responses, client disconnects
+ *                    JSON and server-sent-event responses, client disconnects,
+ *                    CORS
+ *   server_conn.c    the connection guard: read deadline, eviction of idle
+ *                    connections at the limit (no client can lock others out)
  *
  * Generation follows ds-eval's local path exactly (gsm8k.h): greedy is the
  * argmax with the lowest id on ties, the completion is the decoded text
@@ -135,7 +138,12 @@ typedef struct dsq_server_opts {
     int slots;                  /* sequences decoded together (KV-cache slots) */
     int queue;                  /* sequences waiting beyond the slots; more -> 503 */
     int64_t ctx;                /* context per slot, 0: the model's default */
-    int max_connections;
+    int max_connections;        /* beyond it a new client evicts the longest-waiting idle one */
+    int max_connections_per_client; /* per client address, 0: no limit */
+    int idle_timeout;           /* seconds a client may send nothing (while the server waits for it) */
+    double read_timeout;        /* seconds for a whole request (headers and body) to arrive */
+    const char *const *allowed_origins; /* CORS: origins answered ("*": any); NULL / 0: none (copied) */
+    int n_allowed_origins;
     const char *chat_template;  /* NULL: the model's own; else a template id or file (chat_template.h) */
     int reasoning_parser;       /* enum dsq_reasoning_parser for /v1/chat/completions */
     dsq_srv_limits lim;

@@ -6,12 +6,16 @@
  * not, cancels the request so the engine frees its slot at the next step.
  * The request-completed callback cancels too (a stream whose write failed).
  *
- * Routes: GET /health, GET /v1/models, POST /v1/completions,
- * POST /v1/chat/completions, and vLLM's POST /tokenize and /detokenize. Errors are
- * OpenAI error objects: 400 bad JSON / types / values, 401 missing or wrong
- * bearer token, 404 unknown route or model, 405 wrong method, 413 body over
- * the limit, 503 queue full or shutting down, 500 engine failure. */
+ * Routes: GET (and HEAD) /health, /v1/models, /v1/models/{id}; POST
+ * /v1/completions, POST /v1/chat/completions, and vLLM's POST /tokenize and
+ * /detokenize; CORS preflights (OPTIONS) on any path. Errors are OpenAI error
+ * objects: 400 bad JSON / types / values or a request that can never be
+ * admitted, 401 missing or wrong bearer token, 404 unknown route or model, 405
+ * wrong method, 413 body over the limit, 503 queue full or shutting down, 500
+ * engine failure. Route, method, key and Content-Length are checked on the
+ * headers, before a body byte is read. */
 #include "server_internal.h"
+#include "server_conn.h"
 #include "chat_reasoning.h"
 #include "chat_template.h"
 #include "dsq_sbuf.h"
@@ -19,6 +23,7 @@
 #include <json-c/json.h>
 #include <microhttpd.h>
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,12 +63,37 @@ static const char *json_str(json_object *j)
     return json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
 }
 
+/* CORS as vLLM's --allowed-origins (Starlette's CORSMiddleware): an
+ * allowed Origin is echoed in Access-Control-Allow-Origin ("*" when any
+ * origin is allowed), others get no CORS header and the browser keeps the
+ * answer from the page. */
+static int origin_allowed(const dsq_server *s, const char *origin, int *any)
+{
+    *any = 0;
+    for (int i = 0; origin && i < s->o.n_allowed_origins; i++) {
+        if (!strcmp(s->o.allowed_origins[i], "*")) { *any = 1; return 1; }
+        if (!strcmp(s->o.allowed_origins[i], origin)) return 1;
+    }
+    return 0;
+}
+
+static void add_cors(struct MHD_Connection *c, struct MHD_Response *r)
+{
+    const dsq_server *s = srv_conn_server(c);
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    int any;
+    if (!s || !origin_allowed(s, origin, &any)) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", any ? "*" : origin);
+    if (!any) MHD_add_response_header(r, "Vary", "Origin");
+}
+
 static enum MHD_Result send_text(struct MHD_Connection *c, unsigned code, char *text, const char *type)
 {
     if (!text) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     if (!r) { free(text); return MHD_NO; }
     MHD_add_response_header(r, "Content-Type", type);
+    add_cors(c, r);
     enum MHD_Result ret = MHD_queue_response(c, code, r);
     MHD_destroy_response(r);
     return ret;
@@ -104,6 +134,14 @@ static int client_gone(struct MHD_Connection *c)
     if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) return 1;
     char b;
     return recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+static void conn_timeout(dsq_server *s, struct MHD_Connection *c, int working)
+{
+    /* none while the server works on the answer (the client waits for it;
+     * client_gone notices one that leaves); the idle limit again after,
+     * counted from now */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, working ? 0u : (unsigned)s->o.idle_timeout);
 }
 
 static void timed_wait(dsq_server *s, int ms)
@@ -530,8 +568,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             size_t n = sc->out_len - sc->out_off < max ? sc->out_len - sc->out_off : max;
             memcpy(buf, sc->out + sc->out_off, n);
             sc->out_off += n;
+            conn_timeout(s, sc->c, 0); /* the client must take it within the idle limit */
             return (ssize_t)n;
         }
+        conn_timeout(s, sc->c, 1);  /* waiting for tokens is not the client's idling */
         sc->out_len = sc->out_off = 0;
         pthread_mutex_lock(&s->mu);
         int got;
@@ -570,19 +610,54 @@ static void stream_free(void *cls)
 
 /* ---- routes ------------------------------------------------------------------ */
 
-static enum MHD_Result do_models(dsq_server *s, struct MHD_Connection *c)
+static json_object *model_obj(const dsq_server *s)
 {
-    json_object *j = json_object_new_object(), *a = json_object_new_array(), *m = json_object_new_object();
+    json_object *m = json_object_new_object();
     json_object_object_add(m, "id", json_object_new_string(s->served_name));
     json_object_object_add(m, "object", json_object_new_string("model"));
     json_object_object_add(m, "created", json_object_new_int64((int64_t)time(NULL)));
     json_object_object_add(m, "owned_by", json_object_new_string("dsq"));
     json_object_object_add(m, "root", json_object_new_string(s->o.model_path));
     json_object_object_add(m, "max_model_len", json_object_new_int64(s->ctx));
-    json_object_array_add(a, m);
+    return m;
+}
+
+static enum MHD_Result do_models(dsq_server *s, struct MHD_Connection *c)
+{
+    json_object *j = json_object_new_object(), *a = json_object_new_array();
+    json_object_array_add(a, model_obj(s));
     json_object_object_add(j, "object", json_object_new_string("list"));
     json_object_object_add(j, "data", a);
     return send_json(c, 200, j);
+}
+
+/* A model id in a path as it was sent, %XX escapes decoded ("org%2Fname"). */
+static int same_id(const char *path, const char *id)
+{
+    for (;;) {
+        int ch = (unsigned char)*path;
+        if (ch == '%') {
+            if (!isxdigit((unsigned char)path[1]) || !isxdigit((unsigned char)path[2])) return 0;
+            char hex[3] = { path[1], path[2], 0 };
+            ch = (int)strtol(hex, NULL, 16);
+            if (!ch) return 0;
+            path += 3;
+        } else if (ch) {
+            path++;
+        }
+        if (ch != (unsigned char)*id) return 0;
+        if (!ch) return 1;
+        id++;
+    }
+}
+
+/* GET /v1/models/{id}: the model object, as the OpenAI API's retrieve. */
+static enum MHD_Result do_model(dsq_server *s, struct MHD_Connection *c, const char *id)
+{
+    if (!same_id(id, s->served_name))
+        return send_error(s, c, 404, "invalid_request_error", "model", "the model '%s' does not exist (this server serves '%s')",
+                          id, s->served_name);
+    return send_json(c, 200, model_obj(s));
 }
 
 static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, conn_ctx *cc, int chat)
@@ -651,6 +726,12 @@ static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, c
     pthread_mutex_lock(&s->mu);
     r->id = ++s->next_id;
     pthread_mutex_unlock(&s->mu);
+    if (!msg && (int64_t)r->n_jobs > (int64_t)s->o.slots + s->o.queue) {
+        /* never admitted, however long the client waits: not a 503 */
+        snprintf(mbuf, sizeof mbuf, "the request has %d prompts; this server takes at most %lld at a time (%d slots + a queue of %d)",
+                 r->n_jobs, (long long)s->o.slots + s->o.queue, s->o.slots, s->o.queue);
+        msg = mbuf;
+    }
     if (msg) {
         const char *bad = r->p.chat ? "messages" : "prompt"; /* r may be freed by the unref */
         pthread_mutex_lock(&s->mu);
@@ -690,10 +771,12 @@ static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, c
         if (!resp) { stream_free(sc); return MHD_NO; }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        add_cors(c, resp);
         enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         return ret;
     }
+    conn_timeout(s, c, 1);
     pthread_mutex_lock(&s->mu);
     while (r->n_finished < r->n_jobs && !r->cancelled) {
         timed_wait(s, 100);
@@ -704,6 +787,7 @@ static enum MHD_Result do_completions(dsq_server *s, struct MHD_Connection *c, c
     }
     int cancelled = r->cancelled && r->n_finished < r->n_jobs;
     pthread_mutex_unlock(&s->mu);
+    conn_timeout(s, c, 0);
     if (cancelled) return MHD_NO; /* client gone: nothing to answer */
     for (int i = 0; i < r->n_jobs; i++)
         if (r->jobs[i].finished == SRV_FIN_ERROR)
@@ -808,13 +892,114 @@ static int authorized(dsq_server *s, struct MHD_Connection *c)
     return diff == 0;
 }
 
+enum route { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE };
+
+static enum route route_of(const char *url)
+{
+    static const struct { const char *path; enum route r; } tab[] = {
+        { "/health", R_HEALTH }, { "/v1/models", R_MODELS }, { "/v1/completions", R_COMPLETIONS },
+        { "/v1/chat/completions", R_CHAT }, { "/tokenize", R_TOKENIZE }, { "/detokenize", R_DETOKENIZE },
+    };
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (!strcmp(url, tab[i].path)) return tab[i].r;
+    if (!strncmp(url, "/v1/models/", 11) && url[11]) return R_MODEL;
+    return R_NONE;
+}
+
+/* 405 with the Allow header the status requires. */
+static enum MHD_Result send_405(struct MHD_Connection *c, const char *allow, const char *url)
+{
+    char msg[300];
+    snprintf(msg, sizeof msg, "use %s for %.200s", allow, url);
+    char *t = dsq_srv_error_json(msg, "invalid_request_error", NULL, 405);
+    if (!t) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(t), t, MHD_RESPMEM_MUST_FREE);
+    if (!r) { free(t); return MHD_NO; }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Allow", allow);
+    add_cors(c, r);
+    enum MHD_Result ret = MHD_queue_response(c, 405, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* A CORS preflight (OPTIONS with Access-Control-Request-Method), answered
+ * before authentication on any path as Starlette's CORSMiddleware does in
+ * vLLM: 200 "OK" for an allowed origin and method, 400 "Disallowed CORS
+ * origin / method" otherwise; requested headers are allowed (mirrored, as
+ * vLLM's default --allowed-headers '*'). */
+static enum MHD_Result preflight(dsq_server *s, struct MHD_Connection *c, const char *want_method)
+{
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    const char *hdrs = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    static const char *const methods[] = { "GET", "HEAD", "POST", "OPTIONS" };
+    int any, ok_origin = origin_allowed(s, origin, &any), ok_method = 0;
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) ok_method |= !strcmp(want_method, methods[i]);
+    char text[64];
+    snprintf(text, sizeof text, ok_origin && ok_method ? "OK" : "Disallowed CORS %s%s%s", ok_origin ? "" : "origin",
+             !ok_origin && !ok_method ? ", " : "", ok_method ? "" : "method");
+    char *t = strdup(text);
+    if (!t) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(t), t, MHD_RESPMEM_MUST_FREE);
+    if (!r) { free(t); return MHD_NO; }
+    MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    if (ok_origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", any ? "*" : origin);
+        if (!any) MHD_add_response_header(r, "Vary", "Origin");
+    }
+    if (hdrs) MHD_add_response_header(r, "Access-Control-Allow-Headers", hdrs);
+    enum MHD_Result ret = MHD_queue_response(c, ok_origin && ok_method ? 200 : 400, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Everything decided on the headers alone, before any body byte is read:
+ * route, method, API key, and a Content-Length over the limit. 1 when a
+ * response was queued (*ret says how), 0 to read the body. */
+static int refuse_on_headers(dsq_server *s, struct MHD_Connection *c, const char *url, const char *method,
+                             enum route rt, enum MHD_Result *ret)
+{
+    const char *acrm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method");
+    if (!strcmp(method, "OPTIONS") && acrm) return *ret = preflight(s, c, acrm), 1;
+    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    int get_route = rt == R_HEALTH || rt == R_MODELS || rt == R_MODEL;
+    if (rt == R_NONE) return *ret = send_error(s, c, 404, "invalid_request_error", NULL, "no route %s %s", method, url), 1;
+    if (rt == R_HEALTH && !get) return *ret = send_405(c, "GET, HEAD", url), 1;
+    if (rt != R_HEALTH && !authorized(s, c))
+        return *ret = send_error(s, c, 401, "invalid_request_error", NULL, "missing or incorrect API key (send 'Authorization: Bearer KEY')"), 1;
+    if (get_route && !get) return *ret = send_405(c, "GET, HEAD", url), 1;
+    if (!get_route && !post) return *ret = send_405(c, "POST", url), 1;
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (end != cl && n > s->o.lim.max_body)
+            return *ret = send_error(s, c, 413, "invalid_request_error", NULL, "request body of %llu bytes is over the limit of %zu bytes",
+                                     n, s->o.lim.max_body), 1;
+    }
+    return 0;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
     dsq_server *s = cls;
     conn_ctx *cc = *con_cls;
     (void)version;
+    enum route rt = route_of(url);
     if (!cc) {
+        /* the headers are in, no body byte has been read */
+        enum MHD_Result ret;
+        if (refuse_on_headers(s, c, url, method, rt, &ret)) return ret;
+        if (rt == R_HEALTH) {
+            json_object *j = json_object_new_object();
+            json_object_object_add(j, "status", json_object_new_string("ok"));
+            return send_json(c, 200, j);
+        }
+        if (rt == R_MODELS) return do_models(s, c);
+        if (rt == R_MODEL) return do_model(s, c, url + 11);
         if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
         cc->s = s;
         *con_cls = cc;
@@ -825,6 +1010,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!cc->too_big && cc->len + n <= s->o.lim.max_body) {
             if (cc->len + n + 1 > cc->cap) {
                 size_t cap = (cc->len + n + 1) * 2;
+                if (cap > s->o.lim.max_body + 1) cap = s->o.lim.max_body + 1;
                 char *b = realloc(cc->body, cap);
                 if (!b) return MHD_NO;
                 cc->body = b;
@@ -834,40 +1020,28 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             cc->len += n;
             cc->body[cc->len] = 0;
         } else {
-            cc->too_big = 1; /* keep reading, answer 413 at the end */
+            cc->too_big = 1; /* keep reading (up to --read-timeout), answer 413 at the end */
+            free(cc->body);
+            cc->body = NULL;
+            cc->len = cc->cap = 0;
         }
         *upload_size = 0;
         return MHD_YES;
     }
-    int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
-    if (!strcmp(url, "/health")) {
-        if (!is_get) return send_error(s, c, 405, "invalid_request_error", NULL, "use GET for %s", url);
-        json_object *j = json_object_new_object();
-        json_object_object_add(j, "status", json_object_new_string("ok"));
-        return send_json(c, 200, j);
-    }
-    int models = !strcmp(url, "/v1/models"), comp = !strcmp(url, "/v1/completions");
-    int chat = !strcmp(url, "/v1/chat/completions"), tok = !strcmp(url, "/tokenize"), detok = !strcmp(url, "/detokenize");
-    if (!models && !comp && !chat && !tok && !detok)
-        return send_error(s, c, 404, "invalid_request_error", NULL, "no route %s %s", method, url);
-    if (!authorized(s, c))
-        return send_error(s, c, 401, "invalid_request_error", NULL, "missing or incorrect API key (send 'Authorization: Bearer KEY')");
-    if (models) {
-        if (!is_get) return send_error(s, c, 405, "invalid_request_error", NULL, "use GET for %s", url);
-        return do_models(s, c);
-    }
-    if (!is_post) return send_error(s, c, 405, "invalid_request_error", NULL, "use POST for %s", url);
-    if (tok) return do_tokenize(s, c, cc);
-    if (detok) return do_detokenize(s, c, cc);
-    return do_completions(s, c, cc, chat);
+    srv_conn_set_working(c, 1);
+    if (rt == R_TOKENIZE) return do_tokenize(s, c, cc);
+    if (rt == R_DETOKENIZE) return do_detokenize(s, c, cc);
+    return do_completions(s, c, cc, rt == R_CHAT);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode tc)
 {
     dsq_server *s = cls;
     conn_ctx *cc = *con_cls;
-    (void)c;
     (void)tc;
+    /* the connection waits for its next request: the idle and read limits again */
+    srv_conn_set_working(c, 0);
+    conn_timeout(s, c, 0);
     if (!cc) return;
     if (cc->req) {
         pthread_mutex_lock(&s->mu);
@@ -889,12 +1063,16 @@ int srv_http_start(dsq_server *s, dsq_diag *d)
     const char *host = s->o.host ? s->o.host : "127.0.0.1";
     if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1, "bad IPv4 address '%s'", host);
+    int rc = srv_conns_start(s, d);
+    if (rc < 0) return rc;
     s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL,
-                                 0, NULL, NULL, handler, s,
+                                 0, srv_conns_accept, s, handler, s,
                                  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                                 MHD_OPTION_CONNECTION_LIMIT, srv_conns_hard_limit(s),
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->o.max_connections_per_client,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.idle_timeout,
                                  MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                                 MHD_OPTION_NOTIFY_CONNECTION, srv_conns_notify, s,
                                  MHD_OPTION_END);
     if (!s->daemon) return dsq_fail(d, DSQ_ERR_IO, NULL, NULL, -1, "cannot listen on %s:%d (port in use?)", host, s->o.port);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -906,4 +1084,5 @@ void srv_http_stop(dsq_server *s)
 {
     if (s->daemon) MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
+    srv_conns_stop(s);
 }

@@ -89,6 +89,8 @@ struct dsq_server {
     dsq_server_stats stats;    /* [mu] */
 
     struct MHD_Daemon *daemon;
+    struct srv_conns *conns;   /* server_conn.c */
+    char **origins;            /* the copy o.allowed_origins points to */
     int port;
 };
 
