@@ -204,13 +204,13 @@ static const char *fixture(void)
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s tests/ref/dsv32_fixture.py %s %d %d >/dev/null", py, d, NSEQ, SLEN);
     if (system(cmd) != 0) fail_msg("tests/ref/dsv32_fixture.py failed");
-    return dir = strdup(d);
+    return dir = d;
 }
 
 /* A copy of the fixture's config with index_topk = topk (weights linked). */
 static char *with_topk(const char *fx, int topk)
 {
-    char *d = strdup(dsq_test_tmpdir());
+    char *d = dsq_test_tmpdir();
     char p[600], q[600];
     snprintf(p, sizeof p, "%s/config.json", fx);
     char *txt = NULL;
@@ -487,7 +487,7 @@ static void test_convert_v32(void **st)
         so.index_topk = 1000;   /* dense: the quantization error alone, no top-k flips */
         so.fp8 = fp8;
         so.seed = 31;
-        char *dir = strdup(dsq_test_tmpdir());
+        char *dir = dsq_test_tmpdir();
         dsq_diag d;
         dsq_diag_clear(&d);
         assert_int_equal(dsq_synth_write(&so, dir, DSQ_OUT_OVERWRITE, NULL, &d), 0);

@@ -64,6 +64,7 @@ static void test_missing(void **state)
     assert_int_equal(from, DSQ_TOK_FROM_NONE);
     assert_null(tok);
     dsq_test_rmtree(dir);
+    free(dir);
 }
 
 static void test_llama2c(void **state)

@@ -109,6 +109,7 @@ static void test_stages(void **state)
     assert_int_equal(log.planned, 1);
     dsq_quantize_result_release(&r);
     dsq_test_rmtree(dir);
+    free(dir);
 }
 
 static void test_export_equals_direct(void **state)
@@ -179,6 +180,7 @@ static void test_export_equals_direct(void **state)
     dsq_diag_clear(&d);
     assert_int_equal(dsq_export_from_dsq(q, &eo, NULL, &s, &d), DSQ_ERR_EXISTS);
     dsq_test_rmtree(dir);
+    free(dir);
 }
 
 int main(void)

@@ -177,6 +177,7 @@ static void test_rotation_seeded(void **st)
     int neg = 0;
     for (int i = 0; i < 64; i++) neg += a.sign[i] < 0;
     assert_true(neg > 8 && neg < 56);
+    dsq_rot_free(&c);
     assert_int_equal(dsq_rot_init(&c, DSQ_ROT_BLOCK, 64, 24, 1, NULL), DSQ_ERR_INVALID_ARG);
     dsq_rot_free(&a);
     dsq_rot_free(&b);
@@ -312,6 +313,7 @@ static void check_invariance(const char *src, enum dsq_dtype dt, double tol)
     assert_int_equal(remove(extra), 0);
     assert_int_equal(dsq_quarot_remove(out, src, NULL), DSQ_ERR_STATE);   /* the shards are gone */
     dsq_test_rmtree(tmp);
+    free(tmp);
 }
 
 static void test_quarot_model_invariance_bf16_source(void **st)

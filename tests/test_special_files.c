@@ -100,6 +100,7 @@ static void test_model_files_as_fifos(void **st)
     free(sums);
     free(bin);
     dsq_test_rmtree(dir);
+    free(dir);
 }
 
 /* A pipe with a writer (what a shell's process substitution hands over as
