@@ -107,7 +107,9 @@ for (const echo of [false, true]) {
   const req = { model, prompt, max_tokens: 24, temperature: 1.5, seed: 5, logprobs: 2, echo };
   const { whole, text, L, events } = await both(req);
   const what = `stream + logprobs${echo ? ' + echo' : ''}`;
-  check(events >= 3, `${what}: only ${events} events`);
+  // how many events a stream arrives in depends on timing (a loaded machine
+  // coalesces them); their joined content is what must equal the whole answer
+  check(events >= 1, `${what}: no events`);
   check(text === whole.text, `${what}: streamed text ${js(text)} != ${js(whole.text)}`);
   checkLogprobs(L, 2, what);
   for (const f of Object.keys(L))
