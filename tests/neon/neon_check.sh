@@ -24,7 +24,7 @@ done
 [ -f "$LIBDIR/libcmocka.so" ] || { echo "neon_check: skip: libcmocka-dev:arm64 not installed"; exit 0; }
 OUT=${BUILD:-build}/neon
 mkdir -p "$OUT"
-$CC -std=c11 -D_GNU_SOURCE -pthread -O2 -g -Wall -Wextra -Icommon -Iquant -Iinclude -Itests \
+$CC -std=c11 -D_GNU_SOURCE -pthread -O2 -g -Wall -Wextra -Icommon -Iformats -Iquant -Iinclude -Itests \
   tests/test_quant.c tests/dsq_test.c common/dsq_error.c common/dsq_thread.c quant/*.c \
   tests/neon/nothreads.c -Wl,--wrap=pthread_create \
   -o "$OUT/test_quant" -lcmocka -lopenblas -lm -lpthread || exit 1
