@@ -111,9 +111,8 @@ int dsq_scratch_alloc(dsq_scratch *sc, const dsq_model *m, int64_t T, int64_t ct
         sc->nsel = malloc((size_t)T * sizeof(int32_t));
         sc->iscore = falloc(nt * 2 * ctx);
         sc->itile = falloc(nt * 64 * (Di + Hi));
-        sc->keep = malloc((size_t)(T * ctx));
         sc->gather = falloc(sc->cap_sel * m->kv_width);
-        ok = ok && sc->iq && sc->ik && sc->iw && sc->sel && sc->nsel && sc->iscore && sc->itile && sc->keep &&
+        ok = ok && sc->iq && sc->ik && sc->iw && sc->sel && sc->nsel && sc->iscore && sc->itile &&
              sc->gather;
     }
     sc->gemm_size = gemm_scratch_size(m, T, ctx);
@@ -133,7 +132,7 @@ void dsq_scratch_free(dsq_scratch *sc)
     void *ps[] = { sc->xb, sc->q, sc->qa, sc->kva, sc->att, sc->proj, sc->g, sc->u, sc->moe_x, sc->moe_y,
                    sc->moe_acc, sc->logits_r, sc->route_w, sc->route_idx, sc->tok_list, sc->tok_w,
                    sc->route_tmp, sc->scores, sc->vis, sc->qabs, sc->kv_exp, sc->cs, sc->gemm_buf,
-                   sc->iq, sc->ik, sc->iw, sc->sel, sc->nsel, sc->iscore, sc->itile, sc->keep, sc->gather };
+                   sc->iq, sc->ik, sc->iw, sc->sel, sc->nsel, sc->iscore, sc->itile, sc->gather };
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
     memset(sc, 0, sizeof *sc);
 }

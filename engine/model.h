@@ -353,8 +353,7 @@ typedef struct dsq_scratch {
     int32_t *nsel;        /* [T] their count; -1: every visible key */
     float *iscore;        /* [nthreads, 2 * cap_ctx] scores and top-k scratch */
     float *itile;         /* [nthreads, 64 * (D + Hi)] decoded keys and products */
-    uint8_t *keep;        /* [T, cap_ctx] prefill mask of selected keys */
-    float *gather;        /* [cap_sel, kv_lora + rope] selected latent rows (decode) */
+    float *gather;        /* [cap_sel, kv_lora + rope] one row's selected latent and k_pe rows */
     void *gemm_buf;       /* gemm scratch */
     size_t gemm_size;
 } dsq_scratch;
