@@ -53,7 +53,7 @@ static double now(void)
 /* ms per token of each part of one profiled pass (prof.h ops, see above) */
 typedef struct parts {
     double total, scores, topk, attn, rest;
-    int split;          /* scores and top-k timed apart */
+    int split; /* scores and top-k timed apart */
 } parts;
 
 static parts split_parts(const dsq_prof *pf, double total, int tokens)

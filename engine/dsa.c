@@ -278,7 +278,7 @@ static void idx_select_task(void *ctx, size_t item, int tid)
     dsq_scratch *sc = r->sc;
     const int t = (int)item;
     const int64_t n = dsq_kv_index(r, t) + 1;
-    if (n <= m->cfg.index_topk) {    /* every visible key: no scoring */
+    if (n <= m->cfg.index_topk) { /* every visible key: no scoring */
         sc->nsel[t] = -1;
         return;
     }

@@ -71,7 +71,7 @@ typedef struct mla_job {
     dsq_run *r;
     const dsq_layer *ly;
     int64_t H, nope, rope, vd, R;
-    int t0, nt;         /* the absorbed path's rows [t0, t0 + nt) */
+    int t0, nt; /* the absorbed path's rows [t0, t0 + nt) */
 } mla_job;
 
 /* Absorbed items are head-major (item = h * nt + t): the rows of one head
@@ -242,7 +242,7 @@ typedef struct naive_job {
     const float *lat, *pe;
     int M;
     int64_t P;
-    float *S;   /* per thread [M, P] scores; NULL: serial heads on sc->scores */
+    float *S; /* per thread [M, P] scores; NULL: serial heads on sc->scores */
 } naive_job;
 
 static void naive_head(const naive_job *nj, int64_t h, float *S, dsq_pool *pool)
