@@ -444,7 +444,7 @@ int dsq_mla_forward(dsq_run *r, const float *x)
             if (dsq_kv_index(r, Tn) + 1 > Pn) Pn = dsq_kv_index(r, Tn) + 1;
             Tn++;
         }
-        if (Pn > sc->cap_ctx) Tn = 0;
+        if (Pn > sc->cap_exp) Tn = 0;
         /* hooks (calibration) see kv_b_proj's input whichever path runs:
          * every cached latent, as the naive path reads them */
         DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_b, dsq_kv_base(r, 0), (int)P, NULL));
