@@ -235,8 +235,9 @@ int check_finite(const dsq_calib_result *r, const char *model)
     return n;
 }
 
-/* Fold the result into a float32 copy of model at out (config + tokenizer copied). */
-void fold_copy(const char *model, const dsq_calib_result *r, const char *out)
+/* A float32 copy of model at out (config + tokenizer copied), each tensor
+ * passed through edit first (NULL: copied unchanged). */
+void edit_copy(const char *model, const char *out, tensor_edit edit, void *ctx)
 {
     dsq_st_model *st;
     assert_int_equal(dsq_st_open(&st, model, NULL), 0);
@@ -247,8 +248,7 @@ void fold_copy(const char *model, const dsq_calib_result *r, const char *out)
         int64_t rows = dsq_st_rows(t), cols = dsq_st_cols(t);
         bufs[i] = malloc((size_t)t->numel * sizeof(float));
         assert_int_equal(dsq_st_read_rows_f32(st, t, 0, rows, bufs[i], NULL), 0);
-        const dsq_calib_tensor *e = dsq_calib_lookup(r, t->name);
-        if (e) assert_int_equal(dsq_calib_apply_rows(e, 0, rows, cols, bufs[i]), 0);
+        if (edit) edit(ctx, t, bufs[i], rows, cols);
         assert_int_equal(dsq_st_writer_add(w, t->name, DSQ_DTYPE_F32, t->ndim, t->shape, bufs[i],
                                            t->numel * sizeof(float)), 0);
     }
@@ -270,6 +270,18 @@ void fold_copy(const char *model, const dsq_calib_result *r, const char *out)
         free(a);
         free(b);
     }
+}
+
+static void fold_edit(void *ctx, const dsq_st_tensor *t, float *w, int64_t rows, int64_t cols)
+{
+    const dsq_calib_tensor *e = dsq_calib_lookup(ctx, t->name);
+    if (e) assert_int_equal(dsq_calib_apply_rows(e, 0, rows, cols, w), 0);
+}
+
+/* Fold the result into a float32 copy of model at out (config + tokenizer copied). */
+void fold_copy(const char *model, const dsq_calib_result *r, const char *out)
+{
+    edit_copy(model, out, fold_edit, (void *)r);
 }
 
 int g_dsa_mode = DSQ_DSA_FP8;
