@@ -25,34 +25,15 @@ DATA=samples/data/gsm_test.jsonl
 command -v curl >/dev/null 2>&1 || { echo "chat.sh: skipped: curl (the command) not installed"; exit 0; }
 command -v jq >/dev/null 2>&1 || { echo "chat.sh: skipped: jq not installed"; exit 0; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-chat-XXXXXX")
-SP=""
-cleanup() { [ -n "$SP" ] && kill -9 "$SP" 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+. "$(dirname "$0")/../fixtures/ds_serve.sh"
+SERVE_QUIET=    # the full log: the checks read the template it names
+SERVE_ANY_EXIT=1
 fails=0
 fail() { echo "chat.sh: FAIL: $*"; fails=$((fails+1)); }
 SHARED=${DSQ_SHARED:-../shared}
 PY=${PYTHON:-/usr/bin/python3}
 [ -x "$PY" ] || PY=python3
 
-start_server() {
-  rm -f "$T/port"
-  $SERVE -m $M -T 1 --port 0 --port-file "$T/port" "$@" >"$T/server.log" 2>&1 &
-  SP=$!
-  i=0
-  while [ ! -s "$T/port" ] && [ $i -lt 200 ]; do
-    kill -0 $SP 2>/dev/null || break
-    sleep 0.05; i=$((i+1))
-  done
-  [ -s "$T/port" ] || { fail "ds-serve did not start: $(head -c 300 "$T/server.log")"; return 1; }
-  URL=http://127.0.0.1:$(cat "$T/port")
-}
-stop_server() {
-  [ -n "$SP" ] || return 0
-  kill -TERM $SP 2>/dev/null
-  i=0; while kill -0 $SP 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
-  kill -9 $SP 2>/dev/null; SP=""
-}
 post() { curl -s -o "$T/body" -w '%{http_code}' "$URL$1" -H 'Content-Type: application/json' -d "$2"; }
 
 start_server --chat-template deepseek-v3.1 --reasoning-parser deepseek_v3 || exit 1
@@ -194,10 +175,9 @@ if [ -f "$SHARED/data/chat-templates/deepseek-v3.1.jinja" ] && [ -x ./bin/ds-qua
   cp $M/*.json $M/*.safetensors "$T/m31/"
   jq --rawfile t "$SHARED/data/chat-templates/deepseek-v3.1.jinja" '.chat_template = $t' $M/tokenizer_config.json > "$T/m31/tokenizer_config.json"
   if ./bin/ds-quant --scheme w8a8-dynamic -T 1 -q "$T/m31" "$T/m31.dsq" >"$T/quant.log" 2>&1; then
-    rm -f "$T/port"
-    $SERVE -m "$T/m31.dsq" -T 1 --port 0 --port-file "$T/port" >"$T/server.log" 2>&1 &
-    SP=$!
-    i=0; while [ ! -s "$T/port" ] && [ $i -lt 200 ] && kill -0 $SP 2>/dev/null; do sleep 0.05; i=$((i+1)); done
+    SM="$T/m31.dsq"
+    start_server || :
+    SM=
     grep -q "chat template: deepseek-v3.1" "$T/server.log" || fail "the .dsq's template: $(cat "$T/server.log")"
     stop_server
   else
