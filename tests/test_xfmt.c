@@ -76,6 +76,37 @@ static uint8_t *make_blob(const dsq_scheme *sc, int32_t group, dsq_qshape *qs, s
     return blob;
 }
 
+/* A BF16 model's config of model_type deepseek_v3 / deepseek_v32. */
+static const char V3_META[] = "{\"config\": {\"model_type\": \"deepseek_v3\", \"torch_dtype\": \"bfloat16\"}}";
+static const char V32_META[] = "{\"config\": {\"model_type\": \"deepseek_v32\", \"torch_dtype\": \"bfloat16\"}}";
+
+/* dsq_export_open of the one N x K source tensor *src (filled here: name,
+ * role, layer, a routed expert being expert 0, quantized as sc / qs; the
+ * export reads it until freed) to out in format f. */
+static int open_one(dsq_export **ex, dsq_export_src *src, const dsq_xfmt *f, const char *name, uint32_t role,
+                    int layer, const dsq_scheme *sc, const dsq_qshape *qs, const char *meta, const char *out,
+                    dsq_diag *d)
+{
+    memset(src, 0, sizeof *src);
+    src->name = name;
+    src->role.role = role;
+    src->role.layer = layer;
+    src->role.expert = role == DSQ_ROLE_EXPERT_LINEAR ? 0 : -1;
+    src->scheme = sc;
+    src->src_dtype = DSQ_DTYPE_BF16;
+    src->ndim = 2;
+    src->shape[0] = N;
+    src->shape[1] = K;
+    src->qshape = *qs;
+    dsq_export_opts o;
+    memset(&o, 0, sizeof o);
+    o.format = f->name;
+    o.output = out;
+    o.meta_json = meta;
+    dsq_diag_clear(d);
+    return dsq_export_open(ex, &o, src, 1, d);
+}
+
 /* 1 when the round trip ran, 0 when the format's plan refuses the
  * (scheme, group size) combination. */
 static int round_trip(const dsq_xfmt *f, const dsq_scheme *sc, int32_t group, int m)
@@ -87,29 +118,12 @@ static int round_trip(const dsq_xfmt *f, const dsq_scheme *sc, int32_t group, in
     size_t size;
     uint8_t *blob = make_blob(sc, group, &qs, &size);
     if (!blob) return 0;
-    dsq_export_src src;
-    memset(&src, 0, sizeof src);
-    src.name = NAME;
-    src.role.role = ROLES[m];
-    src.role.layer = m;
-    src.role.expert = m ? 0 : -1;
-    src.scheme = sc;
-    src.src_dtype = DSQ_DTYPE_BF16;
-    src.ndim = 2;
-    src.shape[0] = N;
-    src.shape[1] = K;
-    src.qshape = qs;
     char out[512];
     snprintf(out, sizeof out, "%s/%s-%s-%d-%d", g_dir, f->name, sc->name, (int)group, m);
-    dsq_export_opts o;
-    memset(&o, 0, sizeof o);
-    o.format = f->name;
-    o.output = out;
-    o.meta_json = "{\"config\": {\"model_type\": \"deepseek_v3\", \"torch_dtype\": \"bfloat16\"}}";
+    dsq_export_src src;
     dsq_export *ex = NULL;
     dsq_diag d;
-    dsq_diag_clear(&d);
-    int rc = dsq_export_open(&ex, &o, &src, 1, &d);
+    int rc = open_one(&ex, &src, f, NAME, ROLES[m], m, sc, &qs, V3_META, out, &d);
     if (rc == DSQ_ERR_UNSUPPORTED) {
         free(blob);
         return 0;
@@ -202,28 +216,13 @@ static int open_indexer(const dsq_xfmt *f, const char *name, const char *tag, ds
 {
     const dsq_scheme *sc = dsq_scheme_by_id(f->schemes[0]);
     assert_non_null(sc);
-    dsq_export_src src;
-    memset(&src, 0, sizeof src);
-    src.name = name;
-    src.role.role = DSQ_ROLE_INDEXER_LINEAR;
-    src.role.layer = 0;
-    src.role.expert = -1;
-    src.scheme = sc;
-    src.src_dtype = DSQ_DTYPE_BF16;
-    src.ndim = 2;
-    src.shape[0] = N;
-    src.shape[1] = K;
-    assert_int_equal(dsq_qshape_init(&src.qshape, sc, N, K, 64), DSQ_OK);
+    dsq_qshape qs;
+    assert_int_equal(dsq_qshape_init(&qs, sc, N, K, 64), DSQ_OK);
     char out[512];
     snprintf(out, sizeof out, "%s/indexer-%s-%s", g_dir, f->name, tag);
-    dsq_export_opts o;
-    memset(&o, 0, sizeof o);
-    o.format = f->name;
-    o.output = out;
-    o.meta_json = "{\"config\": {\"model_type\": \"deepseek_v32\", \"torch_dtype\": \"bfloat16\"}}";
+    dsq_export_src src;
     dsq_export *ex = NULL;
-    dsq_diag_clear(d);
-    int rc = dsq_export_open(&ex, &o, &src, 1, d);
+    int rc = open_one(&ex, &src, f, name, DSQ_ROLE_INDEXER_LINEAR, 0, sc, &qs, V32_META, out, d);
     if (rc == DSQ_OK) dsq_export_free(ex, 0);
     else assert_null(ex);
     return rc;
