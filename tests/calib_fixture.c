@@ -51,19 +51,6 @@ char *path(const char *name) { return dsq_path_join(g_dir, name); }
 
 /* ---- helpers -------------------------------------------------------------- */
 
-/* GPT-2 bytes_to_unicode (independent of the library's). */
-unsigned b2u(unsigned b)
-{
-    int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    if (printable) return b;
-    unsigned k = 0;
-    for (unsigned x = 0; x < b; x++) {
-        int p = (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE);
-        k += !p;
-    }
-    return 256 + k;
-}
-
 /* A byte-level tokenizer.json with no merges: one token per byte (id = byte). */
 void write_byte_tokenizer(const char *dir)
 {
@@ -73,7 +60,7 @@ void write_byte_tokenizer(const char *dir)
                     "\"add_prefix_space\":false,\"use_regex\":false},\"added_tokens\":[],\"post_processor\":null,"
                     "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{");
     for (unsigned b = 0; b < 256; b++) {
-        unsigned cp = b2u(b);
+        unsigned cp = dsq_test_b2u(b);
         if (cp == '"' || cp == '\\') o += sprintf(o, "%s\"\\%c\":%u", b ? "," : "", (char)cp, b);
         else if (cp < 0x80) o += sprintf(o, "%s\"%c\":%u", b ? "," : "", (char)cp, b);
         else o += sprintf(o, "%s\"\\u%04x\":%u", b ? "," : "", cp, b);

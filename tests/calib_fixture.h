@@ -18,8 +18,6 @@ int teardown(void **state);
 /* name inside g_dir (caller frees) */
 char *path(const char *name);
 
-/* GPT-2 bytes_to_unicode (independent of the library's). */
-unsigned b2u(unsigned b);
 /* A byte-level tokenizer.json with no merges: one token per byte (id = byte). */
 void write_byte_tokenizer(const char *dir);
 /* Synthetic DeepSeek-V3 (no MTP) and Llama shapes, float32. */
