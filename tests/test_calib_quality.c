@@ -242,19 +242,28 @@ static kl_stats measure(const char *model, const char *base, const meas *m, cons
     return k;
 }
 
+/* The model the KLD measurements run on: DSQ_TEST_SAMPLE_MODEL, else
+ * samples/tiny-dsv3; NULL (one skip line) under ASan unless
+ * DSQ_TEST_SAMPLE_MODEL is set: the calibrate + quantize + KLD runs take
+ * minutes there and add no coverage the synthetic tests lack. */
+static const char *measured_model(void)
+{
+    const char *model = getenv("DSQ_TEST_SAMPLE_MODEL") ? getenv("DSQ_TEST_SAMPLE_MODEL") : "samples/tiny-dsv3";
+#ifdef __SANITIZE_ADDRESS__
+    if (!getenv("DSQ_TEST_SAMPLE_MODEL")) {
+        fprintf(stderr, "skip: sample measurements under AddressSanitizer\n");
+        return NULL;
+    }
+#endif
+    return model;
+}
+
 
 static void test_sample_ordering(void **state)
 {
     (void)state;
-    const char *model = getenv("DSQ_TEST_SAMPLE_MODEL") ? getenv("DSQ_TEST_SAMPLE_MODEL") : "samples/tiny-dsv3";
-#ifdef __SANITIZE_ADDRESS__
-    /* 12 calibrate + quantize + KLD runs take minutes under ASan and add no
-     * coverage the synthetic tests lack; DSQ_TEST_SAMPLE_MODEL forces them */
-    if (!getenv("DSQ_TEST_SAMPLE_MODEL")) {
-        fprintf(stderr, "skip: sample measurements under AddressSanitizer\n");
-        return;
-    }
-#endif
+    const char *model = measured_model();
+    if (!model) return;
     if (!sample_present(model, "samples/data/calib.txt", "samples/data/heldout.txt", (char *)NULL)) return;
     dsq_tokenizer *tok;
     assert_int_equal(dsq_tokenizer_load(&tok, model, NULL), 0);
@@ -357,13 +366,8 @@ static char *gsm_text(const char *file, size_t *len)
 static void test_sample_dynamic_smoothing(void **state)
 {
     (void)state;
-    const char *model = getenv("DSQ_TEST_SAMPLE_MODEL") ? getenv("DSQ_TEST_SAMPLE_MODEL") : "samples/tiny-dsv3";
-#ifdef __SANITIZE_ADDRESS__
-    if (!getenv("DSQ_TEST_SAMPLE_MODEL")) {
-        fprintf(stderr, "skip: sample measurements under AddressSanitizer\n");
-        return;
-    }
-#endif
+    const char *model = measured_model();
+    if (!model) return;
     if (!sample_present(model, "samples/data/calib.txt", "samples/data/heldout.txt", "samples/data/gsm_test.jsonl",
                         (char *)NULL))
         return;
