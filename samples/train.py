@@ -177,12 +177,13 @@ def lr_at(step, steps, peak, warm):
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
-def adamw(model, lr, wd):
-    """AdamW (betas 0.9/0.95) with weight decay wd on the matrices, none on vectors."""
+def adamw(model, lr, wd, **kw):
+    """AdamW (betas 0.9/0.95) with weight decay wd on the matrices, none on vectors; kw: more
+    torch.optim.AdamW options (fused)."""
     decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() == 2]
     nodecay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": nodecay, "weight_decay": 0.0}],
-                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8, **kw)
 
 
 def resume(ck, model, opt):
