@@ -118,9 +118,9 @@ int dsq_ppl_flow(const dsq_ppl_flow_opts *o, dsq_ppl_report *rep, dsq_diag *d)
     if (rc == DSQ_OK && o->limit_tokens && o->limit_tokens < n_tok) n_tok = (size_t)o->limit_tokens;
     /* window: BOS written over every window's first token (when the
      * tokenizer adds one); first: the text's own leading BOS only */
-    rep->bos_id = rc == DSQ_OK && o->bos == DSQ_TEXT_BOS_WINDOW ? dsq_tokenizer_adds_bos(e.tok)
-                : rc == DSQ_OK && o->bos == DSQ_TEXT_BOS_FIRST  ? dsq_tokenizer_bos(e.tok)
-                                                                : -1;
+    rep->bos_id = rc == DSQ_OK && o->bos == DSQ_TEXT_BOS_WINDOW  ? dsq_tokenizer_adds_bos(e.tok)
+                  : rc == DSQ_OK && o->bos == DSQ_TEXT_BOS_FIRST ? dsq_tokenizer_bos(e.tok)
+                                                                 : -1;
     if (rc == DSQ_OK)
         rc = dsq_ppl_plan_init(&rep->plan, n_tok, n_ctx, o->bos == DSQ_TEXT_BOS_WINDOW ? rep->bos_id : -1, d);
     const dsq_ppl_plan *plan = &rep->plan;
@@ -156,8 +156,12 @@ int dsq_ppl_flow(const dsq_ppl_flow_opts *o, dsq_ppl_report *rep, dsq_diag *d)
     if (rc == DSQ_OK) {
         note(ev, 3, "%zu windows of %zu tokens, %zu scored per window", plan->n_chunks, n_ctx, plan->per_chunk);
         begin(ev, "ppl", "windows", plan->n_chunks);
-        dsq_eval_hooks h = { .cancel = ev->cancel, .progress = window_progress, .progress_user = (void *)ev,
-                             .pool = dsq_model_pool(e.m) };
+        dsq_eval_hooks h = {
+            .cancel = ev->cancel,
+            .progress = window_progress,
+            .progress_user = (void *)ev,
+            .pool = dsq_model_pool(e.m),
+        };
         rc = dsq_ppl_run(plan, tokens, e.vocab, dsq_eval_model_window, &e, have_w ? &w : NULL, &h, &rep->res, d);
         name_model(rc, s->model.model, d);
         end(ev);
@@ -203,8 +207,12 @@ int dsq_kld_flow(const dsq_kld_flow_opts *o, dsq_kld_report *rep, dsq_diag *d)
     double t0 = now();
     if (rc == DSQ_OK) {
         begin(ev, "kld", "windows", rep->plan.n_chunks);
-        dsq_eval_hooks h = { .cancel = ev->cancel, .progress = window_progress, .progress_user = (void *)ev,
-                             .pool = e.m ? dsq_model_pool(e.m) : NULL };
+        dsq_eval_hooks h = {
+            .cancel = ev->cancel,
+            .progress = window_progress,
+            .progress_user = (void *)ev,
+            .pool = e.m ? dsq_model_pool(e.m) : NULL,
+        };
         /* served: the top-k or target-token bound of endpoint.h (a lower bound of KL) */
         rc = ep ? dsq_ep_kld_run(ep, served, &base, 0, vocab, &h, &rep->k, &rep->ki, d)
                 : dsq_kld_run(&base, e.vocab, dsq_eval_model_window, &e, &h, &rep->k, d);
@@ -277,16 +285,36 @@ static int generate(const dsq_gsm8k_flow_opts *o, dsq_eval_model *e, const dsq_g
     gen_ctx g = { .o = o, .e = e, .items = items, .t0 = now() };
     int rc;
     if (s->endpoint) {
-        dsq_gsm8k_endpoint_opts go = { .data = o->data, .train = o->train, .shots = o->shots, .seed = o->seed,
-                                       .max_new = o->max_new, .journal = o->out, .restart = o->force,
-                                       .note = on_note, .sending = on_sending, .progress = on_item, .ctx = &g,
-                                       .hold = hold };
+        dsq_gsm8k_endpoint_opts go = {
+            .data = o->data,
+            .train = o->train,
+            .shots = o->shots,
+            .seed = o->seed,
+            .max_new = o->max_new,
+            .journal = o->out,
+            .restart = o->force,
+            .note = on_note,
+            .sending = on_sending,
+            .progress = on_item,
+            .ctx = &g,
+            .hold = hold,
+        };
         rc = dsq_gsm8k_run_endpoint(s->endpoint, test, n, &go, items, d);
     } else {
-        dsq_gsm8k_local_opts lo = { .model = s->model, .tokenizer = s->tokenizer, .data = o->data,
-                                    .train = o->train, .shots = o->shots, .seed = o->seed, .bos = o->bos,
-                                    .max_new = o->max_new, .cancel = s->ev.cancel, .note = on_note,
-                                    .generating = on_generating, .ctx = &g };
+        dsq_gsm8k_local_opts lo = {
+            .model = s->model,
+            .tokenizer = s->tokenizer,
+            .data = o->data,
+            .train = o->train,
+            .shots = o->shots,
+            .seed = o->seed,
+            .bos = o->bos,
+            .max_new = o->max_new,
+            .cancel = s->ev.cancel,
+            .note = on_note,
+            .generating = on_generating,
+            .ctx = &g,
+        };
         rc = load_tokenizer(s, &e->tok, d);
         if (rc == DSQ_OK) rc = dsq_gsm8k_run_local(e, test, n, &lo, gen_done, &g, d);
     }
@@ -402,8 +430,12 @@ static int chat_replies(const dsq_chat_flow_opts *o, const dsq_chat_run_opts *ro
         free(model);
         return rc;
     }
-    dsq_chat_model_opts mo = { .model = s->model, .tokenizer = s->tokenizer, .chat_template = o->chat_template,
-                               .cancel = s->ev.cancel };
+    dsq_chat_model_opts mo = {
+        .model = s->model,
+        .tokenizer = s->tokenizer,
+        .chat_template = o->chat_template,
+        .cancel = s->ev.cancel,
+    };
     begin(&s->ev, "gsm8k chat", "replies", n_todo);
     rc = dsq_chat_run_model(e, &mo, ro, set, todo, n_todo, chat_done, cc, tmpl_id, d);
     end(&s->ev);
@@ -417,13 +449,23 @@ int dsq_chat_flow(const dsq_chat_flow_opts *o, dsq_chat_report *rep, dsq_diag *d
     dsq_gsm8k_set set;
     DSQ_TRY(dsq_gsm8k_load_fields(&set, o->data, o->qfield ? o->qfield : "question",
                                   o->afield ? o->afield : "answer", d));
-    dsq_chat_run_opts ro = { .suite = suite, .kwargs_json = o->kwargs_json,
-                             .max_tokens = o->max_tokens ? o->max_tokens : suite->max_tokens,
-                             .temperature = o->has_temperature ? o->temperature : suite->temperature,
-                             .top_p = o->top_p, .samples = o->samples, .reasoning_parser = o->reasoning_parser,
-                             .extra_json = o->extra_json };
-    if (o->has_seed) { ro.has_seed = 1; ro.seed = o->seed; }
-    else if (suite->has_seed) { ro.has_seed = 1; ro.seed = suite->seed; }
+    dsq_chat_run_opts ro = {
+        .suite = suite,
+        .kwargs_json = o->kwargs_json,
+        .max_tokens = o->max_tokens ? o->max_tokens : suite->max_tokens,
+        .temperature = o->has_temperature ? o->temperature : suite->temperature,
+        .top_p = o->top_p,
+        .samples = o->samples,
+        .reasoning_parser = o->reasoning_parser,
+        .extra_json = o->extra_json,
+    };
+    if (o->has_seed) {
+        ro.has_seed = 1;
+        ro.seed = o->seed;
+    } else if (suite->has_seed) {
+        ro.has_seed = 1;
+        ro.seed = suite->seed;
+    }
     size_t n = o->limit && o->limit < set.n ? o->limit : set.n, pairs = n * (size_t)o->samples;
     dsq_chat_reply *replies = calloc(pairs ? pairs : 1, sizeof *replies);
     size_t *todo = calloc(pairs ? pairs : 1, sizeof *todo), n_todo = 0, have = 0;

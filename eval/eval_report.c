@@ -59,9 +59,9 @@ void dsq_ppl_report_text(FILE *f, const dsq_ppl_report *r)
     fprintf(f, "PPL = %.4f +/- %.5f\n", r->res.ppl, r->res.ppl_stderr);
     fprintf(f, "mean NLL %.6f nats/token over %llu tokens (%zu windows of %zu, second half scored, %s)\n",
             r->res.mean_nll, (unsigned long long)r->res.count, r->plan.n_chunks, r->plan.n_ctx,
-            r->bos_id < 0                     ? "no BOS"
+            r->bos_id < 0                   ? "no BOS"
             : r->bos == DSQ_TEXT_BOS_WINDOW ? "BOS over each window's first token"
-                                              : "BOS once at the start of the text");
+                                            : "BOS once at the start of the text");
     fprintf(f, "%.1f tokens/s (%.0f tokens in %.1f s)\n", evaluated / r->secs, evaluated, r->secs);
     if (r->saved_logits) fprintf(f, "base log-probs saved to %s\n", r->saved_logits);
 }
@@ -77,12 +77,14 @@ json_object *dsq_kld_report_json(const dsq_kld_report *r)
     /* the base fixes the windows: per-window BOS is in its header; "first"
      * and "no" look alike there, so they are named only when --data
      * checked them */
-    put_str(j, "bos", r->bos >= 0 ? bos_name(r->bos) : r->plan.bos >= 0 ? "window" : NULL);
+    const char *bos = r->bos >= 0 ? bos_name(r->bos) : NULL;
+    if (!bos && r->plan.bos >= 0) bos = "window";
+    put_str(j, "bos", bos);
     json_object_object_add(j, "base_window_bos_id", r->plan.bos >= 0 ? json_object_new_int(r->plan.bos) : NULL);
     if (r->endpoint) {
         json_object_object_add(j, "kld_lower_bound", json_object_new_boolean(1));
-        put_str(j, "kld_served_form",
-                ki->topk_positions == k->count ? "topk" : ki->topk_positions ? "mixed" : "target_vs_rest");
+        const char *form = ki->topk_positions ? "mixed" : "target_vs_rest";
+        put_str(j, "kld_served_form", ki->topk_positions == k->count ? "topk" : form);
         json_object_object_add(j, "prompt_logprobs_k", json_object_new_int(ki->requested_k));
         put_int(j, "topk_positions", (int64_t)ki->topk_positions);
         put_int(j, "topk_exact_positions", (int64_t)ki->exact_positions);

@@ -22,38 +22,38 @@ typedef struct dsq_ppl_report {
     dsq_ppl_plan plan;
     dsq_ppl_result res;
     double secs;
-    int32_t bos_id;            /* the BOS the policy put in, -1 none */
-    int bos;                   /* enum dsq_text_bos */
-    const char *saved_logits;  /* --save-logits path, or NULL */
+    int32_t bos_id;           /* the BOS the policy put in, -1 none */
+    int bos;                  /* enum dsq_text_bos */
+    const char *saved_logits; /* --save-logits path, or NULL */
 } dsq_ppl_report;
 
 typedef struct dsq_kld_report {
-    dsq_ppl_plan plan;         /* the base's windows */
+    dsq_ppl_plan plan; /* the base's windows */
     dsq_kld_result k;
-    dsq_ep_kld_info ki;        /* served: how the bound was computed */
-    int endpoint;              /* the model was a server's (a lower bound) */
-    unsigned base_topk;        /* top-k the base file holds */
-    int bos;                   /* enum dsq_text_bos checked against --data, -1 not checked */
+    dsq_ep_kld_info ki; /* served: how the bound was computed */
+    int endpoint;       /* the model was a server's (a lower bound) */
+    unsigned base_topk; /* top-k the base file holds */
+    int bos;            /* enum dsq_text_bos checked against --data, -1 not checked */
     double secs;
 } dsq_kld_report;
 
 typedef struct dsq_gsm8k_report {
-    size_t n, scored;          /* items; items with a completion */
-    size_t strict, flexible;   /* correct ones */
-    const char *score;         /* completions scored from this file, or NULL (generated) */
-    const char *journal;       /* --out the resumed items came from */
+    size_t n, scored;        /* items; items with a completion */
+    size_t strict, flexible; /* correct ones */
+    const char *score;       /* completions scored from this file, or NULL (generated) */
+    const char *journal;     /* --out the resumed items came from */
     int shots;
     uint64_t seed;
-    size_t gen_tokens;         /* all the items' */
-    size_t run_gen_tokens;     /* this run's */
+    size_t gen_tokens;     /* all the items' */
+    size_t run_gen_tokens; /* this run's */
     size_t resumed, refused;
     double secs;
 } dsq_gsm8k_report;
 
 typedef struct dsq_chat_report {
-    const char *suite;         /* dsq_chat_suite name */
-    int lmeval;                /* strict-match and flexible-extract (lm-eval-cot-llama) */
-    const char *template_id;   /* in process: the chat template used, else NULL */
+    const char *suite;       /* dsq_chat_suite name */
+    int lmeval;              /* strict-match and flexible-extract (lm-eval-cot-llama) */
+    const char *template_id; /* in process: the chat template used, else NULL */
     size_t n;
     int samples;
     double temperature;

@@ -348,57 +348,17 @@ static int parse(dsq_cli *cli, opts *o, dsq_args *a, int argc, char **argv, int 
 /* the commands: the library's runs (eval_flow.h), their reports printed  */
 /* ====================================================================== */
 
-/* what a run shows on the way: messages and the progress line */
-typedef struct shown {
-    const dsq_cli *cli;
-    dsq_progress prog;
-} shown;
-
+/* What a run shows on the way (eval_flow.h's events; ctx: the progress
+ * line, which knows the cli): messages and the progress line. */
 static void on_note(void *ctx, int level, const char *msg)
 {
-    const shown *s = ctx;
-    if (level == 0) dsq_cli_warn(s->cli, "%s", msg);
-    else dsq_cli_info(s->cli, level, "%s", msg);
+    const dsq_cli *cli = ((const dsq_progress *)ctx)->cli;
+    if (level == 0) dsq_cli_warn(cli, "%s", msg);
+    else dsq_cli_info(cli, level, "%s", msg);
 }
-
-static void on_begin(void *ctx, const char *label, const char *unit, size_t total)
-{
-    shown *s = ctx;
-    dsq_progress_begin(&s->prog, s->cli, label, unit, total);
-}
-
-static void on_progress(void *ctx, size_t done)
-{
-    shown *s = ctx;
-    dsq_progress_update(&s->prog, done);
-}
-
-static void on_end(void *ctx)
-{
-    shown *s = ctx;
-    dsq_progress_end(&s->prog);
-}
-
-/* Endpoint settings from the options; the key comes from the environment
- * only (never the command line, never printed). */
-static int endpoint_opts(const dsq_cli *cli, const opts *o, dsq_endpoint_opts *eo)
-{
-    memset(eo, 0, sizeof *eo);
-    eo->url = o->endpoint;
-    eo->model = o->served_model;
-    eo->concurrency = o->concurrency;
-    eo->timeout_s = o->timeout;
-    eo->retries = o->retries;
-    eo->cancel = &dsq_cli_interrupted;
-    if (o->api_key_env) {
-        eo->api_key = getenv(o->api_key_env);
-        if (!eo->api_key || !eo->api_key[0]) {
-            dsq_cli_error(cli, "--api-key-env: environment variable %s is unset or empty", o->api_key_env);
-            return -1;
-        }
-    }
-    return 0;
-}
+static void on_begin(void *ctx, const char *label, const char *unit, size_t n) { dsq_progress_begin(ctx, ((dsq_progress *)ctx)->cli, label, unit, n); }
+static void on_progress(void *ctx, size_t done) { dsq_progress_update(ctx, done); }
+static void on_end(void *ctx) { dsq_progress_end(ctx); }
 
 /* One command's run; its report as JSON (--json) or text (from level 2). */
 static int run(const dsq_cli *cli, const opts *o, const dsq_eval_setup *s, dsq_diag *d)
@@ -407,43 +367,72 @@ static int run(const dsq_cli *cli, const opts *o, const dsq_eval_setup *s, dsq_d
     json_object *j = NULL;
     int rc;
     if (!strcmp(o->cmd, "ppl")) {
-        dsq_ppl_flow_opts po = { .s = *s, .data = o->data, .bos = o->ppl_bos, .limit_tokens = o->limit_tokens,
-                                 .ctx = o->ctx, .save_logits = o->save_logits, .overwrite = o->force,
-                                 .logits_format = o->logits_format, .logits_topk = o->logits_topk };
+        dsq_ppl_flow_opts po = {
+            .s = *s,
+            .data = o->data,
+            .bos = o->ppl_bos,
+            .limit_tokens = o->limit_tokens,
+            .ctx = o->ctx,
+            .save_logits = o->save_logits,
+            .overwrite = o->force,
+            .logits_format = o->logits_format,
+            .logits_topk = o->logits_topk,
+        };
         dsq_ppl_report r;
-        if ((rc = dsq_ppl_flow(&po, &r, d)) == DSQ_OK) {
-            if (cli->json) j = dsq_ppl_report_json(&r);
-            else if (text) dsq_ppl_report_text(text, &r);
-        }
+        rc = dsq_ppl_flow(&po, &r, d);
+        if (rc == DSQ_OK && cli->json) j = dsq_ppl_report_json(&r);
+        else if (rc == DSQ_OK && text) dsq_ppl_report_text(text, &r);
     } else if (!strcmp(o->cmd, "kld")) {
         dsq_kld_flow_opts ko = { .s = *s, .base = o->base, .data = o->data, .bos = o->bos_arg ? o->ppl_bos : -1 };
         dsq_kld_report r;
-        if ((rc = dsq_kld_flow(&ko, &r, d)) == DSQ_OK) {
-            if (cli->json) j = dsq_kld_report_json(&r);
-            else if (text) dsq_kld_report_text(text, &r);
-        }
+        rc = dsq_kld_flow(&ko, &r, d);
+        if (rc == DSQ_OK && cli->json) j = dsq_kld_report_json(&r);
+        else if (rc == DSQ_OK && text) dsq_kld_report_text(text, &r);
     } else if (o->chat) {
         dsq_chat_flow_opts co = {
-            .s = *s, .data = o->data, .qfield = o->qfield, .afield = o->afield, .suite = dsq_chat_suite_find(o->prompt),
-            .kwargs_json = o->chat_kwargs, .extra_json = o->gen_kwargs, .max_tokens = o->max_tokens,
-            .has_temperature = o->has_temperature, .temperature = o->temperature, .top_p = o->top_p,
-            .has_seed = o->has_seed, .seed = o->seed, .samples = o->samples, .reasoning_parser = o->reasoning_parser,
-            .chat_template = o->chat_template, .think_end = o->think_end, .out = o->out, .force = o->force,
-            .limit = o->limit };
+            .s = *s,
+            .data = o->data,
+            .qfield = o->qfield,
+            .afield = o->afield,
+            .suite = dsq_chat_suite_find(o->prompt),
+            .kwargs_json = o->chat_kwargs,
+            .extra_json = o->gen_kwargs,
+            .max_tokens = o->max_tokens,
+            .has_temperature = o->has_temperature,
+            .temperature = o->temperature,
+            .top_p = o->top_p,
+            .has_seed = o->has_seed,
+            .seed = o->seed,
+            .samples = o->samples,
+            .reasoning_parser = o->reasoning_parser,
+            .chat_template = o->chat_template,
+            .think_end = o->think_end,
+            .out = o->out,
+            .force = o->force,
+            .limit = o->limit,
+        };
         dsq_chat_report r;
-        if ((rc = dsq_chat_flow(&co, &r, d)) == DSQ_OK) {
-            if (cli->json) j = dsq_chat_report_json(&r);
-            else if (text) dsq_chat_report_text(text, &r);
-        }
+        rc = dsq_chat_flow(&co, &r, d);
+        if (rc == DSQ_OK && cli->json) j = dsq_chat_report_json(&r);
+        else if (rc == DSQ_OK && text) dsq_chat_report_text(text, &r);
     } else {
-        dsq_gsm8k_flow_opts go = { .s = *s, .data = o->data, .train = o->train, .score = o->score, .out = o->out,
-                                   .force = o->force, .shots = o->shots, .seed = o->seed, .bos = o->bos,
-                                   .max_new = o->max_new, .limit = o->limit };
+        dsq_gsm8k_flow_opts go = {
+            .s = *s,
+            .data = o->data,
+            .train = o->train,
+            .score = o->score,
+            .out = o->out,
+            .force = o->force,
+            .shots = o->shots,
+            .seed = o->seed,
+            .bos = o->bos,
+            .max_new = o->max_new,
+            .limit = o->limit,
+        };
         dsq_gsm8k_report r;
-        if ((rc = dsq_gsm8k_flow(&go, &r, d)) == DSQ_OK) {
-            if (cli->json) j = dsq_gsm8k_report_json(&r);
-            else if (text) dsq_gsm8k_report_text(text, &r);
-        }
+        rc = dsq_gsm8k_flow(&go, &r, d);
+        if (rc == DSQ_OK && cli->json) j = dsq_gsm8k_report_json(&r);
+        else if (rc == DSQ_OK && text) dsq_gsm8k_report_text(text, &r);
     }
     if (j) dsq_cli_json_print(j, 0);
     return rc;
@@ -459,15 +448,40 @@ int main(int argc, char **argv)
     int done, rc = parse(&cli, &o, &a, argc, argv, &done);
     dsq_args_release(&a);
     if (rc >= 0 || done) return rc;
-    dsq_endpoint_opts eo;
-    if (o.endpoint && endpoint_opts(&cli, &o, &eo) < 0) return DSQ_EXIT_ERROR;
-    shown sh = { .cli = &cli };
-    dsq_eval_setup s = {
-        .model = { .model = o.model, .threads = cli.threads, .no_verify = o.no_verify, .bf16_terms = o.bf16_terms,
-                   .dsa_mode = o.dsa_mode, .kv_cache = o.kv_cache, .max_batch = o.batch, .ctx = o.ctx },
-        .tokenizer = o.tokenizer, .endpoint = o.endpoint ? &eo : NULL,
-        .ev = { .note = on_note, .begin = on_begin, .progress = on_progress, .end = on_end, .ctx = &sh,
-                .cancel = &dsq_cli_interrupted } };
+    /* the API key comes from the environment only (never the command line, never printed) */
+    dsq_endpoint_opts eo = {
+        .url = o.endpoint,
+        .model = o.served_model,
+        .api_key = o.api_key_env ? getenv(o.api_key_env) : NULL,
+        .concurrency = o.concurrency,
+        .timeout_s = o.timeout,
+        .retries = o.retries,
+        .cancel = &dsq_cli_interrupted,
+    };
+    if (o.api_key_env && (!eo.api_key || !eo.api_key[0])) {
+        dsq_cli_error(&cli, "--api-key-env: environment variable %s is unset or empty", o.api_key_env);
+        return DSQ_EXIT_ERROR;
+    }
+    dsq_progress prog = { .cli = &cli };
+    dsq_eval_model_opts mo = {
+        .model = o.model,
+        .threads = cli.threads,
+        .no_verify = o.no_verify,
+        .bf16_terms = o.bf16_terms,
+        .dsa_mode = o.dsa_mode,
+        .kv_cache = o.kv_cache,
+        .max_batch = o.batch,
+        .ctx = o.ctx,
+    };
+    dsq_eval_events ev = {
+        .note = on_note,
+        .begin = on_begin,
+        .progress = on_progress,
+        .end = on_end,
+        .ctx = &prog,
+        .cancel = &dsq_cli_interrupted,
+    };
+    dsq_eval_setup s = { .model = mo, .tokenizer = o.tokenizer, .endpoint = o.endpoint ? &eo : NULL, .ev = ev };
     dsq_diag d;
     dsq_diag_clear(&d);
     rc = run(&cli, &o, &s, &d);

@@ -60,7 +60,9 @@ static void test_ppl(void **state)
     (void)state;
     dsq_ppl_report r = { .plan = { .n_ctx = 64, .first = 32, .n_chunks = 5, .per_chunk = 31, .bos = 1 },
                          .res = { .n_chunks = 5, .count = 155, .mean_nll = 2.5, .ppl = 12.25, .ppl_stderr = 0.75 },
-                         .secs = 4, .bos_id = 1, .bos = DSQ_TEXT_BOS_WINDOW };
+                         .secs = 4,
+                         .bos_id = 1,
+                         .bos = DSQ_TEXT_BOS_WINDOW };
     assert_json(dsq_ppl_report_json(&r),
                 "{\"command\":\"ppl\",\"ppl\":12.25,\"ppl_stderr\":0.75,\"mean_nll\":2.5,\"tokens_scored\":155,"
                 "\"windows\":5,\"n_ctx\":64,\"bos\":\"window\",\"bos_id\":1,\"seconds\":4.0,\"tokens_per_s\":80.0}");
@@ -95,13 +97,10 @@ static void test_ppl(void **state)
 static dsq_kld_report kld_sample(void)
 {
     dsq_kld_report r = { .plan = { .n_ctx = 32, .first = 16, .n_chunks = 3, .per_chunk = 15, .bos = 2 },
-                         .k = { .count = 45, .kld_mean = 0.01, .kld_stderr = 0.002, .kld_mean_lo = 0.007,
-                                .kld_mean_hi = 0.013, .kld_median = 0.005, .kld_p90 = 0.02, .kld_p95 = 0.03,
-                                .kld_p99 = 0.04, .kld_p999 = 0.05, .kld_max = 0.06, .kld_min = 0.0001,
-                                .same_top = 0.9, .same_top_stderr = 0.04, .ppl = 10.5, .ppl_base = 10.25,
-                                .ppl_ratio = 1.02, .ppl_delta = 0.25, .ln_ratio_mean = 0.0198,
-                                .ln_ratio_stderr = 0.003, .dp_rms = 0.011 },
-                         .secs = 2, .bos = -1, .base_topk = 16 };
+                         .k = { .count = 45, .kld_mean = 0.01, .kld_stderr = 0.002, .kld_mean_lo = 0.007, .kld_mean_hi = 0.013, .kld_median = 0.005, .kld_p90 = 0.02, .kld_p95 = 0.03, .kld_p99 = 0.04, .kld_p999 = 0.05, .kld_max = 0.06, .kld_min = 0.0001, .same_top = 0.9, .same_top_stderr = 0.04, .ppl = 10.5, .ppl_base = 10.25, .ppl_ratio = 1.02, .ppl_delta = 0.25, .ln_ratio_mean = 0.0198, .ln_ratio_stderr = 0.003, .dp_rms = 0.011 },
+                         .secs = 2,
+                         .bos = -1,
+                         .base_topk = 16 };
     return r;
 }
 
@@ -142,8 +141,13 @@ static void test_kld(void **state)
     /* served: a lower bound, top-k at some positions */
     r = kld_sample();
     r.endpoint = 1;
-    r.ki = (dsq_ep_kld_info){ .topk_positions = 40, .exact_positions = 38, .text_positions = 7,
-                              .same_top_count = 40, .requested_k = 20 };
+    r.ki = (dsq_ep_kld_info){
+        .topk_positions = 40,
+        .exact_positions = 38,
+        .text_positions = 7,
+        .same_top_count = 40,
+        .requested_k = 20,
+    };
     snprintf(want, sizeof want,
              "{\"command\":\"kld\",\"bos\":\"window\",\"base_window_bos_id\":2,\"kld_lower_bound\":true,"
              "\"kld_served_form\":\"mixed\",\"prompt_logprobs_k\":20,\"topk_positions\":40,"
@@ -180,9 +184,20 @@ static void test_kld(void **state)
 static void test_gsm8k(void **state)
 {
     (void)state;
-    dsq_gsm8k_report r = { .n = 8, .scored = 7, .strict = 2, .flexible = 4, .shots = 5, .seed = 1234,
-                           .gen_tokens = 300, .run_gen_tokens = 200, .resumed = 3, .refused = 1, .secs = 4,
-                           .journal = "items.jsonl" };
+    dsq_gsm8k_report r = {
+        .n = 8,
+        .scored = 7,
+        .strict = 2,
+        .flexible = 4,
+        .shots = 5,
+        .seed = 1234,
+        .gen_tokens = 300,
+        .run_gen_tokens = 200,
+        .resumed = 3,
+        .refused = 1,
+        .secs = 4,
+        .journal = "items.jsonl",
+    };
     char se2[32], se4[32];
     snprintf(se2, sizeof se2, "%.10g", dsq_gsm8k_stderr(2, 8));
     snprintf(se4, sizeof se4, "%.10g", dsq_gsm8k_stderr(4, 8));
@@ -227,10 +242,7 @@ static void test_gsm8k(void **state)
 static void test_chat(void **state)
 {
     (void)state;
-    dsq_chat_report r = { .suite = "aisbench-0shot-cot", .n = 4, .samples = 1, .temperature = 0.5,
-                          .max_tokens = 512, .secs = 2,
-                          .sm = { .items = 4, .missing = 1, .samples = 1, .acc = 0.75, .acc_se = 0.25,
-                                  .pass_n = 0.75, .correct = 3, .gen_tokens = 90, .reasoning_chars = 12 } };
+    dsq_chat_report r = { .suite = "aisbench-0shot-cot", .n = 4, .samples = 1, .temperature = 0.5, .max_tokens = 512, .secs = 2, .sm = { .items = 4, .missing = 1, .samples = 1, .acc = 0.75, .acc_se = 0.25, .pass_n = 0.75, .correct = 3, .gen_tokens = 90, .reasoning_chars = 12 } };
     assert_json(dsq_chat_report_json(&r),
                 "{\"command\":\"gsm8k\",\"chat\":true,\"prompt\":\"aisbench-0shot-cot\",\"n\":4,\"samples\":1,"
                 "\"missing\":1,\"temperature\":0.5,\"max_tokens\":512,\"gen_tokens\":90,\"reasoning_chars\":12,"
@@ -238,11 +250,7 @@ static void test_chat(void **state)
     assert_text(chat_text, &r,
                 "gsm8k chat (aisbench-0shot-cot), 4 items x 1 sample, 90 tokens in 2.0 s, reasoning 12 chars\n"
                 "  accuracy          0.7500 +/- 0.2500  (3/4)\n");
-    r = (dsq_chat_report){ .suite = "lm-eval-cot-llama", .lmeval = 1, .template_id = "deepseek-v3", .n = 2,
-                           .samples = 3, .temperature = 0, .max_tokens = 256, .secs = 1,
-                           .sm = { .items = 2, .samples = 3, .acc = 0.5, .acc_se = 0.125, .pass_n = 1, .correct = 3,
-                                   .acc_flex = 0.625, .acc_flex_se = 0.0625, .pass_n_flex = 0.5, .correct_flex = 4,
-                                   .gen_tokens = 60 } };
+    r = (dsq_chat_report){ .suite = "lm-eval-cot-llama", .lmeval = 1, .template_id = "deepseek-v3", .n = 2, .samples = 3, .temperature = 0, .max_tokens = 256, .secs = 1, .sm = { .items = 2, .samples = 3, .acc = 0.5, .acc_se = 0.125, .pass_n = 1, .correct = 3, .acc_flex = 0.625, .acc_flex_se = 0.0625, .pass_n_flex = 0.5, .correct_flex = 4, .gen_tokens = 60 } };
     assert_json(dsq_chat_report_json(&r),
                 "{\"command\":\"gsm8k\",\"chat\":true,\"prompt\":\"lm-eval-cot-llama\",\"chat_template\":"
                 "\"deepseek-v3\",\"n\":2,\"samples\":3,\"missing\":0,\"temperature\":0.0,\"max_tokens\":256,"
@@ -294,8 +302,7 @@ static void test_gsm8k_flow_score(void **state)
     dsq_test_write(comp, c, strlen(c));
     dsq_test_write(none, far, strlen(far));
     seen sn = { 0 };
-    dsq_gsm8k_flow_opts o = { .s = { .ev = { .note = on_note, .ctx = &sn } }, .data = data, .score = comp,
-                              .out = out, .shots = 5, .seed = 1234, .bos = -1 };
+    dsq_gsm8k_flow_opts o = { .s = { .ev = { .note = on_note, .ctx = &sn } }, .data = data, .score = comp, .out = out, .shots = 5, .seed = 1234, .bos = -1 };
     dsq_gsm8k_report r;
     dsq_diag d;
     dsq_diag_clear(&d);
@@ -336,8 +343,12 @@ static void test_gsm8k_flow_score(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_json_num), cmocka_unit_test(test_ppl),  cmocka_unit_test(test_kld),
-        cmocka_unit_test(test_gsm8k),    cmocka_unit_test(test_chat), cmocka_unit_test(test_gsm8k_flow_score),
+        cmocka_unit_test(test_json_num),
+        cmocka_unit_test(test_ppl),
+        cmocka_unit_test(test_kld),
+        cmocka_unit_test(test_gsm8k),
+        cmocka_unit_test(test_chat),
+        cmocka_unit_test(test_gsm8k_flow_score),
     };
     json_c_set_serialization_double_format("%.10g", JSON_C_OPTION_GLOBAL);
     return cmocka_run_group_tests(tests, NULL, NULL);
