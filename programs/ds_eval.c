@@ -356,7 +356,11 @@ static void on_note(void *ctx, int level, const char *msg)
     if (level == 0) dsq_cli_warn(cli, "%s", msg);
     else dsq_cli_info(cli, level, "%s", msg);
 }
-static void on_begin(void *ctx, const char *label, const char *unit, size_t n) { dsq_progress_begin(ctx, ((dsq_progress *)ctx)->cli, label, unit, n); }
+static void on_begin(void *ctx, const char *label, const char *unit, size_t n)
+{
+    dsq_progress *p = ctx;
+    dsq_progress_begin(p, p->cli, label, unit, n);
+}
 static void on_progress(void *ctx, size_t done) { dsq_progress_update(ctx, done); }
 static void on_end(void *ctx) { dsq_progress_end(ctx); }
 
