@@ -340,6 +340,107 @@ static void test_gsm8k_flow_score(void **state)
     dsq_test_rmtree(dir);
 }
 
+/* ---- ppl then kld on the bundled sample model ---- */
+
+typedef struct events {
+    int notes, loaded, begins, ends;
+    size_t last_done;
+    char label[16];
+} events;
+
+static void ev_note(void *ctx, int level, const char *msg)
+{
+    events *e = ctx;
+    e->notes++;
+    if (level == 3 && !strncmp(msg, "loaded in ", 10)) e->loaded++;
+}
+static void ev_begin(void *ctx, const char *label, const char *unit, size_t total)
+{
+    events *e = ctx;
+    (void)unit;
+    (void)total;
+    e->begins++;
+    snprintf(e->label, sizeof e->label, "%s", label);
+}
+static void ev_progress(void *ctx, size_t done) { ((events *)ctx)->last_done = done; }
+static void ev_end(void *ctx) { ((events *)ctx)->ends++; }
+
+static void test_ppl_kld_flow(void **state)
+{
+    (void)state;
+    const char *model = "samples/tiny-dsv3", *text = "samples/data/heldout.txt";
+    struct stat st;
+    if (stat(model, &st) != 0 || stat(text, &st) != 0) {
+        fprintf(stderr, "skip: %s or %s absent\n", model, text);
+        skip();
+    }
+    char *dir = dsq_test_tmpdir();
+    char base[512];
+    snprintf(base, sizeof base, "%s/base.logp", dir);
+    events ev = { 0 };
+    dsq_eval_setup s = {
+        .model = { .model = model, .threads = 1 },
+        .ev = { .note = ev_note, .begin = ev_begin, .progress = ev_progress, .end = ev_end, .ctx = &ev },
+    };
+    dsq_ppl_flow_opts po = {
+        .s = s,
+        .data = text,
+        .bos = DSQ_TEXT_BOS_WINDOW,
+        .limit_tokens = 256,
+        .ctx = 64,
+        .save_logits = base,
+        .logits_format = DSQ_LOGP_U16,
+        .logits_topk = 16,
+    };
+    dsq_ppl_report pr;
+    dsq_diag d;
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_ppl_flow(&po, &pr, &d), DSQ_OK);
+    assert_int_equal(pr.plan.n_ctx, 64);
+    assert_int_equal(pr.plan.n_chunks, 4);
+    assert_int_equal(pr.res.count, 4 * pr.plan.per_chunk);
+    assert_true(pr.bos_id >= 0 && pr.plan.bos == pr.bos_id);
+    assert_true(isfinite(pr.res.ppl) && pr.res.ppl > 1);
+    assert_string_equal(pr.saved_logits, base);
+    assert_string_equal(ev.label, "ppl");
+    assert_int_equal(ev.loaded, 1);
+    assert_int_equal(ev.begins, 1);
+    assert_int_equal(ev.ends, 1);
+    assert_int_equal(ev.last_done, 4);
+    assert_int_equal(stat(base, &st), 0);
+
+    /* the same model against its own base: the same windows, KLD ~0, same top-1 everywhere */
+    ev = (events){ 0 };
+    dsq_kld_flow_opts ko = { .s = s, .base = base, .data = text, .bos = -1 };
+    dsq_kld_report kr;
+    assert_int_equal(dsq_kld_flow(&ko, &kr, &d), DSQ_OK);
+    assert_int_equal(kr.plan.n_chunks, 4);
+    assert_int_equal(kr.plan.bos, pr.bos_id);
+    assert_int_equal(kr.k.count, pr.res.count);
+    assert_true(fabs(kr.k.kld_mean) < 1e-6);
+    assert_true(kr.k.same_top > 0.999);
+    assert_true(fabs(kr.k.ppl - pr.res.ppl) < 1e-6 * pr.res.ppl);
+    assert_int_equal(kr.endpoint, 0);
+    assert_int_equal(kr.bos, -1);
+    assert_string_equal(ev.label, "kld");
+    assert_int_equal(ev.last_done, 4);
+
+    /* the base checked against the text under another BOS policy: refused */
+    ko.bos = DSQ_TEXT_BOS_NO;
+    dsq_diag_clear(&d);
+    assert_int_equal(dsq_kld_flow(&ko, &kr, &d), DSQ_ERR_DATA);
+
+    /* the base exists: refused without overwrite, a missing text names itself */
+    dsq_diag_clear(&d);
+    assert_true(dsq_ppl_flow(&po, &pr, &d) < 0);
+    po.save_logits = NULL;
+    po.data = "samples/data/no-such-text.txt";
+    dsq_diag_clear(&d);
+    assert_true(dsq_ppl_flow(&po, &pr, &d) < 0);
+    assert_non_null(strstr(d.path, "no-such-text.txt"));
+    dsq_test_rmtree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -349,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_gsm8k),
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_gsm8k_flow_score),
+        cmocka_unit_test(test_ppl_kld_flow),
     };
     json_c_set_serialization_double_format("%.10g", JSON_C_OPTION_GLOBAL);
     return cmocka_run_group_tests(tests, NULL, NULL);
