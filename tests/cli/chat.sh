@@ -175,9 +175,21 @@ if [ -f "$DATA" ]; then
   $EVAL gsm8k --chat --data "$T/aime.jsonl" --question-field problem --answer-field solution --max-tokens 8 --temperature 0 \
     --endpoint "$SERVER_URL/v1" --json >"$T/aime.json" 2>"$T/aime.log" && jq -e '.n == 2' "$T/aime.json" >/dev/null || \
     fail "numeric-answer set: $(cat "$T/aime.log" "$T/aime.json")"
-  # in process: greedy only, said clearly
-  $EVAL gsm8k --chat --data $DATA --limit 1 -m $M -T 1 --chat-template deepseek-v3.1 >"$T/greedy.log" 2>&1 && fail "in-process sampling accepted"
-  grep -q "greedy" "$T/greedy.log" || fail "in-process temperature: $(cat "$T/greedy.log")"
+  # sampled in process: reply s of an item draws from seed + s as ds-serve does for a request
+  # sent with that seed, so the replies equal the served ones (temperature and nucleus)
+  SC="gsm8k --chat --data $DATA --limit 3 --max-tokens 12 --temperature 1 --top-p 0.9 --seed 11 --samples 3"
+  $EVAL $SC --endpoint "$SERVER_URL/v1" --out "$T/samp-ep.jsonl" -q >"$T/ep.log" 2>&1 || fail "sampled --endpoint: $(cat "$T/ep.log")"
+  $EVAL $SC -m $M -T 1 --chat-template deepseek-v3.1 --reasoning-parser deepseek_v3 --out "$T/samp-local.jsonl" -q \
+    >"$T/local.log" 2>&1 || fail "sampled in process: $(cat "$T/local.log")"
+  for f in ep local; do
+    jq -c '[.doc_id, .sample, .content, .reasoning_content, .finish, .gen_tokens]' "$T/samp-$f.jsonl" | sort > "$T/samp-$f.items"
+  done
+  [ "$(wc -l < "$T/samp-ep.items")" = 9 ] || fail "sampled: $(wc -l < "$T/samp-ep.items") of 9 replies"
+  cmp -s "$T/samp-ep.items" "$T/samp-local.items" ||
+    fail "sampled: served and in-process replies differ: $(diff "$T/samp-ep.items" "$T/samp-local.items" | head -4)"
+  # and the draws are draws: the three replies of an item are not all the same
+  [ "$(jq -s 'group_by(.doc_id) | map(map(.content) | unique | length) | max' "$T/samp-local.jsonl")" -gt 1 ] ||
+    fail "sampled in process: every reply of each item is the same"
 fi
 stop_server
 
