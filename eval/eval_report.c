@@ -2,19 +2,13 @@
  * The key order and the text are what scripts and docs compare: each key
  * is added in the order it is printed. */
 #include "eval_report.h"
+#include "dsq_json.h"
 #include "eval_model.h"
 #include "gsm8k.h"
 
-#include <math.h>
-
-json_object *dsq_eval_json_num(double v)
-{
-    return isfinite(v) ? json_object_new_double(v) : json_object_new_null();
-}
-
 static void put_num(json_object *j, const char *key, double v)
 {
-    json_object_object_add(j, key, dsq_eval_json_num(v));
+    json_object_object_add(j, key, dsq_json_double(v));
 }
 
 static void put_int(json_object *j, const char *key, int64_t v)

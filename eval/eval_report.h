@@ -62,9 +62,6 @@ typedef struct dsq_chat_report {
     double secs;
 } dsq_chat_report;
 
-/* v as a JSON double, null when not finite (JSON has no NaN or Inf). */
-json_object *dsq_eval_json_num(double v);
-
 json_object *dsq_ppl_report_json(const dsq_ppl_report *r);
 json_object *dsq_kld_report_json(const dsq_kld_report *r);
 json_object *dsq_gsm8k_report_json(const dsq_gsm8k_report *r);

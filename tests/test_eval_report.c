@@ -3,6 +3,7 @@
  * line, and the gsm8k run of completions made elsewhere (eval_flow.h):
  * its report, warnings and per-item file. */
 #include "dsq_test.h"
+#include "dsq_json.h"
 #include "eval_flow.h"
 #include "eval_report.h"
 
@@ -49,10 +50,10 @@ static void chat_text(FILE *f, const void *r) { dsq_chat_report_text(f, r); }
 static void test_json_num(void **state)
 {
     (void)state;
-    assert_json(dsq_eval_json_num(NAN), "null");
-    assert_json(dsq_eval_json_num(INFINITY), "null");
-    assert_json(dsq_eval_json_num(2), "2.0");
-    assert_json(dsq_eval_json_num(0.125), "0.125");
+    assert_json(dsq_json_double(NAN), "null");
+    assert_json(dsq_json_double(INFINITY), "null");
+    assert_json(dsq_json_double(2), "2.0");
+    assert_json(dsq_json_double(0.125), "0.125");
 }
 
 static void test_ppl(void **state)
