@@ -26,7 +26,8 @@
  * costs O(T x index_topk) and never expands the whole cache through
  * kv_b_proj. The rows before them (a prefill from position 0 up to
  * index_topk), which see every visible key, take the naive path over the
- * keys they see. DeepSeek's sparse kernels use the absorbed (MQA) form for
+ * keys they see, unless they are too few to pay for its expansion
+ * (naive_dearer). DeepSeek's sparse kernels use the absorbed (MQA) form for
  * prefill too: a gathered row is one latent shared by every head, where an
  * expanded row is per head. In fp8 mode the normed latent is rounded
  * through e4m3 before it is cached. */
@@ -350,6 +351,25 @@ static void absorbed_rows(mla_job *j, int t0, int sparse)
                     kvb_bytes * (double)j->vd);
 }
 
+/* Whether the dense rows [0, M) of a DSA prefill cost more on the naive
+ * path than on the absorbed one. The naive path expands P latents through
+ * kv_b_proj for those rows alone: when they are few (a chunk that crosses
+ * index_topk keeps only its first rows dense) that expansion outweighs
+ * their attention. Per head, in multiply-adds: naive P x R x (nope + v)
+ * plus M x P x (nope + rope + v); absorbed, per row, R x (nope + v) for q'
+ * and out plus n x (2R + rope), counted twice for its lower throughput
+ * (q' and out are gemv-bound, the scores come in 16-head blocks). Either
+ * path gives the same values to float rounding. */
+static int naive_dearer(const mla_job *j, int M, int64_t P)
+{
+    const dsq_run *r = j->r;
+    const double R = (double)j->R, nv = (double)(j->nope + j->vd);
+    const double naive = (double)P * R * nv + (double)M * (double)P * (double)(j->nope + j->rope + j->vd);
+    double absorbed = 0.0;
+    for (int t = 0; t < M; t++) absorbed += R * nv + (double)(dsq_kv_index(r, t) + 1) * (2.0 * R + (double)j->rope);
+    return 2.0 * absorbed < naive;
+}
+
 /* Naive attention of the rows [0, M), which see at most P keys: the first
  * P cached latents expanded through kv_b_proj, then one block per head. */
 static int naive_rows(mla_job *j, int M, int64_t P)
@@ -445,6 +465,7 @@ int dsq_mla_forward(dsq_run *r, const float *x)
             Tn++;
         }
         if (Pn > sc->cap_exp) Tn = 0;
+        if (m->dsa && Tn > 0 && naive_dearer(&j, Tn, Pn)) Tn = 0;
         /* hooks (calibration) see kv_b_proj's input whichever path runs:
          * every cached latent, as the naive path reads them */
         DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_b, dsq_kv_base(r, 0), (int)P, NULL));
