@@ -42,6 +42,8 @@ static const dsq_opt_need needs[] = {
 
 enum { HELP_SCHEMES = 1 };
 
+/* the table is laid out by hand, one row per option */
+/* clang-format off */
 static const dsq_opt opt_table[] = {
     { .type = DSQ_OPT_TEXT, .help =
 "Usage: ds-quant --scheme SCHEME [options] IN OUT\n"
@@ -76,11 +78,11 @@ static const dsq_opt opt_table[] = {
       "rest min/max (awq-w4a16, calibrated w4a8, --gptq)" },
     { O_NOSEARCH, DSQ_OPT_FLAG, "no-search" },
     { O_NONFINITE, DSQ_OPT_FLAG, "allow-nonfinite", .help = "convert NaN as 0 and saturate Inf instead of failing" },
-    { O_ROTATE, DSQ_OPT_CHOICE, "rotate", 0, "none|quarot", .choices = "none|quarot", .needs = N_WRITE, .help =
+    { O_ROTATE, DSQ_OPT_CHOICE, "rotate", 0, "none|quarot", .choices = "none|quarot", .needs = N_WRITE, .def = "none", .help =
       "quarot: rotate the model first (seeded Hadamard rotations fused\n"
       "into the weights, norms folded; msModelSlim's QuaRot for DeepSeek),\n"
       "kept at OUT.rot until the run succeeds; any scheme, recipe, format" },
-    { O_ROTSEED, DSQ_OPT_SIZE, "rotate-seed", 0, "S", 0, .needs = N_ROTATE, .help = "the rotations' random signs (default 1234)" },
+    { O_ROTSEED, DSQ_OPT_SIZE, "rotate-seed", 0, "S", 0, .needs = N_ROTATE, .help = "the rotations' random signs", .def = "1234" },
     { .type = DSQ_OPT_TEXT, .help =
 "\n"
 "Calibration (scales from what the model computes; folded into the weights, so\n"
@@ -91,21 +93,21 @@ static const dsq_opt opt_table[] = {
       "w4a8: smoothing (alpha searched) + int4 clip search;\nw8a8-dynamic: smoothing, alpha searched per group on\n"
       "the simulated int8 output (s = 1 included)" },
     { O_CSAMPLES, DSQ_OPT_INT, "calib-samples", 0, "N", 1, 1 << 20, .needs = N_CALIB, .help =
-      "samples (default 128; at most: shorter data gives\nfewer, with a warning, down to 4096 tokens)" },
+      "samples, at most: shorter data gives fewer, with a\nwarning, down to 4096 tokens", .def = "128" },
     { O_CSEQLEN, DSQ_OPT_INT, "calib-seqlen", 0, "L", 2, 1 << 20, .needs = N_CALIB,
-      .help = "tokens per sample (default 512)" },
-    { O_SEED, DSQ_OPT_SIZE, "seed", 0, "S", 0, .needs = N_CALIB, .help = "sampling seed (default 0)" },
+      .help = "tokens per sample", .def = "512" },
+    { O_SEED, DSQ_OPT_SIZE, "seed", 0, "S", 0, .needs = N_CALIB, .help = "sampling seed", .def = "0" },
     { O_MOECALIB, DSQ_OPT_CHOICE, "moe-calib", 0, "all|routed", .choices = "all|routed", .needs = N_CALIB_OR_STATS,
       .help = "all: every token through every expert for statistics\n"
-      "(the output still follows the router); routed (default):\nexperts with fewer than --min-expert-tokens tokens fall\n"
-      "back to round-to-nearest, with a warning naming them" },
-    { O_MINTOK, DSQ_OPT_INT, "min-expert-tokens", 0, "N", 0, 1 << 30, .needs = N_CALIB_OR_STATS, .help = "(default 16)" },
+      "(the output still follows the router); routed: experts\nwith fewer than --min-expert-tokens tokens fall back\n"
+      "to round-to-nearest, with a warning naming them", .def = "routed" },
+    { O_MINTOK, DSQ_OPT_INT, "min-expert-tokens", 0, "N", 0, 1 << 30, .needs = N_CALIB_OR_STATS, .help = "", .def = "16" },
     { O_ALPHA, DSQ_OPT_FLOAT, "alpha", 0, "A", 0, 1, .needs = N_CALIB_OR_STATS | N_SQ, .help =
-      "SmoothQuant migration strength 0..1 (default 0.5; for\nw4a8 and w8a8-dynamic it fixes alpha instead of\nsearching it)" },
+      "SmoothQuant migration strength 0..1 (given, it fixes\nw4a8's and w8a8-dynamic's alpha instead of searching\nit)", .def = "0.5" },
     { O_SMOOTHM, DSQ_OPT_CHOICE, "smooth", 0, "sq|flex", .choices = "sq|flex", .needs = N_CALIB_OR_STATS | N_SQ, .help =
-      "smoothing of w8a8 / w8a8-dynamic groups: sq (SmoothQuant alpha,\n"
-      "default) or flex (msModelSlim's flex smoothing: alpha and beta\n"
-      "searched in two stages on each group's quantized output)" },
+      "smoothing of w8a8 / w8a8-dynamic groups: sq (SmoothQuant alpha)\n"
+      "or flex (msModelSlim's flex smoothing: alpha and beta searched\n"
+      "in two stages on each group's quantized output)", .def = "sq" },
     { O_NOSMOOTH, DSQ_OPT_FLAG, "no-smooth", .needs = N_CALIB_OR_STATS | N_SMOOTH, .help =
       "w8a8/w4a8/w8a8-dynamic: static ranges / clipping only,\nno smoothing; with --gptq also awq-w4a16: GPTQ without\n"
       "AWQ scales" },
@@ -115,23 +117,23 @@ static const dsq_opt opt_table[] = {
       "awq-w4a16: score the attention-input scales on the MLA block\noutput over N calibration sequences, 512 tokens each\n"
       "(default 4; 0: on the q_a / kv_a outputs)" },
     { O_CROWS, DSQ_OPT_INT, "calib-rows", 0, "N", 1, 1 << 20, .needs = N_CALIB, .help =
-      "rows sampled per non-expert linear input for the scale,\nalpha and clip searches (default 512)" },
+      "rows sampled per non-expert linear input for the scale,\nalpha and clip searches", .def = "512" },
     { O_CEROWS, DSQ_OPT_INT, "calib-expert-rows", 0, "N", 1, 1 << 20, .needs = N_CALIB, .help =
-      "the same per routed expert (default 64: at V3's 256\nexperts each 64 rows hold ~0.6 GB per layer)" },
+      "the same per routed expert (at V3's 256 experts each\n64 rows hold ~0.6 GB per layer)", .def = "64" },
     { O_GPTQ, DSQ_OPT_FLAG, "gptq", .needs = N_CALIB_OR_STATS, .help =
       "GPTQ rounding of every int8/int4 linear (all integer\nschemes, w8a8-dynamic included; the format is unchanged):\n"
       "error compensation from each input's Hessian X^T X,\non the AWQ/SmoothQuant-scaled weights after the clip\n"
       "choice; columns in order (no act-order: dsq, AutoAWQ\nGEMM, Ascend and compressed-tensors outputs hold no\n"
       "permutation); needs --calib (or --stats of a --gptq run)" },
     { O_GPTQDAMP, DSQ_OPT_FLOAT, "gptq-damp", 0, "D", 1e-6, 10, .needs = N_GPTQ,
-      .help = "GPTQ dampening, fraction of mean diag(H) (default 0.01)" },
+      .help = "GPTQ dampening, fraction of mean diag(H)", .def = "0.01" },
     { O_ROLLBACK, DSQ_OPT_INT, "rollback", 0, "N", 0, 1 << 20, .needs = N_CALIB_OR_STATS, .help =
       "keep the N most quantization-sensitive modules in their\nfloat type: each quantized linear's relative output\n"
       "error as converted (scales, clip, GPTQ, the scheme's\nactivation rounding) on its calibration rows, ranked\n"
       "over the model; gate+up and q_a+kv_a go together,\nrouted experts never; --json and the metadata list them" },
     { O_CALIBRAM, DSQ_OPT_SIZE, "calib-ram", 0, "SIZE", 1, .needs = N_CALIB, .help =
       "calibration memory (K/M/G): hidden states kept in RAM\n(beyond it they spill to files) and GPTQ solves run at\n"
-      "once (~0.73 GB each for a V3 expert) (default 2G)" },
+      "once (~0.73 GB each for a V3 expert)", .def = "2G" },
     { O_SAVESTATS, DSQ_OPT_STR, "save-stats", 0, "F", .needs = N_CALIB | N_WRITE, .help =
       "keep the statistics (and searched scales) in F; F is\nalso the per-layer checkpoint that --resume continues\n"
       "(default: OUT.calib.dsq, removed after success)" },
@@ -153,12 +155,12 @@ static const dsq_opt opt_table[] = {
     { O_CHECKPOINT, DSQ_OPT_FLOAT, "checkpoint-interval", 0, "S", 0, 1e6, .needs = N_WRITE | N_JOURNAL },
     { O_SHARD, DSQ_OPT_SIZE, "shard-size", 0, "SIZE", 1, .help =
       "write OUT as a directory of shards of at most SIZE\n(K/M/G suffixes) each" },
-    { O_ZSTD, DSQ_OPT_INT, "zstd-level", 0, "N", 0, DSQ_CTR_LEVEL_MAX, .help = "0 = no compression, 1..22 (default 1: fastest)" },
+    { O_ZSTD, DSQ_OPT_INT, "zstd-level", 0, "N", 0, DSQ_CTR_LEVEL_MAX, .help = "0 = no compression, 1 (fastest) .. 22", .def = "1" },
     DSQ_OPT_THREADS_ROW("worker threads (default and 0: all cores)"),
     { O_MEM, DSQ_OPT_SIZE, "mem-budget", 0, "SIZE", 1, .help =
       "memory for outputs waiting to be written (default\n512M or 64M per thread, whichever is more)" },
     { O_SAMPLE, DSQ_OPT_INT, "error-sample", 0, "N", 1, 1 << 20, .help =
-      "measure quantization error on 1 row in N (default 16;\n1 = every row)" },
+      "measure quantization error on 1 row in N (1 = every\nrow)", .def = "16" },
     { O_DRY, DSQ_OPT_FLAG, "dry-run", .help = "print the plan (tensor -> scheme), estimated output\n"
                                               "size and peak memory; write nothing (OUT optional)" },
     { DSQ_OPT_JSON, DSQ_OPT_FLAG, "json", .help = "one JSON object on stdout (summary or plan)" },
@@ -172,6 +174,7 @@ static const dsq_opt opt_table[] = {
 "\n"
 "Exit status: 0 ok, 1 error (bad input, i/o, interrupted), 2 usage.\n" },
 };
+/* clang-format on */
 
 static void help_schemes(FILE *f, int id)
 {
@@ -546,44 +549,59 @@ int main(int argc, char **argv)
     dsq_calib_opts co;
     dsq_calib_opts_init(&co);
     co.data.take_available = 1;   /* --calib-samples is a cap, as in AutoAWQ (floor: calib_data.h) */
-    const char *scheme = dsq_opt_str(&a, O_SCHEME, NULL), *preset = dsq_opt_str(&a, O_RECIPE, NULL);
-    int group = dsq_opt_int(&a, O_GROUP, DSQ_GROUP_DEFAULT), dry = dsq_opt_given(&a, O_DRY);
+    /* the table's defaults are the library's (dsq_convert_opts_init, dsq_calib_opts_init) */
+    const dsq_opt_lib lib[] = {
+        { O_ZSTD, o.zstd_level },
+        { O_SAMPLE, o.error_sample },
+        { O_CSAMPLES, co.data.n_samples },
+        { O_CSEQLEN, co.data.seqlen },
+        { O_SEED, (double)co.data.seed },
+        { O_MOECALIB, co.moe_calib_all ? 0 : 1 },
+        { O_CALIBRAM, (double)co.ram_limit },
+        { O_MINTOK, co.min_expert_tokens },
+        { O_ALPHA, co.alpha },
+        { O_SMOOTHM, co.smooth_method == DSQ_SMOOTH_FLEX },
+        { O_CROWS, co.awq_tokens },
+        { O_CEROWS, co.awq_expert_tokens },
+        { O_GPTQDAMP, co.gptq_damp },
+    };
+    if ((rc = dsq_opt_check_lib(&cli, &spec, lib, sizeof lib / sizeof lib[0])) >= 0) return dsq_args_release(&a), rc;
+    const char *scheme = dsq_opt_str(&a, O_SCHEME), *preset = dsq_opt_str(&a, O_RECIPE);
+    int group = dsq_opt_given(&a, O_GROUP) ? dsq_opt_int(&a, O_GROUP) : DSQ_GROUP_DEFAULT, dry = dsq_opt_given(&a, O_DRY);
     o.threads = cli.threads;
     o.overwrite = dsq_opt_given(&a, O_FORCE);
-    o.zstd_level = dsq_opt_int(&a, O_ZSTD, o.zstd_level);
+    o.zstd_level = dsq_opt_int(&a, O_ZSTD);
     o.allow_nonfinite = dsq_opt_given(&a, O_NONFINITE);
     o.resume = dsq_opt_given(&a, O_RESUME);
     o.clip_search = dsq_opt_given(&a, O_CLIP);
     if (dsq_opt_given(&a, O_SEARCH) || dsq_opt_given(&a, O_NOSEARCH))   /* the last one given wins */
         o.range_search = co.range_search = a.v[O_SEARCH].pos > a.v[O_NOSEARCH].pos ? 1 : -1;
-    o.shard_bytes = dsq_opt_u64(&a, O_SHARD, o.shard_bytes);
-    o.mem_budget = dsq_opt_u64(&a, O_MEM, o.mem_budget);
-    o.error_sample = dsq_opt_int(&a, O_SAMPLE, o.error_sample);
+    if (dsq_opt_given(&a, O_SHARD)) o.shard_bytes = dsq_opt_u64(&a, O_SHARD);
+    if (dsq_opt_given(&a, O_MEM)) o.mem_budget = dsq_opt_u64(&a, O_MEM);
+    o.error_sample = dsq_opt_int(&a, O_SAMPLE);
     o.no_journal = dsq_opt_given(&a, O_NOJOURNAL);
-    o.checkpoint_seconds = dsq_opt_float(&a, O_CHECKPOINT, o.checkpoint_seconds);
-    o.export_format = dsq_opt_str(&a, O_FORMAT, NULL);
-    co.calib = dsq_opt_str(&a, O_CALIB, NULL);
-    co.data.n_samples = dsq_opt_int(&a, O_CSAMPLES, co.data.n_samples);
-    co.data.seqlen = dsq_opt_int(&a, O_CSEQLEN, co.data.seqlen);
-    co.data.seed = dsq_opt_u64(&a, O_SEED, co.data.seed);
-    if (dsq_opt_given(&a, O_MOECALIB)) co.moe_calib_all = a.v[O_MOECALIB].choice == 0;
-    co.ram_limit = dsq_opt_u64(&a, O_CALIBRAM, co.ram_limit);
-    co.min_expert_tokens = dsq_opt_int(&a, O_MINTOK, co.min_expert_tokens);
-    if (dsq_opt_given(&a, O_ALPHA)) {
-        co.alpha = (float)dsq_opt_float(&a, O_ALPHA, 0);
-        co.alpha_set = 1;
-    }
+    if (dsq_opt_given(&a, O_CHECKPOINT)) o.checkpoint_seconds = dsq_opt_float(&a, O_CHECKPOINT);
+    o.export_format = dsq_opt_str(&a, O_FORMAT);
+    co.calib = dsq_opt_str(&a, O_CALIB);
+    co.data.n_samples = dsq_opt_int(&a, O_CSAMPLES);
+    co.data.seqlen = dsq_opt_int(&a, O_CSEQLEN);
+    co.data.seed = dsq_opt_u64(&a, O_SEED);
+    co.moe_calib_all = dsq_opt_choice(&a, O_MOECALIB) == 0;
+    co.ram_limit = dsq_opt_u64(&a, O_CALIBRAM);
+    co.min_expert_tokens = dsq_opt_int(&a, O_MINTOK);
+    co.alpha = (float)dsq_opt_float(&a, O_ALPHA);
+    co.alpha_set = dsq_opt_given(&a, O_ALPHA);
     if (dsq_opt_given(&a, O_NOSMOOTH)) co.smooth = 0;
-    if (dsq_opt_given(&a, O_SMOOTHM)) co.smooth_method = a.v[O_SMOOTHM].choice == 1 ? DSQ_SMOOTH_FLEX : DSQ_SMOOTH_SQ;
+    co.smooth_method = dsq_opt_choice(&a, O_SMOOTHM) == 1 ? DSQ_SMOOTH_FLEX : DSQ_SMOOTH_SQ;
     if (dsq_opt_given(&a, O_NOCLIP)) co.clip = 0;
     co.gptq = dsq_opt_given(&a, O_GPTQ);
-    co.awq_attn_seqs = dsq_opt_int(&a, O_ATTNBLOCK, co.awq_attn_seqs);
-    co.awq_tokens = dsq_opt_int(&a, O_CROWS, co.awq_tokens);
-    co.awq_expert_tokens = dsq_opt_int(&a, O_CEROWS, co.awq_expert_tokens);
-    co.rollback = dsq_opt_int(&a, O_ROLLBACK, co.rollback);
-    co.gptq_damp = dsq_opt_float(&a, O_GPTQDAMP, co.gptq_damp);
-    co.save_stats = dsq_opt_str(&a, O_SAVESTATS, NULL);
-    co.load_stats = dsq_opt_str(&a, O_STATS, NULL);
+    if (dsq_opt_given(&a, O_ATTNBLOCK)) co.awq_attn_seqs = dsq_opt_int(&a, O_ATTNBLOCK);
+    co.awq_tokens = dsq_opt_int(&a, O_CROWS);
+    co.awq_expert_tokens = dsq_opt_int(&a, O_CEROWS);
+    co.rollback = dsq_opt_int(&a, O_ROLLBACK);
+    co.gptq_damp = dsq_opt_float(&a, O_GPTQDAMP);
+    co.save_stats = dsq_opt_str(&a, O_SAVESTATS);
+    co.load_stats = dsq_opt_str(&a, O_STATS);
     /* --keep and --scheme-for in command-line order: the first matching rule wins */
     dsq_quantize_rule *rules = calloc((size_t)a.nseq + 1, sizeof *rules);
     size_t nrules = 0;
@@ -615,17 +633,25 @@ int main(int argc, char **argv)
     unsigned have = (co.calib ? N_CALIB : 0) | (calibrating ? N_CALIB_OR_STATS : 0) | (awq ? 0 : N_SQ) |
                     (!awq || co.gptq ? N_SMOOTH : 0) | (int8 ? 0 : N_INT4) | (dry ? 0 : N_WRITE) | (co.gptq ? N_GPTQ : 0) |
                     (o.no_journal ? 0 : N_JOURNAL) |
-                    (dsq_opt_given(&a, O_ROTATE) && a.v[O_ROTATE].choice == 1 ? N_ROTATE : 0);
+                    (dsq_opt_choice(&a, O_ROTATE) == 1 ? N_ROTATE : 0);
     if ((rc = dsq_opt_check_needs(&cli, &spec, &a, have, needs, sizeof needs / sizeof needs[0])) >= 0)
         return free(rules), rc;
     o.input = a.pos[0];
     o.output = npos == 2 ? a.pos[1] : NULL;
     cli.progress = cli.progress && !cli.json;
 
-    dsq_quantize_opts q = { .scheme = scheme, .preset = preset, .group_size = group, .rules = rules,
-                            .n_rules = nrules, .dry_run = dry, .conv = o, .calib = co,
-                            .rotate = dsq_opt_given(&a, O_ROTATE) && a.v[O_ROTATE].choice == 1,
-                            .rotate_seed = dsq_opt_u64(&a, O_ROTSEED, 1234) };
+    dsq_quantize_opts q = {
+        .scheme = scheme,
+        .preset = preset,
+        .group_size = group,
+        .rules = rules,
+        .n_rules = nrules,
+        .dry_run = dry,
+        .conv = o,
+        .calib = co,
+        .rotate = dsq_opt_choice(&a, O_ROTATE) == 1,
+        .rotate_seed = dsq_opt_u64(&a, O_ROTSEED),
+    };
     run_ctx rx = { .cli = &cli, .calib_path = co.calib, .input = o.input };
     dsq_quantize_hooks h = { .cancel = &dsq_cli_interrupted, .calib_progress = cli.progress ? on_calib_progress : NULL,
                              .convert_progress = cli.progress ? on_progress : NULL, .note = on_note,
