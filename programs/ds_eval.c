@@ -42,6 +42,8 @@ enum {
     O_TOP_P, O_SAMPLES, O_THINK_END, O_QFIELD, O_AFIELD, O_DSA, O_KVCACHE
 };
 
+/* the table is laid out by hand, one row per option */
+/* clang-format off */
 static const dsq_opt opt_table[] = {
     { .type = DSQ_OPT_TEXT, .help =
 "usage: ds-eval <command> [options]\n"
@@ -69,10 +71,10 @@ static const dsq_opt opt_table[] = {
       .help = "BF16 weights: bf16 terms per f32 activation in the\ndot products, 3 (default: f32 accuracy, the KLD\n"
               "baseline), 2, or 1 (activations rounded to bf16 as\nllama.cpp does: faster, not a baseline)" },
     { O_DSA, DSQ_OPT_CHOICE, "dsa", 0, "fp8|float", .choices = "fp8|float",
-      .help = "DeepSeek-V3.2 sparse attention: the indexer and MLA\nlatent with DeepSeek's e4m3 round trips (fp8, the\n"
-              "default) or in float (a bf16 indexer's arithmetic)" },
+      .help = "DeepSeek-V3.2 sparse attention: the indexer and MLA\nlatent with DeepSeek's e4m3 round trips (fp8) or\n"
+              "in float (a bf16 indexer's arithmetic)", .def = "fp8" },
     { O_KVCACHE, DSQ_OPT_CHOICE, "kv-cache", 0, "f32|bf16|int8|fp8", .choices = "f32|bf16|int8|fp8",
-      .help = "MLA's KV cache per position: f32 (default), bf16, or\nint8 / fp8 codes with a per-token scale (MindIE's C8)" },
+      .help = "MLA's KV cache per position: f32, bf16, or int8 / fp8\ncodes with a per-token scale (MindIE's C8)", .def = "f32" },
     { .type = DSQ_OPT_TEXT, .help = "\nppl:\n" },
     { O_DATA, DSQ_OPT_STR, "data", 0, "FILE", .help = "text to score (read as bytes)" },
     { O_LIMIT_TOKENS, DSQ_OPT_SIZE, "limit-tokens", 0, "N", 1, .cmds = CMD_PPL, .help = "use only the first N tokens" },
@@ -83,10 +85,10 @@ static const dsq_opt opt_table[] = {
       .help = "also write base log-probs for 'kld' (see below)" },
     { O_LOGITS_FORMAT, DSQ_OPT_CHOICE, "logits-format", 0, .choices = "u16|topk", .cmds = CMD_PPL,
       .left = "    --logits-format u16|topk  ",
-      .help = "u16: every token, 16-bit (default, about\n2 x vocab bytes per scored token); topk: top K only\n"
-              "(small; its KLD is a lower bound)" },
+      .help = "u16: every token, 16-bit (about 2 x vocab\nbytes per scored token); topk: top K only\n"
+              "(small; its KLD is a lower bound)", .def = "u16" },
     { O_LOGITS_TOPK, DSQ_OPT_INT, "logits-topk", 0, "K", 1, DSQ_LOGP_MAX_TOPK, .cmds = CMD_PPL,
-      .help = "exact top-K log-probs per position (default 16)" },
+      .help = "exact top-K log-probs per position", .def = "16" },
     { .type = DSQ_OPT_TEXT, .help = "kld:\n" },
     { O_BASE, DSQ_OPT_STR, "base", 0, "F", .cmds = CMD_KLD, .help = "file from 'ppl --save-logits' (it holds the tokens)" },
     { O_DATA, DSQ_OPT_STR, "data", 0, "FILE", .help = "optional: re-tokenize and refuse if tokens differ" },
@@ -99,12 +101,14 @@ static const dsq_opt opt_table[] = {
 "gsm8k:\n" },
     { O_DATA, DSQ_OPT_STR, "data", 0, "FILE", .help = "test split, JSONL {\"question\",\"answer\"}" },
     { O_TRAIN, DSQ_OPT_STR, "train", 0, "FILE", .cmds = CMD_GSM, .help = "few-shot pool (default: train.jsonl beside --data)" },
-    { O_SHOTS, DSQ_OPT_INT, "shots", 0, "N", 0, 64, .cmds = CMD_GSM, .help = "few-shot examples (default 5)" },
-    { O_SEED, DSQ_OPT_SIZE, "seed", 0, "N", 0, .cmds = CMD_GSM | CMD_CHAT, .help = "few-shot seed (default 1234, lm-eval's)" },
+    { O_SHOTS, DSQ_OPT_INT, "shots", 0, "N", 0, 64, .cmds = CMD_GSM, .help = "few-shot examples",
+      .def = DSQ_OPT_DEF(DSQ_GSM8K_SHOTS) },
+    { O_SEED, DSQ_OPT_SIZE, "seed", 0, "N", 0, .cmds = CMD_GSM | CMD_CHAT, .help = "few-shot seed (lm-eval's)",
+      .def = DSQ_OPT_DEF(DSQ_GSM8K_SEED) },
     { O_LIMIT, DSQ_OPT_SIZE, "limit", 0, "N", 1, .cmds = CMD_GSM | CMD_SCORE | CMD_CHAT, .help = "first N test items only" },
-    { O_BATCH, DSQ_OPT_INT, "batch", 0, "B", 1, 4096, .cmds = CMD_GSM | CMD_CHAT, .help = "sequences decoded together (default 8)" },
+    { O_BATCH, DSQ_OPT_INT, "batch", 0, "B", 1, 4096, .cmds = CMD_GSM | CMD_CHAT, .help = "sequences decoded together", .def = "8" },
     { O_MAX_NEW, DSQ_OPT_SIZE, "max-new-tokens", 0, "N", 1, 1 << 20, "1..1M", .cmds = CMD_GSM,
-      .help = "generation cap (default 256, lm-eval's max_gen_toks)" },
+      .help = "generation cap (lm-eval's max_gen_toks)", .def = DSQ_OPT_DEF(DSQ_GSM8K_MAX_NEW) },
     { O_BOS, DSQ_OPT_STR, "bos", 0, "auto|yes|no", .help = "BOS before each prompt (default auto: as the\n"
                                                              "tokenizer's add_special_tokens does)" },
     { O_SCORE, DSQ_OPT_STR, "score", 0, "FILE", .cmds = CMD_SCORE,
@@ -130,7 +134,7 @@ static const dsq_opt opt_table[] = {
       .help = "(default: the harness's, 0.01 / 0; in process: 0 only)" },
     { O_TOP_P, DSQ_OPT_FLOAT, "top-p", 0, "P", 1e-9, 1, "(0, 1]", .cmds = CMD_CHAT, .help = "nucleus sampling (default: not sent)" },
     { O_SAMPLES, DSQ_OPT_INT, "samples", 0, "N", 1, 1 << 16, .cmds = CMD_CHAT,
-      .help = "replies per item: mean accuracy, stderr, pass@N;\nwith --seed S, sample s is sent seed S + s" },
+      .help = "replies per item: mean accuracy, stderr, pass@N;\nwith --seed S, sample s is sent seed S + s", .def = "1" },
     { O_GEN_KWARGS, DSQ_OPT_STR, "generation-kwargs", 0, "JSON", .cmds = CMD_CHAT,
       .left = "    --generation-kwargs JSON  ",
       .help = "further request fields, as AISBench's\ngeneration_kwargs (e.g. '{\"top_k\": 10,\n"
@@ -154,13 +158,16 @@ static const dsq_opt opt_table[] = {
     { O_ENDPOINT, DSQ_OPT_STR, "endpoint", 0, "URL", .help = "base URL, e.g. http://127.0.0.1:8000/v1" },
     { O_SERVED_MODEL, DSQ_OPT_STR, "served-model", 0, "NAME", .help = "model name (default: the only one /models lists)" },
     { O_API_KEY_ENV, DSQ_OPT_STR, "api-key-env", 0, "VAR", .help = "send the API key held in environment variable VAR" },
-    { O_CONCURRENCY, DSQ_OPT_INT, "concurrency", 0, "N", 1, 1024, .help = "requests in flight (default 8)" },
+    { O_CONCURRENCY, DSQ_OPT_INT, "concurrency", 0, "N", 1, 1024, .help = "requests in flight", .def = "8" },
     { O_TIMEOUT, DSQ_OPT_FLOAT, "timeout", 0, "S", 0.001, 86400, "seconds in (0, 86400]",
-      .help = "seconds per request (default 600)" },
+      .help = "seconds per request", .def = "600" },
     { O_RETRIES, DSQ_OPT_INT, "retries", 0, "N", 0, 1000,
-      .help = "retries with backoff on connection errors, 429 and\n5xx (default 8; 0.5 s doubling to 30 s)\n"
-              "ppl needs --tokenizer: windows go as token ids with\necho + logprobs (prompt log-probs); kld takes the\n"
-              "windows from --base and reports a LOWER BOUND (the\nserved target-token log-probs only)" },
+      .help = "retries with backoff on connection errors, 429 and\n5xx (0.5 s doubling to 30 s)", .def = "8" },
+    { .type = DSQ_OPT_TEXT, .help =
+"                          ppl needs --tokenizer: windows go as token ids with\n"
+"                          echo + logprobs (prompt log-probs); kld takes the\n"
+"                          windows from --base and reports a LOWER BOUND (the\n"
+"                          served target-token log-probs only)\n" },
     { .type = DSQ_OPT_TEXT, .help =
 "\n"
 "Options a command does not use are refused (exit 2), not ignored.\n"
@@ -180,6 +187,7 @@ static const dsq_opt opt_table[] = {
 "\n"
 "Exit status: 0 ok, 1 error (bad input, i/o, interrupted), 2 usage.\n" },
 };
+/* clang-format on */
 static const dsq_opt_spec spec = { opt_table, sizeof opt_table / sizeof opt_table[0], 23, 1, NULL };
 
 typedef struct opts {
@@ -241,51 +249,51 @@ static int parse(dsq_cli *cli, opts *o, dsq_args *a, int argc, char **argv, int 
     int rc = dsq_opt_parse(cli, &spec, argc, argv, a);
     if (rc >= 0) return *done = 1, rc;
     o->args = a;
-    o->model = dsq_opt_str(a, O_MODEL, NULL);
-    o->tokenizer = dsq_opt_str(a, O_TOKENIZER, NULL);
-    o->data = dsq_opt_str(a, O_DATA, NULL);
-    o->save_logits = dsq_opt_str(a, O_SAVE_LOGITS, NULL);
+    o->model = dsq_opt_str(a, O_MODEL);
+    o->tokenizer = dsq_opt_str(a, O_TOKENIZER);
+    o->data = dsq_opt_str(a, O_DATA);
+    o->save_logits = dsq_opt_str(a, O_SAVE_LOGITS);
     o->no_verify = dsq_opt_given(a, O_NO_VERIFY);
-    o->bf16_terms = dsq_opt_int(a, O_BF16_TERMS, 0);
-    o->dsa_mode = dsq_opt_given(a, O_DSA) ? a->v[O_DSA].choice : 0;
-    o->kv_cache = dsq_opt_given(a, O_KVCACHE) ? a->v[O_KVCACHE].choice : 0;
-    o->base = dsq_opt_str(a, O_BASE, NULL);
-    o->train = dsq_opt_str(a, O_TRAIN, NULL);
-    o->score = dsq_opt_str(a, O_SCORE, NULL);
-    o->out = dsq_opt_str(a, O_OUT, NULL);
-    o->ctx = (size_t)dsq_opt_u64(a, O_CTX, 0);
-    o->limit_tokens = dsq_opt_u64(a, O_LIMIT_TOKENS, 0);
-    o->logits_format = dsq_opt_given(a, O_LOGITS_FORMAT) && a->v[O_LOGITS_FORMAT].choice == 1 ? DSQ_LOGP_TOPK : DSQ_LOGP_U16;
-    o->logits_topk = dsq_opt_int(a, O_LOGITS_TOPK, 16);
-    o->shots = dsq_opt_int(a, O_SHOTS, DSQ_GSM8K_SHOTS);
-    o->seed = dsq_opt_u64(a, O_SEED, DSQ_GSM8K_SEED);
-    o->limit = (size_t)dsq_opt_u64(a, O_LIMIT, 0);
-    o->batch = dsq_opt_int(a, O_BATCH, 8);
-    o->max_new = (size_t)dsq_opt_u64(a, O_MAX_NEW, DSQ_GSM8K_MAX_NEW);
+    o->bf16_terms = dsq_opt_int(a, O_BF16_TERMS);
+    o->dsa_mode = dsq_opt_choice(a, O_DSA);
+    o->kv_cache = dsq_opt_choice(a, O_KVCACHE);
+    o->base = dsq_opt_str(a, O_BASE);
+    o->train = dsq_opt_str(a, O_TRAIN);
+    o->score = dsq_opt_str(a, O_SCORE);
+    o->out = dsq_opt_str(a, O_OUT);
+    o->ctx = (size_t)dsq_opt_u64(a, O_CTX);
+    o->limit_tokens = dsq_opt_u64(a, O_LIMIT_TOKENS);
+    o->logits_format = dsq_opt_choice(a, O_LOGITS_FORMAT) == 1 ? DSQ_LOGP_TOPK : DSQ_LOGP_U16;
+    o->logits_topk = dsq_opt_int(a, O_LOGITS_TOPK);
+    o->shots = dsq_opt_int(a, O_SHOTS);
+    o->seed = dsq_opt_u64(a, O_SEED);
+    o->limit = (size_t)dsq_opt_u64(a, O_LIMIT);
+    o->batch = dsq_opt_int(a, O_BATCH);
+    o->max_new = (size_t)dsq_opt_u64(a, O_MAX_NEW);
     o->bos = -1;
-    o->bos_arg = dsq_opt_str(a, O_BOS, NULL);   /* checked once the command is known */
-    o->endpoint = dsq_opt_str(a, O_ENDPOINT, NULL);
-    o->served_model = dsq_opt_str(a, O_SERVED_MODEL, NULL);
-    o->api_key_env = dsq_opt_str(a, O_API_KEY_ENV, NULL);
-    o->concurrency = dsq_opt_int(a, O_CONCURRENCY, 8);
-    o->retries = dsq_opt_int(a, O_RETRIES, 8);
-    o->timeout = dsq_opt_float(a, O_TIMEOUT, 600);
+    o->bos_arg = dsq_opt_str(a, O_BOS); /* checked once the command is known */
+    o->endpoint = dsq_opt_str(a, O_ENDPOINT);
+    o->served_model = dsq_opt_str(a, O_SERVED_MODEL);
+    o->api_key_env = dsq_opt_str(a, O_API_KEY_ENV);
+    o->concurrency = dsq_opt_int(a, O_CONCURRENCY);
+    o->retries = dsq_opt_int(a, O_RETRIES);
+    o->timeout = dsq_opt_float(a, O_TIMEOUT);
     o->force = dsq_opt_given(a, O_FORCE);
     o->chat = dsq_opt_given(a, O_CHAT);
-    o->prompt = dsq_opt_str(a, O_PROMPT, NULL);
-    o->chat_template = dsq_opt_str(a, O_CHAT_TEMPLATE, NULL);
-    o->chat_kwargs = dsq_opt_str(a, O_CHAT_KWARGS, NULL);
-    o->gen_kwargs = dsq_opt_str(a, O_GEN_KWARGS, NULL);
-    o->think_end = dsq_opt_str(a, O_THINK_END, NULL);
-    o->qfield = dsq_opt_str(a, O_QFIELD, NULL);
-    o->afield = dsq_opt_str(a, O_AFIELD, NULL);
-    o->reasoning_parser = dsq_opt_given(a, O_REASONING) ? dsq_reasoning_parser_from_name(dsq_opt_str(a, O_REASONING, NULL)) : 0;
-    o->samples = dsq_opt_int(a, O_SAMPLES, 1);
+    o->prompt = dsq_opt_str(a, O_PROMPT);
+    o->chat_template = dsq_opt_str(a, O_CHAT_TEMPLATE);
+    o->chat_kwargs = dsq_opt_str(a, O_CHAT_KWARGS);
+    o->gen_kwargs = dsq_opt_str(a, O_GEN_KWARGS);
+    o->think_end = dsq_opt_str(a, O_THINK_END);
+    o->qfield = dsq_opt_str(a, O_QFIELD);
+    o->afield = dsq_opt_str(a, O_AFIELD);
+    o->reasoning_parser = dsq_opt_given(a, O_REASONING) ? dsq_reasoning_parser_from_name(dsq_opt_str(a, O_REASONING)) : 0;
+    o->samples = dsq_opt_int(a, O_SAMPLES);
     o->has_seed = dsq_opt_given(a, O_SEED);
     o->has_temperature = dsq_opt_given(a, O_TEMPERATURE);
-    o->max_tokens = (int64_t)dsq_opt_u64(a, O_MAX_TOKENS, 0);
-    o->temperature = dsq_opt_float(a, O_TEMPERATURE, 0);
-    o->top_p = dsq_opt_float(a, O_TOP_P, 0);
+    o->max_tokens = (int64_t)dsq_opt_u64(a, O_MAX_TOKENS);
+    o->temperature = dsq_opt_float(a, O_TEMPERATURE);
+    o->top_p = dsq_opt_float(a, O_TOP_P);
     for (int k = 0; k < 2; k++) {
         const char *js = k ? o->gen_kwargs : o->chat_kwargs;
         if (!js) continue;
