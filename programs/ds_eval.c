@@ -131,7 +131,7 @@ static const dsq_opt opt_table[] = {
     { O_MAX_TOKENS, DSQ_OPT_SIZE, "max-tokens", 0, "N", 1, 1 << 20, "1..1M", .cmds = CMD_CHAT,
       .help = "reply cap (default: the harness's, 512 / 256)" },
     { O_TEMPERATURE, DSQ_OPT_FLOAT, "temperature", 0, "T", 0, 2, .cmds = CMD_CHAT,
-      .help = "(default: the harness's, 0.01 / 0; in process: 0 only)" },
+      .help = "(default: the harness's, 0.01 / 0); in process\nsampled as ds-serve samples (reply s: seed + s)" },
     { O_TOP_P, DSQ_OPT_FLOAT, "top-p", 0, "P", 1e-9, 1, "(0, 1]", .cmds = CMD_CHAT, .help = "nucleus sampling (default: not sent)" },
     { O_SAMPLES, DSQ_OPT_INT, "samples", 0, "N", 1, 1 << 16, .cmds = CMD_CHAT,
       .help = "replies per item: mean accuracy, stderr, pass@N;\nwith --seed S, sample s is sent seed S + s", .def = "1" },
