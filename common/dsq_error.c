@@ -112,3 +112,14 @@ void dsq_diag_format(const dsq_diag *d, char *buf, size_t n)
     APPEND("%s", d->msg[0] ? d->msg : dsq_strerror(d->status));
 #undef APPEND
 }
+
+void dsq_notef(dsq_note_fn note, void *ctx, int level, const char *fmt, ...)
+{
+    if (!note) return;
+    char msg[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    note(ctx, level, msg);
+}

@@ -29,6 +29,13 @@ int dsq_fail(dsq_diag *d, int status, const char *path, const char *tensor,
 int dsq_fail_errno(dsq_diag *d, int errno_value, const char *path,
                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* The library's messages to its caller go through a callback (it never
+ * prints): note(ctx, level, msg), level 0 a warning, higher levels
+ * information. dsq_notef formats msg (cut at 8 KiB) and calls note, when
+ * there is one. */
+typedef void (*dsq_note_fn)(void *ctx, int level, const char *msg);
+void dsq_notef(dsq_note_fn note, void *ctx, int level, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 #define DSQ_TRY(expr) do { int dsq_try_rc_ = (expr); if (dsq_try_rc_ < 0) return dsq_try_rc_; } while (0)
 
 #endif

@@ -13,17 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void note(const dsq_quantize_hooks *h, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void note(const dsq_quantize_hooks *h, int level, const char *fmt, ...)
-{
-    if (!h->note) return;
-    char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    h->note(h->ctx, level, msg);
-}
+#define notef(h_, level_, ...) dsq_notef((h_)->note, (h_)->ctx, level_, __VA_ARGS__)
 
 /* The scheme the recipe gives a tensor (NULL: kept float). */
 static int recipe_target(void *ctx, const char *name, int64_t rows, int64_t cols, const dsq_scheme **sc,
@@ -120,7 +110,7 @@ static int rotate_input(const dsq_quantize_opts *o, const dsq_convert_opts *conv
     snprintf(r->rot_dir, n, "%s.rot", conv->output);
     if (dsq_path_exists(r->rot_dir)) {
         if (conv->resume && dsq_quarot_is_ours(r->rot_dir, o->rotate_seed)) {
-            note(h, 2, "reusing the rotated model %s", r->rot_dir);
+            notef(h, 2, "reusing the rotated model %s", r->rot_dir);
             return DSQ_OK;
         }
         return dsq_fail(d, DSQ_ERR_EXISTS, r->rot_dir, NULL, -1,
@@ -139,7 +129,7 @@ static int rotate_input(const dsq_quantize_opts *o, const dsq_convert_opts *conv
     dsq_quarot_opts_init(&qo);
     qo.seed = o->rotate_seed;
     qo.out_dtype = bf16 ? DSQ_DTYPE_BF16 : DSQ_DTYPE_F32;
-    note(h, 2, "rotating %s (QuaRot, seed %llu) into %s", conv->input, (unsigned long long)o->rotate_seed,
+    notef(h, 2, "rotating %s (QuaRot, seed %llu) into %s", conv->input, (unsigned long long)o->rotate_seed,
          r->rot_dir);
     return dsq_quarot_write(conv->input, r->rot_dir, &qo, d);
 }
@@ -159,7 +149,7 @@ int dsq_quantize_run(const dsq_quantize_opts *o, const dsq_quantize_hooks *hooks
         /* a llama2.c .bin: convert from its exact float32 Hugging Face copy
          * (with tokenizer.bin / tok<vocab>.bin beside it, for calibration) */
         DSQ_TRY(dsq_llama2c_to_temp_dir(conv.input, NULL, &r->llama2c_dir, d));
-        note(h, 3, "%s: llama2.c checkpoint, read through %s", conv.input, r->llama2c_dir);
+        notef(h, 3, "%s: llama2.c checkpoint, read through %s", conv.input, r->llama2c_dir);
         conv.input = r->llama2c_dir;
     }
 
@@ -190,7 +180,7 @@ int dsq_quantize_run(const dsq_quantize_opts *o, const dsq_quantize_hooks *hooks
         if (!ck) return dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
         sprintf(ck, "%s.calib.dsq", conv.output);
         if (dsq_stats_remove_partial(ck) > 0)
-            note(h, 0, "removed the calibration checkpoint an interrupted run left (--resume continues one instead)");
+            notef(h, 0, "removed the calibration checkpoint an interrupted run left (--resume continues one instead)");
         free(ck);
     }
     if (calibrating && !dry) {
@@ -229,7 +219,7 @@ int dsq_quantize_run(const dsq_quantize_opts *o, const dsq_quantize_hooks *hooks
     if (!conv.resume && !conv.shard_bytes && conv.output) {
         char *tmp = dsq_outfile_tmp_name(conv.output);
         if (tmp && dsq_path_exists(tmp))
-            note(h, 0, "discarding the partial output of an interrupted run (use --resume to continue it)");
+            notef(h, 0, "discarding the partial output of an interrupted run (use --resume to continue it)");
         free(tmp);
     }
     r->stage = DSQ_QSTAGE_CONVERT;
@@ -237,7 +227,7 @@ int dsq_quantize_run(const dsq_quantize_opts *o, const dsq_quantize_hooks *hooks
     if (r->ckpt) unlink(r->ckpt);   /* the default checkpoint is not kept after success */
     if (r->rot_dir) {
         const char *src = r->llama2c_dir ? r->llama2c_dir : o->conv.input;
-        if (dsq_quarot_remove(r->rot_dir, src, d) < 0) note(h, 0, "%s was left in place", r->rot_dir);
+        if (dsq_quarot_remove(r->rot_dir, src, d) < 0) notef(h, 0, "%s was left in place", r->rot_dir);
     }
     r->stage = DSQ_QSTAGE_DONE;
     return DSQ_OK;

@@ -21,17 +21,7 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void note(const dsq_eval_events *ev, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void note(const dsq_eval_events *ev, int level, const char *fmt, ...)
-{
-    if (!ev->note) return;
-    char msg[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    ev->note(ev->ctx, level, msg);
-}
+#define notef(h_, level_, ...) dsq_notef((h_)->note, (h_)->ctx, level_, __VA_ARGS__)
 
 static void begin(const dsq_eval_events *ev, const char *label, const char *unit, size_t total)
 {
@@ -62,10 +52,10 @@ static int load_tokenizer(const dsq_eval_setup *s, dsq_tokenizer **tok, dsq_diag
     char where[4096];
     const char *model = s->model.model;
     int rc = dsq_tokenizer_for_model(tok, model, s->tokenizer, &from, where, sizeof where, d);
-    if (rc == DSQ_OK && from == DSQ_TOK_FROM_DSQ_META) note(&s->ev, 3, "tokenizer from the metadata of %s", where);
-    else if (rc == DSQ_OK && from != DSQ_TOK_FROM_ARG) note(&s->ev, 3, "tokenizer from %s", where);
+    if (rc == DSQ_OK && from == DSQ_TOK_FROM_DSQ_META) notef(&s->ev, 3, "tokenizer from the metadata of %s", where);
+    else if (rc == DSQ_OK && from != DSQ_TOK_FROM_ARG) notef(&s->ev, 3, "tokenizer from %s", where);
     else if (rc < 0 && (from == DSQ_TOK_FROM_DSQ_META || from == DSQ_TOK_FROM_DIR))
-        note(&s->ev, 1, "pass --tokenizer to use another tokenizer");
+        notef(&s->ev, 1, "pass --tokenizer to use another tokenizer");
     else if (rc == DSQ_ERR_NOT_FOUND && from == DSQ_TOK_FROM_NONE && d && model && dsq_path_exists(model)) {
         size_t l = strlen(d->msg); /* the model is there, its tokenizer is not */
         snprintf(d->msg + l, sizeof d->msg - l, "; pass --tokenizer PATH");
@@ -85,7 +75,7 @@ static void loaded_note(const dsq_eval_events *ev, const dsq_eval_model *e, doub
 {
     char info[1024];
     dsq_model_info(e->m, info, sizeof info);
-    note(ev, 3, "loaded in %.1f s: %s", now() - t0, info);
+    notef(ev, 3, "loaded in %.1f s: %s", now() - t0, info);
 }
 
 static int open_model(const dsq_eval_setup *s, dsq_eval_model *e, int max_batch, size_t ctx, dsq_diag *d)
@@ -114,7 +104,7 @@ int dsq_ppl_flow(const dsq_ppl_flow_opts *o, dsq_ppl_report *rep, dsq_diag *d)
     int rc = load_tokenizer(s, &e.tok, d);
     double t0 = now();
     if (rc == DSQ_OK) rc = dsq_eval_tokenize_text(e.tok, o->data, o->bos, o->limit_tokens, &tokens, &n_tok, &len, d);
-    if (rc == DSQ_OK) note(ev, 3, "%s: %zu bytes -> %zu tokens in %.2f s", o->data, len, n_tok, now() - t0);
+    if (rc == DSQ_OK) notef(ev, 3, "%s: %zu bytes -> %zu tokens in %.2f s", o->data, len, n_tok, now() - t0);
     if (rc == DSQ_OK && o->limit_tokens && o->limit_tokens < n_tok) n_tok = (size_t)o->limit_tokens;
     /* window: BOS written over every window's first token (when the
      * tokenizer adds one); first: the text's own leading BOS only */
@@ -130,7 +120,7 @@ int dsq_ppl_flow(const dsq_ppl_flow_opts *o, dsq_ppl_report *rep, dsq_diag *d)
         t0 = now();
         if (rc == DSQ_OK) rc = dsq_ep_resolve_model(s->endpoint, &model, d);
         if (rc == DSQ_OK) {
-            note(ev, 3, "%s: model '%s', %zu windows of %zu tokens, %d in flight", s->endpoint->url, model,
+            notef(ev, 3, "%s: model '%s', %zu windows of %zu tokens, %d in flight", s->endpoint->url, model,
                  plan->n_chunks, plan->n_ctx, s->endpoint->concurrency);
             begin(ev, "ppl", "windows", plan->n_chunks);
             dsq_eval_hooks h = { .cancel = ev->cancel, .progress = window_progress, .progress_user = (void *)ev };
@@ -154,7 +144,7 @@ int dsq_ppl_flow(const dsq_ppl_flow_opts *o, dsq_ppl_report *rep, dsq_diag *d)
     }
     t0 = now();
     if (rc == DSQ_OK) {
-        note(ev, 3, "%zu windows of %zu tokens, %zu scored per window", plan->n_chunks, n_ctx, plan->per_chunk);
+        notef(ev, 3, "%zu windows of %zu tokens, %zu scored per window", plan->n_chunks, n_ctx, plan->per_chunk);
         begin(ev, "ppl", "windows", plan->n_chunks);
         dsq_eval_hooks h = {
             .cancel = ev->cancel,
@@ -248,7 +238,7 @@ static int gen_done(void *u, size_t idx, dsq_gen_result *res)
 static void on_note(void *ctx, int level, const char *msg)
 {
     gen_ctx *g = ctx;
-    note(&g->o->s.ev, level, "%s", msg);
+    notef(&g->o->s.ev, level, "%s", msg);
 }
 
 static void on_generating(void *ctx, size_t n, size_t max_ctx)
@@ -256,7 +246,7 @@ static void on_generating(void *ctx, size_t n, size_t max_ctx)
     gen_ctx *g = ctx;
     const dsq_eval_events *ev = &g->o->s.ev;
     loaded_note(ev, g->e, g->t0);
-    note(ev, 3, "%zu prompts, %d-shot, batch %d, context %zu", n, g->o->shots, g->o->s.model.max_batch, max_ctx);
+    notef(ev, 3, "%zu prompts, %d-shot, batch %d, context %zu", n, g->o->shots, g->o->s.model.max_batch, max_ctx);
     begin(ev, "gsm8k", "items", n);
 }
 
@@ -264,7 +254,7 @@ static void on_sending(void *ctx, size_t n_todo, const char *model)
 {
     gen_ctx *g = ctx;
     const dsq_eval_setup *s = &g->o->s;
-    note(&s->ev, 3, "%s: model '%s', %zu prompts, %d-shot, %d in flight", s->endpoint->url, model, n_todo,
+    notef(&s->ev, 3, "%s: model '%s', %zu prompts, %d-shot, %d in flight", s->endpoint->url, model, n_todo,
          g->o->shots, s->endpoint->concurrency);
     begin(&s->ev, "gsm8k", "items", n_todo);
 }
@@ -369,12 +359,12 @@ int dsq_gsm8k_flow(const dsq_gsm8k_flow_opts *o, dsq_gsm8k_report *rep, dsq_diag
                                    hold.tail_len, d);
     dsq_ep_journal_close(&hold);
     if (rc == DSQ_OK && rep->refused)
-        note(&o->s.ev, 0, "the server refused %zu item%s (doc %zu: %s); they count as wrong", rep->refused,
+        notef(&o->s.ev, 0, "the server refused %zu item%s (doc %zu: %s); they count as wrong", rep->refused,
              rep->refused > 1 ? "s" : "", first_refused, items[first_refused].error);
     /* Items without a completion count as wrong: lm-eval scores every item,
      * so a partial run must not look better than the full one would. */
     if (rc == DSQ_OK && rep->scored < n)
-        note(&o->s.ev, 0, "%zu of %zu items have no completion; they count as wrong", n - rep->scored, n);
+        notef(&o->s.ev, 0, "%zu of %zu items have no completion; they count as wrong", n - rep->scored, n);
     dsq_gsm8k_items_free(items, n);
     dsq_gsm8k_set_release(&test);
     return rc;
@@ -421,7 +411,7 @@ static int chat_replies(const dsq_chat_flow_opts *o, const dsq_chat_run_opts *ro
         char *model = NULL;
         rc = dsq_ep_resolve_model(s->endpoint, &model, d);
         if (rc == DSQ_OK) {
-            note(&s->ev, 3, "%s: model '%s', %zu requests (%s), %d in flight", s->endpoint->url, model, n_todo,
+            notef(&s->ev, 3, "%s: model '%s', %zu requests (%s), %d in flight", s->endpoint->url, model, n_todo,
                  ro->suite->name, s->endpoint->concurrency);
             begin(&s->ev, "gsm8k chat", "replies", n_todo);
             rc = dsq_chat_run_endpoint(s->endpoint, model, ro, set, todo, n_todo, chat_done, cc, d);
@@ -487,7 +477,7 @@ int dsq_chat_flow(const dsq_chat_flow_opts *o, dsq_chat_report *rep, dsq_diag *d
                       "exists and holds no reply of this run (another file? -f replaces it)");
     for (size_t i = 0; i < pairs && rc == DSQ_OK; i++)
         if (!replies[i].have) todo[n_todo++] = i;
-    if (rc == DSQ_OK && have) note(&o->s.ev, 2, "%s: %zu of %zu replies already done, continuing", o->out, have, pairs);
+    if (rc == DSQ_OK && have) notef(&o->s.ev, 2, "%s: %zu of %zu replies already done, continuing", o->out, have, pairs);
     chat_ctx cc = { .set = &set, .replies = replies, .samples = o->samples, .journal = jfd, .ev = &o->s.ev };
     dsq_eval_model e = { 0 };
     double t0 = now();
@@ -503,10 +493,10 @@ int dsq_chat_flow(const dsq_chat_flow_opts *o, dsq_chat_report *rep, dsq_diag *d
     for (size_t i = 0; i < pairs && replies; i++)
         if (replies[i].error && !replies[i].have && !refused++) first = i;
     if (rc == DSQ_OK && refused)
-        note(&o->s.ev, 0, "the server refused %zu request%s (doc %zu: %s); they count as wrong", refused,
+        notef(&o->s.ev, 0, "the server refused %zu request%s (doc %zu: %s); they count as wrong", refused,
              refused > 1 ? "s" : "", first / (size_t)o->samples, replies[first].error);
     if (rc == DSQ_OK && rep->sm.missing)
-        note(&o->s.ev, 0, "%zu of %zu replies are missing; they count as wrong", rep->sm.missing, pairs);
+        notef(&o->s.ev, 0, "%zu of %zu replies are missing; they count as wrong", rep->sm.missing, pairs);
     rep->suite = suite->name;
     rep->lmeval = suite->kind == DSQ_SUITE_LMEVAL_COT_LLAMA;
     rep->n = n;

@@ -89,17 +89,7 @@ size_t dsq_eval_eos_ids(const dsq_eval_model *r, int32_t *eos, size_t cap)
     return n_eos;
 }
 
-static void note(const dsq_gsm8k_local_opts *o, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void note(const dsq_gsm8k_local_opts *o, int level, const char *fmt, ...)
-{
-    if (!o->note) return;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    o->note(o->ctx, level, msg);
-}
+#define notef(h_, level_, ...) dsq_notef((h_)->note, (h_)->ctx, level_, __VA_ARGS__)
 
 /* The stop strings (the task's plus the EOS text, which lm-eval appends)
  * and the EOS ids (the tokenizer's and the model config's), then generate. */
@@ -144,7 +134,7 @@ int dsq_gsm8k_run_local(dsq_eval_model *r, const dsq_gsm8k_set *test, size_t n, 
     if (rc == DSQ_OK) {
         rc = dsq_gsm8k_prompts(test, n, train_path, o->shots, o->seed, text, tl, d);
         if (rc == DSQ_ERR_NOT_FOUND && o->shots > 0 && !o->train)
-            note(o, 0, "%d-shot prompts need a training split: give --train FILE (default: %s, absent) or --shots 0",
+            notef(o, 0, "%d-shot prompts need a training split: give --train FILE (default: %s, absent) or --shots 0",
                  o->shots, train_path);
     }
     if (rc == DSQ_OK && !r->tok) rc = dsq_tokenizer_for_model(&r->tok, o->model.model, o->tokenizer, NULL, NULL, 0, d);

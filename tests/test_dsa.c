@@ -288,23 +288,28 @@ static void compare(const float *ref, const float *x, int V, int topk, agree *a)
     a->full += t == SLEN;
 }
 
+/* A file of the reference fixture, whole (malloc'd; *len its size). */
+static char *read_fixture(const char *fx, const char *name, size_t max, size_t *len)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", fx, name);
+    char *b = NULL;
+    assert_int_equal(dsq_read_file(p, max, &b, len, NULL), 0);
+    return b;
+}
+
 static void test_reference_parity(void **st)
 {
     (void)st;
     const char *fx = fixture();
     if (!fx) skip();
-    char p[600];
-    snprintf(p, sizeof p, "%s/ids.bin", fx);
-    char *idb = NULL;
     size_t len = 0;
-    assert_int_equal(dsq_read_file(p, 1 << 20, &idb, &len, NULL), 0);
+    char *idb = read_fixture(fx, "ids.bin", 1 << 20, &len);
     assert_int_equal(len, (size_t)NSEQ * SLEN * 4);
     const int32_t *ids = (const int32_t *)(const void *)idb;
     for (int mi = 0; mi < 2; mi++) {
         const int mode = mi ? DSQ_DSA_FP8 : DSQ_DSA_FLOAT;
-        snprintf(p, sizeof p, "%s/ref_%s.bin", fx, mode == DSQ_DSA_FP8 ? "fp8" : "float");
-        char *rb = NULL;
-        assert_int_equal(dsq_read_file(p, 1 << 26, &rb, &len, NULL), 0);
+        char *rb = read_fixture(fx, mode == DSQ_DSA_FP8 ? "ref_fp8.bin" : "ref_float.bin", 1 << 26, &len);
         dsq_model *m = open_dsa(fx, mode);
         const int V = (int)dsq_model_get_config(m)->vocab_size, topk = (int)dsq_model_get_config(m)->index_topk;
         assert_true(topk < SLEN);
@@ -366,11 +371,8 @@ static void test_chunked_prefill(void **st)
     (void)st;
     const char *fx = fixture();
     if (!fx) skip();
-    char p[600];
-    snprintf(p, sizeof p, "%s/ids.bin", fx);
-    char *idb = NULL;
     size_t len = 0;
-    assert_int_equal(dsq_read_file(p, 1 << 20, &idb, &len, NULL), 0);
+    char *idb = read_fixture(fx, "ids.bin", 1 << 20, &len);
     const int32_t *ids = (const int32_t *)(const void *)idb;
     /* chunks of 9 at offset 1 (dense rows, then sparse ones), 10 at 10 (all
      * sparse), 13 at 7 (one dense row, on the absorbed path with the sparse
@@ -380,9 +382,7 @@ static void test_chunked_prefill(void **st)
     static const int ncuts[3] = { 4, 3, 4 };
     for (int mi = 0; mi < 2; mi++) {
         const int mode = mi ? DSQ_DSA_FP8 : DSQ_DSA_FLOAT;
-        snprintf(p, sizeof p, "%s/ref_%s.bin", fx, mode == DSQ_DSA_FP8 ? "fp8" : "float");
-        char *rb = NULL;
-        assert_int_equal(dsq_read_file(p, 1 << 26, &rb, &len, NULL), 0);
+        char *rb = read_fixture(fx, mode == DSQ_DSA_FP8 ? "ref_fp8.bin" : "ref_float.bin", 1 << 26, &len);
         dsq_model *m = open_dsa(fx, mode);
         const int V = (int)dsq_model_get_config(m)->vocab_size, topk = (int)dsq_model_get_config(m)->index_topk;
         assert_true(topk == 8);
