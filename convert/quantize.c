@@ -130,7 +130,7 @@ static int rotate_input(const dsq_quantize_opts *o, const dsq_convert_opts *conv
     qo.seed = o->rotate_seed;
     qo.out_dtype = bf16 ? DSQ_DTYPE_BF16 : DSQ_DTYPE_F32;
     notef(h, 2, "rotating %s (QuaRot, seed %llu) into %s", conv->input, (unsigned long long)o->rotate_seed,
-         r->rot_dir);
+          r->rot_dir);
     return dsq_quarot_write(conv->input, r->rot_dir, &qo, d);
 }
 

@@ -307,10 +307,17 @@ int dsq_chat_run_local(const dsq_gen_ops *ops, size_t max_ctx, const dsq_tokeniz
         if (!seeds) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
         for (size_t k = 0; seeds && k < n_todo; k++)
             seeds[k] = (o->has_seed ? o->seed : 0) + (uint64_t)(todo[k] % (size_t)o->samples);
-        dsq_gen_opts go = { .max_new_tokens = (size_t)o->max_tokens, .max_ctx = max_ctx, .stops = o->suite->stops,
-                            .n_stops = o->suite->n_stops, .eos = eos, .n_eos = n_eos, .cancel = cancel,
-                            .sample = { .temperature = o->temperature, .top_p = o->top_p > 0 ? o->top_p : 1 },
-                            .seeds = seeds };
+        dsq_gen_opts go = { 0 };
+        go.max_new_tokens = (size_t)o->max_tokens;
+        go.max_ctx = max_ctx;
+        go.stops = o->suite->stops;
+        go.n_stops = o->suite->n_stops;
+        go.eos = eos;
+        go.n_eos = n_eos;
+        go.cancel = cancel;
+        go.sample.temperature = o->temperature;
+        go.sample.top_p = o->top_p > 0 ? o->top_p : 1;
+        go.seeds = seeds;
         if (rc == DSQ_OK)
             rc = dsq_gsm8k_generate(ops, &go, (const int32_t *const *)prompts, np, n_todo, local_done, &c, d);
         free(seeds);

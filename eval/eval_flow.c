@@ -121,7 +121,7 @@ int dsq_ppl_flow(const dsq_ppl_flow_opts *o, dsq_ppl_report *rep, dsq_diag *d)
         if (rc == DSQ_OK) rc = dsq_ep_resolve_model(s->endpoint, &model, d);
         if (rc == DSQ_OK) {
             notef(ev, 3, "%s: model '%s', %zu windows of %zu tokens, %d in flight", s->endpoint->url, model,
-                 plan->n_chunks, plan->n_ctx, s->endpoint->concurrency);
+                  plan->n_chunks, plan->n_ctx, s->endpoint->concurrency);
             begin(ev, "ppl", "windows", plan->n_chunks);
             dsq_eval_hooks h = { .cancel = ev->cancel, .progress = window_progress, .progress_user = (void *)ev };
             rc = dsq_ep_ppl_run(s->endpoint, model, plan, tokens, &h, &rep->res, d);
@@ -255,7 +255,7 @@ static void on_sending(void *ctx, size_t n_todo, const char *model)
     gen_ctx *g = ctx;
     const dsq_eval_setup *s = &g->o->s;
     notef(&s->ev, 3, "%s: model '%s', %zu prompts, %d-shot, %d in flight", s->endpoint->url, model, n_todo,
-         g->o->shots, s->endpoint->concurrency);
+          g->o->shots, s->endpoint->concurrency);
     begin(&s->ev, "gsm8k", "items", n_todo);
 }
 
@@ -360,7 +360,7 @@ int dsq_gsm8k_flow(const dsq_gsm8k_flow_opts *o, dsq_gsm8k_report *rep, dsq_diag
     dsq_ep_journal_close(&hold);
     if (rc == DSQ_OK && rep->refused)
         notef(&o->s.ev, 0, "the server refused %zu item%s (doc %zu: %s); they count as wrong", rep->refused,
-             rep->refused > 1 ? "s" : "", first_refused, items[first_refused].error);
+              rep->refused > 1 ? "s" : "", first_refused, items[first_refused].error);
     /* Items without a completion count as wrong: lm-eval scores every item,
      * so a partial run must not look better than the full one would. */
     if (rc == DSQ_OK && rep->scored < n)
@@ -412,7 +412,7 @@ static int chat_replies(const dsq_chat_flow_opts *o, const dsq_chat_run_opts *ro
         rc = dsq_ep_resolve_model(s->endpoint, &model, d);
         if (rc == DSQ_OK) {
             notef(&s->ev, 3, "%s: model '%s', %zu requests (%s), %d in flight", s->endpoint->url, model, n_todo,
-                 ro->suite->name, s->endpoint->concurrency);
+                  ro->suite->name, s->endpoint->concurrency);
             begin(&s->ev, "gsm8k chat", "replies", n_todo);
             rc = dsq_chat_run_endpoint(s->endpoint, model, ro, set, todo, n_todo, chat_done, cc, d);
             end(&s->ev);
@@ -494,7 +494,7 @@ int dsq_chat_flow(const dsq_chat_flow_opts *o, dsq_chat_report *rep, dsq_diag *d
         if (replies[i].error && !replies[i].have && !refused++) first = i;
     if (rc == DSQ_OK && refused)
         notef(&o->s.ev, 0, "the server refused %zu request%s (doc %zu: %s); they count as wrong", refused,
-             refused > 1 ? "s" : "", first / (size_t)o->samples, replies[first].error);
+              refused > 1 ? "s" : "", first / (size_t)o->samples, replies[first].error);
     if (rc == DSQ_OK && rep->sm.missing)
         notef(&o->s.ev, 0, "%zu of %zu replies are missing; they count as wrong", rep->sm.missing, pairs);
     rep->suite = suite->name;

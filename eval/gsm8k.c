@@ -717,7 +717,7 @@ typedef struct {
     int32_t next;      /* token to feed at the next decode step */
     int truncated;
     int active;
-    uint64_t rng;      /* sampling stream of the request */
+    uint64_t rng; /* sampling stream of the request */
 } gen_slot;
 
 static int is_eos(const dsq_gen_opts *o, int32_t t)

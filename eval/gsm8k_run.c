@@ -135,7 +135,7 @@ int dsq_gsm8k_run_local(dsq_eval_model *r, const dsq_gsm8k_set *test, size_t n, 
         rc = dsq_gsm8k_prompts(test, n, train_path, o->shots, o->seed, text, tl, d);
         if (rc == DSQ_ERR_NOT_FOUND && o->shots > 0 && !o->train)
             notef(o, 0, "%d-shot prompts need a training split: give --train FILE (default: %s, absent) or --shots 0",
-                 o->shots, train_path);
+                  o->shots, train_path);
     }
     if (rc == DSQ_OK && !r->tok) rc = dsq_tokenizer_for_model(&r->tok, o->model.model, o->tokenizer, NULL, NULL, 0, d);
     /* BOS: as the tokenizer's add_special_tokens does, forced, or none */

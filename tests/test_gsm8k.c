@@ -455,7 +455,8 @@ static void test_generate(void **state)
 static void test_sample_token(void **state)
 {
     (void)state;
-    enum { V = 5, N = 40000 };
+    enum { V = 5 };
+    enum { N = 40000 };
     const float row[V] = { 1.0f, 2.0f, 0.5f, 2.0f, -1.0f };
     dsq_sample_cand scratch[V];
     dsq_sample_params greedy = { 0 };

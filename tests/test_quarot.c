@@ -377,7 +377,8 @@ static void test_quarot_partial_leftovers(void **st)
         assert_int_equal(mkdir(part, 0755), 0);
         if (k != 2) put(part, ".dsq-rotation");
         put(part, "model-00001-of-00002.safetensors");
-        const char *kept = k == 0 ? "notes.txt" : k == 1 ? "config.json" : "model-00001-of-00002.safetensors";
+        static const char *const kept_names[3] = { "notes.txt", "config.json", "model-00001-of-00002.safetensors" };
+        const char *kept = kept_names[k];
         if (k == 0) put(part, kept);
         snprintf(p, sizeof p, "%s/%s", part, kept);
         if (k == 1) assert_int_equal(symlink("/etc/hostname", p), 0);
