@@ -24,7 +24,8 @@
 # the others show "not run" (the full run leaves none out). LIMIT sets the
 # GSM problems (default: all 300). OUT: work files (default
 # bench/out/tiny-dsv32, gitignored). SRC, FP8 and V3 name the three sample
-# directories (a test points one at a missing directory).
+# directories (a test points one at a missing directory); BIN the
+# directory of ds-eval and ds-quant (default bin).
 set -eu
 cd "$(dirname "$0")/../.."
 . bench/doc_page.sh
@@ -35,10 +36,10 @@ SRC=${SRC:-samples/tiny-dsv32}
 FP8=${FP8:-samples/tiny-dsv32-fp8}
 V3=${V3:-samples/tiny-dsv3}
 D=samples/data
-E=bin/ds-eval
-Q=bin/ds-quant
+E=${BIN:-bin}/ds-eval
+Q=${BIN:-bin}/ds-quant
 command -v jq >/dev/null || { echo "measure.sh: needs jq" >&2; exit 2; }
-[ -x $E ] && [ -x $Q ] || make -s all
+[ -x "$E" ] && [ -x "$Q" ] || make -s all
 for m in "$SRC" "$FP8" "$V3"; do
     [ -f "$m/config.json" ] || { echo "measure.sh: $m: no config.json" >&2; exit 1; }
 done
