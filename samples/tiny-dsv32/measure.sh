@@ -153,9 +153,29 @@ say '%s\n\n' "dsq (\`ds-eval\`, \`--ctx 512\`: $windows windows of \`heldout.txt
 say '%s\n' "| model | \`--dsa\` | ppl | KLD against | mean KLD | median KLD | p99 KLD | same top-1 | GSM 5-shot strict |"
 say '%s\n' "|---|---|---|---|---|---|---|---|---|"
 say '%s\n' "$(cat "$TAB")"
-# the cost of sparse attention, from the dense and BF16 rows
+# what the table says, computed from it
 pd=$(jq -r .ppl "$OUT/dense.fp8.kld.json"); ps=$(jq -r .ppl "$OUT/base_fp8.json")
-say '\n%s\n' "Sparse against dense attention (the BF16 source against its index_topk-raised copy, \`--dsa fp8\`): ppl $(awk -v a="$ps" -v b="$pd" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }') at these 512-token windows."
+gsm() { [ -f "$OUT/$1.gsm.json" ] && jq -r '.["strict-match"].exact_match * 100' "$OUT/$1.gsm.json"; }
+say '\n%s' "- Sparse against dense attention (the BF16 source against its index_topk-raised copy, \`--dsa fp8\`): ppl $(awk -v a="$ps" -v b="$pd" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }') at these 512-token windows"
+if [ -f "$OUT/dense.fp8.gsm.json" ] && [ -f "$OUT/bf16.fp8.gsm.json" ] && [ -f "$OUT/dense.float.gsm.json" ] && [ -f "$OUT/bf16.float.gsm.json" ]; then
+    say '%s' "; GSM $(awk -v a="$(gsm bf16.fp8)" -v b="$(gsm dense.fp8)" 'BEGIN { printf "%+.1f", a - b }') points with \`--dsa fp8\`, $(awk -v a="$(gsm bf16.float)" -v b="$(gsm dense.float)" 'BEGIN { printf "%+.1f", a - b }') with \`--dsa float\`"
+fi
+say '%s\n' "."
+# the FP8 source and the quantized models against the BF16 source with the same --dsa
+dp=""; dg=""
+for tag in fp8 w8a8dyn dsw8a8 dsw4a8; do
+    for d in fp8 float; do
+        dp="$dp $(jq -r .ppl "$OUT/$tag.$d.kld.json") $(jq -r .ppl "$OUT/base_$d.json")"
+        [ -f "$OUT/$tag.$d.gsm.json" ] && [ -f "$OUT/bf16.$d.gsm.json" ] && dg="$dg $(gsm $tag.$d) $(gsm bf16.$d)"
+    done
+done
+say '%s' "- The FP8 source and the quantized models against the BF16 source with the same \`--dsa\`: ppl within $(echo "$dp" | awk '{ for (i = 1; i < NF; i += 2) { d = $i - $(i + 1); if (d < 0) d = -d; if (d > m) m = d } printf "%.3f", m }') (one standard error: $pse)"
+if [ -n "$dg" ]; then
+    se=$(jq -r '.["strict-match"].stderr * 100' "$OUT/bf16.fp8.gsm.json")
+    say '%s' ", GSM within $(echo "$dg" | awk '{ for (i = 1; i < NF; i += 2) { d = $i - $(i + 1); if (d < 0) d = -d; if (d > m) m = d } printf "%.1f", m }') points (one standard error of the source's score: $(printf '%.1f' "$se") points)"
+fi
+say '%s\n' "."
+say '%s\n' "- Median KLD: $(sig .kld_median "$OUT/bf16.fp8.kld.json") between \`--dsa fp8\` and \`float\` on the BF16 weights; from $(jq -r .kld_median "$OUT"/fp8.*.kld.json "$OUT"/w8a8dyn.*.kld.json "$OUT"/dsw8a8.*.kld.json "$OUT"/dsw4a8.*.kld.json | sort -g | sed -n '1p;$p' | awk '{ printf "%s%.2g", (NR > 1 ? " to " : ""), $1 }') for the FP8 source and the quantized models."
 PAGE=$OUT/section.md
 doc_finish "$PAGE" "Measured by dsq" "Each number below comes from the run this header names."
 # README: the lines up to the begin marker, the page without its title, the end marker on
