@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -299,18 +300,75 @@ static int copy_side_files(const char *src, const char *dir, dsq_diag *d)
     return rc;
 }
 
-/* Remove what this run wrote in its own .partial directory (names it knows). */
+/* The marker a rotation writes first into its .partial directory: a
+ * directory without it was not begun by dsq and is never removed. */
+#define QR_MARKER ".dsq-rotation"
+
+/* May name n in a partial rotation of src be removed? The names a rotation
+ * writes: the marker, weights and config, temporaries of atomic writes
+ * (".<name>.partial"), and the side files copied from src. */
+static int partial_name_ours(const char *src, const char *n)
+{
+    size_t l = strlen(n);
+    if (!strcmp(n, QR_MARKER) || is_weight_file(n)) return 1;
+    if (n[0] == '.' && l > 9 && !strcmp(n + l - 8, ".partial")) return 1;
+    char in[4096];
+    struct stat sb;
+    return (size_t)snprintf(in, sizeof in, "%s/%s", src, n) < sizeof in && lstat(in, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* A killed rotation's .partial directory is dsq's when it holds the marker
+ * and only regular files with names a rotation of src writes. 1: ours
+ * (why untouched), 0: not (why names what is in the way). Links are never
+ * followed: entries are examined with fstatat(AT_SYMLINK_NOFOLLOW). */
+static int partial_ours(const char *dir, const char *src, char *why, size_t wn)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *dp = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!dp) {
+        if (dfd >= 0) close(dfd);
+        snprintf(why, wn, "it is not a directory dsq can list");
+        return 0;
+    }
+    int ok = 1, marker = 0;
+    struct dirent *e;
+    while (ok && (e = readdir(dp))) {
+        const char *n = e->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, "..")) continue;
+        struct stat sb;
+        if (fstatat(dirfd(dp), n, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode)) {
+            snprintf(why, wn, "its '%.200s' is not a regular file", n);
+            ok = 0;
+        } else if (!partial_name_ours(src, n)) {
+            snprintf(why, wn, "its '%.200s' is not a file a rotation writes", n);
+            ok = 0;
+        }
+        if (!strcmp(n, QR_MARKER)) marker = 1;
+    }
+    closedir(dp);
+    if (ok && !marker) {
+        snprintf(why, wn, "it has no %s marker", QR_MARKER);
+        ok = 0;
+    }
+    return ok;
+}
+
+/* Remove a partial rotation directory that partial_ours() accepts: its
+ * regular files (never a link's target), then the directory. */
 static void remove_partial(const char *dir)
 {
-    DIR *dp = opendir(dir);
-    if (!dp) return;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *dp = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!dp) {
+        if (dfd >= 0) close(dfd);
+        return;
+    }
     struct dirent *e;
     while ((e = readdir(dp))) {
-        if (e->d_name[0] == '.') continue;
-        char p[4096];
-        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p) continue;
         struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) unlink(p);
+        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
+        if (fstatat(dirfd(dp), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+            unlinkat(dirfd(dp), e->d_name, 0);
     }
     closedir(dp);
     rmdir(dir);
@@ -326,8 +384,19 @@ int dsq_quarot_write(const char *src, const char *out, const dsq_quarot_opts *o,
     char partial[4096];
     if ((size_t)snprintf(partial, sizeof partial, "%s.partial", out) >= sizeof partial)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, out, NULL, -1, "path too long");
-    if (dsq_path_exists(partial))
-        return dsq_fail(d, DSQ_ERR_EXISTS, partial, NULL, -1, "a partial output is in the way (remove it to start again)");
+    /* a killed rotation's leftovers are removed and the rotation starts
+     * again (it is deterministic); anything else in the way is refused */
+    if (dsq_path_exists(partial)) {
+        char why[320];
+        if (!partial_ours(partial, src, why, sizeof why))
+            return dsq_fail(d, DSQ_ERR_EXISTS, partial, NULL, -1,
+                            "in the way of the rotated model and not a partial rotation dsq began (%s): nothing "
+                            "was removed",
+                            why);
+        remove_partial(partial);
+        if (dsq_path_exists(partial))
+            return dsq_fail(d, DSQ_ERR_EXISTS, partial, NULL, -1, "the interrupted rotation's directory could not be removed");
+    }
 
     char cfgpath[4096];
     if ((size_t)snprintf(cfgpath, sizeof cfgpath, "%s/config.json", src) >= sizeof cfgpath)
@@ -368,6 +437,16 @@ int dsq_quarot_write(const char *src, const char *out, const dsq_quarot_opts *o,
     if (!rc) rc = dsq_st_writer_set_meta(w, "format", "pt");
     if (!rc && mkdir(partial, 0755) != 0) rc = dsq_fail_errno(d, errno, partial, "cannot create");
     if (rc) goto done;
+    {
+        char mk[4096];
+        if ((size_t)snprintf(mk, sizeof mk, "%s/%s", partial, QR_MARKER) >= sizeof mk)
+            rc = dsq_fail(d, DSQ_ERR_INVALID_ARG, partial, NULL, -1, "path too long");
+        else rc = dsq_write_file_atomic(mk, meta, strlen(meta), 0, d);
+    }
+    if (rc) {
+        rmdir(partial);
+        goto done;
+    }
     rc = dsq_st_writer_write(w, partial, o->shard_bytes ? o->shard_bytes : (uint64_t)4 << 30, 0, d);
     if (!rc) rc = write_config(&cfg, partial, o->out_dtype, d);
     if (!rc) rc = copy_side_files(src, partial, d);
@@ -417,7 +496,7 @@ int dsq_quarot_remove(const char *dir, const char *src, dsq_diag *d)
         free(paths[i]);
     }
     free(paths);
-    static const char *const own[] = { "model.safetensors.index.json", "config.json" };
+    static const char *const own[] = { "model.safetensors.index.json", "config.json", QR_MARKER };
     char p[4096];
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
         if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, own[i]) < sizeof p) unlink(p);

@@ -259,10 +259,6 @@ int dsq_chat_run_local(const dsq_gen_ops *ops, size_t max_ctx, const dsq_tokeniz
     if (o->extra_json)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
                         "--generation-kwargs are sent to a server: give --endpoint");
-    if (o->temperature != 0)
-        return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
-                        "in-process chat generation is greedy: give --temperature 0, or sample through "
-                        "--endpoint (e.g. ds-serve)");
     if ((size_t)o->max_tokens >= max_ctx || o->max_tokens < 1)
         return dsq_fail(d, DSQ_ERR_INVALID_ARG, NULL, NULL, -1,
                         "context %zu leaves no room for %lld new tokens (raise --ctx or lower --max-tokens)",
@@ -304,9 +300,20 @@ int dsq_chat_run_local(const dsq_gen_ops *ops, size_t max_ctx, const dsq_tokeniz
     if (rc == DSQ_OK) {
         local_ctx c = { .o = o, .todo = todo, .parser = dsq_reasoning_parser_for(o->reasoning_parser, co.thinking || co.enable_thinking),
                         .done = done, .user = user };
+        /* sampling: reply s of an item draws from seed + s, the stream
+         * ds-serve seeds for a request sent with that seed (the endpoint
+         * path sends seed + s), so both give the same replies */
+        uint64_t *seeds = malloc((n_todo ? n_todo : 1) * sizeof *seeds);
+        if (!seeds) rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
+        for (size_t k = 0; seeds && k < n_todo; k++)
+            seeds[k] = (o->has_seed ? o->seed : 0) + (uint64_t)(todo[k] % (size_t)o->samples);
         dsq_gen_opts go = { .max_new_tokens = (size_t)o->max_tokens, .max_ctx = max_ctx, .stops = o->suite->stops,
-                            .n_stops = o->suite->n_stops, .eos = eos, .n_eos = n_eos, .cancel = cancel };
-        rc = dsq_gsm8k_generate(ops, &go, (const int32_t *const *)prompts, np, n_todo, local_done, &c, d);
+                            .n_stops = o->suite->n_stops, .eos = eos, .n_eos = n_eos, .cancel = cancel,
+                            .sample = { .temperature = o->temperature, .top_p = o->top_p > 0 ? o->top_p : 1 },
+                            .seeds = seeds };
+        if (rc == DSQ_OK)
+            rc = dsq_gsm8k_generate(ops, &go, (const int32_t *const *)prompts, np, n_todo, local_done, &c, d);
+        free(seeds);
     }
     for (size_t k = 0; k < n_todo && prompts; k++) free(prompts[k]);
     free(prompts);

@@ -69,8 +69,11 @@ int dsq_chat_run_endpoint(const dsq_endpoint_opts *eo, const char *model, const 
 
 /* In process: each item rendered by t with add_generation_prompt and the
  * kwargs, tokenized as ds-serve does (special tokens parsed, nothing added),
- * generated greedily through ops (temperature must be 0), cut at the
- * suite's stops, split by o->reasoning_parser. eos: ids that end a reply. */
+ * generated through ops (greedy at temperature 0, else sampled with
+ * temperature and top_p, reply s of an item from seed + s, seed 0 when none
+ * is set: the tokens ds-serve chooses for the same request and seed), cut
+ * at the suite's stops, split by o->reasoning_parser. eos: ids that end a
+ * reply. */
 int dsq_chat_run_local(const dsq_gen_ops *ops, size_t max_ctx, const dsq_tokenizer *tok,
                        const struct dsq_chat_template *t, const int32_t *eos, size_t n_eos,
                        const dsq_chat_run_opts *o, const dsq_gsm8k_set *set, const size_t *todo,

@@ -706,7 +706,7 @@ void dsq_gsm8k_completions_release(dsq_gsm8k_completions *c)
 }
 
 /* ====================================================================== */
-/* batched greedy generation                                              */
+/* batched generation                                                    */
 /* ====================================================================== */
 
 typedef struct {
@@ -717,15 +717,8 @@ typedef struct {
     int32_t next;      /* token to feed at the next decode step */
     int truncated;
     int active;
+    uint64_t rng;      /* sampling stream of the request */
 } gen_slot;
-
-static int32_t argmax(const float *x, size_t n)
-{
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return (int32_t)best;
-}
 
 static int is_eos(const dsq_gen_opts *o, int32_t t)
 {
@@ -788,8 +781,9 @@ int dsq_gsm8k_generate(const dsq_gen_ops *ops, const dsq_gen_opts *o,
     int *ids = malloc((size_t)ns * sizeof *ids);
     int32_t *toks = malloc((size_t)ns * sizeof *toks);
     float *logits = malloc((size_t)ns * vocab * sizeof *logits);
+    dsq_sample_cand *scratch = o->sample.temperature > 0 ? malloc(vocab * sizeof *scratch) : NULL;
     int rc = DSQ_OK;
-    if (!slots || !ids || !toks || !logits) {
+    if (!slots || !ids || !toks || !logits || (o->sample.temperature > 0 && !scratch)) {
         rc = dsq_fail(d, DSQ_ERR_NOMEM, NULL, NULL, -1, "out of memory");
         goto out;
     }
@@ -808,6 +802,7 @@ int dsq_gsm8k_generate(const dsq_gen_ops *ops, const dsq_gen_opts *o,
                 const int32_t *p = prompts[req];
                 s->req = req;
                 s->n_gen = 0;
+                s->rng = o->seeds ? o->seeds[req] : (uint64_t)req;
                 s->truncated = np > max_prompt;
                 if (s->truncated) { p += np - max_prompt; np = max_prompt; }
                 s->n_prompt = np;
@@ -818,7 +813,8 @@ int dsq_gsm8k_generate(const dsq_gen_ops *ops, const dsq_gen_opts *o,
                 rc = ops->prefill(ops->user, i, p, np, logits, d);
                 if (rc < 0) break;
                 s->active = 1;
-                accept(s, argmax(logits, vocab), ops, o, done, done_user, &rc, d);
+                accept(s, dsq_sample_token(&o->sample, &s->rng, logits, vocab, scratch), ops, o, done, done_user, &rc,
+                       d);
             }
         }
         if (rc < 0) break;
@@ -829,8 +825,9 @@ int dsq_gsm8k_generate(const dsq_gen_ops *ops, const dsq_gen_opts *o,
         rc = ops->decode(ops->user, ids, toks, n, logits, d);
         if (rc < 0) break;
         for (int k = 0; k < n && rc == DSQ_OK; k++)
-            accept(&slots[ids[k]], argmax(logits + (size_t)k * vocab, vocab), ops, o, done,
-                   done_user, &rc, d);
+            accept(&slots[ids[k]],
+                   dsq_sample_token(&o->sample, &slots[ids[k]].rng, logits + (size_t)k * vocab, vocab, scratch), ops,
+                   o, done, done_user, &rc, d);
     }
 out:
     if (slots)
@@ -839,5 +836,6 @@ out:
     free(ids);
     free(toks);
     free(logits);
+    free(scratch);
     return rc;
 }

@@ -42,6 +42,7 @@
 #define DSQ_GSM8K_H
 
 #include "dsq_error.h"
+#include "sample.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -206,7 +207,7 @@ int  dsq_gsm8k_completions_parse(dsq_gsm8k_completions *c, const char *text, siz
                                  const char *name, size_t n_docs, dsq_diag *d);
 void dsq_gsm8k_completions_release(dsq_gsm8k_completions *c);
 
-/* ---- batched greedy generation --------------------------------------------------- */
+/* ---- batched generation --------------------------------------------------- */
 
 /* The model as generation sees it: a fixed number of sequence slots, each
  * with its own KV cache. */
@@ -246,6 +247,11 @@ typedef struct dsq_gen_opts {
     const int32_t *eos;           /* ids that end a sequence (not emitted) */
     size_t n_eos;
     volatile int *cancel;         /* polled between steps; may be NULL */
+    dsq_sample_params sample;     /* zero: greedy */
+    const uint64_t *seeds;        /* sampling: request i draws from the stream
+                                     seeded seeds[i] (as ds-serve seeds a
+                                     request's choice i with seed + i); NULL:
+                                     seed i */
 } dsq_gen_opts;
 
 typedef struct dsq_gen_result {
@@ -263,8 +269,10 @@ typedef struct dsq_gen_result {
  * that status. */
 typedef int (*dsq_gen_done_fn)(void *user, size_t index, dsq_gen_result *r);
 
-/* Greedy (argmax, lowest id on ties) continuation of n_req prompts using up
- * to ops->n_slots slots at a time. prompts[i]/n_prompt[i] are token ids.
+/* Continuation of n_req prompts using up to ops->n_slots slots at a time:
+ * greedy (argmax, lowest id on ties), or sampled as o->sample says
+ * (sample.h); a request's tokens do not depend on the slots or on the other
+ * requests. prompts[i]/n_prompt[i] are token ids.
  * Returns DSQ_ERR_INTERRUPTED when *cancel became non-zero. */
 int dsq_gsm8k_generate(const dsq_gen_ops *ops, const dsq_gen_opts *o,
                        const int32_t *const *prompts, const size_t *n_prompt,

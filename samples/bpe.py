@@ -50,15 +50,17 @@ def _is_cjk(ch):
     return 0x4E00 <= o <= 0x9FA5 or 0x3040 <= o <= 0x309F or 0x30A0 <= o <= 0x30FF
 
 
-def _split_digits(s):
+def _split_runs(s, inrun, most=None):
+    """s cut around its runs of characters where inrun holds (each run in pieces of at most
+    `most` characters): the pieces in order, runs and the text between them alike."""
     out, i, n = [], 0, len(s)
     gap = 0
     while i < n:
-        if _cat(s[i]) == "N":
+        if inrun(s[i]):
             if gap < i:
                 out.append(s[gap:i])
             j = i
-            while j < n and j - i < 3 and _cat(s[j]) == "N":
+            while j < n and (most is None or j - i < most) and inrun(s[j]):
                 j += 1
             out.append(s[i:j])
             i = gap = j
@@ -67,24 +69,14 @@ def _split_digits(s):
     if gap < n:
         out.append(s[gap:])
     return out
+
+
+def _split_digits(s):
+    return _split_runs(s, lambda ch: _cat(ch) == "N", 3)
 
 
 def _split_cjk(s):
-    out, i, n, gap = [], 0, len(s), 0
-    while i < n:
-        if _is_cjk(s[i]):
-            if gap < i:
-                out.append(s[gap:i])
-            j = i
-            while j < n and _is_cjk(s[j]):
-                j += 1
-            out.append(s[i:j])
-            i = gap = j
-        else:
-            i += 1
-    if gap < n:
-        out.append(s[gap:])
-    return out
+    return _split_runs(s, _is_cjk)
 
 
 def _match_word(s, i):

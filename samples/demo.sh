@@ -16,7 +16,9 @@
 # row made from an existing .dsq is one call too:
 #   xrow LABEL NAME FORMAT SRC    ds-export --format FORMAT build/demo/SRC.dsq build/demo/NAME/
 # The table is read from the CLIs' --json output with jq.
-# Environment: DEMO_GSM_LIMIT (default 100 problems), DEMO_THREADS (default all cores).
+# Environment: DEMO_GSM_LIMIT (default 100 problems), DEMO_THREADS (default all cores),
+# DEMO_README=1: also rewrite README.md's demo table (between its demo-table
+# markers) from this run; README.md's numbers are only ever written this way.
 set -e
 cd "$(dirname "$0")/.."
 MODEL=samples/tiny-dsv3
@@ -72,6 +74,8 @@ row() { # LABEL NAME [ds-quant args...]
   tps=$(jqf $OUT/$name.gsm8k.json .gen_tokens_per_s)
   printf '| %-28s | %9.2f MB | %9.4f | %-11s | %6.1f%% | %6.1f%% | %7.1f | %7s |\n' "$label" \
     "$(echo "$size" | awk '{print $1/1e6}')" "$ppl" "$kld" "$strict" "$flex" "$tps" "$secs" >> $OUT/results.md
+  printf '| %s | %.2f MB | %.4f | %s | %.1f%% |\n' "$label" "$(echo "$size" | awk '{print $1/1e6}')" "$ppl" "$kld" \
+    "$strict" >> $OUT/readme-rows.md
   echo "demo: $label done"
 }
 xrow() { # LABEL NAME FORMAT SRC: ds-export --format FORMAT build/demo/SRC.dsq build/demo/NAME/
@@ -85,6 +89,7 @@ xrow() { # LABEL NAME FORMAT SRC: ds-export --format FORMAT build/demo/SRC.dsq b
   echo "| scheme                       |      size    |    ppl    | KLD vs BF16 | strict | flexible | gen tok/s | convert |"
   echo "|------------------------------|--------------|-----------|-------------|--------|----------|-----------|---------|"
 } > $OUT/results.md
+: > $OUT/readme-rows.md
 echo "demo: converting and evaluating (ppl, KLD, GSM-style accuracy), one row at a time"
 t_all=$(now)
 row "source (BF16)"                source
@@ -100,9 +105,26 @@ row "fp8 -> w8a8-dynamic"          fp8-w8a8   --scheme w8a8-dynamic $FP8
 # serving exports (docs/serving-exports.md), each read back by ds-eval from its directory
 xrow "w8a8-dynamic -> ascend"       x-ascend-w8a8 ascend w8a8-dyn
 row  "deepseek-w4a8 -> ascend"      x-ascend-w4a8 --recipe deepseek-w4a8 --format ascend $MODEL
+row  "deepseek-w8a8 -> ascend"      x-ascend-w8a8r --recipe deepseek-w8a8 $CALIB --format ascend $MODEL
 row  "awq-w4a16 g64 -> awq"         x-awq      --scheme awq-w4a16 --group-size 64 --keep q_b_proj --format awq $MODEL
 xrow "w8a8-dynamic -> compr.-tens." x-ct-w8a8  compressed-tensors w8a8-dyn
 echo
 cat $OUT/results.md
 echo
 echo "demo: total $(echo "$t_all $(now)" | awk '{printf "%.0f", $2 - $1}') s"
+if [ "${DEMO_README:-0}" = 1 ]; then
+  # README.md's table: the rows of this run between the markers, the rest of the file as it is
+  begin='<!-- demo table: written by DEMO_README=1 make demo -->'
+  end='<!-- end of demo table -->'
+  [ "$(grep -c -F -x -e "$begin" -e "$end" README.md)" = 2 ] || { echo "demo: README.md lacks the demo-table markers"; exit 1; }
+  {
+    echo "| scheme | size | ppl | KLD vs BF16 | GSM-style strict |"
+    echo "|---|---|---|---|---|"
+    cat $OUT/readme-rows.md
+  } > $OUT/readme-table.md
+  awk -v b="$begin" -v e="$end" -v t="$OUT/readme-table.md" '
+    $0 == b { print; while ((getline l < t) > 0) print l; skip = 1; next }
+    $0 == e { skip = 0 }
+    !skip' README.md > README.md.tmp && mv README.md.tmp README.md
+  echo "demo: README.md's demo table rewritten"
+fi

@@ -177,6 +177,72 @@ def lr_at(step, steps, peak, warm):
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
+def adamw(model, lr, wd, **kw):
+    """AdamW (betas 0.9/0.95) with weight decay wd on the matrices, none on vectors; kw: more
+    torch.optim.AdamW options (fused)."""
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() == 2]
+    nodecay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": nodecay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8, **kw)
+
+
+def resume(ck, model, opt):
+    """(step, checkpoint) from the checkpoint file ck into model and opt; (0, None) when there is none."""
+    if not os.path.exists(ck):
+        return 0, None
+    st = torch.load(ck)
+    model.load_state_dict(st["model"])
+    opt.load_state_dict(st["opt"])
+    print(f"resumed at step {st['step']}", flush=True)
+    return st["step"], st
+
+
+def save_ckpt(ck, model, opt, step, cfg, args):
+    """model + optimiser + step (and cfg, the run's arguments) to ck, atomically."""
+    tmp = ck + ".tmp"
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "cfg": cfg,
+                "args": args}, tmp)
+    os.replace(tmp, ck)
+
+
+def stop_on_signal():
+    """{"flag": False}, set to True on SIGTERM / SIGINT (the loop saves and stops)."""
+    stop = {"flag": False}
+
+    def on_sig(*_):
+        stop["flag"] = True
+    signal.signal(signal.SIGTERM, on_sig)
+    signal.signal(signal.SIGINT, on_sig)
+    return stop
+
+
+def train_step(model, opt, cfg, x, wt, lr, moe):
+    """One optimiser step at learning rate lr on token windows x, the loss weighted per token by
+    wt (wt[:, t]: the weight of predicting x[:, t]); moe: the balance loss and the bias update.
+    Returns (loss, grad norm before clipping, per-layer expert loads)."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    model.train()
+    logits = model(x[:, :-1])
+    tl = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
+    w = wt[:, 1:].reshape(-1)
+    loss = (tl * w).sum() / w.sum()
+    total = loss + (balance_loss(model, cfg) if moe else 0.0)
+    opt.zero_grad(set_to_none=True)
+    total.backward()
+    gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    loads = update_bias(model, cfg) if moe else []
+    return loss, gn, loads
+
+
+def log_line(log, msg):
+    """msg on stdout and as a line of the open log file."""
+    print(msg, flush=True)
+    log.write(msg + "\n")
+    log.flush()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", choices=["dsv3", "llama"], required=True)
@@ -210,34 +276,17 @@ def main():
     drills = load_drills(tok, a.level) if a.drill_frac > 0 else None
     model = dsv3_ref.build(cfg)
     init_weights(model, cfg)
-    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() == 2]
-    nodecay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd}, {"params": nodecay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    opt = adamw(model, a.lr, a.wd)
     ck = os.path.join(a.out, "ckpt.pt")
-    step = 0
-    if os.path.exists(ck):
-        st = torch.load(ck)
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        step = st["step"]
-        print(f"resumed at step {step}", flush=True)
+    step, _ = resume(ck, model, opt)
     nparam = sum(p.numel() for p in model.parameters())
     print(f"{a.arch}: {nparam/1e6:.2f}M params, {len(offs)-1} problems, {len(gsm)} gsm tokens, "
           f"{len(prose)} prose tokens", flush=True)
 
     def save():
-        tmp = ck + ".tmp"
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "cfg": cfg,
-                    "args": vars(a)}, tmp)
-        os.replace(tmp, ck)
+        save_ckpt(ck, model, opt, step, cfg, vars(a))
 
-    stop = {"flag": False}
-
-    def on_sig(*_):
-        stop["flag"] = True
-    signal.signal(signal.SIGTERM, on_sig)
-    signal.signal(signal.SIGINT, on_sig)
+    stop = stop_on_signal()
     log = open(os.path.join(a.out, "train.log"), "a")
     t0 = time.time()
     ema = None
@@ -246,19 +295,7 @@ def main():
         x, wt = make_batch(step, a.seed, a.batch, a.seq, gsm, offs, prose, tok.bos_id, answer_id, a.question_weight,
                            drills, a.drill_frac)
         lr = lr_at(step, a.steps, a.lr, a.warmup)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        model.train()
-        logits = model(x[:, :-1])
-        tl = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
-        w = wt[:, 1:].reshape(-1)
-        loss = (tl * w).sum() / w.sum()
-        total = loss + (balance_loss(model, cfg) if a.arch == "dsv3" else 0.0)
-        opt.zero_grad(set_to_none=True)
-        total.backward()
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        loads = update_bias(model, cfg) if a.arch == "dsv3" else []
+        loss, gn, loads = train_step(model, opt, cfg, x, wt, lr, a.arch == "dsv3")
         step += 1
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         if step % 10 == 0 or step == 1:
@@ -266,9 +303,7 @@ def main():
             lmax = max(float(l.max()) for l in loads) if loads else 0.0
             msg = (f"step {step} loss {loss.item():.4f} ema {ema:.4f} lr {lr:.2e} gnorm {float(gn):.2f} "
                    f"maxload {lmax:.3f} elapsed {el:.0f}s")
-            print(msg, flush=True)
-            log.write(msg + "\n")
-            log.flush()
+            log_line(log, msg)
         if step % a.ckpt_every == 0:
             save()
         if a.max_minutes and time.time() - t0 > a.max_minutes * 60:

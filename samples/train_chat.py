@@ -39,13 +39,11 @@ import json
 import os
 import random
 import shutil
-import signal
 import sys
 import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -193,57 +191,27 @@ def train_main(a):
           flush=True)
 
     model, cfg = evaluate.load_dir(a.base)
-    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() == 2]
-    nodecay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd}, {"params": nodecay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    opt = train.adamw(model, a.lr, a.wd)
     ck = os.path.join(a.work, "ckpt.pt")
-    step = 0
-    if os.path.exists(ck):
-        st = torch.load(ck)
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        step = st["step"]
-        print(f"resumed at step {step}", flush=True)
+    step, st = train.resume(ck, model, opt)
     args = st["args"] if step else vars(a)     # the arguments the training started with
 
     def save():
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "cfg": cfg,
-                    "args": args}, ck + ".tmp")
-        os.replace(ck + ".tmp", ck)
+        train.save_ckpt(ck, model, opt, step, cfg, args)
 
-    stop = {"flag": False}
-
-    def on_sig(*_):
-        stop["flag"] = True
-    signal.signal(signal.SIGTERM, on_sig)
-    signal.signal(signal.SIGINT, on_sig)
+    stop = train.stop_on_signal()
     log = open(os.path.join(a.work, "train.log"), "a")
     t0, ema = time.time(), None
     while step < a.steps and not stop["flag"]:
         x, wt = make_batch(step, a.seed, a.batch, ids, starts, tok.eos_id)
         lr = train.lr_at(step, a.steps, a.lr, a.warmup)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        model.train()
-        logits = model(x[:, :-1])
-        tl = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
-        w = wt[:, 1:].reshape(-1)
-        loss = (tl * w).sum() / w.sum()
-        total = loss + train.balance_loss(model, cfg)
-        opt.zero_grad(set_to_none=True)
-        total.backward()
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        train.update_bias(model, cfg)
+        loss, gn, _ = train.train_step(model, opt, cfg, x, wt, lr, True)
         step += 1
         ema = loss.item() if ema is None else 0.9 * ema + 0.1 * loss.item()
         if step % 10 == 0 or step == 1:
             msg = (f"step {step} loss {loss.item():.4f} ema {ema:.4f} lr {lr:.2e} gnorm {float(gn):.2f} "
                    f"elapsed {time.time() - t0:.0f}s")
-            print(msg, flush=True)
-            log.write(msg + "\n")
-            log.flush()
+            train.log_line(log, msg)
         if step % a.ckpt_every == 0:
             save()
     save()

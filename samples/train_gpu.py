@@ -180,10 +180,7 @@ def train(a):
     say(f"mid-dsv3: {nparam / 1e6:.2f}M params, device {dev}"
         + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else "")
         + ", sources " + ", ".join(f"{n} {len(data[n])} tok" for n, _ in MIX))
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() == 2]
-    nodecay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd}, {"params": nodecay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if dev.type == "cuda" else {}))
+    opt = tr.adamw(model, a.lr, a.wd, **({"fused": True} if dev.type == "cuda" else {}))
     amp = dev.type == "cuda"
     steps = a.steps
     t0 = time.time()

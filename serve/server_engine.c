@@ -15,6 +15,7 @@
 #include "server_internal.h"
 #include "eval_metrics.h"
 #include "gsm8k.h"
+#include "sample.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -76,50 +77,12 @@ int srv_submit(dsq_server *s, srv_request *r)
     return rc;
 }
 
-/* ---- token choice ------------------------------------------------------------ */
+/* ---- token choice: sample.h, the sampler ds-eval's in-process generation uses ---- */
 
-static uint64_t splitmix(uint64_t *x)
+static int32_t choose(const dsq_srv_params *p, uint64_t *rng, const float *row, size_t vocab, dsq_sample_cand *scratch)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-typedef struct { float p; int32_t id; } cand;
-
-static int cand_desc(const void *a, const void *b)
-{
-    const cand *x = a, *y = b;
-    if (x->p != y->p) return x->p > y->p ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
-/* temperature 0: argmax; else softmax(logits / T), nucleus top_p, one draw. */
-static int32_t choose(const dsq_srv_params *p, uint64_t *rng, const float *row, size_t vocab, cand *scratch)
-{
-    if (p->temperature <= 0) return dsq_argmax_f32(row, vocab);
-    float mx = row[0];
-    for (size_t i = 1; i < vocab; i++) if (row[i] > mx) mx = row[i];
-    double sum = 0;
-    for (size_t i = 0; i < vocab; i++) {
-        scratch[i].p = (float)exp((row[i] - mx) / p->temperature);
-        scratch[i].id = (int32_t)i;
-        sum += scratch[i].p;
-    }
-    size_t n = vocab;
-    if (p->top_p < 1) {
-        qsort(scratch, vocab, sizeof *scratch, cand_desc);
-        double c = 0, lim = p->top_p * sum;
-        for (n = 0; n < vocab; ) { c += scratch[n++].p; if (c >= lim) break; }
-        sum = c;
-    }
-    double u = (double)(splitmix(rng) >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
-    for (size_t i = 0; i < n; i++) {
-        acc += scratch[i].p;
-        if (u < acc) return scratch[i].id;
-    }
-    return scratch[n - 1].id;
+    const dsq_sample_params sp = { .temperature = p->temperature, .top_p = p->top_p };
+    return dsq_sample_token(&sp, rng, row, vocab, scratch);
 }
 
 /* The k most likely ids of a row with their log-probs (descending, ties by id). */
@@ -325,7 +288,7 @@ static void *engine_main(void *arg)
     size_t V = s->vocab;
     float *logits = malloc((size_t)ns * V * sizeof *logits);
     float *rows = malloc((size_t)PREFILL_ROWS * V * sizeof *rows);
-    cand *scratch = malloc(V * sizeof *scratch);
+    dsq_sample_cand *scratch = malloc(V * sizeof *scratch);
     int *ids = malloc((size_t)ns * sizeof *ids);
     int32_t *toks = malloc((size_t)ns * sizeof *toks);
     srv_job **admit = malloc((size_t)ns * sizeof *admit), **run = malloc((size_t)ns * sizeof *run);

@@ -51,19 +51,6 @@ char *path(const char *name) { return dsq_path_join(g_dir, name); }
 
 /* ---- helpers -------------------------------------------------------------- */
 
-/* GPT-2 bytes_to_unicode (independent of the library's). */
-unsigned b2u(unsigned b)
-{
-    int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    if (printable) return b;
-    unsigned k = 0;
-    for (unsigned x = 0; x < b; x++) {
-        int p = (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE);
-        k += !p;
-    }
-    return 256 + k;
-}
-
 /* A byte-level tokenizer.json with no merges: one token per byte (id = byte). */
 void write_byte_tokenizer(const char *dir)
 {
@@ -73,7 +60,7 @@ void write_byte_tokenizer(const char *dir)
                     "\"add_prefix_space\":false,\"use_regex\":false},\"added_tokens\":[],\"post_processor\":null,"
                     "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{");
     for (unsigned b = 0; b < 256; b++) {
-        unsigned cp = b2u(b);
+        unsigned cp = dsq_test_b2u(b);
         if (cp == '"' || cp == '\\') o += sprintf(o, "%s\"\\%c\":%u", b ? "," : "", (char)cp, b);
         else if (cp < 0x80) o += sprintf(o, "%s\"%c\":%u", b ? "," : "", (char)cp, b);
         else o += sprintf(o, "%s\"\\u%04x\":%u", b ? "," : "", cp, b);
@@ -235,8 +222,9 @@ int check_finite(const dsq_calib_result *r, const char *model)
     return n;
 }
 
-/* Fold the result into a float32 copy of model at out (config + tokenizer copied). */
-void fold_copy(const char *model, const dsq_calib_result *r, const char *out)
+/* A float32 copy of model at out (config + tokenizer copied), each tensor
+ * passed through edit first (NULL: copied unchanged). */
+void edit_copy(const char *model, const char *out, tensor_edit edit, void *ctx)
 {
     dsq_st_model *st;
     assert_int_equal(dsq_st_open(&st, model, NULL), 0);
@@ -247,8 +235,7 @@ void fold_copy(const char *model, const dsq_calib_result *r, const char *out)
         int64_t rows = dsq_st_rows(t), cols = dsq_st_cols(t);
         bufs[i] = malloc((size_t)t->numel * sizeof(float));
         assert_int_equal(dsq_st_read_rows_f32(st, t, 0, rows, bufs[i], NULL), 0);
-        const dsq_calib_tensor *e = dsq_calib_lookup(r, t->name);
-        if (e) assert_int_equal(dsq_calib_apply_rows(e, 0, rows, cols, bufs[i]), 0);
+        if (edit) edit(ctx, t, bufs[i], rows, cols);
         assert_int_equal(dsq_st_writer_add(w, t->name, DSQ_DTYPE_F32, t->ndim, t->shape, bufs[i],
                                            t->numel * sizeof(float)), 0);
     }
@@ -270,6 +257,18 @@ void fold_copy(const char *model, const dsq_calib_result *r, const char *out)
         free(a);
         free(b);
     }
+}
+
+static void fold_edit(void *ctx, const dsq_st_tensor *t, float *w, int64_t rows, int64_t cols)
+{
+    const dsq_calib_tensor *e = dsq_calib_lookup(ctx, t->name);
+    if (e) assert_int_equal(dsq_calib_apply_rows(e, 0, rows, cols, w), 0);
+}
+
+/* Fold the result into a float32 copy of model at out (config + tokenizer copied). */
+void fold_copy(const char *model, const dsq_calib_result *r, const char *out)
+{
+    edit_copy(model, out, fold_edit, (void *)r);
 }
 
 int g_dsa_mode = DSQ_DSA_FP8;

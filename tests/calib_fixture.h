@@ -6,6 +6,7 @@
 #include "dsq_test.h"
 #include "calib.h"
 #include "model.h"
+#include "safetensors.h"
 #include "stats.h"
 #include "fixtures/synth_ckpt.h"
 #include "tokenizer.h"
@@ -17,8 +18,6 @@ int teardown(void **state);
 /* name inside g_dir (caller frees) */
 char *path(const char *name);
 
-/* GPT-2 bytes_to_unicode (independent of the library's). */
-unsigned b2u(unsigned b);
 /* A byte-level tokenizer.json with no merges: one token per byte (id = byte). */
 void write_byte_tokenizer(const char *dir);
 /* Synthetic DeepSeek-V3 (no MTP) and Llama shapes, float32. */
@@ -40,6 +39,11 @@ void assert_same_result(const dsq_calib_result *a, const dsq_calib_result *b, co
 /* Every scale in the result is finite and in range; returns the number of
  * entries with scales. */
 int check_finite(const dsq_calib_result *r, const char *model);
+/* Rewrites tensor t (rows x cols float32 values w) in place. */
+typedef void (*tensor_edit)(void *ctx, const dsq_st_tensor *t, float *w, int64_t rows, int64_t cols);
+/* A float32 copy of model at out (config + tokenizer copied), each tensor
+ * passed through edit first (NULL: copied unchanged). */
+void edit_copy(const char *model, const char *out, tensor_edit edit, void *ctx);
 /* Fold the result into a float32 copy of model at out (config + tokenizer copied). */
 void fold_copy(const char *model, const dsq_calib_result *r, const char *out);
 /* DSA mode of the models logits_of opens (V3.2 fold checks run the float

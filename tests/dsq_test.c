@@ -51,3 +51,15 @@ __attribute__((constructor)) static void dsq_test_skip_from_env(void)
     const char *p = getenv("DSQ_TEST_SKIP");
     if (p && *p) cmocka_set_skip_filter(p);
 }
+
+unsigned dsq_test_b2u(unsigned b)
+{
+    int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    if (printable) return b;
+    unsigned k = 0;
+    for (unsigned x = 0; x < b; x++) {
+        int p = (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE);
+        k += !p;
+    }
+    return 256 + k;
+}

@@ -17,6 +17,9 @@ void dsq_test_rmtree(const char *path);
 char *dsq_test_shared(const char *rel);
 /* Write bytes to path (asserts on failure). */
 void dsq_test_write(const char *path, const void *data, size_t n);
+/* GPT-2 bytes_to_unicode: the code point a byte-level BPE spells byte b
+ * with (written independently of the library's). */
+unsigned dsq_test_b2u(unsigned b);
 /* One xorshift64 step, high 32 bits. Each test file keeps its own state and
  * seed, so its data do not depend on which other tests ran before it. */
 static inline uint32_t dsq_test_xorshift(uint64_t *s)

@@ -183,6 +183,28 @@ static kl_stats kld_pos(const char *base, const char *q, const int32_t *tok, int
     return r;
 }
 
+/* inject_outliers' edit of one tensor; ctx holds k. */
+static void outlier_edit(void *ctx, const dsq_st_tensor *t, float *w, int64_t rows, int64_t cols)
+{
+    const float k = *(const float *)ctx;
+    int layer = -1;
+    if (sscanf(t->name, "model.layers.%d.", &layer) == 1) {
+        int c_attn = (layer * 37 + 11) % (int)(t->ndim == 2 ? cols : (int64_t)t->numel);
+        int c_ffn = (layer * 53 + 101) % (int)(t->ndim == 2 ? cols : (int64_t)t->numel);
+        const char *nm = strchr(t->name + strlen("model.layers."), '.') + 1;
+        int attn_in = !strcmp(nm, "self_attn.q_a_proj.weight") || !strcmp(nm, "self_attn.kv_a_proj_with_mqa.weight") ||
+                      !strcmp(nm, "self_attn.q_proj.weight") || !strcmp(nm, "self_attn.k_proj.weight") ||
+                      !strcmp(nm, "self_attn.v_proj.weight");
+        int ffn_in = !strcmp(nm, "mlp.gate.weight") || (strstr(nm, "gate_proj.weight") || strstr(nm, "up_proj.weight"));
+        if (!strcmp(nm, "input_layernorm.weight")) w[c_attn] *= k;
+        if (!strcmp(nm, "post_attention_layernorm.weight")) w[c_ffn] *= k;
+        if (attn_in)
+            for (int64_t r = 0; r < rows; r++) w[r * cols + c_attn] /= k;
+        if (ffn_in)
+            for (int64_t r = 0; r < rows; r++) w[r * cols + c_ffn] /= k;
+    }
+}
+
 /* A float32 copy of model with activation outlier channels injected: for each
  * layer, channel c of input_layernorm and post_attention_layernorm is scaled
  * by k (a power of two: exact) and the same input column of every consumer
@@ -190,52 +212,7 @@ static kl_stats kld_pos(const char *base, const char *q, const int32_t *tok, int
  * dense gate/up) by 1/k. The function is unchanged. */
 static void inject_outliers(const char *model, const char *out, float k)
 {
-    dsq_st_model *st;
-    assert_int_equal(dsq_st_open(&st, model, NULL), 0);
-    dsq_st_writer *w = dsq_st_writer_create();
-    float **bufs = calloc(dsq_st_count(st), sizeof *bufs);
-    for (size_t i = 0; i < dsq_st_count(st); i++) {
-        const dsq_st_tensor *t = dsq_st_get(st, i);
-        int64_t rows = dsq_st_rows(t), cols = dsq_st_cols(t);
-        bufs[i] = malloc((size_t)t->numel * sizeof(float));
-        assert_int_equal(dsq_st_read_rows_f32(st, t, 0, rows, bufs[i], NULL), 0);
-        int layer = -1;
-        if (sscanf(t->name, "model.layers.%d.", &layer) == 1) {
-            int c_attn = (layer * 37 + 11) % (int)(t->ndim == 2 ? cols : (int64_t)t->numel);
-            int c_ffn = (layer * 53 + 101) % (int)(t->ndim == 2 ? cols : (int64_t)t->numel);
-            const char *nm = strchr(t->name + strlen("model.layers."), '.') + 1;
-            int attn_in = !strcmp(nm, "self_attn.q_a_proj.weight") || !strcmp(nm, "self_attn.kv_a_proj_with_mqa.weight") ||
-                          !strcmp(nm, "self_attn.q_proj.weight") || !strcmp(nm, "self_attn.k_proj.weight") ||
-                          !strcmp(nm, "self_attn.v_proj.weight");
-            int ffn_in = !strcmp(nm, "mlp.gate.weight") || (strstr(nm, "gate_proj.weight") || strstr(nm, "up_proj.weight"));
-            if (!strcmp(nm, "input_layernorm.weight")) bufs[i][c_attn] *= k;
-            if (!strcmp(nm, "post_attention_layernorm.weight")) bufs[i][c_ffn] *= k;
-            if (attn_in)
-                for (int64_t r = 0; r < rows; r++) bufs[i][r * cols + c_attn] /= k;
-            if (ffn_in)
-                for (int64_t r = 0; r < rows; r++) bufs[i][r * cols + c_ffn] /= k;
-        }
-        assert_int_equal(dsq_st_writer_add(w, t->name, DSQ_DTYPE_F32, t->ndim, t->shape, bufs[i],
-                                           t->numel * sizeof(float)), 0);
-    }
-    assert_int_equal(mkdir(out, 0755) == 0 || access(out, F_OK) == 0, 1);
-    char *mp = dsq_path_join(out, "model.safetensors");
-    assert_int_equal(dsq_st_writer_write(w, mp, 0, DSQ_OUT_OVERWRITE, NULL), 0);
-    free(mp);
-    dsq_st_writer_free(w);
-    for (size_t i = 0; i < dsq_st_count(st); i++) free(bufs[i]);
-    free(bufs);
-    dsq_st_close(st);
-    const char *side[] = { "config.json", "tokenizer.json", "tokenizer_config.json" };
-    for (size_t i = 0; i < 3; i++) {
-        char *a = dsq_path_join(model, side[i]), *b = dsq_path_join(out, side[i]), *txt;
-        size_t len;
-        assert_int_equal(dsq_read_file(a, 1 << 24, &txt, &len, NULL), 0);
-        dsq_test_write(b, txt, len);
-        free(txt);
-        free(a);
-        free(b);
-    }
+    edit_copy(model, out, outlier_edit, &k);
 }
 
 typedef struct meas { const char *scheme; int32_t gs; int calib; int smooth; int gptq; } meas;
@@ -265,19 +242,28 @@ static kl_stats measure(const char *model, const char *base, const meas *m, cons
     return k;
 }
 
+/* The model the KLD measurements run on: DSQ_TEST_SAMPLE_MODEL, else
+ * samples/tiny-dsv3; NULL (one skip line) under ASan unless
+ * DSQ_TEST_SAMPLE_MODEL is set: the calibrate + quantize + KLD runs take
+ * minutes there and add no coverage the synthetic tests lack. */
+static const char *measured_model(void)
+{
+    const char *model = getenv("DSQ_TEST_SAMPLE_MODEL") ? getenv("DSQ_TEST_SAMPLE_MODEL") : "samples/tiny-dsv3";
+#ifdef __SANITIZE_ADDRESS__
+    if (!getenv("DSQ_TEST_SAMPLE_MODEL")) {
+        fprintf(stderr, "skip: sample measurements under AddressSanitizer\n");
+        return NULL;
+    }
+#endif
+    return model;
+}
+
 
 static void test_sample_ordering(void **state)
 {
     (void)state;
-    const char *model = getenv("DSQ_TEST_SAMPLE_MODEL") ? getenv("DSQ_TEST_SAMPLE_MODEL") : "samples/tiny-dsv3";
-#ifdef __SANITIZE_ADDRESS__
-    /* 12 calibrate + quantize + KLD runs take minutes under ASan and add no
-     * coverage the synthetic tests lack; DSQ_TEST_SAMPLE_MODEL forces them */
-    if (!getenv("DSQ_TEST_SAMPLE_MODEL")) {
-        fprintf(stderr, "skip: sample measurements under AddressSanitizer\n");
-        return;
-    }
-#endif
+    const char *model = measured_model();
+    if (!model) return;
     if (!sample_present(model, "samples/data/calib.txt", "samples/data/heldout.txt", (char *)NULL)) return;
     dsq_tokenizer *tok;
     assert_int_equal(dsq_tokenizer_load(&tok, model, NULL), 0);
@@ -380,13 +366,8 @@ static char *gsm_text(const char *file, size_t *len)
 static void test_sample_dynamic_smoothing(void **state)
 {
     (void)state;
-    const char *model = getenv("DSQ_TEST_SAMPLE_MODEL") ? getenv("DSQ_TEST_SAMPLE_MODEL") : "samples/tiny-dsv3";
-#ifdef __SANITIZE_ADDRESS__
-    if (!getenv("DSQ_TEST_SAMPLE_MODEL")) {
-        fprintf(stderr, "skip: sample measurements under AddressSanitizer\n");
-        return;
-    }
-#endif
+    const char *model = measured_model();
+    if (!model) return;
     if (!sample_present(model, "samples/data/calib.txt", "samples/data/heldout.txt", "samples/data/gsm_test.jsonl",
                         (char *)NULL))
         return;

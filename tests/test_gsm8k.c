@@ -5,6 +5,7 @@
 #include "gsm8k.h"
 
 #include <regex.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -444,6 +445,60 @@ static void test_generate(void **state)
     assert_int_equal(dsq_gsm8k_generate(&ops, &o, prompts, np, 4, fake_done, &g, NULL), DSQ_ERR_INVALID_ARG);
 }
 
+/* ---- token choice (sample.h) -------------------------------------------------------------- */
+
+/* Greedy is the argmax with the lowest id on ties; a draw at temperature T
+ * follows softmax(logits / T) (frequencies over many draws, within 4.5
+ * standard errors); top_p keeps the most likely tokens until their mass
+ * reaches top_p (ties: lower id first) and never draws another; the stream
+ * depends only on its seed. */
+static void test_sample_token(void **state)
+{
+    (void)state;
+    enum { V = 5, N = 40000 };
+    const float row[V] = { 1.0f, 2.0f, 0.5f, 2.0f, -1.0f };
+    dsq_sample_cand scratch[V];
+    dsq_sample_params greedy = { 0 };
+    uint64_t rng = 1;
+    assert_int_equal(dsq_sample_token(&greedy, &rng, row, V, scratch), 1);
+    assert_int_equal(rng, 1); /* greedy draws nothing */
+    const double temps[2] = { 1.0, 0.5 };
+    for (int k = 0; k < 2; k++) {
+        dsq_sample_params p = { .temperature = temps[k], .top_p = 1 };
+        double z = 0, want[V];
+        for (int i = 0; i < V; i++) z += want[i] = exp(row[i] / temps[k]);
+        int count[V] = { 0 };
+        rng = 42;
+        for (int n = 0; n < N; n++) count[dsq_sample_token(&p, &rng, row, V, scratch)]++;
+        for (int i = 0; i < V; i++) {
+            double q = want[i] / z, se = sqrt(q * (1 - q) / N);
+            if (fabs((double)count[i] / N - q) > 4.5 * se + 1e-9)
+                fail_msg("T %.1f token %d: drawn %.4f, softmax %.4f", temps[k], i, (double)count[i] / N, q);
+        }
+    }
+    /* nucleus: tokens 1 and 3 (equal, most likely) hold 0.38 + 0.38 of the mass at T 1: top_p 0.5
+     * keeps both (the first alone is short of it), 0.3 keeps token 1 only */
+    dsq_sample_params nuc = { .temperature = 1, .top_p = 0.5 };
+    int seen[V] = { 0 };
+    rng = 7;
+    for (int n = 0; n < 2000; n++) seen[dsq_sample_token(&nuc, &rng, row, V, scratch)]++;
+    assert_true(seen[1] > 0 && seen[3] > 0);
+    assert_int_equal(seen[0] + seen[2] + seen[4], 0);
+    nuc.top_p = 0.3;
+    for (int n = 0; n < 200; n++) assert_int_equal(dsq_sample_token(&nuc, &rng, row, V, scratch), 1);
+    /* the same seed, the same draws; another seed, other draws */
+    dsq_sample_params p = { .temperature = 1, .top_p = 1 };
+    uint64_t a = 99, b = 99, c = 100;
+    int same = 1, differ = 0;
+    for (int n = 0; n < 64; n++) {
+        int32_t x = dsq_sample_token(&p, &a, row, V, scratch), y = dsq_sample_token(&p, &b, row, V, scratch);
+        same &= x == y;
+        differ |= x != dsq_sample_token(&p, &c, row, V, scratch);
+    }
+    assert_true(same);
+    assert_true(differ);
+}
+
 /* ---- the real data, when ../shared has it ---------------------------------------------------- */
 
 static void test_shared_gsm8k(void **state)
@@ -507,6 +562,7 @@ int main(void)
         cmocka_unit_test(test_stop_strings),
         cmocka_unit_test(test_completions_file),
         cmocka_unit_test(test_generate),
+        cmocka_unit_test(test_sample_token),
         cmocka_unit_test(test_shared_gsm8k),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

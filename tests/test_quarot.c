@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void test_hadamard_orders(void **st)
 {
@@ -348,6 +350,62 @@ static void test_quarot_model_invariance_dsa(void **st)
     g_prompt_len = 16;
 }
 
+/* A killed rotation leaves OUT.partial: a rerun removes it and starts again
+ * when it holds the marker and only files a rotation writes; anything else
+ * (a foreign file, a link, no marker) is refused and left as it is. */
+static void put(const char *dir, const char *name)
+{
+    char p[1200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    dsq_test_write(p, "x", 1);
+}
+
+static void test_quarot_partial_leftovers(void **st)
+{
+    (void)st;
+    const char *src = "samples/tiny-dsv3";
+    char *tmp = dsq_test_tmpdir();
+    char out[1024], part[1100], p[1200];
+    snprintf(out, sizeof out, "%s/rot", tmp);
+    snprintf(part, sizeof part, "%s.partial", out);
+    dsq_quarot_opts o;
+    dsq_quarot_opts_init(&o);
+    o.out_dtype = DSQ_DTYPE_BF16;
+    dsq_diag d;
+    /* not dsq's: a foreign file, a link, no marker */
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(mkdir(part, 0755), 0);
+        if (k != 2) put(part, ".dsq-rotation");
+        put(part, "model-00001-of-00002.safetensors");
+        const char *kept = k == 0 ? "notes.txt" : k == 1 ? "config.json" : "model-00001-of-00002.safetensors";
+        if (k == 0) put(part, kept);
+        snprintf(p, sizeof p, "%s/%s", part, kept);
+        if (k == 1) assert_int_equal(symlink("/etc/hostname", p), 0);
+        dsq_diag_clear(&d);
+        assert_int_equal(dsq_quarot_write(src, out, &o, &d), DSQ_ERR_EXISTS);
+        assert_non_null(strstr(d.msg, "nothing was removed"));
+        struct stat sb;
+        assert_int_equal(lstat(p, &sb), 0);
+        assert_false(dsq_path_exists(out));
+        dsq_test_rmtree(part);
+    }
+    /* a killed rotation's leftovers: removed, and the rotation made */
+    assert_int_equal(mkdir(part, 0755), 0);
+    put(part, ".dsq-rotation");
+    put(part, "model-00002-of-00002.safetensors");
+    put(part, ".config.json.partial");
+    put(part, "tokenizer.json");
+    dsq_diag_clear(&d);
+    if (dsq_quarot_write(src, out, &o, &d)) fail_msg("rerun over a partial rotation: %s", d.msg);
+    assert_false(dsq_path_exists(part));
+    assert_true(dsq_quarot_is_ours(out, o.seed));
+    /* the finished model keeps the marker; removal takes it too */
+    assert_int_equal(dsq_quarot_remove(out, src, NULL), DSQ_OK);
+    assert_false(dsq_path_exists(out));
+    dsq_test_rmtree(tmp);
+    free(tmp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_quarot_model_invariance_bf16_source),
         cmocka_unit_test(test_quarot_model_invariance_fp8_source),
         cmocka_unit_test(test_quarot_model_invariance_dsa),
+        cmocka_unit_test(test_quarot_partial_leftovers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

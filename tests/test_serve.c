@@ -639,7 +639,7 @@ static void test_logprobs_small_vocab(void **st)
                     "\"use_regex\": false}, \"decoder\": {\"type\": \"ByteLevel\"}, \"added_tokens\": [], "
                     "\"model\": {\"type\": \"BPE\", \"vocab\": {");
     for (unsigned b = 0; b < 256; b++)
-        w += sprintf(w, "%s\"\\u%04x\": %u", b ? ", " : "", b2u(b), (b - 'a') & 255u);
+        w += sprintf(w, "%s\"\\u%04x\": %u", b ? ", " : "", dsq_test_b2u(b), (b - 'a') & 255u);
     w += sprintf(w, "}, \"merges\": []}}");
     char *tp = dsq_path_join(dir, "tokenizer.json");
     dsq_test_write(tp, tok, strlen(tok));

@@ -20,26 +20,13 @@
 
 /* ---- building test files ----------------------------------------------------- */
 
-/* GPT-2 bytes_to_unicode, written independently of the library's. */
-static unsigned b2u(unsigned b)
-{
-    int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    if (printable) return b;
-    unsigned k = 0;
-    for (unsigned x = 0; x < b; x++) {
-        int p = (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE);
-        k += !p;
-    }
-    return 256 + k;
-}
-
 /* JSON string literal for the byte-level spelling of raw bytes s. */
 static void bl_json(char *out, const char *s)
 {
     char *o = out;
     *o++ = '"';
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        unsigned cp = b2u(*p);
+        unsigned cp = dsq_test_b2u(*p);
         if (cp == '"' || cp == '\\') { *o++ = '\\'; *o++ = (char)cp; }
         else if (cp < 0x80) *o++ = (char)cp;
         else o += sprintf(o, "\\u%04x", cp);

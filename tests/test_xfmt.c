@@ -7,7 +7,9 @@
  * The source blob's scales are rounded to 8 significant bits first, so that
  * every scale dtype a format stores (F32, BF16, F16) holds them exactly; the
  * static W8A8 activation scale is a power of two, so Ascend's deq_scale =
- * input_scale * weight_scale unfolds exactly. */
+ * input_scale * weight_scale unfolds exactly.
+ *
+ * The vLLM targets refuse a quantized V3.2 indexer wk / weights_proj. */
 #include "dsq_test.h"
 #include "dsq_file.h"
 #include "dsq_mem.h"
@@ -74,6 +76,37 @@ static uint8_t *make_blob(const dsq_scheme *sc, int32_t group, dsq_qshape *qs, s
     return blob;
 }
 
+/* A BF16 model's config of model_type deepseek_v3 / deepseek_v32. */
+static const char V3_META[] = "{\"config\": {\"model_type\": \"deepseek_v3\", \"torch_dtype\": \"bfloat16\"}}";
+static const char V32_META[] = "{\"config\": {\"model_type\": \"deepseek_v32\", \"torch_dtype\": \"bfloat16\"}}";
+
+/* dsq_export_open of the one N x K source tensor *src (filled here: name,
+ * role, layer, a routed expert being expert 0, quantized as sc / qs; the
+ * export reads it until freed) to out in format f. */
+static int open_one(dsq_export **ex, dsq_export_src *src, const dsq_xfmt *f, const char *name, uint32_t role,
+                    int layer, const dsq_scheme *sc, const dsq_qshape *qs, const char *meta, const char *out,
+                    dsq_diag *d)
+{
+    memset(src, 0, sizeof *src);
+    src->name = name;
+    src->role.role = role;
+    src->role.layer = layer;
+    src->role.expert = role == DSQ_ROLE_EXPERT_LINEAR ? 0 : -1;
+    src->scheme = sc;
+    src->src_dtype = DSQ_DTYPE_BF16;
+    src->ndim = 2;
+    src->shape[0] = N;
+    src->shape[1] = K;
+    src->qshape = *qs;
+    dsq_export_opts o;
+    memset(&o, 0, sizeof o);
+    o.format = f->name;
+    o.output = out;
+    o.meta_json = meta;
+    dsq_diag_clear(d);
+    return dsq_export_open(ex, &o, src, 1, d);
+}
+
 /* 1 when the round trip ran, 0 when the format's plan refuses the
  * (scheme, group size) combination. */
 static int round_trip(const dsq_xfmt *f, const dsq_scheme *sc, int32_t group, int m)
@@ -85,29 +118,12 @@ static int round_trip(const dsq_xfmt *f, const dsq_scheme *sc, int32_t group, in
     size_t size;
     uint8_t *blob = make_blob(sc, group, &qs, &size);
     if (!blob) return 0;
-    dsq_export_src src;
-    memset(&src, 0, sizeof src);
-    src.name = NAME;
-    src.role.role = ROLES[m];
-    src.role.layer = m;
-    src.role.expert = m ? 0 : -1;
-    src.scheme = sc;
-    src.src_dtype = DSQ_DTYPE_BF16;
-    src.ndim = 2;
-    src.shape[0] = N;
-    src.shape[1] = K;
-    src.qshape = qs;
     char out[512];
     snprintf(out, sizeof out, "%s/%s-%s-%d-%d", g_dir, f->name, sc->name, (int)group, m);
-    dsq_export_opts o;
-    memset(&o, 0, sizeof o);
-    o.format = f->name;
-    o.output = out;
-    o.meta_json = "{\"config\": {\"model_type\": \"deepseek_v3\", \"torch_dtype\": \"bfloat16\"}}";
+    dsq_export_src src;
     dsq_export *ex = NULL;
     dsq_diag d;
-    dsq_diag_clear(&d);
-    int rc = dsq_export_open(&ex, &o, &src, 1, &d);
+    int rc = open_one(&ex, &src, f, NAME, ROLES[m], m, sc, &qs, V3_META, out, &d);
     if (rc == DSQ_ERR_UNSUPPORTED) {
         free(blob);
         return 0;
@@ -194,6 +210,49 @@ static void test_round_trip(void **state)
     assert_int_equal(nfmt, 3);
 }
 
+/* Open an export of one quantized V3.2 indexer linear (the format's first
+ * scheme, group size 64): the status of the plan, its message in d. */
+static int open_indexer(const dsq_xfmt *f, const char *name, const char *tag, dsq_diag *d)
+{
+    const dsq_scheme *sc = dsq_scheme_by_id(f->schemes[0]);
+    assert_non_null(sc);
+    dsq_qshape qs;
+    assert_int_equal(dsq_qshape_init(&qs, sc, N, K, 64), DSQ_OK);
+    char out[512];
+    snprintf(out, sizeof out, "%s/indexer-%s-%s", g_dir, f->name, tag);
+    dsq_export_src src;
+    dsq_export *ex = NULL;
+    int rc = open_one(&ex, &src, f, name, DSQ_ROLE_INDEXER_LINEAR, 0, sc, &qs, V32_META, out, d);
+    if (rc == DSQ_OK) dsq_export_free(ex, 0);
+    else assert_null(ex);
+    return rc;
+}
+
+/* vLLM builds the V3.2 indexer's wk and weights_proj unquantized: the vLLM
+ * targets (AutoAWQ, compressed-tensors) refuse them quantized, naming the
+ * tensor, and take wq_b, which vLLM quantizes. */
+static void test_indexer_float_only(void **state)
+{
+    (void)state;
+    static const char *const FORMATS[] = { "awq", "compressed-tensors" };
+    static const char *const FLOAT_ONLY[] = { "model.layers.0.self_attn.indexer.wk.weight",
+                                              "model.layers.0.self_attn.indexer.weights_proj.weight" };
+    for (size_t i = 0; i < sizeof FORMATS / sizeof *FORMATS; i++) {
+        const dsq_xfmt *f = dsq_xfmt_find(FORMATS[i]);
+        assert_non_null(f);
+        dsq_diag d;
+        for (size_t j = 0; j < sizeof FLOAT_ONLY / sizeof *FLOAT_ONLY; j++) {
+            int rc = open_indexer(f, FLOAT_ONLY[j], j ? "weights_proj" : "wk", &d);
+            if (rc != DSQ_ERR_UNSUPPORTED) fail_msg("%s %s: open gave %d, expected a refusal", f->name, FLOAT_ONLY[j], rc);
+            assert_int_equal(d.status, DSQ_ERR_UNSUPPORTED);
+            assert_string_equal(d.tensor, FLOAT_ONLY[j]);
+            if (!strstr(d.msg, "unquantized")) fail_msg("%s %s: message was: %s", f->name, FLOAT_ONLY[j], d.msg);
+        }
+        int rc = open_indexer(f, "model.layers.0.self_attn.indexer.wq_b.weight", "wq_b", &d);
+        if (rc != DSQ_OK) fail_msg("%s wq_b: open gave %d: %s", f->name, rc, d.msg);
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -212,6 +271,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_indexer_float_only),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

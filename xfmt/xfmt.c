@@ -114,6 +114,13 @@ int dsq_x_indexer_float_only(const char *name)
     return dsq_x_ends_with(name, ".indexer.wk.weight") || dsq_x_ends_with(name, ".indexer.weights_proj.weight");
 }
 
+int dsq_x_refuse_quantized_indexer(const dsq_export_src *s, dsq_diag *d)
+{
+    return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, s->name, -1,
+                    "vLLM builds the V3.2 indexer's wk / weights_proj unquantized: keep them float "
+                    "(the default; drop the --scheme-for that quantizes them)");
+}
+
 int dsq_x_target_float(const dsq_xplan *p, size_t i)
 {
     for (const char *const *k = p->f->keep_float; k && *k; k++)

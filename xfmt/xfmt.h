@@ -287,6 +287,9 @@ int dsq_x_is_linear(const dsq_export_src *s);
 /* 1 for the V3.2 indexer linears every target loads unquantized (wk,
  * weights_proj). */
 int dsq_x_indexer_float_only(const char *name);
+/* The refusal of a quantized indexer_float_only linear (DSQ_ERR_UNSUPPORTED,
+ * naming the tensor), for the targets that cannot hold one. */
+int dsq_x_refuse_quantized_indexer(const dsq_export_src *s, dsq_diag *d);
 int dsq_x_ends_with(const char *s, const char *suf);
 /* Fused partner of a module ("q_a_proj" <-> "kv_a_proj_with_mqa",
  * "gate_proj" <-> "up_proj"): index of the partner's weight, or -1. */

@@ -103,10 +103,7 @@ static int plan(dsq_xplan *p, size_t i, dsq_diag *d)
     }
     int quant = s->scheme->weight_bits <= 8;
     if (!quant || !dsq_x_is_linear(s)) return dsq_x_add_float(p, i, DSQ_DTYPE_F16, d);
-    if (dsq_x_indexer_float_only(s->name))
-        return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, s->name, -1,
-                        "vLLM builds the V3.2 indexer's wk / weights_proj unquantized: keep them float "
-                        "(the default; drop the --scheme-for that quantizes them)");
+    if (dsq_x_indexer_float_only(s->name)) return dsq_x_refuse_quantized_indexer(s, d);
     if (s->scheme->id != DSQ_SCHEME_AWQ_W4A16)
         return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, s->name, -1,
                         "AutoAWQ GEMM holds W4A16 weights only; this linear is %s: convert with "

@@ -191,10 +191,7 @@ static int plan(dsq_xplan *p, size_t i, dsq_diag *d)
     int quant = s->scheme->weight_bits <= 8;
     if (!quant) return dsq_x_add_float(p, i, dsq_x_keep_dtype(s), d);
     if (!dsq_x_is_linear(s)) return dsq_x_add_float(p, i, p->model_dtype, d);
-    if (dsq_x_indexer_float_only(s->name))
-        return dsq_fail(d, DSQ_ERR_UNSUPPORTED, NULL, s->name, -1,
-                        "vLLM builds the V3.2 indexer's wk / weights_proj unquantized: keep them float "
-                        "(the default; drop the --scheme-for that quantizes them)");
+    if (dsq_x_indexer_float_only(s->name)) return dsq_x_refuse_quantized_indexer(s, d);
     int64_t N = s->qshape.rows, K = s->qshape.cols, G = s->qshape.group_size;
     int64_t ng = G ? (K + G - 1) / G : 1;
     if (G && K % G)

@@ -25,34 +25,15 @@ DATA=samples/data/gsm_test.jsonl
 command -v curl >/dev/null 2>&1 || { echo "chat.sh: skipped: curl (the command) not installed"; exit 0; }
 command -v jq >/dev/null 2>&1 || { echo "chat.sh: skipped: jq not installed"; exit 0; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-chat-XXXXXX")
-SP=""
-cleanup() { [ -n "$SP" ] && kill -9 "$SP" 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+. "$(dirname "$0")/../fixtures/ds_serve.sh"
+SERVE_QUIET=    # the full log: the checks read the template it names
+SERVE_ANY_EXIT=1
 fails=0
 fail() { echo "chat.sh: FAIL: $*"; fails=$((fails+1)); }
 SHARED=${DSQ_SHARED:-../shared}
 PY=${PYTHON:-/usr/bin/python3}
 [ -x "$PY" ] || PY=python3
 
-start_server() {
-  rm -f "$T/port"
-  $SERVE -m $M -T 1 --port 0 --port-file "$T/port" "$@" >"$T/server.log" 2>&1 &
-  SP=$!
-  i=0
-  while [ ! -s "$T/port" ] && [ $i -lt 200 ]; do
-    kill -0 $SP 2>/dev/null || break
-    sleep 0.05; i=$((i+1))
-  done
-  [ -s "$T/port" ] || { fail "ds-serve did not start: $(head -c 300 "$T/server.log")"; return 1; }
-  URL=http://127.0.0.1:$(cat "$T/port")
-}
-stop_server() {
-  [ -n "$SP" ] || return 0
-  kill -TERM $SP 2>/dev/null
-  i=0; while kill -0 $SP 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
-  kill -9 $SP 2>/dev/null; SP=""
-}
 post() { curl -s -o "$T/body" -w '%{http_code}' "$URL$1" -H 'Content-Type: application/json' -d "$2"; }
 
 start_server --chat-template deepseek-v3.1 --reasoning-parser deepseek_v3 || exit 1
@@ -175,9 +156,21 @@ if [ -f "$DATA" ]; then
   $EVAL gsm8k --chat --data "$T/aime.jsonl" --question-field problem --answer-field solution --max-tokens 8 --temperature 0 \
     --endpoint "$SERVER_URL/v1" --json >"$T/aime.json" 2>"$T/aime.log" && jq -e '.n == 2' "$T/aime.json" >/dev/null || \
     fail "numeric-answer set: $(cat "$T/aime.log" "$T/aime.json")"
-  # in process: greedy only, said clearly
-  $EVAL gsm8k --chat --data $DATA --limit 1 -m $M -T 1 --chat-template deepseek-v3.1 >"$T/greedy.log" 2>&1 && fail "in-process sampling accepted"
-  grep -q "greedy" "$T/greedy.log" || fail "in-process temperature: $(cat "$T/greedy.log")"
+  # sampled in process: reply s of an item draws from seed + s as ds-serve does for a request
+  # sent with that seed, so the replies equal the served ones (temperature and nucleus)
+  SC="gsm8k --chat --data $DATA --limit 3 --max-tokens 12 --temperature 1 --top-p 0.9 --seed 11 --samples 3"
+  $EVAL $SC --endpoint "$SERVER_URL/v1" --out "$T/samp-ep.jsonl" -q >"$T/ep.log" 2>&1 || fail "sampled --endpoint: $(cat "$T/ep.log")"
+  $EVAL $SC -m $M -T 1 --chat-template deepseek-v3.1 --reasoning-parser deepseek_v3 --out "$T/samp-local.jsonl" -q \
+    >"$T/local.log" 2>&1 || fail "sampled in process: $(cat "$T/local.log")"
+  for f in ep local; do
+    jq -c '[.doc_id, .sample, .content, .reasoning_content, .finish, .gen_tokens]' "$T/samp-$f.jsonl" | sort > "$T/samp-$f.items"
+  done
+  [ "$(wc -l < "$T/samp-ep.items")" = 9 ] || fail "sampled: $(wc -l < "$T/samp-ep.items") of 9 replies"
+  cmp -s "$T/samp-ep.items" "$T/samp-local.items" ||
+    fail "sampled: served and in-process replies differ: $(diff "$T/samp-ep.items" "$T/samp-local.items" | head -4)"
+  # and the draws are draws: the three replies of an item are not all the same
+  [ "$(jq -s 'group_by(.doc_id) | map(map(.content) | unique | length) | max' "$T/samp-local.jsonl")" -gt 1 ] ||
+    fail "sampled in process: every reply of each item is the same"
 fi
 stop_server
 
@@ -194,10 +187,9 @@ if [ -f "$SHARED/data/chat-templates/deepseek-v3.1.jinja" ] && [ -x ./bin/ds-qua
   cp $M/*.json $M/*.safetensors "$T/m31/"
   jq --rawfile t "$SHARED/data/chat-templates/deepseek-v3.1.jinja" '.chat_template = $t' $M/tokenizer_config.json > "$T/m31/tokenizer_config.json"
   if ./bin/ds-quant --scheme w8a8-dynamic -T 1 -q "$T/m31" "$T/m31.dsq" >"$T/quant.log" 2>&1; then
-    rm -f "$T/port"
-    $SERVE -m "$T/m31.dsq" -T 1 --port 0 --port-file "$T/port" >"$T/server.log" 2>&1 &
-    SP=$!
-    i=0; while [ ! -s "$T/port" ] && [ $i -lt 200 ] && kill -0 $SP 2>/dev/null; do sleep 0.05; i=$((i+1)); done
+    SM="$T/m31.dsq"
+    start_server || :
+    SM=
     grep -q "chat template: deepseek-v3.1" "$T/server.log" || fail "the .dsq's template: $(cat "$T/server.log")"
     stop_server
   else

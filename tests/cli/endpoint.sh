@@ -13,15 +13,7 @@ command -v jq >/dev/null 2>&1 || { echo "endpoint.sh: skipped (no jq)"; exit 0; 
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-endpoint-XXXXXX")
 SRV=
 trap '[ -n "$SRV" ] && kill "$SRV" 2>/dev/null; rm -rf "$T"' EXIT
-fails=0
-fail() { echo "endpoint.sh: FAIL: $*"; fails=$((fails+1)); }
-expect() {
-  want=$1; shift
-  "$@" >"$T/out" 2>"$T/err"
-  got=$?
-  [ "$got" = "$want" ] || fail "exit $got (want $want): $* -- $(head -c 400 "$T/err")"
-}
-has() { grep -q -- "$2" "$T/$1" || fail "$1 lacks '$2': $(head -c 400 "$T/$1")"; }
+. "$(dirname "$0")/../fixtures/cli_expect.sh"
 posts() { grep -c "^POST $1" "$T/log" 2>/dev/null || true; }
 
 python3 "$(dirname "$0")/fake_openai.py" "$T/port" "$T/log" 300 &

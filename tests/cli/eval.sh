@@ -12,17 +12,7 @@ EVAL=${BIN:-./bin}/ds-eval
 [ -x "$EVAL" ] || { echo "eval.sh: $EVAL not built"; exit 1; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-eval-XXXXXX")
 trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "eval.sh: FAIL: $*"; fails=$((fails+1)); }
-
-# expect CODE CMD... : run, compare the exit status, keep stdout/stderr
-expect() {
-  want=$1; shift
-  "$@" >"$T/out" 2>"$T/err"
-  got=$?
-  [ "$got" = "$want" ] || fail "exit $got (want $want): $* -- $(head -c 300 "$T/err")"
-}
-has() { grep -q -- "$2" "$T/$1" || fail "$1 lacks '$2': $(head -c 300 "$T/$1")"; }
+. "$(dirname "$0")/../fixtures/cli_expect.sh"
 
 # ---- usage ---------------------------------------------------------------
 expect 0 $EVAL --help;  has out "usage: ds-eval"

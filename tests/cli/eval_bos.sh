@@ -12,15 +12,7 @@ EVAL=./bin/ds-eval
 [ -x "$EVAL" ] || { echo "eval_bos.sh: $EVAL not built"; exit 1; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-bos-XXXXXX")
 trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "eval_bos.sh: FAIL: $*"; fails=$((fails+1)); }
-expect() {
-  want=$1; shift
-  "$@" >"$T/out" 2>"$T/err"
-  got=$?
-  [ "$got" = "$want" ] || fail "exit $got (want $want): $* -- $(head -c 300 "$T/err")"
-}
-has() { grep -q -- "$2" "$T/$1" || fail "$1 lacks '$2': $(head -c 300 "$T/$1")"; }
+. "$(dirname "$0")/../fixtures/cli_expect.sh"
 
 # ---- options a command does not use: exit 2 with a message ----
 expect 2 $EVAL ppl -m m --data d --train t;            has err "train"

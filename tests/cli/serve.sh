@@ -31,42 +31,11 @@ for f in $M/config.json $DATA $TRAIN $TEXT; do
 done
 command -v curl >/dev/null 2>&1 || { echo "serve.sh: skipped: curl (the command) not installed"; exit 0; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-serve-XXXXXX")
-SP=""; CP=""
-cleanup() {
-  [ -n "$CP" ] && kill -9 "$CP" 2>/dev/null
-  [ -n "$SP" ] && kill -9 "$SP" 2>/dev/null
-  rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+. "$(dirname "$0")/../fixtures/ds_serve.sh"
+URL_PATH=/v1
 fails=0
 fail() { echo "serve.sh: FAIL: $*"; fails=$((fails+1)); }
 
-# start_server ARGS...: start ds-serve on $PORT (0: any), wait for its port file
-start_server() {
-  rm -f "$T/port"
-  $SERVE -m "${SM:-$M}" -T 1 -q --port "${PORT:-0}" --port-file "$T/port" "$@" >"$T/server.log" 2>&1 &
-  SP=$!
-  i=0
-  while [ ! -s "$T/port" ] && [ $i -lt 200 ]; do
-    kill -0 $SP 2>/dev/null || break
-    sleep 0.05; i=$((i+1))
-  done
-  [ -s "$T/port" ] || { fail "ds-serve did not start: $(head -c 300 "$T/server.log")"; return 1; }
-  P=$(cat "$T/port")
-  URL=http://127.0.0.1:$P/v1
-}
-stop_server() {
-  [ -n "$SP" ] || return 0
-  kill -TERM $SP 2>/dev/null
-  i=0; while kill -0 $SP 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
-  kill -0 $SP 2>/dev/null && { fail "ds-serve did not stop on SIGTERM"; kill -9 $SP; }
-  wait $SP 2>/dev/null
-  src=$?
-  # 0 after a drain; anything else is a crash or, under ASan, a leak report
-  [ $src = 0 ] || fail "ds-serve exit $src after SIGTERM: $(tail -c 400 "$T/server.log")"
-  SP=""
-}
 # code METHOD PATH [BODY] -> HTTP status on stdout, body in $T/resp
 code() {
   if [ $# -ge 3 ]; then

@@ -25,40 +25,10 @@ H=tests/hostile_client.mjs
 command -v curl >/dev/null 2>&1 || { echo "serve_hostile.sh: skipped: curl (the command) not installed"; exit 0; }
 command -v node >/dev/null 2>&1 || { echo "serve_hostile.sh: skipped: node not installed"; exit 0; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-test-hostile-XXXXXX")
-SP=""; CP=""
-cleanup() {
-  [ -n "$CP" ] && kill -9 $CP 2>/dev/null
-  [ -n "$SP" ] && kill -9 "$SP" 2>/dev/null
-  rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+. "$(dirname "$0")/../fixtures/ds_serve.sh"
 fails=0
 fail() { echo "serve_hostile.sh: FAIL: $*"; fails=$((fails+1)); }
 
-start_server() {
-  rm -f "$T/port"
-  $SERVE -m $M -T 1 -q --port 0 --port-file "$T/port" "$@" >"$T/server.log" 2>&1 &
-  SP=$!
-  i=0
-  while [ ! -s "$T/port" ] && [ $i -lt 200 ]; do
-    kill -0 $SP 2>/dev/null || break
-    sleep 0.05; i=$((i+1))
-  done
-  [ -s "$T/port" ] || { fail "ds-serve did not start: $(head -c 300 "$T/server.log")"; SP=""; return 1; }
-  P=$(cat "$T/port")
-  URL=http://127.0.0.1:$P
-}
-stop_server() {
-  [ -n "$SP" ] || return 0
-  kill -TERM $SP 2>/dev/null
-  i=0; while kill -0 $SP 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
-  kill -0 $SP 2>/dev/null && { fail "ds-serve did not stop on SIGTERM"; kill -9 $SP; }
-  wait $SP 2>/dev/null
-  src=$?
-  [ $src = 0 ] || fail "ds-serve exit $src after SIGTERM: $(tail -c 400 "$T/server.log")"
-  SP=""
-}
 rss_kb() { sed -n 's/^VmRSS:[^0-9]*\([0-9]*\).*/\1/p' /proc/$SP/status; }
 KEY='Authorization: Bearer sekrit-123'
 # hcode ARGS... -> HTTP status of curl ARGS (body in $T/resp, headers in $T/hdr)
