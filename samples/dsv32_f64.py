@@ -10,12 +10,13 @@ routing a token to another expert. For each of many short sequences longer
 than index_topk, in prefill (the whole sequence in one call) and in decode
 (token by token through the cache), this finds the first position whose
 logits differ by more than --tol (max abs difference), and classifies its
-cause as the first discrete difference between the two runs at or before that
-position (position, then layer, then the order latent, indexer q, indexer k,
-top-k set, MoE routing): "e4m3" (a code changed), "ue8m0" (a block scale
-changed), "topk" (the selected key set changed, codes equal), "moe" (the
-routed experts changed), or "none" (no discrete change: the noise grew
-smoothly past --tol).
+cause as the first difference between the two runs at or before that
+position that can move the logits (position, then layer, then the order
+latent, top-k set, MoE routing; see classify): an e4m3 code or ue8m0 scale
+of the MLA latent, the indexer's top-k set (after an indexer code flipped, or
+a near-tie with equal codes), the MoE routing, or "none" (no discrete change:
+the noise grew smoothly past --tol). Indexer code flips alone are counted
+apart: they change nothing unless they change the top-k set.
 
   /usr/bin/python3 samples/dsv32_f64.py [--model samples/tiny-dsv32] [--n 100] [--len 96]
       [--dsa fp8 float] [--json OUT.json] [--readme samples/tiny-dsv32/README.md]
@@ -121,14 +122,21 @@ def run(model, probe, ids, decode):
 
 
 def classify(rows32, rows64, upto, ncode=None):
-    """The first discrete difference at position <= upto: (kind, position, layer) or None.
+    """The first difference at position <= upto that can move the logits: (cause, position, layer) or None.
 
     Rows pair up one to one (the same calls in the same order); an act_quant
-    row holds the codes, then -log2 of each scale."""
+    row holds the codes, then log2 of each scale. An indexer code (q or k)
+    acts only through the top-k set, so its flips are not causes themselves;
+    a changed top-k set is "topk (indexer e4m3)" when an indexer code of that
+    layer differed (q at that position, k at it or before), else
+    "topk (near-tie)". The others: "e4m3 (latent)" / "ue8m0 (latent)" (a code
+    or block scale of the MLA latent), "moe" (the routed experts)."""
     a = sorted(rows32, key=lambda r: (r[0], r[1], r[2]))
     b = sorted(rows64, key=lambda r: (r[0], r[1], r[2]))
     if len(a) != len(b):
         raise ValueError("the two runs made different calls: %d and %d records" % (len(a), len(b)))
+    ik_flipped = set()          # layers whose indexer keys differed so far
+    iq_flipped = False          # the indexer query of the current (position, layer) differed
     for ra, rb in zip(a, b):
         pos, layer, kind = ra[0], ra[1], ra[2]
         if pos > upto:
@@ -136,16 +144,33 @@ def classify(rows32, rows64, upto, ncode=None):
         if (rb[0], rb[1], rb[2]) != (pos, layer, kind):
             raise ValueError("the two runs' records do not pair up at position %d" % pos)
         va, vb = ra[3].double(), rb[3].double()
+        name = KINDS[kind]
+        if name == "iq" and torch.equal(va, vb):
+            iq_flipped = False
         if torch.equal(va, vb):
             continue
-        name = KINDS[kind]
-        if name in ("latent", "iq", "ik"):
+        if name == "latent":
             nb = scales_count(va, name, ncode)
-            if not torch.equal(va[-nb:], vb[-nb:]):
-                return ("ue8m0", name, pos, layer)
-            return ("e4m3", name, pos, layer)
-        return (name, name, pos, layer)
+            return ("ue8m0 (latent)" if not torch.equal(va[-nb:], vb[-nb:]) else "e4m3 (latent)", pos, layer)
+        if name == "iq":
+            iq_flipped = True
+            continue
+        if name == "ik":
+            ik_flipped.add(layer)
+            continue
+        if name == "topk":
+            flip = layer in ik_flipped or iq_flipped
+            return ("topk (indexer e4m3)" if flip else "topk (near-tie)", pos, layer)
+        return (name, pos, layer)
     return None
+
+
+def indexer_flips(rows32, rows64):
+    """Whether any indexer code or scale (q or k) differs between the runs."""
+    iq, ik = KINDS.index("iq"), KINDS.index("ik")
+    a = sorted((r for r in rows32 if r[2] in (iq, ik)), key=lambda r: (r[0], r[1], r[2]))
+    b = sorted((r for r in rows64 if r[2] in (iq, ik)), key=lambda r: (r[0], r[1], r[2]))
+    return any(not torch.equal(ra[3].double(), rb[3].double()) for ra, rb in zip(a, b))
 
 
 def scales_count(v, name, ncode):
@@ -199,7 +224,7 @@ def compare(m32, m64, cfg, dsa, seqs, tol):
     ncode = code_sizes(cfg, dsa)
     res = {}
     for mode in ("prefill", "decode"):
-        firsts, causes, noise, quiet = [], {}, [], {}
+        firsts, causes, noise, quiet, flips = [], {}, [], {}, 0
         for s in range(seqs.shape[0]):
             ids = seqs[s:s + 1]
             l32, r32 = run(m32, p32, ids, mode == "decode")
@@ -208,9 +233,10 @@ def compare(m32, m64, cfg, dsa, seqs, tol):
             pos, d = first_divergence(l32, l64, tol)
             upto = pos if pos >= 0 else ids.shape[1] - 1
             ev = classify(r32, r64, upto, ncode)
+            flips += indexer_flips(r32, r64)
             if pos != 0:
                 noise.append(float(d.max() if pos < 0 else d[:pos].max()))
-            key = "none" if ev is None else ev[0] if ev[0] == ev[1] else "%s (%s)" % (ev[0], ev[1])
+            key = "none" if ev is None else ev[0]
             if pos < 0:
                 if ev is not None:
                     quiet[key] = quiet.get(key, 0) + 1
@@ -221,6 +247,7 @@ def compare(m32, m64, cfg, dsa, seqs, tol):
                      "rate": len(firsts) / seqs.shape[0], "first_positions": sorted(firsts),
                      "causes": dict(sorted(causes.items(), key=lambda kv: -kv[1])),
                      "absorbed": dict(sorted(quiet.items(), key=lambda kv: -kv[1])),
+                     "indexer_code_flips": flips,
                      "noise_before_divergence_max": max(noise) if noise else 0.0}
     for p in (p32, p64):
         for h in p.hooks:
@@ -258,13 +285,15 @@ def section(result, args, cmd, topk):
                  "sequences of %d tokens of `samples/data/heldout.txt` (index_topk %d), prefill and "
                  "token-by-token decode: a sequence diverges at the first position whose logits differ "
                  "by more than %g; the cause is the first discrete difference between the two runs at or "
-                 "before it (e4m3: an e4m3 code of the named activation changed, a value crossing a "
-                 "rounding boundary; ue8m0: a block scale changed; topk: the indexer's selected keys "
-                 "changed with equal codes, a near-tie at the cut; moe: a token's routed experts "
-                 "changed; none: no discrete change). Absorbed: sequences with a discrete difference "
-                 "whose logits stayed within the tolerance, by the kind of that difference." % (args.n_used, args.len, topk, args.tol))
+                 "before it that can move the logits (e4m3 (latent): an e4m3 code of the MLA latent "
+                 "changed, a value crossing a rounding boundary; ue8m0 (latent): a block scale "
+                 "changed; topk: the indexer's selected keys changed, after an indexer e4m3 code "
+                 "flipped or, with equal codes, a near-tie at the cut; moe: a token's routed experts "
+                 "changed; none: no discrete change). Absorbed: sequences with such a difference "
+                 "whose logits stayed within the tolerance. Indexer flips: sequences where an "
+                 "indexer q or k code differed anywhere (harmless unless the top-k set changes)." % (args.n_used, args.len, topk, args.tol))
     lines += ["", "| `--dsa` | mode | diverged | rate | first divergent positions | causes | absorbed | "
-              "largest difference before divergence |", "|---|---|---|---|---|---|---|---|"]
+              "indexer flips | largest difference before divergence |", "|---|---|---|---|---|---|---|---|---|"]
     for dsa in args.dsa:
         for mode in ("prefill", "decode"):
             r = result[dsa][mode]
@@ -272,8 +301,9 @@ def section(result, args, cmd, topk):
             ptxt = ", ".join(str(p) for p in pos) if pos else "-"
             ctxt = ", ".join("%s %d" % kv for kv in r["causes"].items()) or "-"
             atxt = ", ".join("%s %d" % kv for kv in r["absorbed"].items()) or "-"
-            lines.append("| %s | %s | %d/%d | %.1f%% | %s | %s | %s | %.1e |" % (
+            lines.append("| %s | %s | %d/%d | %.1f%% | %s | %s | %s | %d/%d | %.1e |" % (
                 dsa, mode, r["diverged"], r["sequences"], 100 * r["rate"], ptxt, ctxt, atxt,
+                r["indexer_code_flips"], r["sequences"],
                 r["noise_before_divergence_max"]))
     return lines
 
@@ -317,8 +347,9 @@ def main():
         result[dsa] = compare(m32, m64, cfg, dsa, seqs, args.tol)
         for mode in ("prefill", "decode"):
             r = result[dsa][mode]
-            print("dsa %s %s: %d/%d diverged (%s), causes %s, absorbed %s" % (
-                dsa, mode, r["diverged"], r["sequences"], r["first_positions"], r["causes"], r["absorbed"]))
+            print("dsa %s %s: %d/%d diverged (%s), causes %s, absorbed %s, indexer flips %d" % (
+                dsa, mode, r["diverged"], r["sequences"], r["first_positions"], r["causes"], r["absorbed"],
+                r["indexer_code_flips"]), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -203,23 +203,41 @@ class F64Compare(unittest.TestCase):
         import dsv32_f64 as C
         n = {"latent": 3, "iq": 2, "ik": 2}
         row = lambda pos, layer, kind, v: (pos, layer, C.KINDS.index(kind), torch.tensor(v, dtype=torch.float64))
-        base = [row(0, 0, "latent", [1, 2, 3, -7]), row(0, 0, "topk", [0]), row(1, 0, "latent", [1, 2, 3, -7]),
-                row(1, 0, "iq", [4, 5, -6]), row(1, 1, "moe", [0, 2]), row(2, 0, "topk", [0, 1])]
+        base = [row(0, 0, "latent", [1, 2, 3, -7]), row(0, 0, "iq", [4, 5, -6]), row(0, 0, "ik", [1, 1, 0]),
+                row(0, 0, "topk", [0]), row(1, 0, "latent", [1, 2, 3, -7]), row(1, 0, "iq", [4, 5, -6]),
+                row(1, 0, "ik", [2, 2, 0]), row(1, 0, "topk", [0, 1]), row(1, 1, "moe", [0, 2]),
+                row(2, 0, "latent", [1, 1, 1, -7]), row(2, 0, "iq", [4, 5, -6]), row(2, 0, "ik", [3, 3, 0]),
+                row(2, 0, "topk", [0, 1])]
+        at = {(r[0], r[1], C.KINDS[r[2]]): i for i, r in enumerate(base)}
+
+        def changed(key, v):
+            out = list(base)
+            out[at[key]] = row(key[0], key[1], key[2], v)
+            return out
+
         self.assertIsNone(C.classify(base, list(base), 2, n))
-        code = list(base)
-        code[3] = row(1, 0, "iq", [4, 5.5, -6])
-        self.assertEqual(C.classify(base, code, 2, n), ("e4m3", "iq", 1, 0))
-        self.assertIsNone(C.classify(base, code, 0, n))          # after the divergence: not its cause
-        scale = list(base)
-        scale[2] = row(1, 0, "latent", [1, 2, 3, -8])
-        self.assertEqual(C.classify(base, scale, 2, n), ("ue8m0", "latent", 1, 0))
-        moe = list(base)
-        moe[4] = row(1, 1, "moe", [0, 3])
-        self.assertEqual(C.classify(base, moe, 2, n), ("moe", "moe", 1, 1))
-        both = list(moe)
-        both[5] = row(2, 0, "topk", [0, 2])
-        self.assertEqual(C.classify(base, both, 2, n), ("moe", "moe", 1, 1))   # the earlier one
-        self.assertEqual(C.classify(list(reversed(base)), both, 2, n), ("moe", "moe", 1, 1))
+        self.assertFalse(C.indexer_flips(base, list(base)))
+        lat = changed((1, 0, "latent"), [1, 2.5, 3, -7])
+        self.assertEqual(C.classify(base, lat, 2, n), ("e4m3 (latent)", 1, 0))
+        self.assertIsNone(C.classify(base, lat, 0, n))          # after the divergence: not its cause
+        self.assertEqual(C.classify(base, changed((1, 0, "latent"), [1, 2, 3, -8]), 2, n), ("ue8m0 (latent)", 1, 0))
+        # an indexer code alone moves nothing; with the top-k set after it, that is the cause
+        iq = changed((1, 0, "iq"), [4, 5.5, -6])
+        self.assertIsNone(C.classify(base, iq, 2, n))
+        self.assertTrue(C.indexer_flips(base, iq))
+        iq[at[(2, 0, "topk")]] = row(2, 0, "topk", [0, 2])
+        self.assertEqual(C.classify(base, iq, 2, n), ("topk (near-tie)", 2, 0))   # q of position 1 only
+        ik = changed((1, 0, "ik"), [2, 2.5, 0])
+        ik[at[(2, 0, "topk")]] = row(2, 0, "topk", [0, 2])
+        self.assertEqual(C.classify(base, ik, 2, n), ("topk (indexer e4m3)", 2, 0))   # keys stay cached
+        q2 = changed((2, 0, "iq"), [4, 5, -6.5])
+        q2[at[(2, 0, "topk")]] = row(2, 0, "topk", [1, 0.5])
+        self.assertEqual(C.classify(base, q2, 2, n), ("topk (indexer e4m3)", 2, 0))
+        moe = changed((1, 1, "moe"), [0, 3])
+        self.assertEqual(C.classify(base, moe, 2, n), ("moe", 1, 1))
+        moe[at[(2, 0, "latent")]] = row(2, 0, "latent", [1, 1, 2, -7])
+        self.assertEqual(C.classify(base, moe, 2, n), ("moe", 1, 1))            # the earlier one
+        self.assertEqual(C.classify(list(reversed(base)), moe, 2, n), ("moe", 1, 1))
 
     def test_probe_pairs_up_runs(self):
         import dsv32_f64 as C
@@ -239,6 +257,7 @@ class F64Compare(unittest.TestCase):
             self.assertEqual(r["sequences"], 3)
             self.assertEqual(r["diverged"], len(r["first_positions"]))
             self.assertEqual(sum(r["causes"].values()), r["diverged"])
+            self.assertLessEqual(r["indexer_code_flips"], 3)
             self.assertLess(r["noise_before_divergence_max"], 1e-3)
         # the records name every layer's latent, indexer q and k, top-k and MoE steps
         p = C.Probe(m32)
