@@ -259,6 +259,7 @@ class F64Compare(unittest.TestCase):
             self.assertEqual(sum(r["causes"].values()), r["diverged"])
             self.assertLessEqual(r["indexer_code_flips"], 3)
             self.assertLess(r["noise_before_divergence_max"], 1e-3)
+            self.assertEqual(r["largest_difference_after"] > 1e-3, r["diverged"] > 0)
         # the records name every layer's latent, indexer q and k, top-k and MoE steps
         p = C.Probe(m32)
         _, rows = C.run(m32, p, seqs[:1], True)
