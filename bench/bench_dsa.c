@@ -16,8 +16,19 @@
  * position. Timing: best of 2; with one thread process CPU time, else wall
  * clock.
  *
+ * Then the same steps once more with the engine's per-op timers on
+ * (engine/prof.h), split into the parts that read the cache: the indexer's
+ * scores over every cached key, its top-k, the attention over the keys a
+ * row reads (gathering the selected rows, the scores, softmax and context,
+ * and the naive path's kv_b_proj expansion of the cached latents), and the
+ * rest of the layer (the linears, the absorbed q / out products, norms,
+ * FFN, logits), whose cost does not depend on the context. In prefill the
+ * indexer's scores and top-k run in one pool job per chunk and are timed
+ * together.
+ *
  * Output: a markdown table (model, context, decode tok/s, prefill tok/s,
- * cache bytes per token and layer), then one "result:" line per row. */
+ * cache bytes per token and layer), the breakdown table (ms per token of
+ * each part, decode and prefill), then one "result:" line per row. */
 #include "dsq_error.h"
 #include "dsq_file.h"
 #include "model.h"
@@ -37,6 +48,37 @@ static double now(void)
     struct timespec ts;
     clock_gettime(g_threads == 1 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ms per token of each part of one profiled pass (prof.h ops, see above) */
+typedef struct parts {
+    double total, scores, topk, attn, rest;
+    int split; /* scores and top-k timed apart */
+} parts;
+
+static parts split_parts(const dsq_prof *pf, double total, int tokens)
+{
+    parts p = { 0 };
+    for (int i = 0; i < pf->n; i++) {
+        const dsq_prof_op *o = &pf->op[i];
+        const double t = g_threads == 1 ? o->cpu : o->wall;
+        if (!strcmp(o->name, "dsa: indexer scores") || !strcmp(o->name, "dsa: indexer scores + top-k"))
+            p.scores += t;
+        else if (!strcmp(o->name, "dsa: top-k")) {
+            p.topk += t;
+            p.split = 1;
+        } else if (!strcmp(o->name, "mla: gather selected rows") || !strcmp(o->name, "mla: absorbed attention") ||
+                   !strcmp(o->name, "mla: attention (naive heads)") || strstr(o->name, "kv_b_proj"))
+            p.attn += t;
+    }
+    p.rest = total - p.scores - p.topk - p.attn;
+    const double k = 1e3 / tokens;
+    p.total = total * k;
+    p.scores *= k;
+    p.topk *= k;
+    p.attn *= k;
+    p.rest *= k;
+    return p;
 }
 
 static uint64_t rng = 88172645463325252ull;
@@ -98,6 +140,11 @@ int main(int argc, char **argv)
            "|---|---|---|---|---|\n", pre);
     char lines[2][8][256];
     int nl[2] = { 0, 0 };
+    /* the breakdown table's rows, printed after the first table */
+    static char brk[2][16][256];
+    int nb[2] = { 0, 0 };
+    dsq_prof *pf = calloc(1, sizeof *pf);
+    if (!pf) return 1;
     for (int v32 = 0; v32 < 2; v32++) {
         dsq_synth_opts so;
         dsq_synth_defaults_v3(&so);
@@ -149,8 +196,34 @@ int main(int argc, char **argv)
                 double tp = (now() - t0) / pre;
                 best_p = tp < best_p ? tp : best_p;
             }
-            printf("| %s | %lld | %.2f | %.1f | %zu |\n", v32 ? "V3.2 (DSA, top 2048)" : "V3 (dense MLA)",
-                   (long long)ctxs[ci], 1.0 / best_d, 1.0 / best_p, cache_bytes);
+            /* the breakdown: the same steps, profiled */
+            dsq_prof_reset(pf);
+            m->prof = pf;
+            fill(m, s, ctxs[ci]);
+            double t0 = now();
+            for (int k = 0; k < steps; k++)
+                if (dsq_forward(m, s, 0, &tok[k], 1, lg, DSQ_FWD_LAST_LOGITS, &d) < 0) return 1;
+            const parts pd = split_parts(pf, now() - t0, steps);
+            dsq_prof_reset(pf);
+            s->pos[0] = ctxs[ci];
+            t0 = now();
+            if (dsq_forward(m, s, 0, tok, pre, lg, DSQ_FWD_LAST_LOGITS, &d) < 0) return 1;
+            const parts pp = split_parts(pf, now() - t0, pre);
+            m->prof = NULL;
+            const char *name = v32 ? "V3.2 (DSA, top 2048)" : "V3 (dense MLA)";
+            for (int w = 0; w < 2; w++) {
+                const parts *q = w ? &pp : &pd;
+                char sc[32] = "-", tk[32] = "-";
+                if (v32) {
+                    snprintf(sc, sizeof sc, "%.2f", q->scores);
+                    if (q->split) snprintf(tk, sizeof tk, "%.2f", q->topk);
+                    else if (q->scores > 0) snprintf(tk, sizeof tk, "(with scores)");
+                }
+                snprintf(brk[v32][nb[v32]++ % 16], 256, "| %s | %lld | %s | %.2f | %s | %s | %.2f | %.2f |", name,
+                         (long long)ctxs[ci], w ? "prefill" : "decode", q->total, sc, tk, q->attn, q->rest);
+            }
+            printf("| %s | %lld | %.2f | %.1f | %zu |\n", name, (long long)ctxs[ci], 1.0 / best_d, 1.0 / best_p,
+                   cache_bytes);
             fflush(stdout);
             snprintf(lines[v32][nl[v32]++ % 8], 256,
                      "result: model=%s threads=%d ctx=%lld decode_tok_s=%.3f prefill_tok_s=%.2f cache_bytes_per_token=%zu",
@@ -161,6 +234,14 @@ int main(int argc, char **argv)
         dsq_state_free(s);
         dsq_model_free(m);
     }
+    printf("\nWhere the time goes (one more pass of the same steps with the engine's per-op timers on; ms per "
+           "token):\n\n"
+           "| model | context | step | total | indexer scores | indexer top-k | attention over the keys read | "
+           "rest of the layer |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    for (int v = 0; v < 2; v++)
+        for (int i = 0; i < nb[v] && i < 16; i++) printf("%s\n", brk[v][i]);
+    free(pf);
     for (int v = 0; v < 2; v++)
         for (int i = 0; i < nl[v] && i < 8; i++) printf("%s\n", lines[v][i]);
     char cmd[400];

@@ -63,6 +63,11 @@ json_object *dsq_json_num(double v, const char *fmt)
     return json_object_new_double_s(v, buf);
 }
 
+json_object *dsq_json_double(double v)
+{
+    return isfinite(v) ? json_object_new_double(v) : json_object_new_null();
+}
+
 void dsq_json_put_str(json_object *o, const char *key, const char *v)
 {
     json_object_object_add(o, key, v ? json_object_new_string(v) : json_object_new_null());

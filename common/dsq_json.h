@@ -35,5 +35,8 @@ void dsq_json_put_bool(json_object *o, const char *key, int v);
 void dsq_json_put_num(json_object *o, const char *key, double v, const char *fmt);
 /* v as a json number with fmt's precision (or null when not finite). */
 json_object *dsq_json_num(double v, const char *fmt);
+/* v as a json-c double, printed in the serialization format the printer
+ * sets (json_c_set_serialization_double_format), or null when not finite. */
+json_object *dsq_json_double(double v);
 
 #endif

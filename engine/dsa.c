@@ -230,20 +230,14 @@ static void e4m3_table_init(void)
     for (int b = 0; b < 256; b++) e4m3_table[b] = dsq_e4m3_decode((uint8_t)b);
 }
 
-/* One query row: score every visible key, keep the top index_topk. */
-static void idx_select_task(void *ctx, size_t item, int tid)
+/* The scores of query row t against its n visible keys into score[0..n),
+ * with thread tid's key tile. */
+static void idx_score_row(const idx_job *j, int t, int tid, int64_t n, float *score)
 {
-    const idx_job *j = ctx;
     const dsq_run *r = j->r;
     const dsq_model *m = r->m;
     dsq_scratch *sc = r->sc;
-    const int t = (int)item;
-    const int64_t n = dsq_kv_index(r, t) + 1, D = j->D, Hi = j->Hi;
-    if (n <= m->cfg.index_topk) {    /* every visible key: no scoring */
-        sc->nsel[t] = -1;
-        return;
-    }
-    float *score = sc->iscore + (size_t)tid * (size_t)sc->cap_ctx * 2, *tmp = score + sc->cap_ctx;
+    const int64_t D = j->D, Hi = j->Hi;
     float *kt = sc->itile + (size_t)tid * (size_t)IDX_TILE * (size_t)(D + Hi), *S = kt + IDX_TILE * D;
     const uint8_t *base = dsq_dsa_base(r, t);
     const float *q = sc->iq + (size_t)t * (size_t)(Hi * D), *w = sc->iw + (size_t)t * Hi;
@@ -273,6 +267,23 @@ static void idx_select_task(void *ctx, size_t item, int tid)
             score[n0 + i] = acc;
         }
     }
+}
+
+/* One query row: score every visible key, keep the top index_topk. */
+static void idx_select_task(void *ctx, size_t item, int tid)
+{
+    const idx_job *j = ctx;
+    const dsq_run *r = j->r;
+    const dsq_model *m = r->m;
+    dsq_scratch *sc = r->sc;
+    const int t = (int)item;
+    const int64_t n = dsq_kv_index(r, t) + 1;
+    if (n <= m->cfg.index_topk) { /* every visible key: no scoring */
+        sc->nsel[t] = -1;
+        return;
+    }
+    float *score = sc->iscore + (size_t)tid * (size_t)sc->cap_ctx * 2, *tmp = score + sc->cap_ctx;
+    idx_score_row(j, t, tid, n, score);
     sc->nsel[t] = dsq_dsa_topk(score, (int)n, (int)m->cfg.index_topk, sc->sel + (size_t)t * sc->cap_sel, tmp);
 }
 
@@ -312,6 +323,19 @@ int dsq_dsa_select(dsq_run *r)
     pthread_once(&e4m3_once, e4m3_table_init);
     dsq_prof_mark mk;
     dsq_prof_begin(m->prof, &mk);
+    if (r->T == 1) {
+        /* decode: the one row on this thread, its scoring (every cached
+         * key: grows with the context) and its selection timed apart */
+        dsq_scratch *sc = r->sc;
+        const int64_t n = dsq_kv_index(r, 0) + 1;
+        float *score = sc->iscore, *tmp = score + sc->cap_ctx;
+        idx_score_row(&j, 0, 0, n, score);
+        dsq_prof_end(m->prof, &mk, "dsa: indexer scores", 2.0 * (double)j.Hi * (double)j.D * (double)n);
+        dsq_prof_begin(m->prof, &mk);
+        sc->nsel[0] = dsq_dsa_topk(score, (int)n, (int)m->cfg.index_topk, sc->sel, tmp);
+        dsq_prof_end(m->prof, &mk, "dsa: top-k", 0.0);
+        return 1;
+    }
     dsq_pool_run(r->T < 2 ? NULL : m->pool, (size_t)r->T, idx_select_task, &j);
     dsq_prof_end(m->prof, &mk, "dsa: indexer scores + top-k", 0.0);
     return 1;

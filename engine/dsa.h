@@ -15,9 +15,10 @@
  *   score(key n) = k_scale[n] * sum_h ReLU(q_code[h] . k_code[n]) * w[h]
  * A query at cache index p keeps the top min(index_topk, p + 1) of the keys
  * 0..p (all of them while p < index_topk), and MLA's softmax sees only
- * those keys, in prefill (a mask on the expanded scores) and in the
- * absorbed decode (only the selected latent rows are read). The indexer
- * cache keeps each token's k as D e4m3 codes plus its float scale.
+ * those keys: in prefill and in decode alike, such a row's attention runs
+ * in MLA's absorbed form over just the selected latent and k_pe rows
+ * (mla.c). The indexer cache keeps each token's k as D e4m3 codes plus its
+ * float scale.
  *
  * fp8 mode also rounds MLA's normed latent (kv_lora_rank values) through
  * e4m3 per 128-value block with ue8m0 scales before it is cached, so the

@@ -93,11 +93,14 @@ int dsq_scratch_alloc(dsq_scratch *sc, const dsq_model *m, int64_t T, int64_t ct
         ok = ok && sc->moe_x && sc->moe_y && sc->moe_acc && sc->logits_r && sc->route_w && sc->route_idx &&
              sc->tok_list && sc->tok_w && sc->route_tmp;
     }
+    /* the naive path's expanded keys: DSA's naive rows see at most
+     * index_topk keys (its sparse rows take the absorbed path, mla.c) */
+    sc->cap_exp = m->dsa && c->index_topk < ctx ? c->index_topk : ctx;
     if (m->is_mla) {
         sc->qabs = falloc(T * m->n_heads * c->kv_lora_rank);
         ok = ok && sc->qabs;
         if (m->opts.mla_mode != DSQ_MLA_ABSORBED) {
-            sc->kv_exp = falloc(ctx * m->n_heads * (c->qk_nope_head_dim + c->v_head_dim));
+            sc->kv_exp = falloc(sc->cap_exp * m->n_heads * (c->qk_nope_head_dim + c->v_head_dim));
             ok = ok && sc->kv_exp;
         }
     }
@@ -111,12 +114,11 @@ int dsq_scratch_alloc(dsq_scratch *sc, const dsq_model *m, int64_t T, int64_t ct
         sc->nsel = malloc((size_t)T * sizeof(int32_t));
         sc->iscore = falloc(nt * 2 * ctx);
         sc->itile = falloc(nt * 64 * (Di + Hi));
-        sc->keep = malloc((size_t)(T * ctx));
         sc->gather = falloc(sc->cap_sel * m->kv_width);
-        ok = ok && sc->iq && sc->ik && sc->iw && sc->sel && sc->nsel && sc->iscore && sc->itile && sc->keep &&
+        ok = ok && sc->iq && sc->ik && sc->iw && sc->sel && sc->nsel && sc->iscore && sc->itile &&
              sc->gather;
     }
-    sc->gemm_size = gemm_scratch_size(m, T, ctx);
+    sc->gemm_size = gemm_scratch_size(m, T, sc->cap_exp);
     if (sc->gemm_size) {
         sc->gemm_buf = dsq_aligned_alloc(sc->gemm_size);
         ok = ok && sc->gemm_buf;
@@ -133,7 +135,7 @@ void dsq_scratch_free(dsq_scratch *sc)
     void *ps[] = { sc->xb, sc->q, sc->qa, sc->kva, sc->att, sc->proj, sc->g, sc->u, sc->moe_x, sc->moe_y,
                    sc->moe_acc, sc->logits_r, sc->route_w, sc->route_idx, sc->tok_list, sc->tok_w,
                    sc->route_tmp, sc->scores, sc->vis, sc->qabs, sc->kv_exp, sc->cs, sc->gemm_buf,
-                   sc->iq, sc->ik, sc->iw, sc->sel, sc->nsel, sc->iscore, sc->itile, sc->keep, sc->gather };
+                   sc->iq, sc->ik, sc->iw, sc->sel, sc->nsel, sc->iscore, sc->itile, sc->gather };
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
     memset(sc, 0, sizeof *sc);
 }

@@ -20,10 +20,17 @@
  *
  * DSA (V3.2, dsa.h): the indexer's keys join its cache with the latent's;
  * rows that can see more than index_topk keys attend only to the keys the
- * indexer selected: the naive path masks the expanded scores, the absorbed
- * path gathers just the selected latent and k_pe rows (index_topk rows read
- * per token, whatever the context). In fp8 mode the normed latent is
- * rounded through e4m3 before it is cached. */
+ * indexer selected. Those rows take the absorbed path in prefill as in
+ * decode, over just their selected latent and k_pe rows (gathered: at most
+ * index_topk rows per token, whatever the context), so a prefill chunk
+ * costs O(T x index_topk) and never expands the whole cache through
+ * kv_b_proj. The rows before them (a prefill from position 0 up to
+ * index_topk), which see every visible key, take the naive path over the
+ * keys they see, unless they are too few to pay for its expansion
+ * (naive_dearer). DeepSeek's sparse kernels use the absorbed (MQA) form for
+ * prefill too: a gathered row is one latent shared by every head, where an
+ * expanded row is per head. In fp8 mode the normed latent is rounded
+ * through e4m3 before it is cached. */
 #include "model.h"
 #include "dsq_mem.h"
 #include "kernels.h"
@@ -65,7 +72,18 @@ typedef struct mla_job {
     dsq_run *r;
     const dsq_layer *ly;
     int64_t H, nope, rope, vd, R;
+    int t0, nt; /* the absorbed path's rows [t0, t0 + nt) */
 } mla_job;
+
+/* Absorbed items are head-major (item = h * nt + t): the rows of one head
+ * follow each other, so a prefill chunk reads W_UK[h] / W_UV[h] once from
+ * memory, not once per row. Each item is its own product: the order
+ * changes no value. */
+static void abs_item(const mla_job *j, size_t item, int *t, int64_t *h)
+{
+    *t = j->t0 + (int)(item % (size_t)j->nt);
+    *h = (int64_t)(item / (size_t)j->nt);
+}
 
 /* A quantized kv_b (its F32 copy in kv_b_run) is read by the absorbed path
  * from its own codes instead: KVB_CHUNK floats of rows at a time are
@@ -102,8 +120,10 @@ static void absorb_q_task(void *ctx, size_t item, int tid)
     mla_job *j = ctx;
     const dsq_run *r = j->r;
     const dsq_layer *ly = j->ly;
-    const int t = (int)(item / (size_t)j->H);
-    const int64_t h = (int64_t)(item % (size_t)j->H), hw = j->nope + j->vd, R = j->R;
+    int t;
+    int64_t h;
+    abs_item(j, item, &t, &h);
+    const int64_t hw = j->nope + j->vd, R = j->R;
     const float *q = r->sc->q + (size_t)t * r->m->q_dim + h * (j->nope + j->rope);
     float *qp = r->sc->qabs + ((size_t)t * j->H + h) * R;
     memset(qp, 0, (size_t)R * sizeof *qp);
@@ -135,8 +155,10 @@ static void absorb_out_task(void *ctx, size_t item, int tid)
     mla_job *j = ctx;
     const dsq_run *r = j->r;
     const dsq_layer *ly = j->ly;
-    const int t = (int)(item / (size_t)j->H);
-    const int64_t h = (int64_t)(item % (size_t)j->H), hw = j->nope + j->vd, R = j->R;
+    int t;
+    int64_t h;
+    abs_item(j, item, &t, &h);
+    const int64_t hw = j->nope + j->vd, R = j->R;
     const float *cv = r->sc->qabs + ((size_t)t * j->H + h) * R;
     float *out = r->sc->att + (size_t)t * r->m->attn_out_dim + h * j->vd;
     /* the v rows of head h as a view of their own: a [vd x R] matrix
@@ -213,14 +235,15 @@ static void abs_attn_task(void *ctx, size_t item, int tid)
                      (int)R, NULL);
 }
 
-/* Naive path: one head's attention block over the expanded k_nope | v. */
+/* Naive path: one head's attention block over the expanded k_nope | v,
+ * for the rows [0, M) (each sees its visible keys, at most P). */
 typedef struct naive_job {
     dsq_run *r;
     const mla_job *j;
     const float *lat, *pe;
+    int M;
     int64_t P;
-    float *S;   /* per thread [T, P] scores; NULL: serial heads on sc->scores */
-    const uint8_t *keep;   /* DSA: [T, P] selected keys, NULL: all visible */
+    float *S; /* per thread [M, P] scores; NULL: serial heads on sc->scores */
 } naive_job;
 
 static void naive_head(const naive_job *nj, int64_t h, float *S, dsq_pool *pool)
@@ -232,10 +255,9 @@ static void naive_head(const naive_job *nj, int64_t h, float *S, dsq_pool *pool)
     const int64_t qk = j->nope + j->rope, hw = j->nope + j->vd, row = j->H * hw;
     const int qdim = (int)m->q_dim;
     const float *kx = sc->kv_exp + h * hw;
-    dsq_attend_block_keep(r->T, (int)nj->P, sc->q + h * qk, qdim, kx, (int)row, (int)j->nope,
-                          sc->q + h * qk + j->nope, qdim, nj->pe, (int)j->rope, (int)j->rope, kx + j->nope, (int)row,
-                          (int)j->vd, sc->vis, nj->keep, (int)nj->P, m->attn_scale, S, sc->att + h * j->vd,
-                          (int)m->attn_out_dim, pool);
+    dsq_attend_block(nj->M, (int)nj->P, sc->q + h * qk, qdim, kx, (int)row, (int)j->nope, sc->q + h * qk + j->nope,
+                     qdim, nj->pe, (int)j->rope, (int)j->rope, kx + j->nope, (int)row, (int)j->vd, sc->vis,
+                     m->attn_scale, S, sc->att + h * j->vd, (int)m->attn_out_dim, pool);
 }
 
 /* Heads are independent and each runs the same calls as on one thread (the
@@ -244,7 +266,7 @@ static void naive_head(const naive_job *nj, int64_t h, float *S, dsq_pool *pool)
 static void naive_head_task(void *ctx, size_t item, int tid)
 {
     const naive_job *nj = ctx;
-    naive_head(nj, (int64_t)item, nj->S + (size_t)tid * (size_t)nj->r->T * (size_t)nj->P, NULL);
+    naive_head(nj, (int64_t)item, nj->S + (size_t)tid * (size_t)nj->M * (size_t)nj->P, NULL);
 }
 
 /* One token after q and kv_a: norm its latent, RoPE on k_pe and on every
@@ -278,6 +300,106 @@ static void prep_token_task(void *ctx, size_t item, int tid)
     memcpy(base + r->kv.ctx * R + idx * j->rope, kv + R, (size_t)j->rope * sizeof(float));
 }
 
+/* Absorbed attention of the rows [t0, T): q' = q_nope W_UK, scores over
+ * each row's keys (a DSA row with a selection: only its selected latent and
+ * k_pe rows, gathered into sc->gather), softmax, context, out = W_UV ctx. */
+static void absorbed_rows(mla_job *j, int t0, int sparse)
+{
+    dsq_run *r = j->r;
+    const dsq_model *m = r->m;
+    const dsq_layer *ly = j->ly;
+    dsq_scratch *sc = r->sc;
+    const int64_t R = j->R;
+    const int qdim = (int)m->q_dim;
+    j->t0 = t0;
+    j->nt = r->T - t0;
+    const double items = (double)j->nt * (double)j->H;
+    /* kv_b's bytes split between its two reads by rows (nope : v) */
+    const double kvb_bytes = (double)ly->kv_b.w.blob_size / (double)(j->nope + j->vd);
+    dsq_prof_mark mk;
+    dsq_prof_begin(m->prof, &mk);
+    dsq_pool_run(pool_for(m->pool, items * (double)(j->nope * R)), (size_t)j->nt * (size_t)j->H, absorb_q_task, j);
+    dsq_prof_end_io(m->prof, &mk, "mla: absorbed q (kv_b W_UK)", 2.0 * items * (double)(j->nope * R),
+                    kvb_bytes * (double)j->nope);
+    for (int t = t0; t < r->T; t++) {
+        int n = (int)dsq_kv_index(r, t) + 1;
+        const float *lat = dsq_kv_base(r, t), *pe = lat + r->kv.ctx * R;
+        if (sparse && sc->nsel[t] >= 0) {
+            /* only the selected rows: [n][R] latents, then [n][rope] k_pe */
+            dsq_prof_begin(m->prof, &mk);
+            const int32_t *sel = sc->sel + (size_t)t * (size_t)sc->cap_sel;
+            n = sc->nsel[t];
+            float *gl = sc->gather, *gp = sc->gather + (size_t)n * (size_t)R;
+            for (int i = 0; i < n; i++) {
+                memcpy(gl + (size_t)i * R, lat + (size_t)sel[i] * R, (size_t)R * sizeof(float));
+                memcpy(gp + (size_t)i * j->rope, pe + (size_t)sel[i] * j->rope, (size_t)j->rope * sizeof(float));
+            }
+            lat = gl;
+            pe = gp;
+            dsq_prof_end(m->prof, &mk, "mla: gather selected rows", 0.0);
+        }
+        dsq_prof_begin(m->prof, &mk);
+        for (int64_t h = 0; h < j->H; h++) sc->vis[h] = n;
+        abs_attn_job aj = { j, t, n, qdim, lat, pe };
+        const double macs = (double)j->H * (double)n * (double)(2 * R + j->rope);
+        dsq_pool_run(pool_for(m->pool, macs), (size_t)((j->H + ABS_HB - 1) / ABS_HB), abs_attn_task, &aj);
+        dsq_prof_end(m->prof, &mk, "mla: absorbed attention", 2.0 * macs);
+    }
+    dsq_prof_begin(m->prof, &mk);
+    dsq_pool_run(pool_for(m->pool, items * (double)(j->vd * R)), (size_t)j->nt * (size_t)j->H, absorb_out_task, j);
+    dsq_prof_end_io(m->prof, &mk, "mla: absorbed out (kv_b W_UV)", 2.0 * items * (double)(j->vd * R),
+                    kvb_bytes * (double)j->vd);
+}
+
+/* Whether the dense rows [0, M) of a DSA prefill cost more on the naive
+ * path than on the absorbed one. The naive path expands P latents through
+ * kv_b_proj for those rows alone: when they are few (a chunk that crosses
+ * index_topk keeps only its first rows dense) that expansion outweighs
+ * their attention. Per head, in multiply-adds: naive P x R x (nope + v)
+ * plus M x P x (nope + rope + v); absorbed, per row, R x (nope + v) for q'
+ * and out plus n x (2R + rope), counted twice for its lower throughput
+ * (q' and out are gemv-bound, the scores come in 16-head blocks). Either
+ * path gives the same values to float rounding. */
+static int naive_dearer(const mla_job *j, int M, int64_t P)
+{
+    const dsq_run *r = j->r;
+    const double R = (double)j->R, nv = (double)(j->nope + j->vd);
+    const double naive = (double)P * R * nv + (double)M * (double)P * (double)(j->nope + j->rope + j->vd);
+    double absorbed = 0.0;
+    for (int t = 0; t < M; t++) absorbed += R * nv + (double)(dsq_kv_index(r, t) + 1) * (2.0 * R + (double)j->rope);
+    return 2.0 * absorbed < naive;
+}
+
+/* Naive attention of the rows [0, M), which see at most P keys: the first
+ * P cached latents expanded through kv_b_proj, then one block per head. */
+static int naive_rows(mla_job *j, int M, int64_t P)
+{
+    dsq_run *r = j->r;
+    const dsq_model *m = r->m;
+    const dsq_layer *ly = j->ly;
+    dsq_scratch *sc = r->sc;
+    const float *lat = dsq_kv_base(r, 0), *pe = lat + r->kv.ctx * j->R;
+    DSQ_TRY(dsq_linear_gemm(r, &ly->kv_b_run, lat, (int)P, sc->kv_exp));
+    for (int t = 0; t < M; t++) sc->vis[t] = (int32_t)dsq_kv_index(r, t) + 1;
+    dsq_prof_mark mk;
+    dsq_prof_begin(m->prof, &mk);
+    naive_job nj = { r, j, lat, pe, M, P, NULL };
+    /* heads in parallel, each thread with its own score block; without
+     * that memory, one head at a time (its softmax rows on the pool) */
+    const int nth = dsq_pool_size(m->pool);
+    if (nth > 1 && j->H > 1) nj.S = malloc((size_t)nth * (size_t)M * (size_t)P * sizeof(float));
+    if (nj.S) {
+        dsq_pool_run(m->pool, (size_t)j->H, naive_head_task, &nj);
+        free(nj.S);
+    } else {
+        for (int64_t h = 0; h < j->H; h++) naive_head(&nj, h, sc->scores, m->pool);
+    }
+    /* nominal: every [M x P] block of scores and context, as llama.cpp forms them */
+    dsq_prof_end(m->prof, &mk, "mla: attention (naive heads)",
+                 2.0 * (double)j->H * (double)M * (double)P * (double)(j->nope + j->rope + j->vd));
+    return DSQ_OK;
+}
+
 int dsq_mla_forward(dsq_run *r, const float *x)
 {
     const dsq_model *m = r->m;
@@ -285,8 +407,7 @@ int dsq_mla_forward(dsq_run *r, const float *x)
     const dsq_layer *ly = &m->w.layers[r->layer];
     dsq_scratch *sc = r->sc;
     const int T = r->T;
-    mla_job j = { r, ly, m->n_heads, c->qk_nope_head_dim, c->qk_rope_head_dim, c->v_head_dim, c->kv_lora_rank };
-    const int64_t qk = j.nope + j.rope, R = j.R;
+    mla_job j = { r, ly, m->n_heads, c->qk_nope_head_dim, c->qk_rope_head_dim, c->v_head_dim, c->kv_lora_rank, 0, T };
 
     /* queries and compressed kv. Decode without hooks: the two products of
      * x (q_a or q, and kv_a) are one pool job (dsq_linear_gemm_many: one
@@ -330,82 +451,27 @@ int dsq_mla_forward(dsq_run *r, const float *x)
     dsq_prof_end(m->prof, &mk, "mla: norms, rope, cache writes", 0.0);
     const int sparse = m->dsa ? dsq_dsa_select(r) : 0;
 
-    /* the naive path expands one sequence's latents; several sequences
-     * (batched decode) always take the absorbed path */
-    int absorbed = r->mla_absorbed || r->kv.seq_of != NULL || !sc->kv_exp || P > sc->cap_ctx;
-    const int qdim = (int)m->q_dim;
-    if (absorbed) {
-        const double items = (double)T * (double)j.H;
-        /* kv_b's bytes split between its two reads by rows (nope : v) */
-        const double kvb_bytes = (double)ly->kv_b.w.blob_size / (double)(j.nope + j.vd);
-        dsq_prof_begin(m->prof, &mk);
-        dsq_pool_run(pool_for(m->pool, items * (double)(j.nope * R)), (size_t)T * (size_t)j.H, absorb_q_task,
-                     &j);
-        dsq_prof_end_io(m->prof, &mk, "mla: absorbed q (kv_b W_UK)", 2.0 * items * (double)(j.nope * R),
-                        kvb_bytes * (double)j.nope);
-        dsq_prof_begin(m->prof, &mk);
-        for (int t = 0; t < T; t++) {
-            int n = (int)dsq_kv_index(r, t) + 1;
-            const float *lat = dsq_kv_base(r, t), *pe = lat + r->kv.ctx * R;
-            if (sparse && sc->nsel[t] >= 0) {
-                /* only the selected rows: [n][R] latents, then [n][rope] k_pe */
-                const int32_t *sel = sc->sel + (size_t)t * (size_t)sc->cap_sel;
-                n = sc->nsel[t];
-                float *gl = sc->gather, *gp = sc->gather + (size_t)n * (size_t)R;
-                for (int i = 0; i < n; i++) {
-                    memcpy(gl + (size_t)i * R, lat + (size_t)sel[i] * R, (size_t)R * sizeof(float));
-                    memcpy(gp + (size_t)i * j.rope, pe + (size_t)sel[i] * j.rope, (size_t)j.rope * sizeof(float));
-                }
-                lat = gl;
-                pe = gp;
-            }
-            for (int64_t h = 0; h < j.H; h++) sc->vis[h] = n;
-            abs_attn_job aj = { &j, t, n, qdim, lat, pe };
-            const double macs = (double)j.H * (double)n * (double)(2 * R + j.rope);
-            dsq_pool_run(pool_for(m->pool, macs), (size_t)((j.H + ABS_HB - 1) / ABS_HB), abs_attn_task, &aj);
+    /* The naive path expands one sequence's latents; several sequences
+     * (batched decode) always take the absorbed path, and so do DSA's
+     * sparse rows. Those come after the dense ones in a sequence (a row
+     * sees one key more than the row before it), so the naive rows are the
+     * leading rows [0, Tn) that see every visible key, Pn keys at most. */
+    const int forced = r->mla_absorbed || r->kv.seq_of != NULL || !sc->kv_exp;
+    int Tn = 0;
+    int64_t Pn = 0;
+    if (!forced) {
+        while (Tn < T && !(sparse && sc->nsel[Tn] >= 0)) {
+            if (dsq_kv_index(r, Tn) + 1 > Pn) Pn = dsq_kv_index(r, Tn) + 1;
+            Tn++;
         }
-        dsq_prof_end(m->prof, &mk, "mla: absorbed attention", 0.0);
-        dsq_prof_begin(m->prof, &mk);
-        dsq_pool_run(pool_for(m->pool, items * (double)(j.vd * R)), (size_t)T * (size_t)j.H, absorb_out_task,
-                     &j);
-        dsq_prof_end_io(m->prof, &mk, "mla: absorbed out (kv_b W_UV)", 2.0 * items * (double)(j.vd * R),
-                        kvb_bytes * (double)j.vd);
-    } else {
-        const float *lat = dsq_kv_base(r, 0), *pe = lat + r->kv.ctx * R;
-        DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_b, lat, (int)P, NULL));
-        DSQ_TRY(dsq_linear_gemm(r, &ly->kv_b_run, lat, (int)P, sc->kv_exp));
-        for (int t = 0; t < T; t++) sc->vis[t] = (int32_t)dsq_kv_index(r, t) + 1;
-        const uint8_t *keep = NULL;
-        if (sparse) {
-            /* the rows' selected keys as a mask over the P expanded keys */
-            for (int t = 0; t < T; t++) {
-                uint8_t *k = sc->keep + (size_t)t * (size_t)P;
-                if (sc->nsel[t] < 0) {
-                    memset(k, 1, (size_t)P);
-                    continue;
-                }
-                memset(k, 0, (size_t)P);
-                const int32_t *sel = sc->sel + (size_t)t * (size_t)sc->cap_sel;
-                for (int i = 0; i < sc->nsel[t]; i++) k[sel[i]] = 1;
-            }
-            keep = sc->keep;
-        }
-        dsq_prof_begin(m->prof, &mk);
-        naive_job nj = { r, &j, lat, pe, P, NULL, keep };
-        /* heads in parallel, each thread with its own score block; without
-         * that memory, one head at a time (its softmax rows on the pool) */
-        const int nth = dsq_pool_size(m->pool);
-        if (nth > 1 && j.H > 1) nj.S = malloc((size_t)nth * (size_t)T * (size_t)P * sizeof(float));
-        if (nj.S) {
-            dsq_pool_run(m->pool, (size_t)j.H, naive_head_task, &nj);
-            free(nj.S);
-        } else {
-            for (int64_t h = 0; h < j.H; h++) naive_head(&nj, h, sc->scores, m->pool);
-        }
-        /* nominal: every [T x P] block of scores and context, as llama.cpp forms them */
-        dsq_prof_end(m->prof, &mk, "mla: attention (naive heads)",
-                     2.0 * (double)j.H * (double)T * (double)P * (double)(qk + j.vd));
+        if (Pn > sc->cap_exp) Tn = 0;
+        if (m->dsa && Tn > 0 && naive_dearer(&j, Tn, Pn)) Tn = 0;
+        /* hooks (calibration) see kv_b_proj's input whichever path runs:
+         * every cached latent, as the naive path reads them */
+        DSQ_TRY(dsq_linear_hook_call(r, &ly->kv_b, dsq_kv_base(r, 0), (int)P, NULL));
     }
+    if (Tn > 0) DSQ_TRY(naive_rows(&j, Tn, Pn));
+    if (Tn < T) absorbed_rows(&j, Tn, sparse);
 
     DSQ_TRY(dsq_linear_hook_call(r, &ly->o, sc->att, T, NULL));
     return dsq_linear_gemm(r, &ly->o, sc->att, T, sc->proj);

@@ -342,7 +342,8 @@ typedef struct dsq_scratch {
     float *scores;        /* [max(T, H), cap_ctx] one attention block's scores */
     int32_t *vis;         /* [max(T, H)] keys visible to each row of a block */
     float *qabs;          /* [T, H, kv_lora] MLA absorbed q', then the attention context */
-    float *kv_exp;        /* [cap_ctx, H * (nope + v)] MLA naive expanded k_nope|v */
+    int64_t cap_exp;      /* rows of kv_exp: cap_ctx, DSA: min(index_topk, cap_ctx) */
+    float *kv_exp;        /* [cap_exp, H * (nope + v)] MLA naive expanded k_nope|v */
     float *cs;            /* [T, rope_dim] cos (first half) | sin per token */
     /* DSA (dsa.h) */
     float *iq;            /* [T, Hi, D] indexer queries (fp8: e4m3 code values) */
@@ -353,8 +354,7 @@ typedef struct dsq_scratch {
     int32_t *nsel;        /* [T] their count; -1: every visible key */
     float *iscore;        /* [nthreads, 2 * cap_ctx] scores and top-k scratch */
     float *itile;         /* [nthreads, 64 * (D + Hi)] decoded keys and products */
-    uint8_t *keep;        /* [T, cap_ctx] prefill mask of selected keys */
-    float *gather;        /* [cap_sel, kv_lora + rope] selected latent rows (decode) */
+    float *gather;        /* [cap_sel, kv_lora + rope] one row's selected latent and k_pe rows */
     void *gemm_buf;       /* gemm scratch */
     size_t gemm_size;
 } dsq_scratch;

@@ -204,8 +204,6 @@ typedef struct softmax_job {
     float *S;
     int P;
     const int32_t *visible;
-    const uint8_t *keep;     /* [M, ldkeep] or NULL */
-    int ldkeep;
 } softmax_job;
 
 static void softmax_rows_task(void *ctx, size_t r, int tid)
@@ -214,11 +212,6 @@ static void softmax_rows_task(void *ctx, size_t r, int tid)
     softmax_job *j = ctx;
     float *row = j->S + r * (size_t)j->P;
     int n = j->visible[r];
-    if (j->keep) {
-        const uint8_t *k = j->keep + r * (size_t)j->ldkeep;
-        for (int c = 0; c < n; c++)
-            if (!k[c]) row[c] = -INFINITY;
-    }
     dsq_softmax(row, n);
     for (int c = n; c < j->P; c++) row[c] = 0.0f;   /* masked keys */
 }
@@ -243,15 +236,6 @@ void dsq_attend_block(int M, int P, const float *q1, int ldq1, const float *k1, 
                       const float *v, int ldv, int dv, const int32_t *visible, float scale,
                       float *S, float *o, int ldo, struct dsq_pool *pool)
 {
-    dsq_attend_block_keep(M, P, q1, ldq1, k1, ldk1, d1, q2, ldq2, k2, ldk2, d2, v, ldv, dv, visible, NULL, 0,
-                          scale, S, o, ldo, pool);
-}
-
-void dsq_attend_block_keep(int M, int P, const float *q1, int ldq1, const float *k1, int ldk1, int d1,
-                           const float *q2, int ldq2, const float *k2, int ldk2, int d2,
-                           const float *v, int ldv, int dv, const int32_t *visible, const uint8_t *keep,
-                           int ldkeep, float scale, float *S, float *o, int ldo, struct dsq_pool *pool)
-{
     if (M <= 0 || P <= 0) return;
     /* one block of M rows unless some block needs fewer keys than P (decode
      * and batched decode: every row sees all P, the calls are unchanged);
@@ -269,7 +253,7 @@ void dsq_attend_block_keep(int M, int P, const float *q1, int ldq1, const float 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, pb, d2, scale, q2 + (size_t)r0 * ldq2, ldq2,
                         k2, ldk2, 1.0f, Sb, P);
     }
-    softmax_job j = { S, P, visible, keep, ldkeep };
+    softmax_job j = { S, P, visible };
     /* small blocks (decode: one row per head) on the caller's thread: waking
      * the pool costs about 10 us; rows are independent, so no value changes */
     dsq_pool_run((size_t)M * (size_t)P < 16384 ? NULL : pool, (size_t)M, softmax_rows_task, &j);

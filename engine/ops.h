@@ -156,11 +156,5 @@ void dsq_attend_block(int M, int P, const float *q1, int ldq1, const float *k1, 
                       const float *q2, int ldq2, const float *k2, int ldk2, int d2,
                       const float *v, int ldv, int dv, const int32_t *visible, float scale,
                       float *S, float *o, int ldo, struct dsq_pool *pool);
-/* The same with a key mask: row r attends only to the keys c < visible[r]
- * with keep[r * ldkeep + c] != 0 (DSA's selected keys); keep NULL: all. */
-void dsq_attend_block_keep(int M, int P, const float *q1, int ldq1, const float *k1, int ldk1, int d1,
-                           const float *q2, int ldq2, const float *k2, int ldk2, int d2,
-                           const float *v, int ldv, int dv, const int32_t *visible, const uint8_t *keep,
-                           int ldkeep, float scale, float *S, float *o, int ldo, struct dsq_pool *pool);
 
 #endif

@@ -2,6 +2,7 @@
 #include "cli_opt.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,8 +39,9 @@ const char *dsq_opt_name(const dsq_opt_spec *s, int id)
 
 static int takes_arg(const dsq_opt *o) { return o->type != DSQ_OPT_FLAG; }
 
-/* The value of option o from text a, checked against its bounds. */
-static int set_value(dsq_cli *c, const dsq_opt_spec *s, const dsq_opt *o, const char *a, dsq_optval *v)
+/* The value of option o from text a, checked against its bounds; on
+ * failure msg says what was expected. */
+static int parse_value(const dsq_opt_spec *s, const dsq_opt *o, const char *a, dsq_optval *v, char *msg, size_t n)
 {
     const char *nm = dsq_opt_name(s, o->id);
     char range[96];
@@ -49,23 +51,20 @@ static int set_value(dsq_cli *c, const dsq_opt_spec *s, const dsq_opt *o, const 
     switch (o->type) {
     case DSQ_OPT_INT: {
         int x;
-        if (dsq_cli_parse_int(a, (long)o->min, (long)o->max, &x))
-            return dsq_cli_usage_error(c, "%s: expected %s, got '%s'", nm, range, a);
+        if (dsq_cli_parse_int(a, (long)o->min, (long)o->max, &x)) goto bad;
         v->num = x;
         break;
     }
     case DSQ_OPT_SIZE: {
         uint64_t x, hi = o->max > 0 ? (uint64_t)o->max : UINT64_MAX;
         if (o->max <= 0 && !o->range) snprintf(range, sizeof range, "%.0f or more (K/M/G suffixes)", o->min);
-        if (dsq_cli_parse_u64(a, (uint64_t)o->min, hi, &x))
-            return dsq_cli_usage_error(c, "%s: expected %s, got '%s'", nm, range, a);
+        if (dsq_cli_parse_u64(a, (uint64_t)o->min, hi, &x)) goto bad;
         v->u = x;
         v->num = (double)x;
         break;
     }
     case DSQ_OPT_FLOAT:
-        if (dsq_cli_parse_float(a, o->min, o->max, &v->num))
-            return dsq_cli_usage_error(c, "%s: expected %s, got '%s'", nm, range, a);
+        if (dsq_cli_parse_float(a, o->min, o->max, &v->num)) goto bad;
         break;
     case DSQ_OPT_CHOICE: {
         const char *p = o->choices;
@@ -78,11 +77,35 @@ static int set_value(dsq_cli *c, const dsq_opt_spec *s, const dsq_opt *o, const 
             p = e ? e + 1 : NULL;
             k++;
         }
-        if (!p) return dsq_cli_usage_error(c, "%s: expected %s, got '%s'", nm, o->choices, a);
+        if (!p) {
+            snprintf(range, sizeof range, "%s", o->choices ? o->choices : "?");
+            goto bad;
+        }
         v->choice = k;
         break;
     }
     default: break;
+    }
+    return 0;
+bad:
+    snprintf(msg, n, "%s: expected %s, got '%s'", nm, range, a);
+    return -1;
+}
+
+/* The rows' defaults into a->v; a default that is not a valid value is a
+ * table error. Returns -1, or the exit status (message printed). */
+static int fill_defaults(dsq_cli *c, const dsq_opt_spec *s, dsq_args *a)
+{
+    char msg[320];
+    for (size_t i = 0; i < s->n; i++) {
+        const dsq_opt *o = &s->opts[i];
+        if (!o->def || o->type == DSQ_OPT_TEXT || find_id(s, o->id) != o) continue;
+        dsq_optval *v = &a->v[o->id];
+        v->str = o->def;
+        if (o->type == DSQ_OPT_FLAG) snprintf(msg, sizeof msg, "%s: a flag has no default", dsq_opt_name(s, o->id));
+        else if (!parse_value(s, o, o->def, v, msg, sizeof msg)) continue;
+        dsq_cli_error(c, "option table: default of %s", msg);
+        return DSQ_EXIT_ERROR;
     }
     return -1;
 }
@@ -122,7 +145,8 @@ int dsq_opt_parse(dsq_cli *c, const dsq_opt_spec *s, int argc, char **argv, dsq_
         }
     }
     sh[ns] = 0;
-    int rc = -1, ch, no_progress = 0;
+    int rc = fill_defaults(c, s, a), ch, no_progress = 0;
+    char msg[320];
     opterr = 0;
     optind = 0; /* glibc: start over (a test parses several command lines) */
     while (rc < 0 && (ch = getopt_long(argc, argv, sh, lo, NULL)) != -1) {
@@ -147,7 +171,7 @@ int dsq_opt_parse(dsq_cli *c, const dsq_opt_spec *s, int argc, char **argv, dsq_
         v->str = optarg;
         a->seq[a->nseq - 1].id = o->id;
         a->seq[a->nseq - 1].arg = optarg;
-        if (takes_arg(o)) rc = set_value(c, s, o, optarg, v);
+        if (takes_arg(o) && parse_value(s, o, optarg, v, msg, sizeof msg)) rc = dsq_cli_usage_error(c, "%s", msg);
         if (rc >= 0) break;
         switch (o->id) {
         case DSQ_OPT_HELP: dsq_opt_help(s, stdout); rc = DSQ_EXIT_OK; break;
@@ -203,6 +227,50 @@ int dsq_opt_check_needs(dsq_cli *c, const dsq_opt_spec *s, const dsq_args *a, un
     return -1;
 }
 
+int dsq_opt_check_lib(dsq_cli *c, const dsq_opt_spec *s, const dsq_opt_lib *lib, size_t n)
+{
+    char msg[320];
+    for (size_t k = 0; k < n; k++) {
+        const dsq_opt *o = find_id(s, lib[k].id);
+        dsq_optval v = { 0 };
+        if (!o || !o->def || parse_value(s, o, o->def, &v, msg, sizeof msg)) {
+            dsq_cli_error(c, "option table: %s has no valid default", dsq_opt_name(s, lib[k].id));
+            return DSQ_EXIT_ERROR;
+        }
+        double t = o->type == DSQ_OPT_CHOICE ? v.choice : v.num, l = lib[k].lib;
+        /* float fields hold a default rounded to float */
+        if (t != l && !(o->type == DSQ_OPT_FLOAT && fabs(t - l) <= 1e-6 * fabs(l))) {
+            dsq_cli_error(c, "option table: %s defaults to %s, the library to %g", dsq_opt_name(s, o->id), o->def, l);
+            return DSQ_EXIT_ERROR;
+        }
+    }
+    return -1;
+}
+
+/* Help text s as it is, then " (default X)" after its last line, or on a
+ * line of its own in the help column when the line would pass column 79. */
+static void help_text(const dsq_opt_spec *s, const dsq_opt *o, size_t first_col, FILE *f)
+{
+    int col = s->width + 3;
+    size_t last = 0, at = first_col;
+    for (const char *p = o->help; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        fwrite(p, 1, l, f);
+        last = l;
+        if (!e || !e[1]) break;
+        fputc('\n', f);
+        p = e + 1;
+        fprintf(f, "%*s", col, "");
+        at = (size_t)col;
+    }
+    if (o->def) {
+        if (at + last + strlen(" (default )") + strlen(o->def) > 79) fprintf(f, "\n%*s(default %s)", col, "", o->def);
+        else fprintf(f, "%s(default %s)", last ? " " : "", o->def);
+    }
+    fputc('\n', f);
+}
+
 void dsq_opt_help(const dsq_opt_spec *s, FILE *f)
 {
     for (size_t i = 0; i < s->n; i++) {
@@ -223,14 +291,7 @@ void dsq_opt_help(const dsq_opt_spec *s, FILE *f)
             snprintf(left, sizeof left, "%s--%s%s%s", s->align_long ? "    " : "", o->name, o->arg ? " " : "",
                      o->arg ? o->arg : "");
         fprintf(f, "  %-*s ", s->width, left);
-        for (const char *p = o->help; *p;) {
-            const char *e = strchr(p, '\n');
-            size_t l = e ? (size_t)(e - p) : strlen(p);
-            fwrite(p, 1, l, f);
-            fputc('\n', f);
-            if (!e || !e[1]) break;
-            p = e + 1;
-            fprintf(f, "%*s", s->width + 3, "");
-        }
+        size_t ll = strlen(left);
+        help_text(s, o, 3 + (ll > (size_t)s->width ? ll : (size_t)s->width), f);
     }
 }

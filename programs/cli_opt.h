@@ -5,8 +5,11 @@
  * that table dsq_opt_parse() parses the command line, checks every value
  * against its bounds with one message form, refuses options the command
  * does not use (exit 2, never silently ignored), and dsq_opt_help() prints
- * -h (which docs/gen_man.sh turns into the man page). Adding an option is
- * one row, plus the line that reads its value.
+ * -h (which docs/gen_man.sh turns into the man page). A row's default is
+ * text parsed and checked like a given value (a default out of bounds is a
+ * table error, exit 1), filled in before the command line and shown by -h,
+ * so help and behaviour cannot drift. Adding an option is one row, plus the
+ * line that reads its value.
  *
  * The options every program shares (-h, -V, -q, -v, -T, --json,
  * --no-progress) have fixed ids below and are acted on by the parser: they
@@ -54,7 +57,14 @@ typedef struct dsq_opt {
     const char *left;     /* -h left column when not the default "-s, --name ARG" */
     const char *help;     /* -h text; '\n' continues in the help column; NULL: not shown.
                            * TEXT rows: printed verbatim (NULL with an id: the help hook) */
+    const char *def;      /* default as on the command line ("8", "8M", "f32"), parsed and
+                           * checked as a given value and shown by -h; NULL: none (0, NULL) */
 } dsq_opt;
+
+/* A numeric macro's value as a default: .def = DSQ_OPT_DEF(DSQ_GSM8K_SHOTS)
+ * (one literal for the library and the table). */
+#define DSQ_OPT_DEF(x)  DSQ_OPT_DEF_(x)
+#define DSQ_OPT_DEF_(x) #x
 
 /* A condition some options need, and the message when it is not met
  * ("%s" is the option's name). Checked in table order, per option. */
@@ -71,10 +81,11 @@ typedef struct dsq_opt_spec {
     void (*hook)(FILE *f, int id); /* -h: TEXT rows with an id and no text */
 } dsq_opt_spec;
 
+/* An option's value: the last one given, else the row's default (count 0). */
 typedef struct dsq_optval {
     int count;            /* times given */
     int pos;              /* order of the last occurrence (1, 2, ...) */
-    const char *str;      /* the last argument as given */
+    const char *str;      /* the last argument as given, else the default text */
     double num;           /* INT / SIZE / FLOAT value */
     uint64_t u;           /* SIZE value, exact */
     int choice;           /* CHOICE index */
@@ -88,20 +99,20 @@ typedef struct dsq_args {
     int nseq;
 } dsq_args;
 
-/* Parse argv into a (call dsq_args_release after). Returns -1 to go on, or
- * the exit status when the program should stop: 0 after -h / -V, 2 after a
- * usage error (message printed). */
+/* Parse argv into a (call dsq_args_release after), the rows' defaults
+ * first. Returns -1 to go on, or the exit status when the program should
+ * stop: 0 after -h / -V, 2 after a usage error, 1 on a table error (a bad
+ * id or default; message printed). */
 int dsq_opt_parse(dsq_cli *c, const dsq_opt_spec *s, int argc, char **argv, dsq_args *a);
 void dsq_args_release(dsq_args *a);
 
 static inline int dsq_opt_given(const dsq_args *a, int id) { return a->v[id].count > 0; }
-static inline const char *dsq_opt_str(const dsq_args *a, int id, const char *def)
-{
-    return a->v[id].count ? a->v[id].str : def;
-}
-static inline int dsq_opt_int(const dsq_args *a, int id, int def) { return a->v[id].count ? (int)a->v[id].num : def; }
-static inline uint64_t dsq_opt_u64(const dsq_args *a, int id, uint64_t def) { return a->v[id].count ? a->v[id].u : def; }
-static inline double dsq_opt_float(const dsq_args *a, int id, double def) { return a->v[id].count ? a->v[id].num : def; }
+/* The value: the last one given, else the row's default, else 0 / NULL. */
+static inline const char *dsq_opt_str(const dsq_args *a, int id) { return a->v[id].str; }
+static inline int dsq_opt_int(const dsq_args *a, int id) { return (int)a->v[id].num; }
+static inline uint64_t dsq_opt_u64(const dsq_args *a, int id) { return a->v[id].u; }
+static inline double dsq_opt_float(const dsq_args *a, int id) { return a->v[id].num; }
+static inline int dsq_opt_choice(const dsq_args *a, int id) { return a->v[id].choice; }
 
 /* The name of option id as messages show it ("--ctx", "-T"). */
 const char *dsq_opt_name(const dsq_opt_spec *s, int id);
@@ -116,7 +127,17 @@ int dsq_opt_check_cmd(dsq_cli *c, const dsq_opt_spec *s, const dsq_args *a, unsi
 int dsq_opt_check_needs(dsq_cli *c, const dsq_opt_spec *s, const dsq_args *a, unsigned have,
                         const dsq_opt_need *needs, size_t n_needs);
 
-/* -h: the table's rows on f. */
+/* A program whose library has its own default for an option (a *_init()
+ * or *_default() function) checks that the table's default is that value,
+ * lib (a CHOICE: the index), so -h never shows one the library does not
+ * use. -1: the same; else the message is printed and the status is 1. */
+typedef struct dsq_opt_lib {
+    int id;
+    double lib;
+} dsq_opt_lib;
+int dsq_opt_check_lib(dsq_cli *c, const dsq_opt_spec *s, const dsq_opt_lib *lib, size_t n);
+
+/* -h: the table's rows on f, each default as "(default X)" after its text. */
 void dsq_opt_help(const dsq_opt_spec *s, FILE *f);
 
 #endif

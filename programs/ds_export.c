@@ -66,8 +66,8 @@ int main(int argc, char **argv)
     dsq_export_opts o;
     memset(&o, 0, sizeof o);
     o.tool = "ds-export " DSQ_VERSION_STRING;
-    o.format = dsq_opt_str(&a, O_FORMAT, NULL);
-    o.shard_bytes = dsq_opt_u64(&a, O_SHARD, 0);
+    o.format = dsq_opt_str(&a, O_FORMAT);
+    o.shard_bytes = dsq_opt_u64(&a, O_SHARD);
     o.resume = dsq_opt_given(&a, O_RESUME);
     o.overwrite = dsq_opt_given(&a, O_FORCE);
     if (o.format && !dsq_export_format_known(o.format))

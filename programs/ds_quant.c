@@ -8,6 +8,7 @@
 #include "dsq_json.h"
 #include "dsq_version.h"
 #include "export.h"
+#include "quant_report.h"
 #include "quantize.h"
 
 #include <json-c/json.h>
@@ -42,6 +43,8 @@ static const dsq_opt_need needs[] = {
 
 enum { HELP_SCHEMES = 1 };
 
+/* the table is laid out by hand, one row per option */
+/* clang-format off */
 static const dsq_opt opt_table[] = {
     { .type = DSQ_OPT_TEXT, .help =
 "Usage: ds-quant --scheme SCHEME [options] IN OUT\n"
@@ -76,11 +79,11 @@ static const dsq_opt opt_table[] = {
       "rest min/max (awq-w4a16, calibrated w4a8, --gptq)" },
     { O_NOSEARCH, DSQ_OPT_FLAG, "no-search" },
     { O_NONFINITE, DSQ_OPT_FLAG, "allow-nonfinite", .help = "convert NaN as 0 and saturate Inf instead of failing" },
-    { O_ROTATE, DSQ_OPT_CHOICE, "rotate", 0, "none|quarot", .choices = "none|quarot", .needs = N_WRITE, .help =
+    { O_ROTATE, DSQ_OPT_CHOICE, "rotate", 0, "none|quarot", .choices = "none|quarot", .needs = N_WRITE, .def = "none", .help =
       "quarot: rotate the model first (seeded Hadamard rotations fused\n"
       "into the weights, norms folded; msModelSlim's QuaRot for DeepSeek),\n"
       "kept at OUT.rot until the run succeeds; any scheme, recipe, format" },
-    { O_ROTSEED, DSQ_OPT_SIZE, "rotate-seed", 0, "S", 0, .needs = N_ROTATE, .help = "the rotations' random signs (default 1234)" },
+    { O_ROTSEED, DSQ_OPT_SIZE, "rotate-seed", 0, "S", 0, .needs = N_ROTATE, .help = "the rotations' random signs", .def = "1234" },
     { .type = DSQ_OPT_TEXT, .help =
 "\n"
 "Calibration (scales from what the model computes; folded into the weights, so\n"
@@ -91,21 +94,21 @@ static const dsq_opt opt_table[] = {
       "w4a8: smoothing (alpha searched) + int4 clip search;\nw8a8-dynamic: smoothing, alpha searched per group on\n"
       "the simulated int8 output (s = 1 included)" },
     { O_CSAMPLES, DSQ_OPT_INT, "calib-samples", 0, "N", 1, 1 << 20, .needs = N_CALIB, .help =
-      "samples (default 128; at most: shorter data gives\nfewer, with a warning, down to 4096 tokens)" },
+      "samples, at most: shorter data gives fewer, with a\nwarning, down to 4096 tokens", .def = "128" },
     { O_CSEQLEN, DSQ_OPT_INT, "calib-seqlen", 0, "L", 2, 1 << 20, .needs = N_CALIB,
-      .help = "tokens per sample (default 512)" },
-    { O_SEED, DSQ_OPT_SIZE, "seed", 0, "S", 0, .needs = N_CALIB, .help = "sampling seed (default 0)" },
+      .help = "tokens per sample", .def = "512" },
+    { O_SEED, DSQ_OPT_SIZE, "seed", 0, "S", 0, .needs = N_CALIB, .help = "sampling seed", .def = "0" },
     { O_MOECALIB, DSQ_OPT_CHOICE, "moe-calib", 0, "all|routed", .choices = "all|routed", .needs = N_CALIB_OR_STATS,
       .help = "all: every token through every expert for statistics\n"
-      "(the output still follows the router); routed (default):\nexperts with fewer than --min-expert-tokens tokens fall\n"
-      "back to round-to-nearest, with a warning naming them" },
-    { O_MINTOK, DSQ_OPT_INT, "min-expert-tokens", 0, "N", 0, 1 << 30, .needs = N_CALIB_OR_STATS, .help = "(default 16)" },
+      "(the output still follows the router); routed: experts\nwith fewer than --min-expert-tokens tokens fall back\n"
+      "to round-to-nearest, with a warning naming them", .def = "routed" },
+    { O_MINTOK, DSQ_OPT_INT, "min-expert-tokens", 0, "N", 0, 1 << 30, .needs = N_CALIB_OR_STATS, .help = "", .def = "16" },
     { O_ALPHA, DSQ_OPT_FLOAT, "alpha", 0, "A", 0, 1, .needs = N_CALIB_OR_STATS | N_SQ, .help =
-      "SmoothQuant migration strength 0..1 (default 0.5; for\nw4a8 and w8a8-dynamic it fixes alpha instead of\nsearching it)" },
+      "SmoothQuant migration strength 0..1 (given, it fixes\nw4a8's and w8a8-dynamic's alpha instead of searching\nit)", .def = "0.5" },
     { O_SMOOTHM, DSQ_OPT_CHOICE, "smooth", 0, "sq|flex", .choices = "sq|flex", .needs = N_CALIB_OR_STATS | N_SQ, .help =
-      "smoothing of w8a8 / w8a8-dynamic groups: sq (SmoothQuant alpha,\n"
-      "default) or flex (msModelSlim's flex smoothing: alpha and beta\n"
-      "searched in two stages on each group's quantized output)" },
+      "smoothing of w8a8 / w8a8-dynamic groups: sq (SmoothQuant alpha)\n"
+      "or flex (msModelSlim's flex smoothing: alpha and beta searched\n"
+      "in two stages on each group's quantized output)", .def = "sq" },
     { O_NOSMOOTH, DSQ_OPT_FLAG, "no-smooth", .needs = N_CALIB_OR_STATS | N_SMOOTH, .help =
       "w8a8/w4a8/w8a8-dynamic: static ranges / clipping only,\nno smoothing; with --gptq also awq-w4a16: GPTQ without\n"
       "AWQ scales" },
@@ -115,23 +118,23 @@ static const dsq_opt opt_table[] = {
       "awq-w4a16: score the attention-input scales on the MLA block\noutput over N calibration sequences, 512 tokens each\n"
       "(default 4; 0: on the q_a / kv_a outputs)" },
     { O_CROWS, DSQ_OPT_INT, "calib-rows", 0, "N", 1, 1 << 20, .needs = N_CALIB, .help =
-      "rows sampled per non-expert linear input for the scale,\nalpha and clip searches (default 512)" },
+      "rows sampled per non-expert linear input for the scale,\nalpha and clip searches", .def = "512" },
     { O_CEROWS, DSQ_OPT_INT, "calib-expert-rows", 0, "N", 1, 1 << 20, .needs = N_CALIB, .help =
-      "the same per routed expert (default 64: at V3's 256\nexperts each 64 rows hold ~0.6 GB per layer)" },
+      "the same per routed expert (at V3's 256 experts each\n64 rows hold ~0.6 GB per layer)", .def = "64" },
     { O_GPTQ, DSQ_OPT_FLAG, "gptq", .needs = N_CALIB_OR_STATS, .help =
       "GPTQ rounding of every int8/int4 linear (all integer\nschemes, w8a8-dynamic included; the format is unchanged):\n"
       "error compensation from each input's Hessian X^T X,\non the AWQ/SmoothQuant-scaled weights after the clip\n"
       "choice; columns in order (no act-order: dsq, AutoAWQ\nGEMM, Ascend and compressed-tensors outputs hold no\n"
       "permutation); needs --calib (or --stats of a --gptq run)" },
     { O_GPTQDAMP, DSQ_OPT_FLOAT, "gptq-damp", 0, "D", 1e-6, 10, .needs = N_GPTQ,
-      .help = "GPTQ dampening, fraction of mean diag(H) (default 0.01)" },
+      .help = "GPTQ dampening, fraction of mean diag(H)", .def = "0.01" },
     { O_ROLLBACK, DSQ_OPT_INT, "rollback", 0, "N", 0, 1 << 20, .needs = N_CALIB_OR_STATS, .help =
       "keep the N most quantization-sensitive modules in their\nfloat type: each quantized linear's relative output\n"
       "error as converted (scales, clip, GPTQ, the scheme's\nactivation rounding) on its calibration rows, ranked\n"
       "over the model; gate+up and q_a+kv_a go together,\nrouted experts never; --json and the metadata list them" },
     { O_CALIBRAM, DSQ_OPT_SIZE, "calib-ram", 0, "SIZE", 1, .needs = N_CALIB, .help =
       "calibration memory (K/M/G): hidden states kept in RAM\n(beyond it they spill to files) and GPTQ solves run at\n"
-      "once (~0.73 GB each for a V3 expert) (default 2G)" },
+      "once (~0.73 GB each for a V3 expert)", .def = "2G" },
     { O_SAVESTATS, DSQ_OPT_STR, "save-stats", 0, "F", .needs = N_CALIB | N_WRITE, .help =
       "keep the statistics (and searched scales) in F; F is\nalso the per-layer checkpoint that --resume continues\n"
       "(default: OUT.calib.dsq, removed after success)" },
@@ -153,12 +156,12 @@ static const dsq_opt opt_table[] = {
     { O_CHECKPOINT, DSQ_OPT_FLOAT, "checkpoint-interval", 0, "S", 0, 1e6, .needs = N_WRITE | N_JOURNAL },
     { O_SHARD, DSQ_OPT_SIZE, "shard-size", 0, "SIZE", 1, .help =
       "write OUT as a directory of shards of at most SIZE\n(K/M/G suffixes) each" },
-    { O_ZSTD, DSQ_OPT_INT, "zstd-level", 0, "N", 0, DSQ_CTR_LEVEL_MAX, .help = "0 = no compression, 1..22 (default 1: fastest)" },
+    { O_ZSTD, DSQ_OPT_INT, "zstd-level", 0, "N", 0, DSQ_CTR_LEVEL_MAX, .help = "0 = no compression, 1 (fastest) .. 22", .def = "1" },
     DSQ_OPT_THREADS_ROW("worker threads (default and 0: all cores)"),
     { O_MEM, DSQ_OPT_SIZE, "mem-budget", 0, "SIZE", 1, .help =
       "memory for outputs waiting to be written (default\n512M or 64M per thread, whichever is more)" },
     { O_SAMPLE, DSQ_OPT_INT, "error-sample", 0, "N", 1, 1 << 20, .help =
-      "measure quantization error on 1 row in N (default 16;\n1 = every row)" },
+      "measure quantization error on 1 row in N (1 = every\nrow)", .def = "16" },
     { O_DRY, DSQ_OPT_FLAG, "dry-run", .help = "print the plan (tensor -> scheme), estimated output\n"
                                               "size and peak memory; write nothing (OUT optional)" },
     { DSQ_OPT_JSON, DSQ_OPT_FLAG, "json", .help = "one JSON object on stdout (summary or plan)" },
@@ -172,6 +175,7 @@ static const dsq_opt opt_table[] = {
 "\n"
 "Exit status: 0 ok, 1 error (bad input, i/o, interrupted), 2 usage.\n" },
 };
+/* clang-format on */
 
 static void help_schemes(FILE *f, int id)
 {
@@ -189,222 +193,6 @@ static const dsq_opt_spec spec = { opt_table, sizeof opt_table / sizeof opt_tabl
 
 /* ---- output helpers ---- */
 
-
-static void fmt_bytes(char *buf, size_t n, double b)
-{
-    const char *u[] = { "B", "KB", "MB", "GB", "TB" };
-    int i = 0;
-    while (b >= 1000 && i < 4) { b /= 1000; i++; }
-    snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
-}
-
-static void shape_str(char *buf, size_t n, const dsq_plan_entry *e)
-{
-    size_t o = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < e->ndim && o < n; i++)
-        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? "," : "", (long long)e->shape[i]);
-    if (o < n) snprintf(buf + o, n - o, "]");
-}
-
-static int print_plan(const dsq_cli *cli, const dsq_convert *c, const dsq_recipe *r)
-{
-    const dsq_plan *p = dsq_convert_plan(c);
-    uint64_t peak = dsq_convert_peak_estimate(c);
-    char reason[1200], shp[160];
-    if (cli->json) {
-        json_object *o = dsq_cli_json_tool(cli, NULL), *by = json_object_new_object(), *plan = json_object_new_array();
-        dsq_json_put_bool(o, "dry_run", 1);
-        dsq_json_put_u64(o, "tensors", p->n);
-        dsq_json_put_u64(o, "source_bytes", p->src_bytes);
-        dsq_json_put_u64(o, "estimated_output_bytes", p->est_bytes);
-        dsq_json_put_u64(o, "estimated_peak_rss_bytes", peak);
-        dsq_json_put_int(o, "num_hidden_layers", p->num_hidden_layers);
-        for (int s = 0; s < DSQ_SCHEME_ID_COUNT; s++) {
-            if (!p->count_by_scheme[s]) continue;
-            json_object *k = json_object_new_object();
-            dsq_json_put_u64(k, "tensors", p->count_by_scheme[s]);
-            dsq_json_put_u64(k, "estimated_bytes", p->bytes_by_scheme[s]);
-            json_object_object_add(by, dsq_scheme_by_id((uint32_t)s)->name, k);
-        }
-        json_object_object_add(o, "by_scheme", by);
-        for (size_t i = 0; i < p->n; i++) {
-            const dsq_plan_entry *e = &p->v[i];
-            json_object *t = json_object_new_object(), *shape = json_object_new_array();
-            dsq_plan_reason(r, e, reason, sizeof reason);
-            for (int d = 0; d < e->ndim; d++) json_object_array_add(shape, json_object_new_int64(e->shape[d]));
-            dsq_json_put_str(t, "name", e->name);
-            dsq_json_put_str(t, "role", dsq_role_name(e->role.role));
-            dsq_json_put_bool(t, "mtp", e->role.mtp);
-            dsq_json_put_str(t, "dtype", dsq_dtype_name(e->src_dtype));
-            json_object_object_add(t, "shape", shape);
-            dsq_json_put_str(t, "scheme", e->scheme->name);
-            dsq_json_put_int(t, "group_size", e->qshape.group_size);
-            dsq_json_put_u64(t, "source_bytes", e->src_bytes);
-            dsq_json_put_u64(t, "estimated_bytes", e->est_bytes);
-            dsq_json_put_str(t, "rule", reason);
-            json_object_array_add(plan, t);
-        }
-        json_object_object_add(o, "plan", plan);
-        dsq_cli_json_print(o, 0);
-        return DSQ_EXIT_OK;
-    }
-    if (cli->level >= 2) {
-        printf("%-60s %-20s %-8s %-18s %-13s %5s %12s  %s\n", "tensor", "role", "dtype", "shape",
-               "scheme", "group", "est. bytes", "rule");
-        for (size_t i = 0; i < p->n; i++) {
-            const dsq_plan_entry *e = &p->v[i];
-            dsq_plan_reason(r, e, reason, sizeof reason);
-            shape_str(shp, sizeof shp, e);
-            printf("%-60s %-20s %-8s %-18s %-13s %5d %12llu  %s%s\n", e->name,
-                   dsq_role_name(e->role.role), dsq_dtype_name(e->src_dtype), shp, e->scheme->name,
-                   (int)e->qshape.group_size, (unsigned long long)e->est_bytes, reason,
-                   e->role.mtp ? " [mtp]" : "");
-        }
-        printf("\n");
-    }
-    char a[32], b[32], m[32];
-    fmt_bytes(a, sizeof a, (double)p->src_bytes);
-    fmt_bytes(b, sizeof b, (double)p->est_bytes);
-    fmt_bytes(m, sizeof m, (double)peak);
-    printf("%zu tensors:", p->n);
-    for (int s = 0; s < DSQ_SCHEME_ID_COUNT; s++)
-        if (p->count_by_scheme[s]) printf(" %s %zu", dsq_scheme_by_id((uint32_t)s)->name, p->count_by_scheme[s]);
-    printf("\nsource %s -> estimated output %s before zstd; estimated peak memory %s\n", a, b, m);
-    return DSQ_EXIT_OK;
-}
-
-static int cmp_err(const void *a, const void *b)
-{
-    const dsq_tensor_result *x = *(const dsq_tensor_result *const *)a;
-    const dsq_tensor_result *y = *(const dsq_tensor_result *const *)b;
-    if (x->rel_error != y->rel_error) return x->rel_error > y->rel_error ? -1 : 1;
-    return strcmp(x->name, y->name);
-}
-
-static void print_summary(const dsq_cli *cli, const dsq_convert_summary *s, const char *in,
-                          const char *out, int threads, int sample, const char *calib_json)
-{
-    uint64_t peak = dsq_peak_rss();
-    double gbs = s->seconds > 0 ? (double)s->bytes_converted / s->seconds / 1e9 : 0;
-    /* Worst tensors by measured error. */
-    size_t nm = 0;
-    const dsq_tensor_result **m = calloc(s->tensors ? s->tensors : 1, sizeof *m);
-    double sum = 0;
-    for (size_t i = 0; m && i < s->tensors; i++)
-        if (s->results[i].rel_error >= 0) { m[nm++] = &s->results[i]; sum += s->results[i].rel_error; }
-    if (m) qsort(m, nm, sizeof *m, cmp_err);
-    size_t nworst = nm < 10 ? nm : 10;
-
-    if (cli->json) {
-        json_object *o = dsq_cli_json_tool(cli, "ok"), *by = json_object_new_object();
-        dsq_json_put_str(o, "input", in);
-        dsq_json_put_str(o, "output", out);
-        dsq_json_put_int(o, "shards", s->shards);
-        dsq_json_put_u64(o, "tensors", s->tensors);
-        dsq_json_put_u64(o, "resumed", s->resumed);
-        for (int k = 0; k < DSQ_SCHEME_ID_COUNT; k++) {
-            if (!s->count_by_scheme[k]) continue;
-            json_object *e = json_object_new_object();
-            dsq_json_put_u64(e, "tensors", s->count_by_scheme[k]);
-            dsq_json_put_u64(e, "source_bytes", s->src_by_scheme[k]);
-            dsq_json_put_u64(e, "stored_bytes", s->stored_by_scheme[k]);
-            json_object_object_add(by, dsq_scheme_by_id((uint32_t)k)->name, e);
-        }
-        json_object_object_add(o, "by_scheme", by);
-        dsq_json_put_u64(o, "bytes_in", s->bytes_in);
-        dsq_json_put_u64(o, "bytes_converted", s->bytes_converted);
-        dsq_json_put_u64(o, "bytes_raw", s->bytes_raw);
-        dsq_json_put_u64(o, "bytes_stored", s->bytes_stored);
-        dsq_json_put_u64(o, "bytes_out", s->bytes_out);
-        dsq_json_put_num(o, "compression_ratio", s->bytes_out ? (double)s->bytes_in / (double)s->bytes_out : 0.0,
-                         "%.4f");
-        dsq_json_put_num(o, "zstd_ratio", s->bytes_stored ? (double)s->bytes_raw / (double)s->bytes_stored : 0.0,
-                         "%.4f");
-        dsq_json_put_num(o, "seconds", s->seconds, "%.3f");
-        dsq_json_put_num(o, "gb_per_s", gbs, "%.3f");
-        dsq_json_put_u64(o, "peak_rss_bytes", peak);
-        dsq_json_put_int(o, "threads", threads);
-        json_object *err = json_object_new_object(), *worst = json_object_new_array();
-        char rows[32];
-        snprintf(rows, sizeof rows, "1/%d", sample);
-        dsq_json_put_str(err, "metric", "||W - deq(Q(W))|| / ||W||");
-        dsq_json_put_str(err, "sample_rows", rows);
-        dsq_json_put_u64(err, "measured", nm);
-        dsq_json_put_num(err, "mean", nm ? sum / (double)nm : 0.0, "%.6g");
-        dsq_json_put_num(err, "max", nm ? m[0]->rel_error : 0.0, "%.6g");
-        for (size_t i = 0; i < nworst; i++) {
-            json_object *w = json_object_new_object();
-            dsq_json_put_str(w, "name", m[i]->name);
-            dsq_json_put_str(w, "scheme", dsq_scheme_by_id(m[i]->scheme)->name);
-            dsq_json_put_num(w, "rel_error", m[i]->rel_error, "%.6g");
-            json_object_array_add(worst, w);
-        }
-        json_object_object_add(err, "worst", worst);
-        json_object_object_add(o, "error", err);
-        if (cli->level >= 3) {
-            json_object *tr = json_object_new_array();
-            for (size_t i = 0; i < s->tensors; i++) {
-                const dsq_tensor_result *t = &s->results[i];
-                json_object *e = json_object_new_object();
-                dsq_json_put_str(e, "name", t->name);
-                dsq_json_put_str(e, "role", dsq_role_name(t->role));
-                dsq_json_put_str(e, "scheme", dsq_scheme_by_id(t->scheme)->name);
-                dsq_json_put_u64(e, "source_bytes", t->src_bytes);
-                dsq_json_put_u64(e, "raw_bytes", t->raw_bytes);
-                dsq_json_put_u64(e, "stored_bytes", t->stored_bytes);
-                /* negative: not measured (the row sample skipped it) */
-                dsq_json_put_num(e, "rel_error", t->rel_error >= 0 ? t->rel_error : NAN, "%.6g");
-                json_object_array_add(tr, e);
-            }
-            json_object_object_add(o, "tensor_results", tr);
-        }
-        /* the library's calibration summary is JSON text; parsed, so a
-         * broken one is a null here instead of a broken document */
-        if (calib_json) json_object_object_add(o, "calibration", json_tokener_parse(calib_json));
-        if (s->export.format) {
-            json_object *x = json_object_new_object();
-            dsq_json_put_str(x, "format", s->export.format);
-            dsq_json_put_u64(x, "tensors", s->export.out_tensors);
-            dsq_json_put_int(x, "weight_files", s->export.shards);
-            dsq_json_put_u64(x, "weight_bytes", s->export.weight_bytes);
-            dsq_json_put_u64(x, "dequantized_to_float", s->export.dequantized);
-            dsq_json_put_u64(x, "dropped", s->export.dropped);
-            dsq_json_put_u64(x, "resumed", s->export.resumed);
-            dsq_json_put_num(x, "max_scale_rel_rounding", s->export.max_scale_rel_rounding, "%.6g");
-            json_object_object_add(o, "export", x);
-        }
-        dsq_cli_json_print(o, 0);
-    } else if (cli->level >= 2) {
-        char a[32], b[32], r[32];
-        fmt_bytes(a, sizeof a, (double)s->bytes_in);
-        fmt_bytes(b, sizeof b, (double)s->bytes_out);
-        fmt_bytes(r, sizeof r, (double)peak);
-        printf("%s: %zu tensors", out, s->tensors);
-        for (int k = 0; k < DSQ_SCHEME_ID_COUNT; k++)
-            if (s->count_by_scheme[k]) printf(", %s %zu", dsq_scheme_by_id((uint32_t)k)->name, s->count_by_scheme[k]);
-        if (s->resumed) printf(" (%zu from the interrupted run)", s->resumed);
-        printf("\n%s -> %s (%.2fx) in %.1f s, %.2f GB/s, peak RSS %s, %d threads\n", a, b,
-               s->bytes_out ? (double)s->bytes_in / (double)s->bytes_out : 0.0, s->seconds, gbs, r, threads);
-        if (s->export.format) {
-            printf("%s export: %zu tensors in %d file(s)", s->export.format, s->export.out_tensors,
-                   s->export.shards);
-            if (s->export.dequantized)
-                printf(", %zu quantized tensors written as float (the target keeps them unquantized)",
-                       s->export.dequantized);
-            if (s->export.dropped) printf(", %zu MTP-layer tensors dropped (the target has no MTP layer)",
-                                          s->export.dropped);
-            if (s->export.max_scale_rel_rounding > 0)
-                printf(", scales rounded to 16 bits (max relative change %.3g)", s->export.max_scale_rel_rounding);
-            printf("\n");
-        }
-        if (nm) {
-            printf("relative error (1 row in %d): mean %.4g, worst:\n", sample, sum / (double)nm);
-            for (size_t i = 0; i < (nworst < 5 ? nworst : 5); i++)
-                printf("  %.4g  %s (%s)\n", m[i]->rel_error, m[i]->name, dsq_scheme_by_id(m[i]->scheme)->name);
-        }
-    }
-    free(m);
-}
 
 static void json_error(const dsq_cli *cli, int status, const dsq_diag *d)
 {
@@ -464,8 +252,6 @@ static void no_config_warning(const dsq_cli *cli, const char *input)
                       "layer found by tensor names only); ds-eval cannot run the output", input);
 }
 
-static void report_calibration(const dsq_cli *cli, const dsq_calib_result *r);
-
 static void on_calibrated(void *ctx, const dsq_calib_result *r)
 {
     run_ctx *rx = ctx;
@@ -477,7 +263,7 @@ static void on_calibrated(void *ctx, const dsq_calib_result *r)
         dsq_cli_warn(rx->cli, "%s: the calibration data fills only %d samples of %d tokens: using %d x %d = %llu "
                               "tokens instead of the %d x %d asked for", rx->calib_path, ct.samples, ct.seqlen,
                      ct.samples, ct.seqlen, (unsigned long long)ct.tokens, ct.samples_requested, ct.seqlen);
-    if (!rx->cli->json) report_calibration(rx->cli, r);
+    if (!rx->cli->json) dsq_calib_notes(r, on_note, rx);
 }
 
 static void on_planned(void *ctx, const dsq_convert *c)
@@ -488,43 +274,6 @@ static void on_planned(void *ctx, const dsq_convert *c)
     dsq_cli_info(rx->cli, 3, "%zu tensors, %.3f GB in, about %.3f GB out before zstd, peak memory about %.0f MB",
                  pl->n, (double)pl->src_bytes / 1e9, (double)pl->est_bytes / 1e9,
                  (double)dsq_convert_peak_estimate(c) / 1e6);
-}
-
-static void report_calibration(const dsq_cli *cli, const dsq_calib_result *r)
-{
-    size_t nf = dsq_calib_fallback_count(r);
-    for (size_t i = 0; i < nf && i < 8; i++) {
-        const char *why;
-        const char *name = dsq_calib_fallback(r, i, &why);
-        dsq_cli_warn(cli, "%s: %s", name, why);
-    }
-    if (nf > 8)
-        dsq_cli_warn(cli, "%zu more experts fell back to round-to-nearest (--json lists them; "
-                          "--moe-calib all calibrates every expert)", nf - 8);
-    dsq_calib_totals t;
-    dsq_calib_get_totals(r, &t);
-    for (int l = 0; l < t.layers; l++) {
-        const uint64_t *tok;
-        int n;
-        if (dsq_calib_coverage(r, l, &tok, &n) < 0 || n == 0) continue;
-        uint64_t lo = tok[0], hi = tok[0], zero = 0;
-        for (int e = 0; e < n; e++) {
-            if (tok[e] < lo) lo = tok[e];
-            if (tok[e] > hi) hi = tok[e];
-            zero += tok[e] == 0;
-        }
-        dsq_cli_info(cli, 3, "layer %d: tokens per expert %llu..%llu, %llu experts saw none", l,
-                     (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)zero);
-    }
-    dsq_cli_info(cli, 2, "calibration: %llu tokens, %d groups searched (output MSE %.4g -> %.4g), %d smoothed, "
-                         "%zu experts on RTN fallback, %.1f s",
-                 (unsigned long long)t.tokens, t.groups_searched, t.loss_identity, t.loss_best, t.groups_smoothed,
-                 t.fallback_experts, t.seconds);
-    for (size_t i = 0; i < dsq_calib_rollback_count(r); i++) {
-        double sv;
-        const char *name = dsq_calib_rollback(r, i, &sv);
-        dsq_cli_info(cli, 2, "rollback: %s stays float (relative output error %.3g when quantized)", name, sv);
-    }
 }
 
 /* ---- main ---- */
@@ -546,44 +295,59 @@ int main(int argc, char **argv)
     dsq_calib_opts co;
     dsq_calib_opts_init(&co);
     co.data.take_available = 1;   /* --calib-samples is a cap, as in AutoAWQ (floor: calib_data.h) */
-    const char *scheme = dsq_opt_str(&a, O_SCHEME, NULL), *preset = dsq_opt_str(&a, O_RECIPE, NULL);
-    int group = dsq_opt_int(&a, O_GROUP, DSQ_GROUP_DEFAULT), dry = dsq_opt_given(&a, O_DRY);
+    /* the table's defaults are the library's (dsq_convert_opts_init, dsq_calib_opts_init) */
+    const dsq_opt_lib lib[] = {
+        { O_ZSTD, o.zstd_level },
+        { O_SAMPLE, o.error_sample },
+        { O_CSAMPLES, co.data.n_samples },
+        { O_CSEQLEN, co.data.seqlen },
+        { O_SEED, (double)co.data.seed },
+        { O_MOECALIB, co.moe_calib_all ? 0 : 1 },
+        { O_CALIBRAM, (double)co.ram_limit },
+        { O_MINTOK, co.min_expert_tokens },
+        { O_ALPHA, co.alpha },
+        { O_SMOOTHM, co.smooth_method == DSQ_SMOOTH_FLEX },
+        { O_CROWS, co.awq_tokens },
+        { O_CEROWS, co.awq_expert_tokens },
+        { O_GPTQDAMP, co.gptq_damp },
+    };
+    if ((rc = dsq_opt_check_lib(&cli, &spec, lib, sizeof lib / sizeof lib[0])) >= 0) return dsq_args_release(&a), rc;
+    const char *scheme = dsq_opt_str(&a, O_SCHEME), *preset = dsq_opt_str(&a, O_RECIPE);
+    int group = dsq_opt_given(&a, O_GROUP) ? dsq_opt_int(&a, O_GROUP) : DSQ_GROUP_DEFAULT, dry = dsq_opt_given(&a, O_DRY);
     o.threads = cli.threads;
     o.overwrite = dsq_opt_given(&a, O_FORCE);
-    o.zstd_level = dsq_opt_int(&a, O_ZSTD, o.zstd_level);
+    o.zstd_level = dsq_opt_int(&a, O_ZSTD);
     o.allow_nonfinite = dsq_opt_given(&a, O_NONFINITE);
     o.resume = dsq_opt_given(&a, O_RESUME);
     o.clip_search = dsq_opt_given(&a, O_CLIP);
     if (dsq_opt_given(&a, O_SEARCH) || dsq_opt_given(&a, O_NOSEARCH))   /* the last one given wins */
         o.range_search = co.range_search = a.v[O_SEARCH].pos > a.v[O_NOSEARCH].pos ? 1 : -1;
-    o.shard_bytes = dsq_opt_u64(&a, O_SHARD, o.shard_bytes);
-    o.mem_budget = dsq_opt_u64(&a, O_MEM, o.mem_budget);
-    o.error_sample = dsq_opt_int(&a, O_SAMPLE, o.error_sample);
+    if (dsq_opt_given(&a, O_SHARD)) o.shard_bytes = dsq_opt_u64(&a, O_SHARD);
+    if (dsq_opt_given(&a, O_MEM)) o.mem_budget = dsq_opt_u64(&a, O_MEM);
+    o.error_sample = dsq_opt_int(&a, O_SAMPLE);
     o.no_journal = dsq_opt_given(&a, O_NOJOURNAL);
-    o.checkpoint_seconds = dsq_opt_float(&a, O_CHECKPOINT, o.checkpoint_seconds);
-    o.export_format = dsq_opt_str(&a, O_FORMAT, NULL);
-    co.calib = dsq_opt_str(&a, O_CALIB, NULL);
-    co.data.n_samples = dsq_opt_int(&a, O_CSAMPLES, co.data.n_samples);
-    co.data.seqlen = dsq_opt_int(&a, O_CSEQLEN, co.data.seqlen);
-    co.data.seed = dsq_opt_u64(&a, O_SEED, co.data.seed);
-    if (dsq_opt_given(&a, O_MOECALIB)) co.moe_calib_all = a.v[O_MOECALIB].choice == 0;
-    co.ram_limit = dsq_opt_u64(&a, O_CALIBRAM, co.ram_limit);
-    co.min_expert_tokens = dsq_opt_int(&a, O_MINTOK, co.min_expert_tokens);
-    if (dsq_opt_given(&a, O_ALPHA)) {
-        co.alpha = (float)dsq_opt_float(&a, O_ALPHA, 0);
-        co.alpha_set = 1;
-    }
+    if (dsq_opt_given(&a, O_CHECKPOINT)) o.checkpoint_seconds = dsq_opt_float(&a, O_CHECKPOINT);
+    o.export_format = dsq_opt_str(&a, O_FORMAT);
+    co.calib = dsq_opt_str(&a, O_CALIB);
+    co.data.n_samples = dsq_opt_int(&a, O_CSAMPLES);
+    co.data.seqlen = dsq_opt_int(&a, O_CSEQLEN);
+    co.data.seed = dsq_opt_u64(&a, O_SEED);
+    co.moe_calib_all = dsq_opt_choice(&a, O_MOECALIB) == 0;
+    co.ram_limit = dsq_opt_u64(&a, O_CALIBRAM);
+    co.min_expert_tokens = dsq_opt_int(&a, O_MINTOK);
+    co.alpha = (float)dsq_opt_float(&a, O_ALPHA);
+    co.alpha_set = dsq_opt_given(&a, O_ALPHA);
     if (dsq_opt_given(&a, O_NOSMOOTH)) co.smooth = 0;
-    if (dsq_opt_given(&a, O_SMOOTHM)) co.smooth_method = a.v[O_SMOOTHM].choice == 1 ? DSQ_SMOOTH_FLEX : DSQ_SMOOTH_SQ;
+    co.smooth_method = dsq_opt_choice(&a, O_SMOOTHM) == 1 ? DSQ_SMOOTH_FLEX : DSQ_SMOOTH_SQ;
     if (dsq_opt_given(&a, O_NOCLIP)) co.clip = 0;
     co.gptq = dsq_opt_given(&a, O_GPTQ);
-    co.awq_attn_seqs = dsq_opt_int(&a, O_ATTNBLOCK, co.awq_attn_seqs);
-    co.awq_tokens = dsq_opt_int(&a, O_CROWS, co.awq_tokens);
-    co.awq_expert_tokens = dsq_opt_int(&a, O_CEROWS, co.awq_expert_tokens);
-    co.rollback = dsq_opt_int(&a, O_ROLLBACK, co.rollback);
-    co.gptq_damp = dsq_opt_float(&a, O_GPTQDAMP, co.gptq_damp);
-    co.save_stats = dsq_opt_str(&a, O_SAVESTATS, NULL);
-    co.load_stats = dsq_opt_str(&a, O_STATS, NULL);
+    if (dsq_opt_given(&a, O_ATTNBLOCK)) co.awq_attn_seqs = dsq_opt_int(&a, O_ATTNBLOCK);
+    co.awq_tokens = dsq_opt_int(&a, O_CROWS);
+    co.awq_expert_tokens = dsq_opt_int(&a, O_CEROWS);
+    co.rollback = dsq_opt_int(&a, O_ROLLBACK);
+    co.gptq_damp = dsq_opt_float(&a, O_GPTQDAMP);
+    co.save_stats = dsq_opt_str(&a, O_SAVESTATS);
+    co.load_stats = dsq_opt_str(&a, O_STATS);
     /* --keep and --scheme-for in command-line order: the first matching rule wins */
     dsq_quantize_rule *rules = calloc((size_t)a.nseq + 1, sizeof *rules);
     size_t nrules = 0;
@@ -615,17 +379,25 @@ int main(int argc, char **argv)
     unsigned have = (co.calib ? N_CALIB : 0) | (calibrating ? N_CALIB_OR_STATS : 0) | (awq ? 0 : N_SQ) |
                     (!awq || co.gptq ? N_SMOOTH : 0) | (int8 ? 0 : N_INT4) | (dry ? 0 : N_WRITE) | (co.gptq ? N_GPTQ : 0) |
                     (o.no_journal ? 0 : N_JOURNAL) |
-                    (dsq_opt_given(&a, O_ROTATE) && a.v[O_ROTATE].choice == 1 ? N_ROTATE : 0);
+                    (dsq_opt_choice(&a, O_ROTATE) == 1 ? N_ROTATE : 0);
     if ((rc = dsq_opt_check_needs(&cli, &spec, &a, have, needs, sizeof needs / sizeof needs[0])) >= 0)
         return free(rules), rc;
     o.input = a.pos[0];
     o.output = npos == 2 ? a.pos[1] : NULL;
     cli.progress = cli.progress && !cli.json;
 
-    dsq_quantize_opts q = { .scheme = scheme, .preset = preset, .group_size = group, .rules = rules,
-                            .n_rules = nrules, .dry_run = dry, .conv = o, .calib = co,
-                            .rotate = dsq_opt_given(&a, O_ROTATE) && a.v[O_ROTATE].choice == 1,
-                            .rotate_seed = dsq_opt_u64(&a, O_ROTSEED, 1234) };
+    dsq_quantize_opts q = {
+        .scheme = scheme,
+        .preset = preset,
+        .group_size = group,
+        .rules = rules,
+        .n_rules = nrules,
+        .dry_run = dry,
+        .conv = o,
+        .calib = co,
+        .rotate = dsq_opt_choice(&a, O_ROTATE) == 1,
+        .rotate_seed = dsq_opt_u64(&a, O_ROTSEED),
+    };
     run_ctx rx = { .cli = &cli, .calib_path = co.calib, .input = o.input };
     dsq_quantize_hooks h = { .cancel = &dsq_cli_interrupted, .calib_progress = cli.progress ? on_calib_progress : NULL,
                              .convert_progress = cli.progress ? on_progress : NULL, .note = on_note,
@@ -660,9 +432,23 @@ int main(int argc, char **argv)
         }
     } else if (dry) {
         if (!dsq_convert_have_config(r.conv) && !cli.json) no_config_warning(&cli, o.input);
-        exit_code = print_plan(&cli, r.conv, &r.recipe);
+        if (cli.json) {
+            json_object *j = dsq_cli_json_tool(&cli, NULL);
+            dsq_plan_report_json(j, r.conv, &r.recipe);
+            dsq_cli_json_print(j, 0);
+        } else {
+            dsq_plan_report_text(stdout, r.conv, &r.recipe, cli.level);
+        }
     } else {
-        print_summary(&cli, &r.summary, o.input, o.output, r.threads, o.error_sample, r.calib_json);
+        dsq_run_report rep = { &r.summary, o.input, o.output, r.threads, o.error_sample, r.calib_json,
+                               dsq_peak_rss(), cli.level };
+        if (cli.json) {
+            json_object *j = dsq_cli_json_tool(&cli, "ok");
+            dsq_run_report_json(j, &rep);
+            dsq_cli_json_print(j, 0);
+        } else if (cli.level >= 2) {
+            dsq_run_report_text(stdout, &rep);
+        }
     }
     dsq_quantize_result_release(&r);
     return exit_code;

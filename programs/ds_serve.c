@@ -26,6 +26,8 @@ enum { O_MODEL = DSQ_OPT_FIRST, O_TOKENIZER, O_NAME, O_HOST, O_PORT, O_PORT_FILE
        O_MAX_BODY, O_MAX_TOKENS, O_DRAIN, O_BF16_TERMS, O_CHAT_TEMPLATE, O_REASONING, O_DSA, O_KVCACHE,
        O_MAX_CONN, O_MAX_CONN_CLIENT, O_IDLE_TIMEOUT, O_READ_TIMEOUT, O_ORIGINS };
 
+/* the table is laid out by hand, one row per option */
+/* clang-format off */
 static const dsq_opt opts[] = {
     { .type = DSQ_OPT_TEXT, .help =
 "usage: ds-serve -m MODEL [options]\n"
@@ -42,7 +44,7 @@ static const dsq_opt opts[] = {
     { O_TOKENIZER, DSQ_OPT_STR, "tokenizer", 0, "PATH", .help = "tokenizer (default: the .dsq metadata or the\nmodel's directory)" },
     { O_NAME, DSQ_OPT_STR, "served-model-name", 0, "N", .help = "name in /v1/models and requests (default: the\nmodel path's last component)" },
     { O_HOST, DSQ_OPT_STR, "host", 0, "ADDR", .help = "IPv4 address to bind (default 127.0.0.1)" },
-    { O_PORT, DSQ_OPT_INT, "port", 'p', "N", 0, 65535, .help = "port (default 8000; 0 = any free port)" },
+    { O_PORT, DSQ_OPT_INT, "port", 'p', "N", 0, 65535, .help = "port (0 = any free port)", .def = "8000" },
     { O_PORT_FILE, DSQ_OPT_STR, "port-file", 0, "F", .help = "write the bound port to F once listening" },
     { O_KEY_ENV, DSQ_OPT_STR, "api-key-env", 0, "VAR", .help = "require 'Authorization: Bearer <$VAR>'" },
     { O_CHAT_TEMPLATE, DSQ_OPT_STR, "chat-template", 0, "T",
@@ -51,34 +53,34 @@ static const dsq_opt opts[] = {
               "(default: the model's own, recognised by its\nsha256; unknown templates are refused)" },
     { O_REASONING, DSQ_OPT_CHOICE, "reasoning-parser", 0, "P", .choices = "deepseek_r1|deepseek_v3",
       .help = "split reasoning_content from content as vLLM's\ndeepseek_r1 or deepseek_v3 parser (default: none)" },
-    { O_SLOTS, DSQ_OPT_INT, "slots", 0, "N", 1, 1024, .help = "sequences decoded together (default 8)" },
-    { O_QUEUE, DSQ_OPT_INT, "queue", 0, "N", 0, 1 << 20, .help = "sequences waiting beyond the slots; more get\n503 (default 64)" },
+    { O_SLOTS, DSQ_OPT_INT, "slots", 0, "N", 1, 1024, .help = "sequences decoded together", .def = "8" },
+    { O_QUEUE, DSQ_OPT_INT, "queue", 0, "N", 0, 1 << 20, .help = "sequences waiting beyond the slots; more get\n503", .def = "64" },
     { O_CTX, DSQ_OPT_SIZE, "ctx", 0, "N", 2, INT32_MAX, "2..2^31-1",
       .help = "context per sequence (default: the model's,\nmin(max positions, 4096))" },
-    { O_MAX_BODY, DSQ_OPT_SIZE, "max-body", 0, "BYTES", 64, 1u << 30, "64..1G", .help = "request body limit (default 8M)" },
-    { O_MAX_TOKENS, DSQ_OPT_SIZE, "max-tokens", 0, "N", 1, 1u << 20, "1..1M", .help = "cap on max_tokens (default 4096)" },
+    { O_MAX_BODY, DSQ_OPT_SIZE, "max-body", 0, "BYTES", 64, 1u << 30, "64..1G", .help = "request body limit", .def = "8M" },
+    { O_MAX_TOKENS, DSQ_OPT_SIZE, "max-tokens", 0, "N", 1, 1u << 20, "1..1M", .help = "cap on max_tokens", .def = "4096" },
     { O_MAX_CONN, DSQ_OPT_INT, "max-connections", 0, "N", 1, 4096,
-      .help = "open connections (default 256); a new client\nbeyond it closes the one idle or reading longest" },
+      .help = "open connections; a new client beyond it closes\nthe one idle or reading longest", .def = "256" },
     { O_MAX_CONN_CLIENT, DSQ_OPT_INT, "max-connections-per-client", 0, "N", 0, 4096,
-      .help = "open connections per client address (default\n32; 0 = no limit, e.g. behind a proxy)" },
+      .help = "open connections per client address (0 = no\nlimit, e.g. behind a proxy)", .def = "32" },
     { O_IDLE_TIMEOUT, DSQ_OPT_INT, "idle-timeout", 0, "S", 1, 86400,
-      .help = "close a connection whose client sends or takes\nnothing for S seconds (default 15)" },
+      .help = "close a connection whose client sends or takes\nnothing for S seconds", .def = "15" },
     { O_READ_TIMEOUT, DSQ_OPT_FLOAT, "read-timeout", 0, "S", 0.1, 86400,
       .help = "close a connection whose request (headers and\nbody) has not arrived S seconds after the\n"
-              "connection opened or the previous answer ended\n(default 30)" },
+              "connection opened or the previous answer ended", .def = "30" },
     { O_ORIGINS, DSQ_OPT_STR, "allowed-origins", 0, "LIST",
       .help = "CORS: origins browsers may call from, as vLLM's\n--allowed-origins: a JSON list or comma-separated\n"
               "('[\"http://localhost:3000\"]', '*' = any;\ndefault: none)" },
     { O_DRAIN, DSQ_OPT_FLOAT, "drain-seconds", 0, "S", 0, 86400,
-      .help = "on SIGINT/SIGTERM, let requests in flight\nfinish for up to S seconds (default 30)" },
+      .help = "on SIGINT/SIGTERM, let requests in flight\nfinish for up to S seconds", .def = "30" },
     DSQ_OPT_THREADS_ROW("engine threads (default: all cores)"),
     { O_BF16_TERMS, DSQ_OPT_INT, "bf16-terms", 0, "N", 1, 3,
       .help = "BF16 weights: bf16 terms per f32 activation in\nthe dot products, 3 (default: f32 accuracy), 2,\n"
               "or 1 (rounded to bf16 as llama.cpp: faster)" },
     { O_DSA, DSQ_OPT_CHOICE, "dsa", 0, "fp8|float", .choices = "fp8|float",
-      .help = "DeepSeek-V3.2 sparse attention: DeepSeek's e4m3\nround trips (fp8, the default) or float" },
+      .help = "DeepSeek-V3.2 sparse attention: DeepSeek's e4m3\nround trips (fp8) or float", .def = "fp8" },
     { O_KVCACHE, DSQ_OPT_CHOICE, "kv-cache", 0, "f32|bf16|int8|fp8", .choices = "f32|bf16|int8|fp8",
-      .help = "MLA's KV cache per position: f32 (default),\nbf16, or int8 / fp8 codes with a per-token scale" },
+      .help = "MLA's KV cache per position: f32, bf16, or\nint8 / fp8 codes with a per-token scale", .def = "f32" },
     { DSQ_OPT_JSON, DSQ_OPT_FLAG, "json", .help = "log lines as JSON" },
     { DSQ_OPT_QUIET, DSQ_OPT_FLAG, "quiet", 'q' },
     { DSQ_OPT_VERBOSE, DSQ_OPT_FLAG, "verbose", 'v' },
@@ -90,6 +92,7 @@ static const dsq_opt opts[] = {
 "\n"
 "Exit status: 0 ok (stopped by a signal), 1 error, 2 usage.\n" },
 };
+/* clang-format on */
 static const dsq_opt_spec spec = { opts, sizeof opts / sizeof opts[0], 25, 1, NULL };
 
 static void free_origins(char **out, int *n)
@@ -135,35 +138,47 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN); /* a client that hangs up must not kill the server */
     dsq_server_opts o;
     dsq_server_opts_default(&o);
-    o.port = 8000;
     dsq_args a;
     int rc = dsq_opt_parse(&cli, &spec, argc, argv, &a);
     if (rc >= 0) return rc;
     if (a.npos > 0) return dsq_args_release(&a), dsq_cli_usage_error(&cli, "unexpected argument '%s'", a.pos[0]);
     dsq_args_release(&a);
-    o.model_path = dsq_opt_str(&a, O_MODEL, NULL);
-    o.tokenizer_path = dsq_opt_str(&a, O_TOKENIZER, NULL);
-    o.served_name = dsq_opt_str(&a, O_NAME, NULL);
-    o.host = dsq_opt_str(&a, O_HOST, NULL);
-    o.port = dsq_opt_int(&a, O_PORT, o.port);
-    o.slots = dsq_opt_int(&a, O_SLOTS, o.slots);
-    o.queue = dsq_opt_int(&a, O_QUEUE, o.queue);
-    o.ctx = (int64_t)dsq_opt_u64(&a, O_CTX, (uint64_t)o.ctx);
-    o.lim.max_body = (size_t)dsq_opt_u64(&a, O_MAX_BODY, o.lim.max_body);
-    o.lim.max_tokens = (int64_t)dsq_opt_u64(&a, O_MAX_TOKENS, (uint64_t)o.lim.max_tokens);
-    o.bf16_terms = dsq_opt_int(&a, O_BF16_TERMS, o.bf16_terms);
-    o.max_connections = dsq_opt_int(&a, O_MAX_CONN, o.max_connections);
-    o.max_connections_per_client = dsq_opt_int(&a, O_MAX_CONN_CLIENT, o.max_connections_per_client);
-    o.idle_timeout = dsq_opt_int(&a, O_IDLE_TIMEOUT, o.idle_timeout);
-    o.read_timeout = dsq_opt_float(&a, O_READ_TIMEOUT, o.read_timeout);
-    const char *origins = dsq_opt_str(&a, O_ORIGINS, NULL);
-    if (dsq_opt_given(&a, O_DSA)) o.dsa_mode = a.v[O_DSA].choice;
-    if (dsq_opt_given(&a, O_KVCACHE)) o.kv_cache = a.v[O_KVCACHE].choice;
-    o.chat_template = dsq_opt_str(&a, O_CHAT_TEMPLATE, NULL);
-    if (dsq_opt_given(&a, O_REASONING))
-        o.reasoning_parser = dsq_reasoning_parser_from_name(dsq_opt_str(&a, O_REASONING, NULL));
-    const char *port_file = dsq_opt_str(&a, O_PORT_FILE, NULL), *key_env = dsq_opt_str(&a, O_KEY_ENV, NULL);
-    double drain = dsq_opt_float(&a, O_DRAIN, 30);
+    /* the table's defaults are the library's (dsq_server_opts_default) */
+    const dsq_opt_lib lib[] = {
+        { O_SLOTS, o.slots },
+        { O_QUEUE, o.queue },
+        { O_MAX_BODY, (double)o.lim.max_body },
+        { O_MAX_TOKENS, (double)o.lim.max_tokens },
+        { O_MAX_CONN, o.max_connections },
+        { O_MAX_CONN_CLIENT, o.max_connections_per_client },
+        { O_IDLE_TIMEOUT, o.idle_timeout },
+        { O_READ_TIMEOUT, o.read_timeout },
+        { O_DSA, o.dsa_mode },
+        { O_KVCACHE, o.kv_cache },
+    };
+    if ((rc = dsq_opt_check_lib(&cli, &spec, lib, sizeof lib / sizeof lib[0])) >= 0) return rc;
+    o.model_path = dsq_opt_str(&a, O_MODEL);
+    o.tokenizer_path = dsq_opt_str(&a, O_TOKENIZER);
+    o.served_name = dsq_opt_str(&a, O_NAME);
+    o.host = dsq_opt_str(&a, O_HOST);
+    o.port = dsq_opt_int(&a, O_PORT);
+    o.slots = dsq_opt_int(&a, O_SLOTS);
+    o.queue = dsq_opt_int(&a, O_QUEUE);
+    o.ctx = (int64_t)dsq_opt_u64(&a, O_CTX);
+    o.lim.max_body = (size_t)dsq_opt_u64(&a, O_MAX_BODY);
+    o.lim.max_tokens = (int64_t)dsq_opt_u64(&a, O_MAX_TOKENS);
+    o.bf16_terms = dsq_opt_int(&a, O_BF16_TERMS);
+    o.max_connections = dsq_opt_int(&a, O_MAX_CONN);
+    o.max_connections_per_client = dsq_opt_int(&a, O_MAX_CONN_CLIENT);
+    o.idle_timeout = dsq_opt_int(&a, O_IDLE_TIMEOUT);
+    o.read_timeout = dsq_opt_float(&a, O_READ_TIMEOUT);
+    const char *origins = dsq_opt_str(&a, O_ORIGINS);
+    o.dsa_mode = dsq_opt_choice(&a, O_DSA);
+    o.kv_cache = dsq_opt_choice(&a, O_KVCACHE);
+    o.chat_template = dsq_opt_str(&a, O_CHAT_TEMPLATE);
+    if (dsq_opt_given(&a, O_REASONING)) o.reasoning_parser = dsq_reasoning_parser_from_name(dsq_opt_str(&a, O_REASONING));
+    const char *port_file = dsq_opt_str(&a, O_PORT_FILE), *key_env = dsq_opt_str(&a, O_KEY_ENV);
+    double drain = dsq_opt_float(&a, O_DRAIN);
     if (!o.model_path) return dsq_cli_usage_error(&cli, "--model is required");
     o.threads = cli.threads;
     if (key_env) {

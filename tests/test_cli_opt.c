@@ -1,7 +1,8 @@
 /* test_cli_opt.c - the programs' option tables (programs/cli_opt.h): values
  * and their bounds, repeated options in order, the shared options acting on
- * the dsq_cli, refusal of options a command or a run does not use, and the
- * -h text rendered from the rows. */
+ * the dsq_cli, refusal of options a command or a run does not use, the
+ * rows' defaults (applied, checked like given values, shown by -h, tied to
+ * a library's) and the -h text rendered from the rows. */
 #include "dsq_test.h"
 #include "cli_opt.h"
 
@@ -13,13 +14,16 @@ enum { O_NAME = DSQ_OPT_FIRST, O_COUNT, O_SIZE, O_RATIO, O_MODE, O_KEEP, O_FLAG,
 enum { CMD_A = 1, CMD_B = 2 };
 enum { N_X = 1, N_Y = 2 };
 
+/* the table is laid out by hand, one row per option */
+/* clang-format off */
 static const dsq_opt rows[] = {
     { .type = DSQ_OPT_TEXT, .help = "usage: t [options]\n\n" },
     { O_NAME, DSQ_OPT_STR, "name", 'n', "S", .help = "a name" },
-    { O_COUNT, DSQ_OPT_INT, "count", 0, "N", 1, 10, .help = "a count,\nwrapped" },
-    { O_SIZE, DSQ_OPT_SIZE, "size", 0, "SIZE", 64, 1 << 20, "64..1M", .help = "a size" },
-    { O_RATIO, DSQ_OPT_FLOAT, "ratio", 0, "R", 0, 1, .help = "a ratio" },
-    { O_MODE, DSQ_OPT_CHOICE, "mode", 0, "a|b", .choices = "fast|slow", .help = "a mode" },
+    { O_COUNT, DSQ_OPT_INT, "count", 0, "N", 1, 10, .help = "a count,\nwrapped", .def = "3" },
+    { O_SIZE, DSQ_OPT_SIZE, "size", 0, "SIZE", 64, 1 << 20, "64..1M", .help = "a size", .def = "4K" },
+    { O_RATIO, DSQ_OPT_FLOAT, "ratio", 0, "R", 0, 1,
+      .help = "a ratio whose help runs on to fill the line up to column 79", .def = "0.5" },
+    { O_MODE, DSQ_OPT_CHOICE, "mode", 0, "a|b", .choices = "fast|slow", .help = "a mode", .def = "slow" },
     { O_KEEP, DSQ_OPT_STR, "keep", 0, "RE", .help = "repeatable" },
     { O_FLAG, DSQ_OPT_FLAG, "flag", .left = "--flag, --no-flag  ", .help = "custom left column" },
     { O_ONLY_A, DSQ_OPT_FLAG, "only-a", .cmds = CMD_A, .help = "command a only" },
@@ -33,6 +37,7 @@ static const dsq_opt rows[] = {
     { DSQ_OPT_HELP, DSQ_OPT_FLAG, "help", 'h' },
     { O_NAME, DSQ_OPT_STR, "name", 'n', "S", .help = "the name again: help only" },
 };
+/* clang-format on */
 
 static void hook(FILE *f, int id) { fprintf(f, "(hook %d)\n", id); }
 
@@ -58,21 +63,93 @@ static void test_values(void **state)
     dsq_cli c;
     dsq_args a;
     assert_int_equal(parse(&c, &a, "-n x --count 7 --size 4K --ratio 0.25 --mode slow pos1 pos2"), -1);
-    assert_string_equal(dsq_opt_str(&a, O_NAME, NULL), "x");
-    assert_int_equal(dsq_opt_int(&a, O_COUNT, 0), 7);
-    assert_int_equal(dsq_opt_u64(&a, O_SIZE, 0), 4096);
-    assert_true(dsq_opt_float(&a, O_RATIO, 0) == 0.25);
-    assert_int_equal(a.v[O_MODE].choice, 1);
+    assert_string_equal(dsq_opt_str(&a, O_NAME), "x");
+    assert_int_equal(dsq_opt_int(&a, O_COUNT), 7);
+    assert_int_equal(dsq_opt_u64(&a, O_SIZE), 4096);
+    assert_true(dsq_opt_float(&a, O_RATIO) == 0.25);
+    assert_int_equal(dsq_opt_choice(&a, O_MODE), 1);
     assert_false(dsq_opt_given(&a, O_FLAG));
         assert_int_equal(a.npos, 2);
     assert_string_equal(a.pos[0], "pos1");
     assert_string_equal(a.pos[1], "pos2");
     dsq_args_release(&a);
-    /* defaults when absent */
+    /* the rows' defaults when absent, not counted as given */
     assert_int_equal(parse(&c, &a, "p"), -1);
-    assert_int_equal(dsq_opt_int(&a, O_COUNT, 3), 3);
-    assert_null(dsq_opt_str(&a, O_NAME, NULL));
+    assert_int_equal(dsq_opt_int(&a, O_COUNT), 3);
+    assert_string_equal(dsq_opt_str(&a, O_COUNT), "3");
+    assert_false(dsq_opt_given(&a, O_COUNT));
+    assert_int_equal(dsq_opt_u64(&a, O_SIZE), 4096);
+    assert_true(dsq_opt_float(&a, O_RATIO) == 0.5);
+    assert_int_equal(dsq_opt_choice(&a, O_MODE), 1);
+    assert_null(dsq_opt_str(&a, O_NAME)); /* no default: NULL / 0 */
     dsq_args_release(&a);
+    /* a given value replaces the default */
+    assert_int_equal(parse(&c, &a, "--mode fast --count 9"), -1);
+    assert_int_equal(dsq_opt_choice(&a, O_MODE), 0);
+    assert_int_equal(dsq_opt_int(&a, O_COUNT), 9);
+    dsq_args_release(&a);
+}
+
+/* A default is parsed as a given value would be: one outside the bounds,
+ * not a number, not a choice, or on a flag is a table error (exit 1) on
+ * every command line, -h included. */
+static void test_bad_defaults(void **state)
+{
+    (void)state;
+    static const dsq_opt bad[][2] = {
+        { { O_COUNT, DSQ_OPT_INT, "count", 0, "N", 1, 10, .def = "11" }, DSQ_OPT_THREADS_ROW("t") },
+        { { O_COUNT, DSQ_OPT_INT, "count", 0, "N", 1, 10, .def = "0" }, DSQ_OPT_THREADS_ROW("t") },
+        { { O_COUNT, DSQ_OPT_INT, "count", 0, "N", 1, 10, .def = "three" }, DSQ_OPT_THREADS_ROW("t") },
+        { { O_SIZE, DSQ_OPT_SIZE, "size", 0, "SIZE", 64, 1 << 20, .def = "2M" }, DSQ_OPT_THREADS_ROW("t") },
+        { { O_RATIO, DSQ_OPT_FLOAT, "ratio", 0, "R", 0, 1, .def = "nan" }, DSQ_OPT_THREADS_ROW("t") },
+        { { O_MODE, DSQ_OPT_CHOICE, "mode", 0, .choices = "fast|slow", .def = "medium" }, DSQ_OPT_THREADS_ROW("t") },
+        { { O_FLAG, DSQ_OPT_FLAG, "flag", .def = "1" }, DSQ_OPT_THREADS_ROW("t") },
+        { { DSQ_OPT_HELP, DSQ_OPT_FLAG, "help", 'h' }, { O_COUNT, DSQ_OPT_INT, "count", 0, "N", 1, 10, .def = "-1" } },
+    };
+    char a0[] = "t", a1[] = "-h";
+    char *argv[] = { a0, a1, NULL };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const dsq_opt_spec s = { bad[i], 2, 12, 0, NULL };
+        dsq_cli c;
+        dsq_args a;
+        dsq_cli_init(&c, "t");
+        int rc = dsq_opt_parse(&c, &s, i + 1 == sizeof bad / sizeof bad[0] ? 2 : 1, argv, &a);
+        if (rc != DSQ_EXIT_ERROR) fail_msg("table %zu: bad default accepted (rc %d)", i, rc);
+    }
+    /* the same rows with good defaults parse */
+    static const dsq_opt good[] = {
+        { O_COUNT, DSQ_OPT_INT, "count", 0, "N", 1, 10, .def = "10" },
+        { O_SIZE, DSQ_OPT_SIZE, "size", 0, "SIZE", 64, 1 << 20, .def = "1M" },
+        { O_MODE, DSQ_OPT_CHOICE, "mode", 0, .choices = "fast|slow", .def = "fast" },
+    };
+    const dsq_opt_spec s = { good, 3, 12, 0, NULL };
+    dsq_cli c;
+    dsq_args a;
+    dsq_cli_init(&c, "t");
+    assert_int_equal(dsq_opt_parse(&c, &s, 1, argv, &a), -1);
+    assert_int_equal(dsq_opt_int(&a, O_COUNT), 10);
+    assert_int_equal(dsq_opt_u64(&a, O_SIZE), 1 << 20);
+    dsq_args_release(&a);
+}
+
+/* dsq_opt_check_lib: a table default that is not the library's is refused. */
+static void test_lib_defaults(void **state)
+{
+    (void)state;
+    dsq_cli c;
+    dsq_cli_init(&c, "t");
+    const dsq_opt_lib same[] = { { O_COUNT, 3 }, { O_SIZE, 4096 }, { O_RATIO, 0.5f }, { O_MODE, 1 } };
+    assert_int_equal(dsq_opt_check_lib(&c, &spec, same, 4), -1);
+    const float damp = 0.01f; /* a float field: the default rounded to float */
+    static const dsq_opt frow[] = { { O_RATIO, DSQ_OPT_FLOAT, "ratio", 0, "R", 0, 1, .def = "0.01" } };
+    const dsq_opt_spec fs = { frow, 1, 12, 0, NULL };
+    assert_int_equal(dsq_opt_check_lib(&c, &fs, (dsq_opt_lib[]){ { O_RATIO, damp } }, 1), -1);
+    assert_int_equal(dsq_opt_check_lib(&c, &fs, (dsq_opt_lib[]){ { O_RATIO, 0.011 } }, 1), DSQ_EXIT_ERROR);
+    static const dsq_opt_lib differ[][1] = {
+        { { O_COUNT, 4 } }, { { O_SIZE, 4095 } }, { { O_RATIO, 0.25 } }, { { O_MODE, 0 } }, { { O_NAME, 0 } }, /* no default */
+    };
+    for (size_t i = 0; i < sizeof differ / sizeof differ[0]; i++)
+        if (dsq_opt_check_lib(&c, &spec, differ[i], 1) != DSQ_EXIT_ERROR) fail_msg("lib default %zu: accepted", i);
 }
 
 static void test_bounds(void **state)
@@ -112,7 +189,7 @@ static void test_order_and_shared(void **state)
     assert_string_equal(kept[0], "a");
     assert_string_equal(kept[1], "b");
     assert_int_equal(a.v[O_KEEP].count, 2);
-    assert_string_equal(dsq_opt_str(&a, O_KEEP, NULL), "b");   /* the last one */
+    assert_string_equal(dsq_opt_str(&a, O_KEEP), "b"); /* the last one */
     assert_true(a.v[O_FLAG].pos > a.v[O_KEEP].pos);
     assert_int_equal(c.level, 1);     /* 2 - 2 + 1 */
     assert_int_equal(c.json, 1);
@@ -166,7 +243,12 @@ static void test_help(void **state)
     /* the rows: left column of 12, help after one space, continuations
      * indented to the help column; long left columns push the help right */
     assert_non_null(strstr(text, "  -n, --name S a name\n"));
-    assert_non_null(strstr(text, "a count,\n               wrapped\n"));
+    /* defaults after the last line, or on their own line past column 79 */
+    assert_non_null(strstr(text, "a count,\n               wrapped (default 3)\n"));
+    assert_non_null(strstr(text, "--size SIZE a size (default 4K)\n"));
+    assert_non_null(strstr(text, "up to column 79\n               (default 0.5)\n"));
+    assert_non_null(strstr(text, "a mode (default slow)\n"));
+    assert_null(strstr(text, "a name (default"));
     assert_non_null(strstr(text, "  --flag, --no-flag   custom left column\n"));
     assert_non_null(strstr(text, "(hook 1)\n"));
     assert_non_null(strstr(text, "the name again: help only\n"));
@@ -178,6 +260,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values),
+        cmocka_unit_test(test_bad_defaults),
+        cmocka_unit_test(test_lib_defaults),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_order_and_shared),
         cmocka_unit_test(test_refusals),

@@ -2,9 +2,9 @@
  * ue8m0 against known bit patterns, the Hadamard transform, the top-k
  * boundary, and the engine's logits against the PyTorch reference
  * (samples/dsv32_ref.py) on a tiny random V3.2 model made by
- * tests/ref/dsv32_fixture.py: prefill and token-by-token decode, fp8 and
- * float DSA, sequences longer than index_topk so the sparse path is what is
- * compared. The reference tests skip with a message when torch is absent. */
+ * tests/ref/dsv32_fixture.py: prefill (in one call and in chunks continuing
+ * at a context) and token-by-token decode, fp8 and float DSA, sequences
+ * longer than index_topk so the sparse path is what is compared. The reference tests skip with a message when torch is absent. */
 #include "dsq_test.h"
 #include "dsa.h"
 #include "dsq_file.h"
@@ -345,6 +345,71 @@ static void test_reference_parity(void **st)
     free(idb);
 }
 
+/* logits of seq [SLEN] prefilled in chunks: one call per [cut[i], cut[i+1]) */
+static void run_chunks(dsq_model *m, const int32_t *ids, const int *cut, int ncut, float *out)
+{
+    const int V = (int)dsq_model_get_config(m)->vocab_size;
+    dsq_state *s = dsq_state_create(m, 1, SLEN);
+    assert_non_null(s);
+    for (int i = 0; i + 1 < ncut; i++)
+        assert_int_equal(dsq_forward(m, s, 0, ids + cut[i], cut[i + 1] - cut[i], out + (size_t)cut[i] * V, 0, NULL),
+                         0);
+    dsq_state_free(s);
+}
+
+/* Prefill continuing at a context (chunks after the first, as a long
+ * prompt is prefilled and as bench_dsa times it), chunks longer than
+ * index_topk: the sparse rows of a chunk, each gathering its own selected
+ * keys, and the dense rows before them, against the reference. */
+static void test_chunked_prefill(void **st)
+{
+    (void)st;
+    const char *fx = fixture();
+    if (!fx) skip();
+    char p[600];
+    snprintf(p, sizeof p, "%s/ids.bin", fx);
+    char *idb = NULL;
+    size_t len = 0;
+    assert_int_equal(dsq_read_file(p, 1 << 20, &idb, &len, NULL), 0);
+    const int32_t *ids = (const int32_t *)(const void *)idb;
+    /* chunks of 9 at offset 1 (dense rows, then sparse ones), 10 at 10 (all
+     * sparse), 13 at 7 (one dense row, on the absorbed path with the sparse
+     * ones: too few to pay for the naive path's expansion), 9 at 4 then 7
+     * at 13 */
+    static const int cuts[3][4] = { { 0, 1, 10, SLEN }, { 0, 7, SLEN, SLEN }, { 0, 4, 13, SLEN } };
+    static const int ncuts[3] = { 4, 3, 4 };
+    for (int mi = 0; mi < 2; mi++) {
+        const int mode = mi ? DSQ_DSA_FP8 : DSQ_DSA_FLOAT;
+        snprintf(p, sizeof p, "%s/ref_%s.bin", fx, mode == DSQ_DSA_FP8 ? "fp8" : "float");
+        char *rb = NULL;
+        assert_int_equal(dsq_read_file(p, 1 << 26, &rb, &len, NULL), 0);
+        dsq_model *m = open_dsa(fx, mode);
+        const int V = (int)dsq_model_get_config(m)->vocab_size, topk = (int)dsq_model_get_config(m)->index_topk;
+        assert_true(topk == 8);
+        float *x = malloc((size_t)SLEN * V * sizeof *x);
+        for (int c = 0; c < 3; c++) {
+            agree a = { 0 };
+            for (int i = 0; i < NSEQ; i++) {
+                const float *ref = (const float *)(const void *)rb + (size_t)i * 2 * SLEN * V;
+                run_chunks(m, ids + i * SLEN, cuts[c], ncuts[c], x);
+                compare(ref, x, V, topk, &a);
+            }
+            fprintf(stderr,
+                    "dsa %s, prefill in chunks from %d, %d: %d/%d sequences agree at every position; %ld/%ld "
+                    "positions before the first divergence (%ld sparse); max rel |dlogit| there %.2g\n",
+                    mode == DSQ_DSA_FP8 ? "fp8" : "float", cuts[c][1], cuts[c][2], a.full, a.seqs, a.checked, a.total,
+                    a.sparse, a.max_rel);
+            assert_true(a.full * 4 >= a.seqs * 3);
+            assert_true(a.sparse * 4 >= (long)NSEQ * (SLEN - topk) * 3);
+            if (mode == DSQ_DSA_FLOAT) assert_true(a.max_rel < 1e-5);
+        }
+        free(x);
+        free(rb);
+        dsq_model_free(m);
+    }
+    free(idb);
+}
+
 /* index_topk equal to the context selects every key (the dense model's
  * bits); one less changes only the last row, in prefill and in decode. */
 static void test_topk_boundary(void **st)
@@ -565,6 +630,7 @@ int main(void)
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_topk),
         cmocka_unit_test(test_reference_parity),
+        cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_topk_boundary),
         cmocka_unit_test(test_fp8_vs_float),
         cmocka_unit_test(test_batch_and_lazy),
