@@ -118,7 +118,7 @@ test: all $(TEST_BIN) $(FUZZ_REPLAY)
 QUALITY_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*_quality.c))
 CHECK_BIN   := $(filter-out $(QUALITY_BIN),$(TEST_BIN))
 SLOW_CLI    ?= calib.sh export.sh export_read.sh readme.sh samples.sh serve.sh \
-               recipes.sh dsa_export.sh tokenizer_parity.sh
+               recipes.sh dsa_export.sh tokenizer_parity.sh dsv32_measure.sh
 CHECK_CLI   := $(filter-out $(addprefix tests/cli/,$(SLOW_CLI)),$(wildcard tests/cli/*.sh))
 CHECK_SKIP_CASES ?=
 

@@ -18,6 +18,9 @@ Per layer (x = input_layernorm output, qr = q_a_layernorm(q_a_proj(x))):
            rounded through e4m3 per 128-block (ue8m0) before caching and before
            kv_b_proj; scores of keys the indexer did not select are -inf.
 dsa="float": no Hadamard, no e4m3 (a bf16 indexer's arithmetic, in float32).
+Float64 accumulation: build and run the model inside `accumulation(torch.float64)`
+(dsv3_ref): every product and sum in float64, the e4m3 and ue8m0 steps unchanged
+(they land on the same grid); samples/dsv32_f64.py compares it with float32.
 
 The model reuses dsv3_ref's MoE, norms and YaRN frequencies; module names are
 the Hugging Face tensor names (model.layers.N.self_attn.indexer.wq_b.weight ...).
@@ -34,6 +37,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dsv3_ref as v3  # noqa: E402
+from dsv3_ref import acc, accumulation  # noqa: E402,F401
 
 E4M3_MAX = 448.0
 LATENT_BLOCK = 128
@@ -43,10 +47,10 @@ LATENT_BLOCK = 128
 
 def e4m3_round(x):
     """Nearest float8_e4m3fn value of each element (ties to even), saturating at +-448."""
-    x = x.float()
+    x = acc(x)
     a = x.abs().clamp(max=E4M3_MAX)
     _, e = torch.frexp(a)                      # a = m * 2^e, m in [0.5, 1)
-    q = torch.pow(2.0, (e - 4).float())        # quantum 2^(e-1-3) for normals
+    q = torch.pow(2.0, (e - 4).to(x.dtype))    # quantum 2^(e-1-3) for normals
     q = torch.where(a < 2.0 ** -6, torch.full_like(a, 2.0 ** -9), q)
     r = torch.round(a / q) * q                 # torch.round: half to even
     r = r.clamp(max=E4M3_MAX)
@@ -67,18 +71,26 @@ def e4m3_bits(x):
 
 
 def ue8m0_scale(amax):
-    """2^ceil(log2(max(amax, 1e-4) / 448)) from the float bits, as the reference kernel's fast_log2_ceil."""
-    s = (amax.float().clamp(min=1e-4) / E4M3_MAX).contiguous()
-    bits = s.view(torch.int32).long()
-    e = ((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0).long()
-    return torch.pow(2.0, e.float())
+    """2^ceil(log2(max(amax, 1e-4) / 448)) from the float bits, as the reference kernel's fast_log2_ceil.
+
+    In float64 accumulation the same power of two from frexp (s = m * 2^e,
+    m in [0.5, 1): the ceiling is e - 1 when m is 0.5, else e): s is
+    max(amax, 1e-4) / 448, a normal number in either dtype."""
+    s = (acc(amax).clamp(min=1e-4) / E4M3_MAX).contiguous()
+    if s.dtype == torch.float32:
+        bits = s.view(torch.int32).long()
+        e = ((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0).long()
+    else:
+        m, e = torch.frexp(s)
+        e = e.long() - (m == 0.5).long()
+    return torch.pow(2.0, e.to(s.dtype))
 
 
 def act_quant(x, block):
     """Blocks of `block` values along the last dim (a shorter last block): (e4m3 values, scales [..., nblocks])."""
     outs, scales = [], []
     for b0 in range(0, x.shape[-1], block):
-        xb = x[..., b0:b0 + block].float()
+        xb = acc(x[..., b0:b0 + block])
         s = ue8m0_scale(xb.abs().amax(-1, keepdim=True))
         outs.append(e4m3_round(xb / s))
         scales.append(s)
@@ -103,17 +115,17 @@ def hadamard_matrix(n):
 def rotate_activation(x):
     """Walsh-Hadamard transform of the last dim (Sylvester order), scale D^-0.5."""
     n = x.shape[-1]
-    return (x.float() @ hadamard_matrix(n)) * n ** -0.5
+    return (acc(x) @ hadamard_matrix(n)) * n ** -0.5
 
 
 def rope_half(x, pos, freqs):
     """x [B,S,(H,)d] rotated in pairs (j, j + d/2) (not interleaved)."""
-    ang = pos[..., None].float() * freqs                  # [B,S,d/2]
+    ang = acc(pos[..., None]) * freqs                  # [B,S,d/2]
     while ang.dim() < x.dim():
         ang = ang.unsqueeze(-2)
     cos, sin = torch.cos(ang), torch.sin(ang)
     h = x.shape[-1] // 2
-    x1, x2 = x[..., :h].float(), x[..., h:].float()
+    x1, x2 = acc(x[..., :h]), acc(x[..., h:])
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
 
 
@@ -215,7 +227,7 @@ class MLA32(v3.MLA):
         if self.dense:
             mask = torch.zeros(B, S, T).masked_fill((kpos > qpos)[None], float("-inf"))
         scores = scores + mask[:, :, None, :]
-        p = torch.softmax(scores.float(), -1)
+        p = torch.softmax(acc(scores), -1)
         if self.capture is not None:
             self.capture.append((x.detach(), qr.detach(), p.sum(2).detach(), idx))
         o = torch.einsum("bsht,bthd->bshd", p, v)
@@ -252,7 +264,7 @@ class DeepseekV32ForCausalLM(nn.Module):
         B, S = ids.shape
         start = cache.length if cache is not None else 0
         pos = torch.arange(start, start + S)[None, :].expand(B, S)
-        x = self.model.embed_tokens(ids).float()
+        x = acc(self.model.embed_tokens(ids))
         for li, layer in enumerate(self.model.layers):
             x = layer(x, pos, cache, li, start)
         if cache is not None:

@@ -18,7 +18,8 @@ DeepSeek-V3 details:
     groups scored by the sum of their top-2 biased scores, top topk_group groups
     kept (others -inf), top-k experts; weights = unbiased sigmoid scores,
     normalised (norm_topk_prob), times routed_scaling_factor; plus shared experts.
-  * All math in float32 (weights are upcast from whatever they were stored in).
+  * All math in torch's default dtype, float32 (weights are upcast from whatever they
+    were stored in); `accumulation(torch.float64)` builds and runs a model in float64.
 Forward signature for both models: forward(ids [B,S], cache=None, key_valid=None)
 -> logits [B,S,V].  `cache` (a KVCache) enables incremental decoding with left
 padding: key_valid [B,T_total] marks real (non-pad) positions.
@@ -30,6 +31,26 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def acc(x):
+    """x in the accumulation dtype: torch's default, float32 unless `accumulation` changed it."""
+    return x.to(torch.get_default_dtype())
+
+
+class accumulation:
+    """with accumulation(torch.float64): build, load and run a model in float64."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __enter__(self):
+        self.prev = torch.get_default_dtype()
+        torch.set_default_dtype(self.dtype)
+        return self
+
+    def __exit__(self, *exc):
+        torch.set_default_dtype(self.prev)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim, eps):
         super().__init__()
@@ -37,9 +58,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        x = x.float()
+        x = acc(x)
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight.float() * x
+        return acc(self.weight) * x
 
 
 def lin(i, o):
@@ -87,7 +108,7 @@ def attn_mask(S, T, device, key_valid):
 def sdpa(q, k, v, mask, scale):
     s = torch.matmul(q, k.transpose(-1, -2)) * scale
     s = s.masked_fill(~mask, float("-inf"))
-    p = torch.softmax(s.float(), -1)
+    p = torch.softmax(acc(s), -1)
     return torch.matmul(p, v)
 
 
@@ -107,7 +128,7 @@ def yarn_freqs(cfg):
     dim = cfg["qk_rope_head_dim"]
     base = cfg["rope_theta"]
     rs = cfg.get("rope_scaling") or {}
-    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.get_default_dtype()) / dim))
     orig = rs.get("original_max_position_embeddings", cfg["max_position_embeddings"])
     if rs and cfg["max_position_embeddings"] > orig:
         factor, bf, bs = rs["factor"], rs["beta_fast"], rs["beta_slow"]
@@ -118,7 +139,7 @@ def yarn_freqs(cfg):
         high = min(math.ceil(corr_dim(bs)), dim - 1)
         if low == high:
             high += 0.001
-        ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+        ramp = ((torch.arange(dim // 2, dtype=torch.get_default_dtype()) - low) / (high - low)).clamp(0, 1)
         smooth = 1 - ramp
         freqs = freqs / factor * (1 - smooth) + freqs * smooth
     return freqs
@@ -135,9 +156,9 @@ def softmax_scale(cfg):
 
 def rope_adjacent(x, pos, freqs):
     """x [B,S,H,d] rotated in adjacent pairs by angle pos*freq (complex multiply)."""
-    ang = pos[..., None].float() * freqs          # [B,S,d/2]
+    ang = acc(pos[..., None]) * freqs          # [B,S,d/2]
     cos, sin = torch.cos(ang)[:, :, None, :], torch.sin(ang)[:, :, None, :]
-    x0, x1 = x[..., 0::2].float(), x[..., 1::2].float()
+    x0, x1 = acc(x[..., 0::2]), acc(x[..., 1::2])
     return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], -1).flatten(-2)
 
 
@@ -199,8 +220,8 @@ class Gate(nn.Module):
 
     def forward(self, x):
         """x [T,h] -> weights [T,k], indices [T,k], sigmoid scores [T,E]."""
-        scores = torch.sigmoid(F.linear(x.float(), self.weight.float()))
-        biased = scores + self.e_score_correction_bias.float()
+        scores = torch.sigmoid(F.linear(acc(x), acc(self.weight)))
+        biased = scores + acc(self.e_score_correction_bias)
         if self.ng > 1:
             g = biased.view(-1, self.ng, self.E // self.ng)
             gscore = g.topk(2, dim=-1)[0].sum(-1)                              # [T, ng]
@@ -277,7 +298,7 @@ class CausalLM(nn.Module):
         T = start + S
         pos = positions_for(B, S, start, key_valid, ids.device)
         mask = attn_mask(S, T, ids.device, key_valid)
-        x = self.model.embed_tokens(ids).float()
+        x = acc(self.model.embed_tokens(ids))
         for li, layer in enumerate(self.model.layers):
             x = layer(x, pos, mask, cache, li)
         if cache is not None:
@@ -307,7 +328,7 @@ class LlamaAttention(nn.Module):
         self.k_proj = lin(h, self.nkv * self.hd)
         self.v_proj = lin(h, self.nkv * self.hd)
         self.o_proj = lin(self.nh * self.hd, h)
-        inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, self.hd, 2, dtype=torch.float32) / self.hd))
+        inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, self.hd, 2, dtype=torch.get_default_dtype()) / self.hd))
         self.register_buffer("inv_freq", inv, persistent=False)
 
     def forward(self, x, pos, mask, cache, li):
@@ -315,7 +336,7 @@ class LlamaAttention(nn.Module):
         q = self.q_proj(x).view(B, S, self.nh, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(B, S, self.nkv, self.hd).transpose(1, 2)
         v = self.v_proj(x).view(B, S, self.nkv, self.hd).transpose(1, 2)
-        ang = pos[..., None].float() * self.inv_freq
+        ang = acc(pos[..., None]) * self.inv_freq
         emb = torch.cat([ang, ang], -1)[:, None]                              # [B,1,S,hd]
         cos, sin = emb.cos(), emb.sin()
         q = q * cos + rotate_half(q) * sin

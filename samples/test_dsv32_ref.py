@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Tests of the DeepSeek-V3.2 reference (dsv32_ref.py): the e4m3 / ue8m0 emulation
 against known bit patterns and against fp8.py's decode table, the Hadamard
-transform, the indexer's RoPE layout, and the model's sparse == dense rule.
+transform, the indexer's RoPE layout, the model's sparse == dense rule, float64
+accumulation (every step in float64, the e4m3 grid unchanged) and
+dsv32_f64.py's divergence finding and cause classification.
 
 Run: /usr/bin/python3 samples/test_dsv32_ref.py (needs torch; numpy for fp8.py)."""
 import math
@@ -126,6 +128,144 @@ class Model(unittest.TestCase):
             steps = [m(ids[:, :4], cache)] + [m(ids[:, i:i + 1], cache) for i in range(4, 14)]
         dec = torch.cat(steps, 1)
         self.assertLess((dec - full).abs().max().item(), 1e-3)
+
+
+class Float64(unittest.TestCase):
+    """accumulation(torch.float64): every step in float64, the same model."""
+
+    def test_fp8_steps_keep_float64(self):
+        g = torch.Generator().manual_seed(5)
+        x = torch.randn(4, 160, generator=g, dtype=torch.float64) * 3
+        with R.accumulation(torch.float64):
+            self.assertEqual(R.e4m3_round(x).dtype, torch.float64)
+            codes, s = R.act_quant(x, 128)
+            self.assertEqual((codes.dtype, s.dtype), (torch.float64, torch.float64))
+            self.assertEqual(R.rotate_activation(x[:, :128]).dtype, torch.float64)
+            self.assertEqual(R.ue8m0_scale(x.abs().amax(-1)).dtype, torch.float64)
+            # x + 1e-12 would vanish in float32; a float64 Hadamard keeps it
+            y = R.rotate_activation(x[:, :128] + 1e-12) - R.rotate_activation(x[:, :128])
+            self.assertGreater(y.abs().max().item(), 0.0)
+        self.assertEqual(torch.get_default_dtype(), torch.float32)    # restored
+
+    def test_same_grid_as_float32(self):
+        # on float32 values the e4m3 codes and ue8m0 scales do not depend on the dtype
+        g = torch.Generator().manual_seed(6)
+        x = torch.randn(64, 256, generator=g) * torch.pow(2.0, torch.randint(-14, 10, (64, 1), generator=g).float())
+        c32, s32 = R.act_quant(x, 128)
+        with R.accumulation(torch.float64):
+            c64, s64 = R.act_quant(x.double(), 128)
+        self.assertTrue(torch.equal(c32.double(), c64))
+        self.assertTrue(torch.equal(s32.double(), s64))
+        amax = torch.tensor([448.0, 448.0001, 224.0, 300.0, 0.0, 1.0, 896.0, 897.0, 3e-7, 2.0 ** -20 * 448])
+        with R.accumulation(torch.float64):
+            self.assertEqual(R.ue8m0_scale(amax.double()).tolist(), R.ue8m0_scale(amax).tolist())
+
+    def test_model_runs_in_float64(self):
+        torch.manual_seed(3)
+        m32 = R.build(tiny_cfg(6), "fp8")
+        with torch.no_grad():
+            for p in m32.parameters():
+                p.normal_(0, 0.3)
+        with R.accumulation(torch.float64):
+            m64 = R.build(tiny_cfg(6), "fp8")
+            m64.load_state_dict(m32.state_dict())
+        dtypes = set()
+        hooks = [mod.register_forward_hook(lambda mod, a, out: dtypes.add(out.dtype)
+                                           if torch.is_tensor(out) and out.is_floating_point() else None)
+                 for mod in m64.modules()]
+        ids = torch.randint(0, 64, (1, 14))
+        with torch.no_grad():
+            a = m32.eval()(ids)
+            with R.accumulation(torch.float64):
+                b = m64.eval()(ids)
+        for h in hooks:
+            h.remove()
+        self.assertEqual(dtypes, {torch.float64})
+        self.assertEqual(b.dtype, torch.float64)
+        d = (a.double() - b).abs().max().item()
+        self.assertGreater(d, 0.0)     # not the float32 run again
+        self.assertLess(d, 1e-3)       # the same model
+
+
+class F64Compare(unittest.TestCase):
+    """dsv32_f64.py: the first divergent position and the first discrete difference."""
+
+    def test_first_divergence(self):
+        import dsv32_f64 as C
+        a = torch.zeros(6, 4, dtype=torch.float64)
+        b = a.clone()
+        b[2, 1] = 1e-5
+        b[4, 3] = -1e-2
+        self.assertEqual(C.first_divergence(a, b, 1e-3)[0], 4)
+        self.assertEqual(C.first_divergence(a, b, 1e-1)[0], -1)
+
+    def test_classify(self):
+        import dsv32_f64 as C
+        n = {"latent": 3, "iq": 2, "ik": 2}
+        row = lambda pos, layer, kind, v: (pos, layer, C.KINDS.index(kind), torch.tensor(v, dtype=torch.float64))
+        base = [row(0, 0, "latent", [1, 2, 3, -7]), row(0, 0, "iq", [4, 5, -6]), row(0, 0, "ik", [1, 1, 0]),
+                row(0, 0, "topk", [0]), row(1, 0, "latent", [1, 2, 3, -7]), row(1, 0, "iq", [4, 5, -6]),
+                row(1, 0, "ik", [2, 2, 0]), row(1, 0, "topk", [0, 1]), row(1, 1, "moe", [0, 2]),
+                row(2, 0, "latent", [1, 1, 1, -7]), row(2, 0, "iq", [4, 5, -6]), row(2, 0, "ik", [3, 3, 0]),
+                row(2, 0, "topk", [0, 1])]
+        at = {(r[0], r[1], C.KINDS[r[2]]): i for i, r in enumerate(base)}
+
+        def changed(key, v):
+            out = list(base)
+            out[at[key]] = row(key[0], key[1], key[2], v)
+            return out
+
+        self.assertIsNone(C.classify(base, list(base), 2, n))
+        self.assertFalse(C.indexer_flips(base, list(base)))
+        lat = changed((1, 0, "latent"), [1, 2.5, 3, -7])
+        self.assertEqual(C.classify(base, lat, 2, n), ("e4m3 (latent)", 1, 0))
+        self.assertIsNone(C.classify(base, lat, 0, n))          # after the divergence: not its cause
+        self.assertEqual(C.classify(base, changed((1, 0, "latent"), [1, 2, 3, -8]), 2, n), ("ue8m0 (latent)", 1, 0))
+        # an indexer code alone moves nothing; with the top-k set after it, that is the cause
+        iq = changed((1, 0, "iq"), [4, 5.5, -6])
+        self.assertIsNone(C.classify(base, iq, 2, n))
+        self.assertTrue(C.indexer_flips(base, iq))
+        iq[at[(2, 0, "topk")]] = row(2, 0, "topk", [0, 2])
+        self.assertEqual(C.classify(base, iq, 2, n), ("topk (near-tie)", 2, 0))   # q of position 1 only
+        ik = changed((1, 0, "ik"), [2, 2.5, 0])
+        ik[at[(2, 0, "topk")]] = row(2, 0, "topk", [0, 2])
+        self.assertEqual(C.classify(base, ik, 2, n), ("topk (indexer e4m3)", 2, 0))   # keys stay cached
+        q2 = changed((2, 0, "iq"), [4, 5, -6.5])
+        q2[at[(2, 0, "topk")]] = row(2, 0, "topk", [1, 0.5])
+        self.assertEqual(C.classify(base, q2, 2, n), ("topk (indexer e4m3)", 2, 0))
+        moe = changed((1, 1, "moe"), [0, 3])
+        self.assertEqual(C.classify(base, moe, 2, n), ("moe", 1, 1))
+        moe[at[(2, 0, "latent")]] = row(2, 0, "latent", [1, 1, 2, -7])
+        self.assertEqual(C.classify(base, moe, 2, n), ("moe", 1, 1))            # the earlier one
+        self.assertEqual(C.classify(list(reversed(base)), moe, 2, n), ("moe", 1, 1))
+
+    def test_probe_pairs_up_runs(self):
+        import dsv32_f64 as C
+        torch.manual_seed(4)
+        cfg = tiny_cfg(5)
+        m32 = R.build(cfg, "fp8")
+        with torch.no_grad():
+            for p in m32.parameters():
+                p.normal_(0, 0.3)
+        with R.accumulation(torch.float64):
+            m64 = R.build(cfg, "fp8")
+            m64.load_state_dict(m32.state_dict())
+        seqs = torch.randint(0, 64, (3, 9))
+        res = C.compare(m32.eval(), m64.eval(), cfg, "fp8", seqs, 1e-3)
+        for mode in ("prefill", "decode"):
+            r = res[mode]
+            self.assertEqual(r["sequences"], 3)
+            self.assertEqual(r["diverged"], len(r["first_positions"]))
+            self.assertEqual(sum(r["causes"].values()), r["diverged"])
+            self.assertLessEqual(r["indexer_code_flips"], 3)
+            self.assertLess(r["noise_before_divergence_max"], 1e-3)
+            self.assertEqual(r["largest_difference_after"] > 1e-3, r["diverged"] > 0)
+        # the records name every layer's latent, indexer q and k, top-k and MoE steps
+        p = C.Probe(m32)
+        _, rows = C.run(m32, p, seqs[:1], True)
+        kinds = {(r[1], C.KINDS[r[2]]) for r in rows}
+        self.assertEqual(kinds, {(li, k) for li in range(2) for k in C.KINDS if k != "moe" or li >= 1})
+        self.assertEqual(len(rows), 9 * (2 * 4 + 1))
 
 
 if __name__ == "__main__":

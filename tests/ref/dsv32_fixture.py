@@ -10,8 +10,9 @@ float32, per sequence the prefill logits [SEQLEN, V] (one forward over the
 whole sequence) then the decode logits [SEQLEN, V] (one token per call
 through the reference cache). index_topk (8) is well below SEQLEN, so the
 later positions attend sparsely. OUTDIR/ref_fp8_f64.bin holds the fp8
-prefill run with float64 arithmetic: where it and the float32 run disagree
-the reference itself sits on an e4m3 rounding or top-k boundary."""
+prefill run with float64 accumulation (float64 values, [NSEQ, SEQLEN, V]):
+where it and the float32 run disagree the reference itself sits on an e4m3
+rounding or top-k boundary (samples/dsv32_f64.py measures how often)."""
 import json
 import os
 import sys
@@ -81,6 +82,13 @@ def main():
                 cache = R.Cache(CFG["num_hidden_layers"])
                 rows.append(torch.cat([m(x[:, t:t + 1], cache)[0] for t in range(slen)], 0))
         torch.stack(rows).float().numpy().tofile(os.path.join(out, "ref_%s.bin" % dsa))
+    with R.accumulation(torch.float64):
+        m = R.build(CFG, "fp8")
+        m.load_state_dict(sd)
+        m.eval()
+        with torch.no_grad():
+            rows = [m(ids[i:i + 1])[0] for i in range(nseq)]
+    torch.stack(rows).double().numpy().tofile(os.path.join(out, "ref_fp8_f64.bin"))
     print("wrote %s: %d sequences of %d tokens, vocab %d" % (out, nseq, slen, CFG["vocab_size"]))
 
 
