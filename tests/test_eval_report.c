@@ -339,6 +339,7 @@ static void test_gsm8k_flow_score(void **state)
     assert_int_equal(dsq_gsm8k_flow(&o, &r, &d), DSQ_ERR_DATA);
     assert_string_equal(d.path, none);
     dsq_test_rmtree(dir);
+    free(dir);
 }
 
 /* ---- ppl then kld on the bundled sample model ---- */
@@ -440,6 +441,7 @@ static void test_ppl_kld_flow(void **state)
     assert_true(dsq_ppl_flow(&po, &pr, &d) < 0);
     assert_non_null(strstr(d.path, "no-such-text.txt"));
     dsq_test_rmtree(dir);
+    free(dir);
 }
 
 int main(void)
