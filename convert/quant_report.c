@@ -4,7 +4,6 @@
 #include "dsq_json.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -257,17 +256,6 @@ void dsq_run_report_text(FILE *f, const dsq_run_report *rp)
 }
 
 /* A message through note (level 0: a warning). */
-static void say(void (*note)(void *ctx, int level, const char *msg), void *ctx, int level, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void say(void (*note)(void *ctx, int level, const char *msg), void *ctx, int level, const char *fmt, ...)
-{
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    note(ctx, level, buf);
-}
 
 void dsq_calib_notes(const dsq_calib_result *r, void (*note)(void *ctx, int level, const char *msg), void *ctx)
 {
@@ -275,12 +263,12 @@ void dsq_calib_notes(const dsq_calib_result *r, void (*note)(void *ctx, int leve
     for (size_t i = 0; i < nf && i < 8; i++) {
         const char *why;
         const char *name = dsq_calib_fallback(r, i, &why);
-        say(note, ctx, 0, "%s: %s", name, why);
+        dsq_notef(note, ctx, 0, "%s: %s", name, why);
     }
     if (nf > 8)
-        say(note, ctx, 0, "%zu more experts fell back to round-to-nearest (--json lists them; "
-                          "--moe-calib all calibrates every expert)",
-            nf - 8);
+        dsq_notef(note, ctx, 0, "%zu more experts fell back to round-to-nearest (--json lists them; "
+                                "--moe-calib all calibrates every expert)",
+                  nf - 8);
     dsq_calib_totals t;
     dsq_calib_get_totals(r, &t);
     for (int l = 0; l < t.layers; l++) {
@@ -293,16 +281,16 @@ void dsq_calib_notes(const dsq_calib_result *r, void (*note)(void *ctx, int leve
             if (tok[e] > hi) hi = tok[e];
             zero += tok[e] == 0;
         }
-        say(note, ctx, 3, "layer %d: tokens per expert %llu..%llu, %llu experts saw none", l,
-            (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)zero);
+        dsq_notef(note, ctx, 3, "layer %d: tokens per expert %llu..%llu, %llu experts saw none", l,
+                  (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)zero);
     }
-    say(note, ctx, 2, "calibration: %llu tokens, %d groups searched (output MSE %.4g -> %.4g), %d smoothed, "
-                      "%zu experts on RTN fallback, %.1f s",
-        (unsigned long long)t.tokens, t.groups_searched, t.loss_identity, t.loss_best, t.groups_smoothed,
-        t.fallback_experts, t.seconds);
+    dsq_notef(note, ctx, 2, "calibration: %llu tokens, %d groups searched (output MSE %.4g -> %.4g), %d smoothed, "
+                            "%zu experts on RTN fallback, %.1f s",
+              (unsigned long long)t.tokens, t.groups_searched, t.loss_identity, t.loss_best, t.groups_smoothed,
+              t.fallback_experts, t.seconds);
     for (size_t i = 0; i < dsq_calib_rollback_count(r); i++) {
         double sv;
         const char *name = dsq_calib_rollback(r, i, &sv);
-        say(note, ctx, 2, "rollback: %s stays float (relative output error %.3g when quantized)", name, sv);
+        dsq_notef(note, ctx, 2, "rollback: %s stays float (relative output error %.3g when quantized)", name, sv);
     }
 }
