@@ -1,5 +1,6 @@
 /* calib_data.c - calibration text -> token matrix (see calib_data.h). */
 #include "calib_data.h"
+#include "dsq_rand.h"
 #include "dsq_file.h"
 
 #include <json-c/json.h>
@@ -22,14 +23,6 @@ void dsq_calib_data_release(dsq_calib_data *cd)
     if (!cd) return;
     free(cd->tokens);
     memset(cd, 0, sizeof *cd);
-}
-
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 static int check_opts(const dsq_calib_data_opts *o, const char *name, size_t *need, dsq_diag *d)
@@ -254,7 +247,7 @@ static int sample_docs(dsq_calib_data *cd, const span *docs, size_t ndocs, int j
     for (size_t i = 0; i < ndocs; i++) order[i] = i;
     uint64_t st = o->seed ^ 0x63616c6962726174ull; /* "calibrat" */
     for (size_t i = ndocs - 1; i > 0; i--) {
-        size_t j = (size_t)(splitmix(&st) % (uint64_t)(i + 1));
+        size_t j = (size_t)(dsq_splitmix64(&st) % (uint64_t)(i + 1));
         size_t t = order[i];
         order[i] = order[j];
         order[j] = t;

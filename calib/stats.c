@@ -1,6 +1,7 @@
 /* stats.c - per-channel activation statistics, the collection hook and the
  * hidden-state store (see stats.h). */
 #include "stats.h"
+#include "dsq_rand.h"
 #include "dsq_file.h"
 
 #include <cblas.h>
@@ -14,14 +15,6 @@
 #include <unistd.h>
 
 /* ---- one site -------------------------------------------------------- */
-
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t fnv(uint64_t h, const char *s)
 {
@@ -201,7 +194,7 @@ int dsq_act_stats_add(dsq_act_stats *s, const float *x, int64_t T, dsq_pool *poo
         if (s->sample_n < s->sample_cap) {
             slot = s->sample_n++;
         } else {
-            uint64_t r = splitmix(&s->rng) % (g + 1);
+            uint64_t r = dsq_splitmix64(&s->rng) % (g + 1);
             if (r < (uint64_t)s->sample_cap) slot = (int64_t)r;
         }
         if (slot >= 0) memcpy(s->sample + slot * s->in, x + t * s->in, (size_t)s->in * sizeof(float));

@@ -1,16 +1,9 @@
 /* sample.c - greedy and temperature / nucleus token choice (sample.h). */
 #include "sample.h"
+#include "dsq_rand.h"
 
 #include <math.h>
 #include <stdlib.h>
-
-uint64_t dsq_sample_next(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static int cand_desc(const void *a, const void *b)
 {
@@ -47,7 +40,7 @@ int32_t dsq_sample_token(const dsq_sample_params *p, uint64_t *rng, const float 
         }
         sum = c;
     }
-    double u = (double)(dsq_sample_next(rng) >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
+    double u = (double)(dsq_splitmix64(rng) >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
     for (size_t i = 0; i < n; i++) {
         acc += scratch[i].p;
         if (u < acc) return scratch[i].id;

@@ -21,15 +21,12 @@ typedef struct dsq_sample_cand {
     int32_t id;
 } dsq_sample_cand;
 
-/* The next value of the splitmix64 stream whose state is *state. */
-uint64_t dsq_sample_next(uint64_t *state);
-
 /* The token chosen from one row of logits. Greedy: argmax. Otherwise
  * softmax(logits / temperature); with top_p < 1 the candidates sorted by
  * probability (ties: lower id first) are cut where their mass first reaches
- * top_p of the total; then one draw u in [0, mass) from *rng picks the
- * first candidate whose running mass exceeds u. scratch: vocab entries
- * (unused when greedy). */
+ * top_p of the total; then one draw u in [0, mass) from the stream *rng
+ * (dsq_splitmix64, dsq_rand.h) picks the first candidate whose running mass
+ * exceeds u. scratch: vocab entries (unused when greedy). */
 int32_t dsq_sample_token(const dsq_sample_params *p, uint64_t *rng, const float *row, size_t vocab,
                          dsq_sample_cand *scratch);
 

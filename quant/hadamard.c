@@ -1,5 +1,6 @@
 /* hadamard.c - Hadamard constructions and seeded rotations (hadamard.h). */
 #include "hadamard.h"
+#include "dsq_rand.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -111,14 +112,6 @@ int dsq_hadamard_fill(int64_t n, int8_t *h, dsq_diag *d)
     return DSQ_OK;
 }
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 void dsq_rot_free(dsq_rotation *r)
 {
     if (!r) return;
@@ -167,7 +160,7 @@ int dsq_rot_init(dsq_rotation *r, int kind, int64_t n, int64_t block, uint64_t s
     uint64_t s = seed;
     uint64_t bits = 0;
     for (int64_t i = 0; i < b; i++) {
-        if (i % 64 == 0) bits = splitmix64(&s);
+        if (i % 64 == 0) bits = dsq_splitmix64(&s);
         r->sign[i] = (bits >> (i % 64)) & 1 ? -1 : 1;
     }
     return DSQ_OK;
