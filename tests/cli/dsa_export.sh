@@ -17,8 +17,7 @@ if [ ! -f "$M/config.json" ]; then echo "dsa_export.sh: skipped ($M absent)"; ex
 command -v jq >/dev/null 2>&1 || { echo "dsa_export.sh: skipped (jq absent)"; exit 0; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-cli-dsa.XXXXXX")
 trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+. "$(dirname "$0")/../fixtures/cli_expect.sh"
 L=$(jq -r .num_hidden_layers $M/config.json)
 p0=$($E ppl -q -T 2 --json -m $M --data $D/heldout.txt | jq -r .ppl)
 readback() {   # DIR LABEL

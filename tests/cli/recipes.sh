@@ -24,8 +24,7 @@ if [ ! -f "$M/config.json" ]; then echo "recipes.sh: skipped ($M absent)"; exit 
 command -v jq >/dev/null 2>&1 || { echo "recipes.sh: skipped (jq absent)"; exit 0; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsq-cli-recipes.XXXXXX")
 trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+. "$(dirname "$0")/../fixtures/cli_expect.sh"
 
 for RM in $M samples/tiny-dsv32; do
 [ -f $RM/config.json ] || { echo "recipes.sh: $RM absent, its deepseek-w8a8 check skipped"; continue; }
